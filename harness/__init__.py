@@ -1,0 +1,1 @@
+"""prefixbench harness: CLI, configs, runner, metrics, results, report."""

@@ -1,0 +1,294 @@
+"""Per-request table and run summary, with `vllm bench serve` / SGLang `bench_serving` definitions.
+
+Definitions: specs/benchmarking.md §5.1 (measured hit rate) and §8, specs/apc.md §13.2-13.4.
+ITLs stay out of the table (it holds scalars only, which keeps pandas and parquet simple): the
+runner passes `itls_ms(records)` to `summarize`, and `tokens.jsonl` keeps the exact token ids.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from engines.records import RequestRecord
+from workloads.request import Request
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What identifies a run; copied onto every row of its request table."""
+
+    workload: str
+    workload_version: int
+    engine: str
+    policy: str
+    block_size: int
+    seed: int
+    run_id: str
+
+
+_STR = pd.StringDtype()  # nullable (pd.NA), and round-trips through parquet on pandas 2 and 3
+_INT = "int64"
+_FLOAT = "float64"
+
+COLUMNS: dict[str, object] = {
+    "request_id": _STR, "parent_id": _STR, "request_index": _INT, "sample_index": _INT,
+    "session_id": _STR, "turn": _INT, "salt": _STR,
+    "workload": _STR, "workload_version": _INT, "engine": _STR, "policy": _STR,
+    "block_size": _INT, "seed": _INT, "run_id": _STR,
+    "prompt_tokens": _INT, "cached_tokens": _INT, "output_tokens": _INT,
+    "recomputed_tokens": _INT, "num_preemptions": _INT, "shared_prefix_len": _INT,
+    "arrival_s": _FLOAT, "scheduled_s": _FLOAT, "first_token_s": _FLOAT, "finish_s": _FLOAT,
+    "queue_delay_ms": _FLOAT, "ttft_ms": _FLOAT, "tpot_ms": _FLOAT, "e2el_ms": _FLOAT,
+}  # fmt: skip
+
+# Columns that legitimately differ between two runs of the same config and seed. (Under wall-clock
+# arrivals the batching, and so cached/recomputed tokens and preemptions, can differ too.)
+TIMING_COLUMNS: tuple[str, ...] = (
+    "arrival_s", "scheduled_s", "first_token_s", "finish_s",
+    "queue_delay_ms", "ttft_ms", "tpot_ms", "e2el_ms",
+)  # fmt: skip
+
+PERCENTILES = (50, 90, 99)
+
+
+def request_table(
+    records: Iterable[RequestRecord], requests_by_id: Mapping[str, Request], context: RunContext
+) -> pd.DataFrame:
+    """One row per finished child request, joined with its workload Request, in arrival order.
+
+    The order is the workload's: (Request.arrival_s, position in `requests_by_id`, sample_index).
+    A record's own arrival_s is not used as the key because a dependent turn is released when the
+    previous one finishes, a wall-clock time; the deterministic key keeps same-seed runs identical.
+    `request_index` is the parent's position in `requests_by_id` (the generator's order).
+    """
+    index_of = {rid: i for i, rid in enumerate(requests_by_id)}
+    ctx = asdict(context)
+    rows = [
+        _row(rec, requests_by_id[rec.parent_id], index_of[rec.parent_id], ctx) for rec in records
+    ]
+    df = pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
+    release_s = [requests_by_id[pid].arrival_s for pid in df["parent_id"]]
+    order = np.lexsort((df["sample_index"], df["request_index"], np.asarray(release_s, float)))
+    return df.iloc[order].reset_index(drop=True)
+
+
+def _row(rec: RequestRecord, req: Request, request_index: int, ctx: dict) -> dict:
+    ttft_ms = (rec.first_token_s - rec.arrival_s) * 1e3
+    e2el_ms = (rec.finish_s - rec.arrival_s) * 1e3
+    # TPOT excludes the first token and is undefined for a single token (apc.md §13.3).
+    tpot_ms = (e2el_ms - ttft_ms) / (rec.output_tokens - 1) if rec.output_tokens > 1 else math.nan
+    return {
+        **ctx,
+        "request_id": rec.request_id, "parent_id": rec.parent_id,
+        "request_index": request_index, "sample_index": rec.sample_index,
+        "session_id": req.session_id, "turn": req.turn, "salt": req.salt,
+        "prompt_tokens": rec.prompt_tokens, "cached_tokens": rec.cached_tokens,
+        "output_tokens": rec.output_tokens, "recomputed_tokens": rec.recomputed_tokens,
+        "num_preemptions": rec.num_preemptions, "shared_prefix_len": req.shared_prefix_len,
+        "arrival_s": rec.arrival_s, "scheduled_s": rec.scheduled_s,
+        "first_token_s": rec.first_token_s, "finish_s": rec.finish_s,
+        "queue_delay_ms": (rec.scheduled_s - rec.arrival_s) * 1e3,
+        "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "e2el_ms": e2el_ms,
+    }  # fmt: skip
+
+
+def itls_ms(records: Iterable[RequestRecord]) -> dict[str, tuple[float, ...]]:
+    """Gaps between consecutive output tokens of each request, in ms, keyed by child request_id."""
+    return {r.request_id: tuple(float(g) for g in np.diff(r.token_times_s) * 1e3) for r in records}
+
+
+def token_rows(
+    df: pd.DataFrame, records: Iterable[RequestRecord], requests_by_id: Mapping[str, Request]
+) -> list[dict]:
+    """Rows for tokens.jsonl, in the table's order: request_id, prompt_ids, output_ids."""
+    by_id = {r.request_id: r for r in records}
+    return [
+        {
+            "request_id": rid,
+            "prompt_ids": list(requests_by_id[by_id[rid].parent_id].prompt_ids),
+            "output_ids": list(by_id[rid].output_ids),
+        }
+        for rid in df["request_id"]
+    ]
+
+
+def summarize(
+    df: pd.DataFrame,
+    itls_ms: Mapping[str, Sequence[float]] | Sequence[float],
+    duration_s: float,
+    extra: Mapping[str, object] | None = None,
+    *,
+    context: RunContext | None = None,
+    num_failed: int = 0,
+) -> dict:
+    """Aggregate the measured window's request table into a JSON-safe summary.
+
+    `df` holds the successful requests of the measured window. `itls_ms` is either `itls_ms(records)`
+    (request_id -> ITLs; ids missing from `df` are ignored) or an already pooled list of ITLs, which
+    gives the same statistics but no `max_output_tokens_per_s` (None): that peak needs each
+    request's token times. `context` fields, when given, come first; `extra`
+    (ideal_hit_rate, evictions, status, ...) is merged last and wins. NaN becomes None, and
+    +-inf the strings "inf"/"-inf" (vLLM writes request_rate=inf that way).
+    """
+    ids = list(df["request_id"])
+    itl_lists = (
+        [list(itls_ms.get(rid, ())) for rid in ids] if isinstance(itls_ms, Mapping) else None
+    )
+    # Both upstreams pool the ITLs of all requests for their statistics.
+    pooled_itl = [g for gaps in itl_lists for g in gaps] if itl_lists is not None else list(itls_ms)
+    num_in = int(df["prompt_tokens"].sum())
+    num_out = int(df["output_tokens"].sum())
+    num_cached = int(df["cached_tokens"].sum())
+    e2el = df["e2el_ms"].tolist()
+    peak_tokens, peak_requests = _peaks(df, itl_lists)
+
+    out: dict[str, object] = {}
+    if context is not None:
+        out.update(asdict(context), backend=context.engine)
+    out.update(
+        duration=duration_s, completed=len(ids), failed=num_failed,
+        total_input_tokens=num_in, total_output_tokens=num_out,
+        request_throughput=_rate(len(ids), duration_s),
+        output_throughput=_rate(num_out, duration_s),
+        total_token_throughput=_rate(num_in + num_out, duration_s),
+        max_output_tokens_per_s=peak_tokens, max_concurrent_requests=peak_requests,
+    )  # fmt: skip
+    out.update(_stats("ttft_ms", df["ttft_ms"].tolist()))
+    out.update(_stats("tpot_ms", df["tpot_ms"].dropna().tolist()))
+    out.update(_stats("itl_ms", pooled_itl, extra_percentiles=(95,)))
+    out["max_itl_ms"] = max(pooled_itl, default=0.0)
+    out.update(_stats("e2el_ms", e2el))
+    out.update(_stats("queue_delay_ms", df["queue_delay_ms"].tolist()))
+    # SGLang bench_serving names for the same quantities.
+    out.update(
+        input_throughput=_rate(num_in, duration_s),
+        total_throughput=_rate(num_in + num_out, duration_s),
+        concurrency=_rate(sum(e2el) / 1e3, duration_s),
+    )
+    for stat in ("mean", "median", "std", "p90", "p99"):
+        out[f"{stat}_e2e_latency_ms"] = out[f"{stat}_e2el_ms"]
+    # Measured hit rate (benchmarking.md §5.1): first-admission reuse over client-side prompts.
+    hit_rate = num_cached / num_in if num_in else None
+    out.update(
+        prompt_tokens_cached=num_cached, hit_rate=hit_rate, hit_rate_tokens=hit_rate,
+        hit_rate_source="per_request",
+        recomputed_tokens=int(df["recomputed_tokens"].sum()),
+        num_preemptions=int(df["num_preemptions"].sum()),
+    )  # fmt: skip
+    out.update(extra or {})
+    return json_safe(out)
+
+
+def _rate(amount: float, duration_s: float) -> float | None:
+    return amount / duration_s if duration_s > 0 else None
+
+
+def _stats(name: str, values: Sequence[float], extra_percentiles: tuple[int, ...] = ()) -> dict:
+    """mean/median/population std/percentiles (linear interpolation); an empty list counts as 0."""
+    arr = np.asarray(values, dtype=float) if len(values) else np.zeros(1)
+    out = {f"mean_{name}": arr.mean(), f"median_{name}": np.median(arr), f"std_{name}": arr.std()}
+    for p in sorted((*PERCENTILES, *extra_percentiles)):
+        out[f"p{p}_{name}"] = np.percentile(arr, p)
+    return out
+
+
+def _peaks(df: pd.DataFrame, itl_lists: list[list[float]] | None) -> tuple[float | None, int]:
+    """Peak output tokens and active requests over 1-second buckets from the first arrival.
+
+    Token times are reconstructed as first_token + cumulative ITLs, as vLLM does. A request is
+    active in every bucket from its arrival's to its finish's, both included.
+    """
+    if df.empty:
+        return 0.0, 0
+    start_s = float(df["arrival_s"].min())
+    num_buckets = math.ceil(float(df["finish_s"].max()) - start_s) + 1
+    active = np.zeros(num_buckets + 1, dtype=int)  # difference array: +1 at start, -1 after end
+    np.add.at(active, np.floor(df["arrival_s"].to_numpy() - start_s).astype(int), 1)
+    np.add.at(active, np.floor(df["finish_s"].to_numpy() - start_s).astype(int) + 1, -1)
+    peak_requests = int(np.cumsum(active).max())
+    if itl_lists is None:
+        return None, peak_requests
+    token_s = [
+        t for first, gaps in zip(df["first_token_s"], itl_lists, strict=True)
+        for t in first + np.concatenate(([0.0], np.cumsum(gaps) / 1e3))
+    ]  # fmt: skip
+    buckets = np.floor(np.asarray(token_s) - start_s).astype(int)
+    tokens = np.bincount(buckets[(buckets >= 0) & (buckets < num_buckets)], minlength=num_buckets)
+    return float(tokens.max()), peak_requests
+
+
+def json_safe(value: object) -> object:
+    """Plain Python values only: numpy scalars/arrays unwrapped, NaN -> None, +-inf -> "inf"."""
+    if isinstance(value, Mapping):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is pd.NA:
+        return None
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    return value
+
+
+_ROWS: tuple[tuple[str, str], ...] = (  # (label, summary key), as vLLM prints them
+    ("Successful requests:", "completed"),
+    ("Failed requests:", "failed"),
+    ("Benchmark duration (s):", "duration"),
+    ("Total input tokens:", "total_input_tokens"),
+    ("Total generated tokens:", "total_output_tokens"),
+    ("Request throughput (req/s):", "request_throughput"),
+    ("Output token throughput (tok/s):", "output_throughput"),
+    ("Peak output token throughput (tok/s):", "max_output_tokens_per_s"),
+    ("Peak concurrent requests:", "max_concurrent_requests"),
+    ("Total Token throughput (tok/s):", "total_token_throughput"),
+)
+
+
+def format_summary(summary: Mapping[str, object]) -> str:
+    """A vLLM-style printed block, plus the prefix-cache figures; absent values print as n/a."""
+    lines = [f"{' Serving Benchmark Result ':=^50}"]
+    lines += [_line(label, summary.get(key)) for label, key in _ROWS]
+    sections = (
+        ("Time to First Token", "TTFT", "ttft_ms"),
+        ("Time per Output Token (excl. 1st token)", "TPOT", "tpot_ms"),
+        ("Inter-token Latency", "ITL", "itl_ms"),
+        ("End-to-end Latency", "E2EL", "e2el_ms"),
+    )
+    for heading, short, key in sections:
+        lines.append(f"{heading:-^50}")
+        for stat, label in (("mean", "Mean"), ("median", "Median"), ("p99", "P99")):
+            lines.append(_line(f"{label} {short} (ms):", summary.get(f"{stat}_{key}")))
+    lines.append(f"{'Prefix Cache':-^50}")
+    lines.append(_line("Prefix cache hit rate (%):", _percent(summary.get("hit_rate"))))
+    lines.append(_line("Ideal hit rate (%):", _percent(summary.get("ideal_hit_rate"))))
+    lines.append(_line("Cached prompt tokens:", summary.get("prompt_tokens_cached")))
+    lines.append(_line("Cache bookkeeping (ms):", summary.get("cache_bookkeeping_ms")))
+    lines.append(_line("Evictions:", summary.get("evictions")))
+    lines.append(_line("Preemptions:", summary.get("num_preemptions")))
+    lines.append(_line("Recomputed tokens:", summary.get("recomputed_tokens")))
+    lines.append("=" * 50)
+    return "\n".join(lines)
+
+
+def _percent(fraction: object) -> float | None:
+    return 100.0 * fraction if isinstance(fraction, (int, float)) else None
+
+
+def _line(label: str, value: object) -> str:
+    if value is None:
+        text = "n/a"
+    elif isinstance(value, float):
+        text = f"{value:.2f}"
+    else:
+        text = str(value)
+    return f"{label:<40} {text:<10}".rstrip()

@@ -1,0 +1,206 @@
+"""Run directories on disk: atomic writes of the result files, and the loaders the report uses.
+
+Every file is written to a temporary sibling, fsynced, then `os.replace`d over the target, so a
+crash leaves the previous file or none, never a truncated one. summary.json is written last: a
+directory holding it is a finished run (or a recorded failure), which is what `load_runs` finds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, ClassVar
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _atomic_write(
+    path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False
+) -> None:
+    """Call `write(file)` on a temporary file next to `path`, then move it into place."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)  # make the rename itself durable
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # some platforms cannot open a directory; the data is already safe
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json(path: str | os.PathLike, obj: object) -> None:
+    """Pretty JSON; NaN/inf are refused (strict JSON), so pass `metrics.json_safe` output."""
+    _atomic_write(path, lambda f: (json.dump(obj, f, indent=2, allow_nan=False), f.write("\n")))
+
+
+def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    _atomic_write(path, lambda f: pq.write_table(table, f), binary=True)
+
+
+def write_tokens_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, object]]) -> None:
+    """One compact JSON line per request, in the order given (arrival order, see metrics.token_rows)."""
+
+    def write(f: IO) -> None:
+        for row in rows:
+            f.write(json.dumps(row, separators=(",", ":"), allow_nan=False))
+            f.write("\n")
+
+    _atomic_write(path, write)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run's directory and its file names; writing creates the directory if needed."""
+
+    path: Path
+    REQUESTS: ClassVar[str] = "requests.parquet"
+    SUMMARY: ClassVar[str] = "summary.json"
+    MANIFEST: ClassVar[str] = "manifest.json"
+    TOKENS: ClassVar[str] = "tokens.jsonl"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def requests_path(self) -> Path:
+        return self.path / self.REQUESTS
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / self.MANIFEST
+
+    @property
+    def tokens_path(self) -> Path:
+        return self.path / self.TOKENS
+
+    def write_requests(self, df: pd.DataFrame) -> None:
+        write_parquet(self._ready(self.requests_path), df)
+
+    def write_tokens(self, rows: Iterable[Mapping[str, object]]) -> None:
+        write_tokens_jsonl(self._ready(self.tokens_path), rows)
+
+    def write_manifest(self, manifest: Mapping[str, object]) -> None:
+        write_json(self._ready(self.manifest_path), manifest)
+
+    def write_summary(self, summary: Mapping[str, object]) -> None:
+        """Write this last: it marks the directory as a run for `load_runs`."""
+        write_json(self._ready(self.summary_path), summary)
+
+    def _ready(self, file: Path) -> Path:
+        self.path.mkdir(parents=True, exist_ok=True)
+        return file
+
+
+def write_failed_summary(run_dir: str | os.PathLike, error: str) -> None:
+    """Record a job that could not run, so a sweep's table shows it (benchmarking.md §8.2 status)."""
+    date = time.strftime("%Y%m%d-%H%M%S")  # local time, as vLLM and the runner write `date`
+    RunDir(Path(run_dir)).write_summary(
+        {"status": "failed", "error": error, "date": date, "completed": 0}
+    )
+
+
+def load_run(path: str | os.PathLike) -> tuple[dict, pd.DataFrame, dict]:
+    """(summary, requests, manifest) of one run directory.
+
+    summary.json is required; a run that failed before measuring may lack the other two, giving an
+    empty table and an empty manifest.
+    """
+    run = RunDir(Path(path))
+    summary = _read_object(run.summary_path)
+    requests = pd.read_parquet(run.requests_path) if run.requests_path.exists() else pd.DataFrame()
+    manifest = _read_object(run.manifest_path) if run.manifest_path.exists() else {}
+    return summary, requests, manifest
+
+
+def _read_object(path: Path) -> dict:
+    value = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+# Manifest fields copied onto each run's row (the resolved config is flattened as config.*).
+MANIFEST_FIELDS = (
+    "created_utc", "git_sha", "git_dirty", "device", "cpu_model", "cuda_device", "platform",
+    "torch_num_threads",
+)  # fmt: skip
+
+
+def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, requests) for every run directory below `root`, joined by `run_id`.
+
+    runs: one row per run: `run_id`, `run_dir` (relative to root), the summary's fields (nested
+    dicts flattened with dots), MANIFEST_FIELDS, `packages.*` and the resolved config as `config.*`
+    (summary fields win over manifest ones of the same name).
+    requests: every request table with its run's `run_id`. Directories whose files cannot be read
+    are skipped with one warning naming them.
+    """
+    root = Path(root)
+    runs, tables, bad = [], [], []
+    for summary_path in sorted(root.rglob(RunDir.SUMMARY)):
+        run_dir = summary_path.parent
+        try:
+            summary, requests, manifest = load_run(run_dir)
+        except (OSError, ValueError, TypeError, pa.ArrowException) as exc:
+            bad.append(f"{run_dir} ({type(exc).__name__})")
+            continue
+        rel = run_dir.relative_to(root).as_posix()
+        run_id = str(summary.get("run_id") or manifest.get("run_id") or rel)
+        row = {"run_id": run_id, "run_dir": rel, **_flatten(summary)}
+        for key in MANIFEST_FIELDS:
+            row.setdefault(key, manifest.get(key))
+        row.setdefault("seed", manifest.get("seed"))
+        row.update(_flatten(manifest.get("packages") or {}, "packages."))
+        row.update(_flatten(manifest.get("config") or {}, "config."))
+        runs.append(row)
+        if not requests.empty:
+            tables.append(
+                requests.assign(run_id=pd.Series(run_id, index=requests.index, dtype="string"))
+            )
+    if bad:
+        warnings.warn(
+            f"skipped {len(bad)} unreadable run directories: {', '.join(bad)}", stacklevel=2
+        )
+    runs_df = pd.DataFrame(runs)
+    requests_df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    return runs_df, requests_df
+
+
+def _flatten(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in d.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
