@@ -1,0 +1,86 @@
+"""Model configuration: the shape of a Llama-style decoder and where its weights come from.
+
+Field names follow Hugging Face's LlamaConfig where one exists (`num_layers` is its
+`num_hidden_layers`). `weights` names a source in `engines.model.weights.WEIGHTS`; `seed` seeds the
+random source. Presets live in `engines.model.presets` and, identically, in `conf/model/*.yaml`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    vocab_size: int = 1024
+    hidden_size: int = 64
+    intermediate_size: int = 172
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = True
+    dtype: str = "float32"  # float32 | float16 | bfloat16
+    weights: str = "random"  # random | smollm2
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field no model accepts."""
+        positive = (
+            "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+            "num_kv_heads", "head_dim", "max_position_embeddings",
+        )  # fmt: skip
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model.num_heads ({self.num_heads}) must be a multiple of "
+                f"model.num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"model.head_dim must be even for RoPE, got {self.head_dim}")
+        for name in ("rope_theta", "rms_norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"model.{name} must be a positive number, got {value!r}")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ValueError(
+                f"model.tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}"
+            )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"model.seed must be an integer, got {self.seed!r}")
+        # Imported here: the weight sources import the model, which imports this module.
+        from engines.model.weights import WEIGHTS
+
+        if self.weights not in WEIGHTS:
+            raise ValueError(
+                f"model.weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}"
+            )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim

