@@ -1,5 +1,6 @@
-"""Request generators: each workload family is a pure function of (params, seed) -> [Request].
+"""Request generators: each workload family is a pure function of (params, seed, token space).
 
-`workloads.generate(params, seed)` dispatches through the family registry in `base.py`. Nothing here
-imports `engines` or `harness`.
+`workloads.base.generate(params, seed, token_space)` validates the params and dispatches through
+the family registry (`FAMILIES`); `workloads.bounds` computes theoretical hit rates from the
+generated token ids. Nothing here imports `engines` or `harness`.
 """

@@ -15,9 +15,14 @@ class Request:
     after / think_s: multi-turn dependency; this request is released `think_s` seconds after the
       request `after` finishes (its arrival_s is then ignored).
     n: samples; the harness fans n > 1 out into n child requests that share the prompt.
+    sample_output_ids: for n > 1, one scripted reply per sample (their first tokens differ, so the
+      samples diverge from their first output token); empty means every sample replays output_ids.
     salt: tenant namespace (vLLM cache_salt, SGLang cache_salt); None is the global namespace.
     shared_prefix_len: ground truth from the generator: how many leading prompt tokens this
-      request shares with content generated before it (unbounded cache, token granularity).
+      request shares with content generated before it (unbounded cache, token granularity): the
+      prompts of earlier requests, plus the replies of requests that a later turn names as `after`
+      minus their final token (its KV is never computed). For n > 1 it is the first sample's; the
+      other samples share the whole prompt.
     """
 
     request_id: str
@@ -34,6 +39,7 @@ class Request:
     lora_id: str | None = None
     shared_prefix_len: int = 0
     tags: dict[str, object] = field(default_factory=dict)
+    sample_output_ids: tuple[tuple[int, ...], ...] = ()
 
     @property
     def output_len(self) -> int:

@@ -1,0 +1,75 @@
+"""Assemble an Engine from configs: cache + admission, scheduler, executor (from a registry).
+
+`build_engine` is the one entry point the harness and scripts use; it needs no Hydra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engines.cache import build_cache
+from engines.cache.base import PrefixCache, StepBudget
+from engines.clock import WallClock
+from engines.config import EngineConfig
+from engines.engine import Engine
+from engines.registry import Registry
+from engines.scheduler import Scheduler
+
+
+@dataclass(frozen=True)
+class ExecutorContext:
+    engine_config: EngineConfig
+    model_config: object
+    cache: PrefixCache
+    device: torch.device
+    options: dict
+
+
+EXECUTORS: Registry[Callable[[ExecutorContext], object]] = Registry("executor")
+
+
+@EXECUTORS.register("real")
+def _real_executor(ctx: ExecutorContext):
+    from engines.attention.backend import get_attention_backend
+    from engines.executor import RealExecutor
+    from engines.kv_pool import KVPool
+    from engines.model.weights import build_model
+
+    mc = ctx.model_config
+    model = build_model(mc, ctx.device)
+    kv_pool = KVPool(
+        num_layers=mc.num_layers,
+        num_blocks=ctx.cache.num_blocks,
+        block_size=ctx.cache.block_size,
+        num_kv_heads=mc.num_kv_heads,
+        head_dim=mc.head_dim,
+        dtype=getattr(torch, mc.dtype),
+        device=ctx.device,
+    )
+    attn = get_attention_backend(ctx.engine_config.backend, ctx.device)
+    return RealExecutor(model, kv_pool, attn, ctx.cache, WallClock(), ctx.device)
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_engine(
+    engine_config: EngineConfig,
+    model_config,
+    executor: str = "real",
+    device: str = "auto",
+    **options,
+) -> Engine:
+    engine_config.validate()
+    cache, admission = build_cache(engine_config)
+    budget = StepBudget(engine_config.max_num_seqs, engine_config.max_num_batched_tokens)
+    scheduler = Scheduler(admission, budget, debug_checks=engine_config.debug_checks)
+    ctx = ExecutorContext(engine_config, model_config, cache, resolve_device(device), options)
+    exe = EXECUTORS.get(executor)(ctx)
+    return Engine(scheduler, exe, max_model_len=getattr(model_config, "max_position_embeddings", None))

@@ -1,0 +1,160 @@
+"""The engine loop: release requests on the run clock, schedule, execute, record.
+
+    arrivals ──▶ Scheduler.waiting ──Admission──▶ StepPlan ──Executor──▶ tokens ──▶ complete()
+        ▲                                                                               │
+        └──── multi-turn: a request `after` X is released think_s after X finishes ◀────┘
+
+Records accumulate in `self.records` as requests finish, so a caller that is interrupted still
+has every finished row.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engines.cache.base import PrefixCache
+from engines.records import RequestRecord
+from engines.request import GenerationRequest
+from engines.scheduler import Scheduler
+from engines.sequence import Sequence
+
+
+class CapacityError(ValueError):
+    """A request can never run: it needs more KV than the engine has."""
+
+
+@dataclass
+class _Timeline:
+    arrival_s: float
+    scheduled_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(self, scheduler: Scheduler, executor, max_model_len: int | None = None) -> None:
+        self.scheduler = scheduler
+        self.executor = executor
+        self.cache: PrefixCache = scheduler.cache
+        self.max_model_len = max_model_len
+        self.records: list[RequestRecord] = []
+
+    @property
+    def clock(self):
+        return self.executor.clock
+
+    def check_fits(self, requests: list[GenerationRequest]) -> None:
+        """Fail before running if any request can never fit (named, with its need)."""
+        capacity = self.cache.capacity_tokens
+        for req in requests:
+            need = len(req.prompt_ids) + req.max_new_tokens
+            if self.max_model_len is not None and need > self.max_model_len:
+                raise CapacityError(
+                    f"request {req.request_id} needs {need} tokens (prompt {len(req.prompt_ids)} + "
+                    f"output {req.max_new_tokens}) but the model's context is {self.max_model_len}"
+                )
+            if need > capacity:
+                raise CapacityError(
+                    f"request {req.request_id} needs {need} KV tokens (prompt {len(req.prompt_ids)} + "
+                    f"output {req.max_new_tokens}) but engine.kv_capacity_tokens is {capacity}"
+                )
+
+    def run(
+        self,
+        requests: list[GenerationRequest],
+        on_finish: Callable[[RequestRecord], None] | None = None,
+    ) -> list[RequestRecord]:
+        self.check_fits(requests)
+        self.clock.restart()
+        by_id = {r.request_id: r for r in requests}
+        followers: dict[str, list[GenerationRequest]] = {}
+        ready: list[tuple[float, int, str]] = []  # (release time, order, request_id)
+        for order, req in enumerate(requests):
+            if req.after is not None and req.after in by_id:
+                followers.setdefault(req.after, []).append(req)
+            else:
+                heapq.heappush(ready, (req.arrival_s, order, req.request_id))
+        order_of = {r.request_id: i for i, r in enumerate(requests)}
+        timelines: dict[str, _Timeline] = {}
+        seqs: dict[str, tuple[Sequence, GenerationRequest]] = {}
+        sched = self.scheduler
+        idle_steps = 0
+        while ready or sched.has_work:
+            now = self.clock.now()
+            while ready and ready[0][0] <= now:
+                t_s, _, rid = heapq.heappop(ready)
+                req = by_id[rid]
+                seq = _sequence(req)
+                seqs[rid] = (seq, req)
+                timelines[rid] = _Timeline(arrival_s=t_s)
+                sched.add(seq)
+            if not sched.has_work:
+                self.clock.wait_until(ready[0][0])
+                continue
+            plan = sched.schedule()
+            step_start = now
+            if not plan.scheduled:
+                idle_steps += 1
+                if ready:
+                    self.clock.wait_until(ready[0][0])
+                    continue
+                if idle_steps > 2:
+                    stuck = (sched.waiting or sched.running)[0]
+                    raise CapacityError(
+                        f"request {stuck.seq_id} cannot be scheduled: the engine made no progress "
+                        f"with {len(sched.waiting)} waiting and {len(sched.running)} running"
+                    )
+                continue
+            idle_steps = 0
+            tokens = self.executor.execute(plan)
+            end = self.clock.now()
+            for item in plan.scheduled:
+                tl = timelines[item.seq.seq_id]
+                if tl.scheduled_s is None:
+                    tl.scheduled_s = step_start
+                if item.seq.seq_id in tokens:
+                    tl.token_times_s.append(end)
+            for seq in sched.complete(plan, tokens):
+                record = _record(seq, seqs[seq.seq_id][1], timelines[seq.seq_id])
+                self.records.append(record)
+                if on_finish is not None:
+                    on_finish(record)
+                for nxt in followers.pop(seq.seq_id, []):
+                    release_s = end + nxt.think_s
+                    heapq.heappush(ready, (release_s, order_of[nxt.request_id], nxt.request_id))
+        return self.records
+
+
+def _sequence(req: GenerationRequest) -> Sequence:
+    return Sequence(
+        seq_id=req.request_id,
+        token_ids=list(req.prompt_ids),
+        num_prompt_tokens=len(req.prompt_ids),
+        max_new_tokens=req.max_new_tokens,
+        salt=req.salt,
+        lora_id=req.lora_id,
+        priority=req.priority,
+        arrival_s=req.arrival_s,
+        scripted_output_ids=req.scripted_output_ids,
+    )
+
+
+def _record(seq: Sequence, req: GenerationRequest, tl: _Timeline) -> RequestRecord:
+    times = tuple(tl.token_times_s)
+    return RequestRecord(
+        request_id=req.request_id,
+        parent_id=req.parent_id or req.request_id,
+        sample_index=req.sample_index,
+        prompt_tokens=seq.num_prompt_tokens,
+        cached_tokens=seq.num_cached_tokens or 0,
+        output_tokens=seq.num_output_tokens,
+        recomputed_tokens=seq.num_recomputed_tokens,
+        num_preemptions=seq.num_preemptions,
+        arrival_s=tl.arrival_s,
+        scheduled_s=tl.scheduled_s if tl.scheduled_s is not None else tl.arrival_s,
+        first_token_s=times[0],
+        finish_s=times[-1],
+        token_times_s=times,
+        output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]),
+    )

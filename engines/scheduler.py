@@ -1,0 +1,68 @@
+"""The generic scheduler: waiting and running lists, one admission contract, token bookkeeping.
+
+Per step:  admission.schedule(waiting, running) -> StepPlan -> executor runs it -> `complete()`
+advances each scheduled sequence, appends the token it produced, finishes sequences that reached
+their length, and lets admission make the step's tokens matchable and release finished KV.
+Everything the cache design decides (ordering, admission, eviction, preemption) lives in its
+Admission; this loop is identical for both designs. Time spent in admission is the cache
+bookkeeping cost, measured here for both executors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from engines.cache.base import Admission, StepBudget, StepPlan
+from engines.sequence import SeqStatus, Sequence
+
+
+class Scheduler:
+    def __init__(self, admission: Admission, budget: StepBudget, debug_checks: bool = False) -> None:
+        self.admission = admission
+        self.cache = admission.cache
+        self.budget = budget
+        self.debug_checks = debug_checks
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.bookkeeping_ns = 0
+        self.num_steps = 0
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> StepPlan:
+        t0 = time.perf_counter_ns()
+        plan = self.admission.schedule(self.waiting, self.running, self.budget)
+        self.bookkeeping_ns += time.perf_counter_ns() - t0
+        return plan
+
+    def complete(self, plan: StepPlan, next_tokens: dict[str, int]) -> list[Sequence]:
+        """Apply an executed plan. `next_tokens` maps seq_id -> the token sampled for every
+        sequence whose step reached its last known token. Returns the sequences that finished."""
+        finished: list[Sequence] = []
+        for item in plan.scheduled:
+            seq = item.seq
+            seq.num_computed_tokens = item.end
+            token = next_tokens.get(seq.seq_id)
+            if token is None:
+                continue
+            seq.token_ids.append(token)
+            if seq.done_generating:
+                seq.status = SeqStatus.FINISHED
+                finished.append(seq)
+        if finished:
+            done = {id(s) for s in finished}
+            self.running[:] = [s for s in self.running if id(s) not in done]
+        t0 = time.perf_counter_ns()
+        self.admission.finish_step(plan, finished)
+        self.bookkeeping_ns += time.perf_counter_ns() - t0
+        self.num_steps += 1
+        if self.debug_checks:
+            self.cache.check_integrity()
+        return finished

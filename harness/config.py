@@ -1,0 +1,85 @@
+"""Run configuration: dataclass schemas registered in Hydra's ConfigStore; YAML only selects/overrides.
+
+Groups: `engine` (EngineConfig), `model` (ModelConfig), `workload` (one schema per family,
+registered as `base_<family>`), `hardware` (cost models of the simulated executor). Every entry
+point imports this module, so the schemas exist before Hydra composes (benchmarking.md §13).
+Code below the CLI receives these dataclasses, never a DictConfig.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from engines.config import EngineConfig
+from engines.model.config import ModelConfig
+
+
+@dataclass
+class LoadConfig:
+    """How requests are released (benchmarking.md §7).
+
+    auto: trace timestamps when the workload carries arrival times, else burst.
+    burst: every request at t = 0.  poisson: vLLM's gamma gaps (burstiness 1 = Poisson) at `rate`
+    req/s, rescaled so the last send is at N / rate.  trace: the workload's timestamps times
+    `slowdown`.
+    """
+
+    mode: str = "auto"  # auto | burst | poisson | trace
+    rate: float | None = None
+    burstiness: float = 1.0
+    slowdown: float = 1.0
+
+
+@dataclass
+class WarmupConfig:
+    """Warm-up on unrelated tokens before measuring, then a flushed cache (benchmarking.md §4)."""
+
+    enabled: bool = True
+    num_requests: int = 2
+    prompt_len: int = 64
+    output_len: int = 4
+
+
+@dataclass
+class RunConfig:
+    workload: Any = MISSING
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: ModelConfig = MISSING
+    load: LoadConfig = field(default_factory=LoadConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    hardware: Any = None  # cost model of the simulated executor
+    seed: int = 0
+    decode: str = "scripted"  # scripted | greedy
+    executor: str = "real"  # real | simulated
+    device: str = "auto"
+    threads: int = 1  # torch CPU threads (2 collapse when anything else runs on a 2-core box)
+    save_tokens: bool = False
+    label: str | None = None
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    from workloads.base import FAMILIES
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=RunConfig)
+    cs.store(group="engine", name="base_engine", node=EngineConfig)
+    cs.store(group="model", name="base_model", node=ModelConfig)
+    for family in FAMILIES.names():
+        cs.store(group="workload", name=f"base_{family}", node=FAMILIES.get(family).params_cls)
+    _register_hardware(cs)
+
+
+def _register_hardware(cs: ConfigStore) -> None:
+    try:
+        from engines.simulate.cost_model import HardwareConfig
+    except ImportError:  # the simulated executor is optional
+        return
+    cs.store(group="hardware", name="base_hardware", node=HardwareConfig)
+
+
+register_configs()

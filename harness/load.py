@@ -1,0 +1,87 @@
+"""Arrival processes (benchmarking.md §7) and the n > 1 fan-out into engine requests.
+
+Poisson/gamma follows `vllm bench serve`: gaps ~ Gamma(burstiness, 1/(rate * burstiness)),
+cumulated, then rescaled so the last send is at N / rate; seeded from the run seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from engines.registry import Registry
+from engines.request import GenerationRequest
+from harness.config import LoadConfig
+from workloads.request import Request
+
+ARRIVALS: Registry = Registry("load.mode")
+
+
+@ARRIVALS.register("burst")
+def _burst(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
+    return [0.0] * len(requests)
+
+
+@ARRIVALS.register("trace")
+def _trace(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
+    return [r.arrival_s * load.slowdown for r in requests]
+
+
+@ARRIVALS.register("poisson")
+def _poisson(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
+    if load.rate is None or load.rate <= 0:
+        raise ValueError(f"load.rate must be a positive number of requests/s for load.mode=poisson, got {load.rate}")
+    if load.burstiness <= 0:
+        raise ValueError(f"load.burstiness must be positive, got {load.burstiness}")
+    n = len(requests)
+    rng = np.random.default_rng([seed, 0x10AD])
+    gaps = rng.gamma(shape=load.burstiness, scale=1.0 / (load.rate * load.burstiness), size=n)
+    times = np.cumsum(gaps)
+    if n and times[-1] > 0:
+        times *= (n / load.rate) / times[-1]
+    return [float(t) for t in times]
+
+
+@ARRIVALS.register("auto")
+def _auto(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
+    timed = any(r.arrival_s > 0 for r in requests)
+    return _trace(requests, load, seed) if timed else _burst(requests, load, seed)
+
+
+def with_arrivals(requests: list[Request], load: LoadConfig, seed: int) -> list[Request]:
+    """Requests with arrival_s set by the load mode (dependent turns keep their `after`)."""
+    times = ARRIVALS.get(load.mode)(requests, load, seed)
+    return [dataclasses.replace(r, arrival_s=t) for r, t in zip(requests, times)]
+
+
+def fan_out(requests: list[Request], scripted: bool) -> list[GenerationRequest]:
+    """One engine request per sample; n > 1 children get vLLM's ids "{index}_{parent}"."""
+    out: list[GenerationRequest] = []
+    for req in requests:
+        for index in range(req.n):
+            rid = req.request_id if req.n == 1 else f"{index}_{req.request_id}"
+            script = _script(req, index)
+            out.append(
+                GenerationRequest(
+                    request_id=rid,
+                    prompt_ids=tuple(req.prompt_ids),
+                    max_new_tokens=req.output_len,
+                    scripted_output_ids=script if scripted else None,
+                    arrival_s=req.arrival_s,
+                    parent_id=req.request_id,
+                    sample_index=index,
+                    after=req.after,
+                    think_s=req.think_s,
+                    salt=req.salt,
+                    lora_id=req.lora_id,
+                )
+            )
+    return out
+
+
+def _script(req: Request, index: int) -> tuple[int, ...] | None:
+    samples = getattr(req, "sample_output_ids", ())
+    if samples:
+        return tuple(samples[index])
+    return tuple(req.output_ids) if req.output_ids is not None else None

@@ -1,0 +1,179 @@
+"""One benchmark run: generate requests, warm up, flush, measure, check, write results.
+
+    workload ─▶ arrivals ─▶ fan-out ─▶ Engine (warm-up ▸ flush ▸ measured run) ─▶ rows ─▶ files
+
+The cache-state protocol of benchmarking.md §4 is followed and recorded: warm-up on unrelated
+tokens, a flush that must succeed, then the measured window from an empty cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from engines.build import build_engine
+from engines.cache.base import CacheIntegrityError
+from engines.engine import Engine
+from harness.config import RunConfig
+from harness.load import fan_out, with_arrivals
+from harness.manifest import build_manifest
+from harness.metrics import (
+    RunContext,
+    format_summary,
+    itls_ms,
+    request_table,
+    summarize,
+    token_rows,
+)
+from harness.results import RunDir
+from harness.tokenspace import token_space_for
+from workloads.base import generate
+from workloads.bounds import ideal_hit_rate
+from workloads.tokens import warmup_requests
+
+
+class RunInterrupted(Exception):
+    """SIGINT or SIGTERM arrived during the measured run."""
+
+
+@dataclass
+class RunOutcome:
+    summary: dict
+    run_dir: Path
+
+
+def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    torch.set_num_threads(cfg.threads)
+    out = RunDir(run_dir)
+    space = token_space_for(cfg.model)
+    workload_requests = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
+    gen_requests = fan_out(workload_requests, scripted=cfg.decode == "scripted")
+    engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
+    engine.check_fits(gen_requests)
+    warm = _warm_up(engine, cfg, space)
+    t_start = time.perf_counter()
+    status, error = "ok", None
+    bar = tqdm(total=len(gen_requests), desc=f"{cfg.workload.name}/{cfg.engine.cache}", unit="req", leave=False)
+    try:
+        engine.run(gen_requests, on_finish=lambda _r: bar.update(1))
+    except (KeyboardInterrupt, RunInterrupted):
+        status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
+    finally:
+        bar.close()
+    wall_s = time.perf_counter() - t_start
+    if status == "ok":
+        status, error = _idle_check(engine)
+    records = engine.records
+    duration_s = max((r.finish_s for r in records), default=0.0)
+    ctx = RunContext(
+        workload=cfg.workload.name,
+        workload_version=cfg.workload.version,
+        engine=cfg.engine.cache,
+        policy=cfg.engine.policy,
+        block_size=cfg.engine.block_size,
+        seed=cfg.seed,
+        run_id=run_dir.name,
+    )
+    by_id = {r.request_id: r for r in workload_requests}
+    table = request_table(records, by_id, ctx)
+    extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, len(gen_requests))
+    summary = summarize(table, itls_ms(records), duration_s, extra)
+    out.write_requests(table)
+    if cfg.save_tokens:
+        out.write_tokens(token_rows(table, records, by_id))
+    out.write_manifest(build_manifest(resolved_config, cfg.seed, {"device": str(engine_device(engine))}))
+    out.write_summary(summary)
+    print(format_summary(summary))
+    return RunOutcome(summary, run_dir)
+
+
+def engine_device(engine: Engine) -> str:
+    return str(getattr(engine.executor, "device", "virtual"))
+
+
+def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
+    """Run unrelated requests, then flush; the flush must succeed (benchmarking.md §4)."""
+    info = {"warmup_policy": "none", "warmup_requests": 0}
+    if cfg.warmup.enabled and cfg.warmup.num_requests > 0:
+        reqs = warmup_requests(space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len)
+        engine.run(fan_out(reqs, scripted=True))
+        engine.records.clear()
+        info = {"warmup_policy": "unrelated", "warmup_requests": len(reqs)}
+    flushed = engine.cache.reset()
+    if not flushed:
+        raise CacheIntegrityError("the cache refused to flush after warm-up: a request still holds KV")
+    engine.scheduler.bookkeeping_ns = 0
+    info["cache_flushed"] = flushed
+    return info
+
+
+def _idle_check(engine: Engine) -> tuple[str, str | None]:
+    """After the run every hold must be released and the accounting must balance."""
+    try:
+        engine.cache.check_integrity()
+        usage = engine.cache.usage()
+        if usage.protected:
+            raise CacheIntegrityError(f"{usage.protected} KV tokens still held at idle")
+    except CacheIntegrityError as exc:
+        return "failed", f"cache leak check: {exc}"
+    return "ok", None
+
+
+def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_requests) -> dict:
+    stats = engine.cache.stats()
+    g = cfg.engine.block_size
+    bounds = ideal_hit_rate(workload_requests, granularities=sorted({1, 16, g, 512}))
+    return {
+        "date": time.strftime("%Y%m%d-%H%M%S"),
+        "backend": cfg.engine.cache,
+        "label": cfg.label,
+        "model_id": cfg.model.name,
+        "dataset_name": cfg.workload.family,
+        "workload": cfg.workload.name,
+        "workload_version": cfg.workload.version,
+        "num_prompts": num_requests,
+        "request_rate": "inf" if cfg.load.mode == "burst" else cfg.load.rate,
+        "load_mode": cfg.load.mode,
+        "executor": cfg.executor,
+        "decode": cfg.decode,
+        "seed": cfg.seed,
+        "cache_enabled": cfg.engine.prefix_caching,
+        "block_size_or_page_size": g,
+        "kv_capacity_tokens": cfg.engine.kv_capacity_tokens,
+        "policy_profile": {
+            "free_order": cfg.engine.free_order,
+            "hash_algo": cfg.engine.hash_algo,
+            "eviction_policy": cfg.engine.eviction_policy,
+            "schedule_policy": cfg.engine.policy,
+            "reserve_full_prompt": cfg.engine.reserve_full_prompt,
+        },
+        "n_semantics": "fanout",
+        "ideal_hit_rate": bounds.by_granularity.get(g),
+        "theoretical_hit_rate_by_granularity": {str(k): v for k, v in bounds.by_granularity.items()},
+        "engine_hit_rate": stats.hit_rate,
+        "engine_requests": stats.requests,
+        "engine_queries": stats.queries,
+        "engine_hits": stats.hits,
+        "evictions": stats.num_evictions,
+        "evicted_tokens": stats.evicted_tokens,
+        "cache_bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6,
+        "num_steps": engine.scheduler.num_steps,
+        "wall_s": wall_s,
+        "prime_policy": "none",
+        "prime_validated": False,
+        "status": status,
+        "error": error,
+        **warm,
+    }
+
+
+def config_fields(obj) -> dict:
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)

@@ -1,0 +1,15 @@
+"""Which token ids a workload may draw for a given model (its vocabulary minus special tokens)."""
+
+from __future__ import annotations
+
+from engines.model.config import ModelConfig
+from workloads.base import TokenSpace
+
+
+def token_space_for(model: ModelConfig) -> TokenSpace:
+    if model.weights == "smollm2":
+        from workloads.tokenizer import first_ordinary_id
+
+        return TokenSpace(vocab_size=model.vocab_size, first_ordinary_id=first_ordinary_id())
+    # Random-weight models have no special tokens; keep id 0 out of workloads all the same.
+    return TokenSpace(vocab_size=model.vocab_size, first_ordinary_id=1)

@@ -1,0 +1,67 @@
+"""Helpers for engine-level tests: build a tiny-model engine and hand-made requests."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from engines.build import build_engine
+from engines.config import EngineConfig
+from engines.model.presets import PRESETS
+from engines.request import GenerationRequest
+
+ENGINE_PRESETS = {
+    "apc": dict(cache="apc", block_size=16),
+    "radix": dict(cache="radix", block_size=1),
+}
+
+
+def tiny_model():
+    return PRESETS.get("tiny")
+
+
+def make_engine(cache: str = "apc", executor: str = "real", **overrides):
+    fields = {**ENGINE_PRESETS[cache], "kv_capacity_tokens": 4096, "max_num_batched_tokens": 512, "backend": "torch"}
+    fields.update(overrides)
+    cfg = EngineConfig(**fields)
+    return build_engine(cfg, tiny_model(), executor=executor, device="cpu")
+
+
+def shared_prompt_requests(
+    seed: int = 0,
+    groups: int = 2,
+    per_group: int = 3,
+    system_len: int = 40,
+    question_len: int = 9,
+    output_len: int = 5,
+    vocab: int = 1024,
+    scripted: bool = False,
+    salt_of=None,
+) -> list[GenerationRequest]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in range(groups):
+        system = rng.integers(1, vocab, system_len).tolist()
+        for i in range(per_group):
+            question = rng.integers(1, vocab, question_len).tolist()
+            script = tuple(rng.integers(1, vocab, output_len).tolist()) if scripted else None
+            rid = f"g{g}q{i}"
+            out.append(
+                GenerationRequest(
+                    request_id=rid,
+                    prompt_ids=tuple(system + question),
+                    max_new_tokens=output_len,
+                    scripted_output_ids=script,
+                    salt=salt_of(rid) if salt_of else None,
+                )
+            )
+    return out
+
+
+def by_id(records):
+    return {r.request_id: r for r in records}
+
+
+def replace_all(requests, **changes):
+    return [dataclasses.replace(r, **changes) for r in requests]

@@ -1,0 +1,120 @@
+"""`python -m harness` end to end on the tiny model: files, fields, determinism, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.metrics import TIMING_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = [
+    "model=tiny",
+    "engine.kv_capacity_tokens=4096",
+    "engine.max_num_batched_tokens=256",
+    "warmup.num_requests=1",
+    "warmup.prompt_len=16",
+    "warmup.output_len=2",
+]
+SYSTEM_PROMPT_SMALL = [
+    "workload=system_prompt",
+    "workload.num_groups=2",
+    "workload.prompts_per_group=3",
+    "workload.system_prompt_len=48",
+    "workload.question_len=8",
+    "workload.output_len=4",
+]
+
+
+def merged(*groups: list[str]) -> list[str]:
+    """Overrides with later keys replacing earlier ones (Hydra rejects duplicates)."""
+    out: dict[str, str] = {}
+    for group in groups:
+        for arg in group:
+            out[arg.partition("=")[0]] = arg
+    return list(out.values())
+
+
+def harness(args: list[str], run_dir: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "harness", *args, f"hydra.run.dir={run_dir}"]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def apc_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "apc"
+    proc = harness([*SYSTEM_PROMPT_SMALL, "engine=apc", *SMALL, "save_tokens=true"], run_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir, proc
+
+
+def test_run_writes_results(apc_run):
+    run_dir, proc = apc_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == summary
+    for key in ("completed", "duration", "request_throughput", "output_throughput", "total_token_throughput",
+                "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms",
+                "median_e2el_ms", "hit_rate", "ideal_hit_rate", "cache_bookkeeping_ms", "evictions", "status"):
+        assert key in summary, key
+    assert summary["completed"] == 6 and summary["status"] == "ok"
+    assert summary["cache_flushed"] is True and summary["warmup_policy"] == "unrelated"
+    table = pd.read_parquet(run_dir / "requests.parquet")
+    for col in ("request_id", "session_id", "turn", "sample_index", "prompt_tokens", "cached_tokens",
+                "output_tokens", "arrival_s", "first_token_s", "finish_s", "ttft_ms", "tpot_ms",
+                "e2el_ms", "num_preemptions"):
+        assert col in table.columns, col
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["seed"] == 0 and "git_sha" in manifest and "config" in manifest
+    lines = (run_dir / "tokens.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and set(json.loads(lines[0])) >= {"request_id", "prompt_ids", "output_ids"}
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+
+
+def test_same_seed_same_requests_table(apc_run, tmp_path):
+    run_dir, _ = apc_run
+    proc = harness([*SYSTEM_PROMPT_SMALL, "engine=apc", *SMALL, "save_tokens=true"], tmp_path / "again")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a = pd.read_parquet(run_dir / "requests.parquet").drop(columns=list(TIMING_COLUMNS) + ["run_id"], errors="ignore")
+    b = pd.read_parquet(tmp_path / "again" / "requests.parquet").drop(columns=list(TIMING_COLUMNS) + ["run_id"], errors="ignore")
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_radix_run(tmp_path):
+    proc = harness([*SYSTEM_PROMPT_SMALL, "engine=radix", *SMALL], tmp_path / "radix")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "radix" / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["backend"] == "radix"
+    assert 0 < summary["hit_rate"] <= summary["ideal_hit_rate"] + 1e-9
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["workload=nope"], "unknown workload 'nope'; valid:"),
+        (["engine=nope"], "unknown engine 'nope'; valid: apc, radix"),
+        (["model=nope"], "unknown model 'nope'; valid:"),
+        (["engine.block_size=0"], "engine.block_size must be a positive integer"),
+        (["engine.block_size=abc"], "engine.block_size"),
+        (["engine.kv_capacity_tokens=-16"], "engine.kv_capacity_tokens must be a positive integer"),
+        (["engine.kv_capacity_tokens=48"], "needs 60 KV tokens"),
+        (["workload.num_groups=0"], "workload.num_groups"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
+    run_dir = tmp_path / "bad"
+    proc = harness(merged(SYSTEM_PROMPT_SMALL, SMALL, args), run_dir, timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in proc.stderr
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        assert json.loads(summary_path.read_text())["status"] == "failed"

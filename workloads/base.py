@@ -1,0 +1,173 @@
+"""Workload parameter schemas, the family registry and `generate()`, the one entry point.
+
+Each family is a dataclass subclass of `WorkloadParams` (upstream parameter names) plus a pure
+function (params, seed, token_space) -> [Request], registered in `FAMILIES`. The harness stores
+each schema in Hydra's ConfigStore as `workload/base_<family>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import ClassVar, NamedTuple
+
+from workloads.registry import Registry
+from workloads.request import Request
+from workloads.tokens import TokenSpace
+
+__all__ = [
+    "DATA_DIR",
+    "FAMILIES",
+    "Family",
+    "TokenSpace",
+    "WorkloadParams",
+    "generate",
+    "resolve_data_path",
+]
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def fail(field: str, must: str, value: object) -> ValueError:
+    return ValueError(f"workload.{field} must be {must}, got {value!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
+class WorkloadParams:
+    """Fields every workload has. Subclasses list their checks in the class variables below."""
+
+    name: str = ""
+    family: str = ""
+    version: int = 1
+    seed_offset: int = 0  # added to the run seed: two workloads in one suite can differ
+
+    positive: ClassVar[tuple[str, ...]] = ()  # integers > 0
+    non_negative: ClassVar[tuple[str, ...]] = ()  # integers >= 0
+    optional_positive: ClassVar[tuple[str, ...]] = ()  # None or an integer > 0
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def validate(self) -> None:
+        """Raise one ValueError naming the first bad field (`workload.<field> must be ...`)."""
+        for name in ("version", *self.positive):
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise fail(name, "a positive integer", value)
+        for name in ("seed_offset", *self.non_negative):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise fail(name, "a non-negative integer", value)
+        for name in self.optional_positive:
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value <= 0):
+                raise fail(name, "a positive integer or null", value)
+        for name, valid in self.choices.items():
+            value = getattr(self, name)
+            if value not in valid:
+                raise fail(name, f"one of {', '.join(valid)}", value)
+        self.check()
+
+    def check(self) -> None:
+        """Family-specific checks beyond the declarative ones."""
+
+
+def check_fraction(params: WorkloadParams, name: str, low_open: bool = True) -> None:
+    """`name` must lie in (0, 1] (or [0, 1] with low_open=False)."""
+    value = getattr(params, name)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 1
+    ok = ok and (value > 0 if low_open else value >= 0)
+    if not ok:
+        raise fail(name, "in (0, 1]" if low_open else "in [0, 1]", value)
+
+
+def check_non_negative_number(params: WorkloadParams, name: str, positive: bool = False) -> None:
+    value = getattr(params, name)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or value < 0 or (positive and value == 0):
+        raise fail(name, "a positive number" if positive else "a non-negative number", value)
+
+
+def check_distinct(field: str, count: int, space: TokenSpace, what: str) -> None:
+    """Pieces that must diverge at their first token need that many distinct ids."""
+    if count > space.num_workload_ids:
+        raise ValueError(
+            f"workload.{field} asks for {count} {what}, each with its own first token, but the model "
+            f"has only {space.num_workload_ids} workload ids"
+        )
+
+
+class Family(NamedTuple):
+    params_cls: type[WorkloadParams]
+    generate_fn: Callable[[WorkloadParams, int, TokenSpace], list[Request]]
+
+
+FAMILIES: Registry[Family] = Registry("workload family")
+
+
+def register_family(name: str, params_cls: type[WorkloadParams]):
+    """Decorator for a generator function: `@register_family("unique", UniqueParams)`."""
+
+    def deco(fn):
+        FAMILIES.add(name, Family(params_cls, fn))
+        return fn
+
+    return deco
+
+
+def params_from_mapping(values: Mapping[str, object]) -> WorkloadParams:
+    """A params dataclass from a plain mapping (tests, notebooks); unknown keys fail clearly."""
+    family = FAMILIES.get(str(values.get("family", "")))
+    known = {f.name for f in fields(family.params_cls)}
+    extra = sorted(set(values) - known)
+    if extra:
+        raise ValueError(
+            f"workload.{extra[0]} is not a parameter of family {values['family']!r}; valid: {', '.join(sorted(known))}"
+        )
+    return family.params_cls(**values)
+
+
+def generate(
+    params: WorkloadParams | Mapping[str, object], seed: int, token_space: TokenSpace
+) -> list[Request]:
+    """Validate `params` and run its family's generator; requests come in arrival order."""
+    if isinstance(params, Mapping):
+        params = params_from_mapping(params)
+    family = FAMILIES.get(params.family)
+    if not isinstance(params, family.params_cls):
+        raise TypeError(
+            f"workload family {params.family!r} takes {family.params_cls.__name__}, got {type(params).__name__}"
+        )
+    params.validate()
+    requests = family.generate_fn(params, seed + params.seed_offset, token_space)
+    ids = [r.request_id for r in requests]
+    if len(set(ids)) != len(ids):
+        raise AssertionError(f"workload {params.name!r} produced duplicate request ids")
+    return requests
+
+
+def resolve_data_path(path: str, what: str) -> Path:
+    """A relative path is looked up in the package's data dir first, then the current directory."""
+    raw = Path(path).expanduser()
+    candidates = [raw] if raw.is_absolute() else [DATA_DIR / raw, Path.cwd() / raw]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    looked = ", ".join(str(c) for c in candidates)
+    raise FileNotFoundError(f"{what} {path!r} not found (looked at {looked})")
+
+
+# The family modules register themselves on import; they import this module, so this comes last.
+from workloads import (  # noqa: E402, F401
+    dataset,
+    fewshot,
+    multiturn,
+    parallel,
+    rag,
+    system_prompt,
+    trace,
+    unique,
+)

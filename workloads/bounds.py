@@ -1,0 +1,242 @@
+"""Hit-rate bounds from the token streams alone (benchmarking.md §5.3 and §10).
+
+Requests are replayed one at a time in arrival order (n > 1: each sample is a request). A prompt
+is cut into blocks of g tokens, each named by a chained key (a hash of the whole prefix up to the
+block's end), and hits its leading blocks up to the first miss. Afterwards the cache holds the
+prompt, plus the reply minus its final token for a turn that a later turn names as `after`.
+
+    accounting="engine" (§5.3): full blocks within the first n-1 tokens, g·floor(min(LCP, n-1)/g)
+    accounting="trace"  (§10):  every block, the last one partial, no last-token rule
+    policy: unbounded (the ideal) | lru | belady (evict the farthest next use, never a block the
+    current request needs), at a capacity in blocks
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from workloads.bound_caches import POLICIES
+from workloads.registry import Registry
+from workloads.request import Request
+from workloads.tokens import GAMMA, mix_array, stream_key
+
+_BASE = np.uint64(0xD6E8FEB86659FD93)  # odd multiplier of the polynomial prefix hash
+
+
+class Replay(NamedTuple):
+    """What the simulator needs from a request."""
+
+    prompt_ids: np.ndarray
+    cached_ids: np.ndarray  # held afterwards: the prompt, or prompt + reply[:-1] for a chained turn
+    num_samples: int = 1
+    salt: str | None = None
+
+
+@dataclass(frozen=True)
+class HitBound:
+    granularity: int
+    policy: str
+    capacity_blocks: int | None
+    accounting: str
+    hit_tokens: int
+    prompt_tokens: int
+    hit_blocks: int
+    total_blocks: int  # ceil(n/g) per prompt and sample
+    hit_tokens_per_request: tuple[int, ...]  # the first sample of each request
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def block_hit_rate(self) -> float:
+        return self.hit_blocks / self.total_blocks if self.total_blocks else 0.0
+
+
+@dataclass(frozen=True)
+class IdealHitRates:
+    by_granularity: dict[int, float]  # g -> token hit rate with an unbounded cache
+    bounds: dict[int, HitBound]
+
+
+def replays(requests: Sequence[Request]) -> list[Replay]:
+    chained = {r.after for r in requests if r.after is not None}
+    out = []
+    for r in requests:
+        prompt = np.asarray(r.prompt_ids, dtype=np.int64)
+        cached = prompt
+        if r.request_id in chained and r.output_ids:
+            cached = np.concatenate([prompt, np.asarray(r.output_ids[:-1], dtype=np.int64)])
+        out.append(Replay(prompt, cached, r.n, r.salt))
+    return out
+
+
+def _as_replays(source: Sequence[Request] | Iterable[Replay]) -> Iterable[Replay]:
+    if isinstance(source, Sequence) and source and isinstance(source[0], Request):
+        return replays(source)
+    return source
+
+
+# --- block keys --------------------------------------------------------------------------------
+
+
+class _Hasher:
+    """Polynomial prefix hashes H(e) = sum_{i<e} mix(t_i)·B^i mod 2^64, one cumsum per sequence;
+    the key of the block ending at e mixes H(e), e and the salt."""
+
+    def __init__(self) -> None:
+        self.powers = np.ones(1, dtype=np.uint64)
+
+    def prefix_hashes(self, ids: np.ndarray) -> np.ndarray:
+        n = len(ids)
+        if len(self.powers) < n:
+            self.powers = np.cumprod(
+                np.concatenate([[np.uint64(1)], np.full(2 * n, _BASE, dtype=np.uint64)]),
+                dtype=np.uint64,
+            )
+        return np.cumsum(
+            mix_array(ids.astype(np.uint64) + np.uint64(GAMMA)) * self.powers[:n], dtype=np.uint64
+        )
+
+    @staticmethod
+    def keys(hashes: np.ndarray, ends: np.ndarray, salt_code: int) -> list[int]:
+        e = ends.astype(np.uint64)
+        return mix_array(hashes[ends - 1] ^ (e * np.uint64(GAMMA)) ^ np.uint64(salt_code)).tolist()
+
+
+def _engine_ends(n: int, g: int, hit: bool) -> np.ndarray:
+    """Full blocks; the hittable ones lie within the first n-1 tokens (the last-token rule)."""
+    limit = n - 1 if hit else n
+    return np.arange(1, limit // g + 1, dtype=np.int64) * g
+
+
+def _trace_ends(n: int, g: int, hit: bool) -> np.ndarray:
+    """Every block, the last one ending at n."""
+    ends = np.arange(g, n + 1, g, dtype=np.int64)
+    return np.append(ends, n) if n % g else ends
+
+
+ACCOUNTINGS: Registry = Registry("bounds accounting")
+ACCOUNTINGS.add("engine", _engine_ends)
+ACCOUNTINGS.add("trace", _trace_ends)
+
+
+class _Item(NamedTuple):
+    hit_keys: list[int]
+    hit_cum_tokens: np.ndarray  # tokens covered by the first k hittable blocks, k = 0..len
+    insert_keys: list[int]
+    num_samples: int
+    num_blocks: int  # ceil(n/g)
+    prompt_len: int
+
+
+def _items(source, granularities: Sequence[int], accounting: str) -> dict[int, list[_Item]]:
+    ends_of = ACCOUNTINGS.get(accounting)
+    hasher, out = _Hasher(), {g: [] for g in granularities}
+    for rep in _as_replays(source):
+        prompt, cached = (
+            np.asarray(rep.prompt_ids, dtype=np.int64),
+            np.asarray(rep.cached_ids, dtype=np.int64),
+        )
+        n = len(prompt)
+        hashes = hasher.prefix_hashes(cached)
+        salt = stream_key("salt", rep.salt) if rep.salt is not None else 0
+        for g in granularities:
+            hit_ends, insert_ends = ends_of(n, g, True), ends_of(len(cached), g, False)
+            cum = np.concatenate([[0], hit_ends])
+            item = _Item(
+                hasher.keys(hashes, hit_ends, salt),
+                cum,
+                hasher.keys(hashes, insert_ends, salt),
+                rep.num_samples,
+                -(-n // g),
+                n,
+            )
+            out[g].append(item)
+    return out
+
+
+def _run(
+    items: list[_Item], g: int, policy: str, capacity: int | None, accounting: str
+) -> HitBound:
+    if policy != "unbounded" and (capacity is None or capacity <= 0):
+        raise ValueError(f"policy {policy!r} needs a positive capacity in blocks, got {capacity!r}")
+    cache = POLICIES.get(policy)(capacity, items)
+    hit_tokens = prompt_tokens = hit_blocks = total_blocks = 0
+    per_request, t = [], 0
+    for item in items:
+        for sample in range(item.num_samples):
+            k = cache.hits(item.hit_keys, t)
+            tokens = int(item.hit_cum_tokens[k])
+            if sample == 0:
+                per_request.append(tokens)
+            hit_tokens, hit_blocks = hit_tokens + tokens, hit_blocks + k
+            prompt_tokens, total_blocks = (
+                prompt_tokens + item.prompt_len,
+                total_blocks + item.num_blocks,
+            )
+            cache.admit(item.insert_keys, t)
+            t += 1
+    return HitBound(
+        g,
+        policy,
+        capacity,
+        accounting,
+        hit_tokens,
+        prompt_tokens,
+        hit_blocks,
+        total_blocks,
+        tuple(per_request),
+    )
+
+
+def simulate(
+    source: Sequence[Request] | Iterable[Replay],
+    granularity: int,
+    capacities: Sequence[int | None] = (None,),
+    policy: str = "lru",
+    accounting: str = "engine",
+) -> list[HitBound]:
+    """One replay per capacity (None = unbounded); the block keys are hashed once."""
+    if not isinstance(granularity, int) or granularity <= 0:
+        raise ValueError(f"granularity must be a positive integer, got {granularity!r}")
+    items = _items(source, [granularity], accounting)[granularity]
+    return [
+        _run(items, granularity, "unbounded" if c is None else policy, c, accounting)
+        for c in capacities
+    ]
+
+
+def ideal_hit_rate(
+    source: Sequence[Request] | Iterable[Replay],
+    granularities: Sequence[int] = (1, 16, 512),
+    accounting: str = "engine",
+) -> IdealHitRates:
+    """The unbounded-cache hit rate at each granularity (§5.3 theoretical_hit_rate_by_granularity)."""
+    gs = sorted(set(granularities))
+    if any(not isinstance(g, int) or g <= 0 for g in gs):
+        raise ValueError(f"granularities must be positive integers, got {list(granularities)}")
+    items = _items(source, gs, accounting)
+    bounds = {g: _run(items[g], g, "unbounded", None, accounting) for g in gs}
+    return IdealHitRates({g: b.hit_rate for g, b in bounds.items()}, bounds)
+
+
+def capped_hit_rate(
+    source: Sequence[Request] | Iterable[Replay],
+    granularity: int,
+    capacity_blocks: int,
+    policy: str = "lru",
+    accounting: str = "engine",
+) -> HitBound:
+    """The hit rate with a cache of `capacity_blocks` blocks of `granularity` tokens."""
+    return simulate(source, granularity, [capacity_blocks], policy, accounting)[0]
+
+
+def shared_prefix_lens(requests: Sequence[Request]) -> list[int]:
+    """Exact tokens each prompt shares with the cacheable content before it (Request's
+    shared_prefix_len), for generators that cannot know it by construction."""
+    return list(simulate(requests, 1, [None], accounting="trace")[0].hit_tokens_per_request)

@@ -1,0 +1,147 @@
+"""`rag`: retrieved documents in a prompt template (LMCache long_doc_qa; benchmarking.md §3.5).
+
+    static_first:   system | doc_a | doc_b | ... | question      (shared content leads)
+    question_first: question | system | doc_a | doc_b | ...    (nothing shared at the front)
+
+Documents come from a pool with uniform or Zipf popularity; `doc_order` decides how the retrieved
+documents are laid out (popularity rank, id, or retrieval = random), and so how much prefix two
+requests share: S plus doc_len per leading document an earlier request had in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from workloads.base import (
+    WorkloadParams,
+    check_distinct,
+    check_non_negative_number,
+    fail,
+    register_family,
+)
+from workloads.popularity import POPULARITY, probabilities
+from workloads.registry import Registry
+from workloads.request import Request
+from workloads.tokens import TokenSpace, as_tuple, distinct_heads, rng, token_ids
+
+DOC_ORDERS: Registry = Registry("rag doc_order")
+LAYOUTS: Registry = Registry("rag layout")
+
+
+@DOC_ORDERS.register("popularity")
+def _by_popularity(ranks: np.ndarray, rank_to_doc: np.ndarray, r: np.random.Generator) -> list[int]:
+    return rank_to_doc[np.sort(ranks)].tolist()
+
+
+@DOC_ORDERS.register("sorted_id")
+def _by_id(ranks: np.ndarray, rank_to_doc: np.ndarray, r: np.random.Generator) -> list[int]:
+    return sorted(rank_to_doc[ranks].tolist())
+
+
+@DOC_ORDERS.register("retrieval")
+def _as_retrieved(ranks: np.ndarray, rank_to_doc: np.ndarray, r: np.random.Generator) -> list[int]:
+    return rank_to_doc[r.permutation(ranks)].tolist()
+
+
+class Layout(NamedTuple):
+    build: Callable[[np.ndarray, list[np.ndarray], np.ndarray], np.ndarray]
+    static_leads: bool  # False: the per-request question comes first, so nothing is shared
+
+
+LAYOUTS.add(
+    "static_first",
+    Layout(lambda system, docs, question: np.concatenate([system, *docs, question]), True),
+)
+LAYOUTS.add(
+    "question_first",
+    Layout(lambda system, docs, question: np.concatenate([question, system, *docs]), False),
+)
+
+
+@dataclass
+class RagParams(WorkloadParams):
+    name: str = "rag"
+    family: str = "rag"
+    num_prompts: int = 32
+    num_docs: int = 16
+    doc_len: int = 256
+    docs_per_request: int = 3
+    doc_popularity: str = "uniform"  # uniform | zipf
+    zipf_alpha: float = 1.0
+    doc_order: str = "retrieval"  # popularity | sorted_id | retrieval
+    system_prompt_len: int = 64  # 0: no system prompt
+    question_len: int = 32
+    output_len: int = 16
+    layout: str = "static_first"  # static_first | question_first
+
+    positive = (
+        "num_prompts",
+        "num_docs",
+        "doc_len",
+        "docs_per_request",
+        "question_len",
+        "output_len",
+    )
+    non_negative = ("system_prompt_len",)
+    choices = {
+        "doc_popularity": tuple(POPULARITY.names()),
+        "doc_order": tuple(DOC_ORDERS.names()),
+        "layout": tuple(LAYOUTS.names()),
+    }
+
+    def check(self) -> None:
+        check_non_negative_number(self, "zipf_alpha")
+        if self.docs_per_request > self.num_docs:
+            raise fail(
+                "docs_per_request", f"at most num_docs ({self.num_docs})", self.docs_per_request
+            )
+
+
+def _shared(p: RagParams, layout: Layout, docs: list[int], seen: set[tuple[int, ...]]) -> int:
+    """Tokens shared with earlier prompts: nothing ahead of a question, else S + leading docs."""
+    if not layout.static_leads or not seen:
+        return 0
+    common = max(j for j in range(p.docs_per_request + 1) if tuple(docs[:j]) in seen)
+    return p.system_prompt_len + common * p.doc_len
+
+
+@register_family("rag", RagParams)
+def generate_rag(p: RagParams, seed: int, space: TokenSpace) -> list[Request]:
+    check_distinct("num_docs", p.num_docs, space, "documents")
+    check_distinct("num_prompts", p.num_prompts, space, "questions")
+    r = rng(seed, "rag")
+    rank_to_doc = r.permutation(p.num_docs)  # popularity rank is not the id, so the orders differ
+    weights = probabilities(p.doc_popularity, p.num_docs, p.zipf_alpha)
+    system = token_ids(space, (seed, "system"), p.system_prompt_len)
+    doc_heads = distinct_heads(space, p.num_docs, seed, "doc")
+    pool = [
+        token_ids(space, (seed, "doc", d), p.doc_len, head=int(doc_heads[d]))
+        for d in range(p.num_docs)
+    ]
+    question_heads = distinct_heads(space, p.num_prompts, seed, "question")
+    order_docs, layout = DOC_ORDERS.get(p.doc_order), LAYOUTS.get(p.layout)
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for i in range(p.num_prompts):
+        docs = order_docs(
+            r.choice(p.num_docs, size=p.docs_per_request, replace=False, p=weights), rank_to_doc, r
+        )
+        question = token_ids(
+            space, (seed, "question", i), p.question_len, head=int(question_heads[i])
+        )
+        shared = _shared(p, layout, docs, seen)
+        seen.update(tuple(docs[:j]) for j in range(p.docs_per_request + 1))
+        out.append(
+            Request(
+                request_id=f"q{i}",
+                prompt_ids=as_tuple(layout.build(system, [pool[d] for d in docs], question)),
+                output_ids=as_tuple(token_ids(space, (seed, "output", i), p.output_len)),
+                shared_prefix_len=shared,
+                tags={"docs": docs},
+            )
+        )
+    return out

@@ -1,0 +1,148 @@
+"""Seeded token streams: identical keys give identical tokens, distinct keys independent ones.
+
+A stream is SplitMix64 started from a 64-bit key folded from a tuple such as (seed, "doc", 7):
+token j = mix(key + (j+1)·γ) mapped into the workload id range. Being counter-based (like Philox)
+it is vectorised across keys, so the Mooncake expansion of a whole trace takes about a second.
+Other random choices (shuffles, Zipf draws) use numpy's Philox keyed by the same tuples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from workloads.request import Request
+
+MASK64 = (1 << 64) - 1
+GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment (golden ratio)
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+@dataclass(frozen=True)
+class TokenSpace:
+    """Which ids generators may use; the harness passes the model's values.
+
+    ids < first_ordinary_id are specials (never drawn). `first_ordinary_id` itself is the reserved
+    warm-up id: only warm-up prompts start with it, so they share no prefix with any workload.
+
+        0 ... first_ordinary_id-1 | first_ordinary_id | first_ordinary_id+1 ... vocab_size-1
+              specials            |   warm-up id      |        workload ids
+    """
+
+    vocab_size: int
+    first_ordinary_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.first_ordinary_id < 0 or self.vocab_size - self.first_ordinary_id < 2:
+            raise ValueError(
+                f"token space needs at least 2 ordinary ids, got vocab_size={self.vocab_size}, "
+                f"first_ordinary_id={self.first_ordinary_id}"
+            )
+
+    @property
+    def warmup_id(self) -> int:
+        return self.first_ordinary_id
+
+    @property
+    def first_workload_id(self) -> int:
+        return self.first_ordinary_id + 1
+
+    @property
+    def num_workload_ids(self) -> int:
+        return self.vocab_size - self.first_workload_id
+
+
+def _mix(x: int) -> int:
+    """SplitMix64's finaliser on a Python int."""
+    x = ((x ^ (x >> 30)) * _M1) & MASK64
+    x = ((x ^ (x >> 27)) * _M2) & MASK64
+    return x ^ (x >> 31)
+
+
+def mix_array(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on a uint64 array (numpy array arithmetic wraps modulo 2**64)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(_M1)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(_M2)
+    return x ^ (x >> np.uint64(31))
+
+
+def _code(part: int | str) -> int:
+    if isinstance(part, str):  # not hash(): that one is salted per process
+        return int.from_bytes(hashlib.blake2b(part.encode(), digest_size=8).digest(), "little")
+    return int(part) & MASK64
+
+
+def stream_key(*parts: int | str) -> int:
+    """Fold a tuple of ints and strings into a 64-bit stream key."""
+    key = 0
+    for part in parts:
+        key = _mix(key ^ ((_code(part) + GAMMA) & MASK64))
+    return key
+
+
+def stream_keys(prefix: tuple[int | str, ...], last: np.ndarray) -> np.ndarray:
+    """`stream_key(*prefix, x)` for every x of an int array, vectorised."""
+    base = np.uint64(stream_key(*prefix))
+    return mix_array(base ^ (last.astype(np.uint64) + np.uint64(GAMMA)))
+
+
+def _to_ids(raw: np.ndarray, space: TokenSpace) -> np.ndarray:
+    return (raw % np.uint64(space.num_workload_ids)).astype(np.int64) + space.first_workload_id
+
+
+def token_block(space: TokenSpace, keys: np.ndarray, length: int) -> np.ndarray:
+    """Rows of `length` tokens, row b being the stream of keys[b]: shape [len(keys), length]."""
+    steps = np.arange(1, length + 1, dtype=np.uint64) * np.uint64(GAMMA)
+    return _to_ids(mix_array(keys.astype(np.uint64)[:, None] + steps[None, :]), space)
+
+
+def token_ids(
+    space: TokenSpace, key: tuple[int | str, ...], length: int, head: int | None = None
+) -> np.ndarray:
+    """The first `length` tokens of stream `key`; `head`, if given, replaces token 0 (to force
+    two pieces to diverge at their first token)."""
+    ids = token_block(space, np.array([stream_key(*key)], dtype=np.uint64), length)[0]
+    if head is not None and length > 0:
+        ids[0] = head
+    return ids
+
+
+def rng(*key: int | str) -> np.random.Generator:
+    """A Philox generator keyed by a tuple, for choices that are not token ids."""
+    return np.random.Generator(np.random.Philox(key=stream_key(*key)))
+
+
+def distinct_heads(space: TokenSpace, count: int, *key: int | str) -> np.ndarray:
+    """`count` distinct workload ids (first tokens that make pieces diverge immediately)."""
+    if count > space.num_workload_ids:
+        raise ValueError(
+            f"cannot draw {count} distinct first tokens from {space.num_workload_ids} workload ids"
+        )
+    picks = rng(*key, "heads").choice(space.num_workload_ids, size=count, replace=False)
+    return picks.astype(np.int64) + space.first_workload_id
+
+
+def as_tuple(ids: np.ndarray) -> tuple[int, ...]:
+    return tuple(ids.tolist())
+
+
+def warmup_requests(
+    space: TokenSpace, seed: int, num: int, prompt_len: int, output_len: int
+) -> list[Request]:
+    """Warm-up requests from a reserved stream: each prompt starts with the warm-up-only id, so no
+    workload prompt (which never uses that id, or starts with a special) shares even one token."""
+    out = []
+    for i in range(num):
+        prompt = token_ids(space, (seed, "warmup", i), prompt_len, head=space.warmup_id)
+        reply = token_ids(space, (seed, "warmup-output", i), output_len)
+        out.append(
+            Request(
+                request_id=f"warmup-{i}",
+                prompt_ids=as_tuple(prompt),
+                output_ids=as_tuple(reply),
+                tags={"warmup": True},
+            )
+        )
+    return out

@@ -1,0 +1,168 @@
+"""`trace`: Mooncake JSONL replay (benchmarking.md §3.7, §10).
+
+Each line is {"timestamp" (ms), "input_length", "output_length", "hash_ids"}. Hash id h expands
+to its own block of `block_size` tokens, token j drawn from the stream keyed (seed, "trace", h, j),
+so equal leading ids give equal leading tokens. The prompt is the concatenation cut to
+input_length (the last block is partial):
+
+    hash_ids [0, 7, 9], input_length 1300, block 512:  |-- block 0 --|-- block 7 --|-- 9 (276) --|
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from workloads.base import (
+    WorkloadParams,
+    check_non_negative_number,
+    fail,
+    register_family,
+    resolve_data_path,
+)
+from workloads.request import Request
+from workloads.tokens import TokenSpace, as_tuple, stream_keys, token_block, token_ids
+
+
+@dataclass
+class TraceParams(WorkloadParams):
+    name: str = "mooncake_conversation"
+    family: str = "trace"
+    path: str = "mooncake/conversation_trace.jsonl"  # relative: package data dir, then cwd
+    block_size: int = 512  # tokens per hash_id
+    max_requests: int | None = None  # the first N lines; None = all
+    slowdown: float = 1.0  # arrival_s = timestamp_ms / 1000 * slowdown
+
+    positive = ("block_size",)
+    optional_positive = ("max_requests",)
+
+    def check(self) -> None:
+        check_non_negative_number(self, "slowdown", positive=True)
+        if not isinstance(self.path, str) or not self.path:
+            raise fail("path", "a trace file path", self.path)
+
+
+class TraceRow(NamedTuple):
+    line_no: int
+    timestamp_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+
+def _int_field(obj: dict, key: str, where: str, minimum: int) -> int:
+    if key not in obj:
+        raise ValueError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> TraceRow:
+    """One trace line; every problem raises ValueError starting with `file:line:`."""
+    where = f"{path}:{line_no}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    timestamp = obj.get("timestamp")
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or timestamp < 0:
+        raise ValueError(
+            f"{where}: timestamp must be a non-negative number of ms, got {timestamp!r}"
+        )
+    input_length = _int_field(obj, "input_length", where, 1)
+    output_length = _int_field(obj, "output_length", where, 1)
+    hash_ids = obj.get("hash_ids")
+    if (
+        not isinstance(hash_ids, list)
+        or not hash_ids
+        or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hash_ids)
+    ):
+        raise ValueError(f"{where}: hash_ids must be a non-empty list of non-negative integers")
+    k = len(hash_ids)
+    if not (k - 1) * block_size < input_length <= k * block_size:
+        raise ValueError(
+            f"{where}: input_length {input_length} does not fit {k} hash_ids of {block_size} tokens"
+        )
+    return TraceRow(line_no, float(timestamp), input_length, output_length, tuple(hash_ids))
+
+
+def read_trace(path: str, block_size: int = 512, max_requests: int | None = None) -> list[TraceRow]:
+    """The first `max_requests` rows (all if None); blank lines are skipped."""
+    resolved = resolve_data_path(path, "trace file")
+    rows: list[TraceRow] = []
+    with resolved.open() as f:
+        for line_no, line in enumerate(f, start=1):
+            if max_requests is not None and len(rows) >= max_requests:
+                break
+            if line.strip():
+                rows.append(parse_line(line, resolved, line_no, block_size))
+    return rows
+
+
+def prompt_arrays(
+    rows: list[TraceRow], seed: int, space: TokenSpace, block_size: int
+) -> Iterator[np.ndarray]:
+    """Each row's prompt as an int64 array (lazily: a whole trace is ~10^8 tokens)."""
+    for row in rows:
+        keys = stream_keys((seed, "trace"), np.asarray(row.hash_ids, dtype=np.uint64))
+        yield token_block(space, keys, block_size).reshape(-1)[: row.input_length]
+
+
+def shared_prefix_lens(rows: list[TraceRow], block_size: int) -> list[int]:
+    """Tokens each prompt shares with earlier ones, from the id chains: a trie over hash ids whose
+    nodes remember how many tokens of their block any prompt covered (partial last blocks).
+    Accidental equal tokens across different blocks (probability ~1/V) are not counted."""
+    root: dict[int, list] = {}  # hash id -> [tokens covered, children]
+    out = []
+    for row in rows:
+        lens = [
+            min(block_size, row.input_length - i * block_size) for i in range(len(row.hash_ids))
+        ]
+        node, shared = root, 0
+        for h, length in zip(row.hash_ids, lens):
+            child = node.get(h)
+            if child is None:
+                break
+            covered = min(child[0], length)
+            shared += covered
+            if covered < block_size:
+                break
+            node = child[1]
+        out.append(shared)
+        node = root
+        for h, length in zip(row.hash_ids, lens):
+            child = node.setdefault(h, [0, {}])
+            child[0] = max(child[0], length)
+            node = child[1]
+    return out
+
+
+@register_family("trace", TraceParams)
+def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request]:
+    rows = read_trace(p.path, p.block_size, p.max_requests)
+    stem = Path(p.path).stem
+    shared = shared_prefix_lens(rows, p.block_size)
+    return [
+        Request(
+            request_id=f"{stem}-{row.line_no}",
+            prompt_ids=as_tuple(prompt),
+            output_ids=as_tuple(
+                token_ids(space, (seed, "trace-output", row.line_no), row.output_length)
+            ),
+            arrival_s=row.timestamp_ms / 1000.0 * p.slowdown,
+            shared_prefix_len=shared_i,
+            tags={"line": row.line_no, "num_blocks": len(row.hash_ids)},
+        )
+        for row, prompt, shared_i in zip(
+            rows, prompt_arrays(rows, seed, space, p.block_size), shared
+        )
+    ]
