@@ -34,7 +34,7 @@ from harness.metrics import (
 from harness.results import RunDir
 from harness.tokenspace import token_space_for
 from workloads.base import generate
-from workloads.bounds import ideal_hit_rate
+from workloads.bounds import capped_hit_rate, ideal_hit_rate
 from workloads.tokens import warmup_requests
 
 
@@ -131,6 +131,9 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
     stats = engine.cache.stats()
     g = cfg.engine.block_size
     bounds = ideal_hit_rate(workload_requests, granularities=sorted({1, 16, g, 512}))
+    capacity_blocks = cfg.engine.kv_capacity_tokens // g
+    belady = capped_hit_rate(workload_requests, g, capacity_blocks, policy="belady").hit_rate
+    lru = capped_hit_rate(workload_requests, g, capacity_blocks, policy="lru").hit_rate
     return {
         "date": time.strftime("%Y%m%d-%H%M%S"),
         "backend": cfg.engine.cache,
@@ -157,6 +160,9 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         },
         "n_semantics": "fanout",
         "ideal_hit_rate": bounds.by_granularity.get(g),
+        "theoretical_hit_rate": bounds.by_granularity.get(g),
+        "theoretical_hit_rate_capped": lru,
+        "belady_hit_rate": belady,
         "theoretical_hit_rate_by_granularity": {str(k): v for k, v in bounds.by_granularity.items()},
         "engine_hit_rate": stats.hit_rate,
         "engine_requests": stats.requests,

@@ -1,0 +1,161 @@
+"""`ApcCache`: the PrefixCache protocol (engines/cache/base.py) over vLLM's KVCacheManager.
+
+The native API lives on `self.manager` (and `self.manager.block_pool`); this class adds the
+design-neutral view the scheduler and harness use, and the accounting checks of invariants 29-30.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from engines.cache.apc.manager import KVCacheManager
+from engines.cache.base import CacheIntegrityError, CacheStats, CacheUsage, PrefixMatch
+from engines.sequence import Sequence
+
+
+class ApcCache:
+    name = "apc"
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enabled: bool = True,
+        hash_algo: str = "sha256",
+        free_order: str = "v024",
+        none_hash_seed: str | None = None,
+        stats_timing: str = "admission",
+        verify_tokens_on_hit: bool = False,
+        debug: bool = False,
+    ) -> None:
+        self.enabled = enabled
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.debug = debug
+        self.manager = KVCacheManager(
+            num_blocks,
+            block_size,
+            enable_caching=enabled,
+            hash_algo=hash_algo,
+            free_order=free_order,
+            none_hash_seed=none_hash_seed,
+            stats_timing=stats_timing,
+            verify_tokens_on_hit=verify_tokens_on_hit,
+            track_parents=debug,
+        )
+        self.pool = self.manager.block_pool
+
+    @property
+    def capacity_tokens(self) -> int:
+        return (self.num_blocks - 1) * self.block_size
+
+    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
+        hits = self.manager.lookup(seq, capped=capped)
+        return PrefixMatch(len(hits) * self.block_size, hits)
+
+    def block_table(self, seq: Sequence) -> list[int]:
+        return self.manager.get_block_ids(seq)
+
+    def release(self, seq: Sequence, *, finished: bool) -> None:
+        # APC frees the same way on finish, preemption and abort (§4.3).
+        self.manager.forget(seq)
+
+    def stats(self) -> CacheStats:
+        t = self.manager.total_stats
+        return CacheStats(
+            requests=t.requests,
+            queries=t.queries,
+            hits=t.hits,
+            preempted_requests=t.preempted_requests,
+            preempted_queries=t.preempted_queries,
+            preempted_hits=t.preempted_hits,
+            num_evictions=self.pool.num_evictions,
+            evicted_tokens=self.pool.num_evictions * self.block_size,
+        )
+
+    def usage(self) -> CacheUsage:
+        bs = self.block_size
+        num_free = self.pool.get_num_free_blocks()
+        return CacheUsage(
+            capacity=self.capacity_tokens,
+            available=num_free * bs,
+            evictable=self.pool.num_free_cached * bs,
+            protected=(self.num_blocks - 1 - num_free) * bs,
+        )
+
+    def reset(self) -> bool:
+        if not self.manager.reset_prefix_cache():
+            return False
+        self.manager.total_stats = type(self.manager.total_stats)()
+        self.pool.num_evictions = 0
+        return True
+
+    # ---- integrity (invariants 29, 30) -------------------------------------------------------
+    def check_integrity(self) -> None:
+        pool = self.pool
+        queue = pool.free_block_queue
+        free_list = queue.get_all_free_blocks()
+        _require(len(free_list) == queue.num_free_blocks, "queue length != num_free_blocks")
+        _require(len({b.block_id for b in free_list}) == len(free_list), "block twice in queue")
+        prev = queue.fake_free_list_head
+        for blk in free_list:
+            _require(blk.prev_free_block is prev, f"broken back link at block {blk.block_id}")
+            _require(blk.ref_cnt == 0, f"free block {blk.block_id} has ref_cnt {blk.ref_cnt}")
+            _require(not blk.is_null, "the null block is in the free queue")
+            prev = blk
+        _require(queue.fake_free_list_tail.prev_free_block is prev, "broken tail link")
+        holders = Counter(
+            b.block_id for table in self.manager.req_to_blocks.values() for b in table
+        )
+        num_held = 0
+        for blk in pool.blocks[1:]:
+            _require(
+                blk.ref_cnt == holders[blk.block_id],
+                f"block {blk.block_id}: ref_cnt {blk.ref_cnt} != {holders[blk.block_id]} tables",
+            )
+            num_held += blk.ref_cnt > 0
+        _require(len(free_list) + num_held == self.num_blocks - 1, "free + held != usable blocks")
+        _require(pool.null_block.block_hash is None and 0 not in holders, "null block in use")
+        self._check_map(free_list)
+        if self.debug:
+            self.check_ancestor_closure()
+
+    def _check_map(self, free_list: list) -> None:
+        pool = self.pool
+        cached = pool.cached_block_hash_to_block
+        num_mapped = 0
+        for key in cached:
+            for blk in cached.get_all_blocks(key):
+                _require(blk.block_hash == key, f"block {blk.block_id} mapped under a foreign key")
+                num_mapped += 1
+        hashed = [b for b in pool.blocks if b.block_hash is not None]
+        _require(num_mapped == len(hashed), "hashed blocks and map entries differ")
+        _require(self.enabled or not hashed, "caching is off but a block has a hash")
+        num_free_hashed = sum(1 for b in free_list if b.block_hash is not None)
+        _require(num_free_hashed == pool.num_free_cached, "evictable counter out of step")
+        for seq_id, table in self.manager.req_to_blocks.items():
+            num_cached = self.manager.num_cached_block.get(seq_id, 0)
+            _require(num_cached <= len(table), f"{seq_id}: more cached blocks than its table")
+            _require(
+                all(b.block_hash is not None for b in table[:num_cached]) or not self.enabled,
+                f"{seq_id}: a block counted as cached has no hash",
+            )
+
+    def check_ancestor_closure(self) -> None:
+        """Invariant 30: a cached key's parent key is cached too (needs debug=True)."""
+        parents = self.manager.parent_key
+        if parents is None:
+            return
+        cached = self.pool.cached_block_hash_to_block
+        for key in [k for k in parents if k not in cached]:
+            del parents[key]
+        for key in cached:
+            _require(key in parents, "cached key without a recorded parent")
+            parent = parents[key]
+            _require(parent is None or parent in cached, "a cached block's parent was evicted")
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise CacheIntegrityError(message)

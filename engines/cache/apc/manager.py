@@ -1,0 +1,266 @@
+"""vLLM V1's KVCacheManager for one full-attention group (specs/apc.md §4, §10).
+
+Per request it keeps the append-only block table and how many leading blocks are already cached,
+plus an incremental memo of the request's block keys (hashed once per block, prompt and output).
+Blocks are cached when allocated, before the forward pass that fills them (§4.2 step 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from engines.cache.apc.block import KVCacheBlock
+from engines.cache.apc.block_pool import BlockPool
+from engines.cache.apc.hashing import (
+    HASH_ALGOS,
+    RequestBlockHashes,
+    RequestHasher,
+    init_none_hash,
+)
+from engines.registry import Registry
+from engines.sequence import Sequence
+
+# stats_timing -> record inside the lookup (True, <= v0.26) or once at admission (False, >= v0.27)
+STATS_TIMINGS: Registry[bool] = Registry("stats_timing")
+STATS_TIMINGS.add("lookup", True)
+STATS_TIMINGS.add("admission", False)
+
+
+@dataclass
+class PrefixCacheStats:
+    """vLLM's per-step prefix-cache counters, in tokens; preempted requests counted apart."""
+
+    reset: bool = False
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_hits
+
+    def add(self, other: PrefixCacheStats) -> None:
+        for f in fields(self):
+            if f.name != "reset":
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    """Block tables, lookups, atomic allocation and freeing over one BlockPool."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enable_caching: bool = True,
+        hash_algo: str = "sha256",
+        free_order: str = "v024",
+        none_hash_seed: str | None = None,
+        stats_timing: str = "admission",
+        verify_tokens_on_hit: bool = False,
+        track_parents: bool = False,
+    ) -> None:
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.verify_tokens_on_hit = verify_tokens_on_hit
+        self.stats_at_lookup = STATS_TIMINGS.get(stats_timing)
+        self.block_pool = BlockPool(num_blocks, enable_caching, free_order)
+        HASH_ALGOS.get(hash_algo)  # unknown names fail even when caching is off
+        self.hasher = (
+            RequestHasher(
+                HASH_ALGOS.get(hash_algo).fn, init_none_hash(hash_algo, none_hash_seed), block_size
+            )
+            if enable_caching
+            else None
+        )
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.num_cached_block: dict[str, int] = {}
+        self._hashes: dict[str, RequestBlockHashes] = {}
+        self.prefix_cache_stats = PrefixCacheStats()  # this step's; see make_prefix_cache_stats
+        self.total_stats = PrefixCacheStats()  # cumulative since construction or reset
+        # debug only: key -> parent key, to check ancestor closure (invariant 30)
+        self.parent_key: dict[bytes, bytes | None] | None = {} if track_parents else None
+
+    # ---- hashing -----------------------------------------------------------------------------
+    def block_keys(self, seq: Sequence) -> list[bytes]:
+        """Map keys of every full block of `seq` (hashing only blocks not seen before)."""
+        memo = self._hashes.get(seq.seq_id)
+        if memo is None or memo.owner is not seq:
+            memo = self._hashes[seq.seq_id] = RequestBlockHashes(seq, seq.lora_id, seq.salt)
+        return self.hasher.extend(memo, seq.token_ids)
+
+    # ---- lookup ------------------------------------------------------------------------------
+    def find_longest_cache_hit(self, seq: Sequence, max_length: int) -> list[KVCacheBlock]:
+        """Leading cached blocks within `max_length` tokens; stops at the first miss (§4.1)."""
+        max_blocks = max_length // self.block_size
+        if max_blocks <= 0:
+            return []
+        keys = self.block_keys(seq)
+        cache = self.block_pool.cached_block_hash_to_block
+        entries = cache._cache
+        hits: list[KVCacheBlock] = []
+        for key in keys[:max_blocks]:
+            blk = entries.get(key)
+            if blk is None:
+                break
+            if blk.__class__ is not KVCacheBlock:
+                blk = cache.get_one_block(key)
+            if self.verify_tokens_on_hit and not self._same_tokens(seq, blk, len(hits)):
+                break
+            hits.append(blk)
+        return hits
+
+    def _same_tokens(self, seq: Sequence, blk: KVCacheBlock, index: int) -> bool:
+        bs = self.block_size
+        return blk.token_ids == tuple(seq.token_ids[index * bs : (index + 1) * bs])
+
+    def lookup(self, seq: Sequence, *, capped: bool = True) -> list[KVCacheBlock]:
+        """Side-effect-free lookup (no stats): what get_computed_blocks would return."""
+        if not self.enable_caching or seq.skip_cache_read:
+            return []
+        return self.find_longest_cache_hit(seq, seq.num_tokens - 1 if capped else seq.num_tokens)
+
+    def get_computed_blocks(self, seq: Sequence) -> tuple[list[KVCacheBlock], int]:
+        """Hit blocks and hit tokens under the last-token rule; records stats at lookup timing."""
+        if not self.enable_caching or seq.skip_cache_read:
+            return [], 0
+        hits = self.find_longest_cache_hit(seq, seq.num_tokens - 1)
+        num_hit_tokens = len(hits) * self.block_size
+        if self.stats_at_lookup:
+            self._record(seq, num_hit_tokens)
+        return hits, num_hit_tokens
+
+    def record_admission(self, seq: Sequence, num_hit_tokens: int) -> None:
+        """Admission-timing stats (>= v0.27): once per successful admission after a lookup."""
+        if self.enable_caching and not seq.skip_cache_read and not self.stats_at_lookup:
+            self._record(seq, num_hit_tokens)
+
+    def _record(self, seq: Sequence, num_hit_tokens: int) -> None:
+        preempted = seq.num_preemptions > 0
+        self.prefix_cache_stats.record(seq.num_tokens, num_hit_tokens, preempted)
+        self.total_stats.record(seq.num_tokens, num_hit_tokens, preempted)
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats:
+        """Return this step's counters and start a fresh set (vLLM's per-step hand-off)."""
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
+        return stats
+
+    # ---- allocation --------------------------------------------------------------------------
+    def allocate_slots(
+        self,
+        seq: Sequence,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: list[KVCacheBlock] | None = None,
+        num_lookahead_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        *,
+        full_sequence_must_fit: bool = False,
+        num_known_tokens: int | None = None,
+    ) -> list[KVCacheBlock] | None:
+        """Adopt hits and allocate blocks for `num_new_tokens` more tokens, atomically: on
+        failure (None) queue order and ref counts are unchanged. `num_known_tokens` caps what is
+        cached (default seq.num_tokens; the async scheduler passes the count before the last
+        sampled token, §5.3)."""
+        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be greater than 0")
+        hits = new_computed_blocks or []
+        bs = self.block_size
+        table = self.req_to_blocks.get(seq.seq_id)
+        num_held = len(table) if table is not None else 0
+        num_free = self.block_pool.get_num_free_blocks()
+        num_computed = seq.num_computed_tokens + num_new_computed_tokens
+        num_required = cdiv(num_computed + num_new_tokens + num_lookahead_tokens, bs)
+        num_new_blocks = max(num_required - len(hits) - num_held, 0)
+        num_check = num_new_blocks
+        if full_sequence_must_fit:
+            num_check = max(num_check, cdiv(seq.num_tokens, bs) - len(hits) - num_held)
+        # Hit blocks sitting in the free queue consume free capacity when touched; count them
+        # only when the bound "every hit is free" does not already fit.
+        if num_check + len(hits) > num_free:
+            num_free_hits = sum(1 for blk in hits if blk.ref_cnt == 0)
+            if num_check + num_free_hits > num_free:
+                return None
+
+        if table is None:
+            table = self.req_to_blocks[seq.seq_id] = []
+        if seq.seq_id not in self.num_cached_block:
+            # A request being admitted: its hits become the head of the table.
+            if hits:
+                self.block_pool.touch(hits)
+                table.extend(hits)
+            self.num_cached_block[seq.seq_id] = len(hits)
+        else:
+            assert not hits, "a running request cannot adopt new hit blocks"
+        new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+        table.extend(new_blocks)
+        if self.enable_caching and not delay_cache_blocks:
+            known = seq.num_tokens if num_known_tokens is None else num_known_tokens
+            self.cache_blocks(seq, min(num_computed + num_new_tokens, known))
+        return new_blocks
+
+    def cache_blocks(self, seq: Sequence, num_computed_tokens: int) -> None:
+        """Cache every full block of the table within the first `num_computed_tokens` tokens."""
+        num_full = num_computed_tokens // self.block_size
+        num_cached = self.num_cached_block[seq.seq_id]
+        if num_cached >= num_full:
+            return
+        keys = self.block_keys(seq)
+        table = self.req_to_blocks[seq.seq_id]
+        tokens = seq.token_ids if self.verify_tokens_on_hit else None
+        self.block_pool.cache_full_blocks(
+            keys, table, num_cached, num_full, tokens, self.block_size
+        )
+        self.num_cached_block[seq.seq_id] = num_full
+        if self.parent_key is not None:
+            for i in range(num_cached, num_full):
+                self.parent_key[keys[i]] = keys[i - 1] if i else None
+
+    # ---- release -----------------------------------------------------------------------------
+    def free(self, seq: Sequence) -> None:
+        """Free the table tail first (reverse order, §4.3). Hash memo is kept (preemption)."""
+        table = self.req_to_blocks.pop(seq.seq_id, None)
+        self.num_cached_block.pop(seq.seq_id, None)
+        if table:
+            table.reverse()
+            self.block_pool.free_blocks(table)
+
+    def forget(self, seq: Sequence) -> None:
+        """Free and drop the request's hash memo (finish or abort)."""
+        self.free(seq)
+        self._hashes.pop(seq.seq_id, None)
+
+    def get_blocks(self, seq: Sequence) -> list[KVCacheBlock]:
+        return self.req_to_blocks.get(seq.seq_id, [])
+
+    def get_block_ids(self, seq: Sequence) -> list[int]:
+        return [blk.block_id for blk in self.req_to_blocks.get(seq.seq_id, ())]
+
+    def num_block_hashes(self, seq: Sequence) -> int:
+        memo = self._hashes.get(seq.seq_id)
+        return len(memo.keys) if memo is not None else 0
+
+    def reset_prefix_cache(self) -> bool:
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        self.prefix_cache_stats.reset = True
+        if self.parent_key is not None:
+            self.parent_key.clear()
+        return True
+
+    def get_usage(self) -> float:
+        return self.block_pool.get_usage()
