@@ -17,3 +17,5 @@ from engines.cache.base import (  # noqa: F401
     StepPlan,
     build_cache,
 )
+import engines.cache.apc  # noqa: F401,E402
+import engines.cache.radix  # noqa: F401,E402

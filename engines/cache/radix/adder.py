@@ -1,0 +1,143 @@
+"""`PrefillAdder`: the per-round admission budget of SGLang 0.5.23 (specs/radix.md §7.2).
+
+    rem_total   = available + evictable - sum_running min(max_new - generated, clip) * ratio
+                  - sum_admitted (ceil_P(extend) + P + reserved_new)
+    rem_current = available + evictable - sum_admitted (ceil_P(extend) + P)
+
+Both are live: locking an admitted prefix shrinks `evictable`, hence the budget. `add_one_req`
+reports the budget state after admitting, so a request can be admitted and still end the round.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+from engines.cache.radix.node import TreeNode
+from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
+from engines.sequence import Sequence
+
+
+class AddReqResult(enum.Enum):
+    CONTINUE = "continue"
+    NO_TOKEN = "no_token"
+    OTHER = "other"
+
+
+class Admitted(NamedTuple):
+    """One entry of `can_run_list`: compute `extend_len` tokens after `prefix_len`."""
+
+    seq: Sequence
+    prefix_len: int
+    extend_len: int
+    last_node: TreeNode | None  # None for a chunk continuation (it keeps its own state)
+    lock: TreeLock | None
+
+
+class PrefillAdder:
+    def __init__(
+        self,
+        tree: UnifiedRadixTree,
+        allocator: object,
+        page_size: int,
+        running: list[Sequence],
+        new_token_ratio: float,
+        rem_input_tokens: int,
+        rem_chunk_tokens: int | None,
+        clip_max_new_tokens: int,
+        ignore_eos: bool = False,
+    ) -> None:
+        self.tree, self.allocator, self.page_size = tree, allocator, page_size
+        self.clip = clip_max_new_tokens
+        ratio = 1.0 if ignore_eos else new_token_ratio
+        self.rem_total_token_offset: float = sum(
+            min(seq.max_new_tokens - seq.num_output_tokens, self.clip) * ratio for seq in running
+        )
+        self.cur_rem_token_offset = 0
+        self.rem_input_tokens = rem_input_tokens
+        self.rem_chunk_tokens = rem_chunk_tokens
+        self.can_run_list: list[Admitted] = []
+        self.new_chunked_req: Sequence | None = None
+        self.log_hit_tokens = 0
+        self.log_input_tokens = 0
+
+    def ceil_paged(self, n: int) -> int:
+        return -(-n // self.page_size) * self.page_size
+
+    @property
+    def rem_total_tokens(self) -> float:
+        return (
+            self.allocator.available_size()
+            + self.tree.evictable_size()
+            - self.rem_total_token_offset
+        )
+
+    @property
+    def cur_rem_tokens(self) -> float:
+        return (
+            self.allocator.available_size() + self.tree.evictable_size() - self.cur_rem_token_offset
+        )
+
+    def budget_state(self) -> AddReqResult:
+        if self.rem_total_tokens <= 0 or self.cur_rem_tokens <= 0:
+            return AddReqResult.NO_TOKEN
+        if self.rem_input_tokens <= 0 or (
+            self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0
+        ):
+            return AddReqResult.OTHER
+        return AddReqResult.CONTINUE
+
+    def _update_prefill_budget(self, prefix_len: int, extend_len: int, max_new_tokens: int) -> None:
+        paged = self.ceil_paged(extend_len)
+        self.rem_total_token_offset += paged + self.page_size + max_new_tokens
+        self.cur_rem_token_offset += paged + self.page_size
+        self.rem_input_tokens -= paged
+        if self.rem_chunk_tokens is not None:
+            self.rem_chunk_tokens -= paged
+        self.log_hit_tokens += prefix_len
+        self.log_input_tokens += extend_len  # raw, not page-ceiled (§10)
+
+    def add_chunked_req(self, seq: Sequence, prefix_len: int) -> Sequence | None:
+        """The in-flight chunk goes first; returns the request if its prompt is still unfinished."""
+        remaining = seq.num_tokens - prefix_len
+        rem = min(self.rem_chunk_tokens, int(self.rem_total_tokens))
+        if rem <= 0:  # it must be added, or its slots would leak
+            rem = self.rem_chunk_tokens
+        truncated = remaining > rem
+        extend = min(remaining, rem)
+        self.can_run_list.append(Admitted(seq, prefix_len, extend, None, None))
+        reserved = 0 if truncated else min(seq.max_new_tokens, self.clip)
+        self._update_prefill_budget(0, extend, reserved)
+        return seq if truncated else None
+
+    def add_one_req(self, seq: Sequence, prefix_len: int, last_node: TreeNode) -> AddReqResult:
+        extend = seq.num_tokens - prefix_len
+        p = self.page_size
+        total = extend + min(max(seq.max_new_tokens - seq.num_output_tokens, 0), self.clip) + p
+        temp = self.tree.lock(last_node)  # the matched prefix leaves the evictable count
+        try:
+            if total >= self.rem_total_tokens:
+                return AddReqResult.NO_TOKEN
+            paged = self.ceil_paged(extend)
+            if (
+                self.rem_chunk_tokens is None
+                and self.can_run_list
+                and paged >= self.rem_input_tokens
+            ):
+                return AddReqResult.OTHER
+            if self.rem_chunk_tokens is None or paged <= self.rem_chunk_tokens:
+                lock = self.tree.lock(last_node)
+                self.can_run_list.append(Admitted(seq, prefix_len, extend, last_node, lock))
+                self._update_prefill_budget(prefix_len, extend, min(seq.max_new_tokens, self.clip))
+            else:
+                trunc = self.rem_chunk_tokens // p * p
+                trunc -= (prefix_len + trunc) % p  # end the chunk on a page boundary
+                if trunc <= 0:
+                    return AddReqResult.OTHER
+                lock = self.tree.lock(last_node)
+                self.can_run_list.append(Admitted(seq, prefix_len, trunc, last_node, lock))
+                self.new_chunked_req = seq
+                self._update_prefill_budget(prefix_len, trunc, 0)
+        finally:
+            self.tree.unlock(temp)
+        return self.budget_state()

@@ -1,0 +1,248 @@
+"""`RadixAdmission`: SGLang 0.5.23's non-overlap scheduling step over a `RadixCache` (§7-§8, §10).
+
+A step is a prefill (extend) batch when the prefill round admits anything or a chunked request is
+in flight; otherwise it is a decode batch of every running request. The two never mix.
+
+    schedule:    checkpoint the in-flight chunk -> prefill round (calc_priority, PrefillAdder,
+                 head-of-line break) -> else decode (memory check, retraction, ratio decay)
+    finish_step: prefill: release finished / checkpoint the rest, merge into the running batch;
+                 decode:  release finished inside one allocator free group
+
+`self.batch` mirrors upstream `running_batch.reqs`: requests that finished in a decode step stay in
+it (counted by the running limit) until the next decode step filters them, as upstream does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from engines.cache.base import ScheduledSeq, StepBudget, StepPlan
+from engines.cache.radix.adder import AddReqResult, PrefillAdder
+from engines.cache.radix.cache import RadixCache
+from engines.cache.radix.hooks import (
+    checkpoint_kv_cache,
+    evict_to_free_tokens,
+    match_request,
+    prepare_decode,
+    prepare_extend,
+    release_kv_cache,
+    start_request,
+)
+from engines.cache.radix.prefill_stats import PrefillBatchStats, record_prefill
+from engines.cache.radix.schedule_policy import SchedulePolicy
+from engines.sequence import SeqStatus, Sequence
+
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+BASE_MIN_NEW_TOKEN_RATIO = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
+
+class RadixAdmission:
+    def __init__(
+        self,
+        cache: RadixCache,
+        policy: str = "fcfs",
+        *,
+        max_prefill_tokens: int = 16384,
+        clip_max_new_tokens: int = 4096,
+        schedule_conservativeness: float = 1.0,
+        lpm_fallback_queue_len: int = 128,
+        in_batch_check_threshold: int = 32,
+        in_batch_deprioritize_threshold: int = 32,
+        waiting_prefix_refresh: bool = True,
+        ignore_eos: bool = False,
+    ) -> None:
+        self.cache = cache
+        self.policy = SchedulePolicy(
+            policy,
+            cache.tree,
+            cache.eviction_policy,
+            lpm_fallback_queue_len,
+            in_batch_check_threshold,
+            in_batch_deprioritize_threshold,
+            waiting_prefix_refresh,
+        )
+        self.max_prefill_tokens = max_prefill_tokens
+        self.clip = clip_max_new_tokens
+        self.ignore_eos = ignore_eos
+        self.init_new_token_ratio = min(0.7 * schedule_conservativeness, 1.0)
+        self.min_new_token_ratio = min(self.init_new_token_ratio * BASE_MIN_NEW_TOKEN_RATIO, 1.0)
+        self.new_token_ratio_decay = (
+            self.init_new_token_ratio - self.min_new_token_ratio
+        ) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.new_token_ratio = self.init_new_token_ratio
+        self.chunked: Sequence | None = None
+        self.batch: list[Sequence] = []
+        self.batch_is_full = False
+        self.last_prefill: PrefillBatchStats | None = None
+        self._last_plan_is_prefill = False
+        self._recompute_until: dict[
+            str, int
+        ] = {}  # seq id -> tokens computed before its retraction
+
+    # ------------------------------------------------------------------ steps
+    def schedule(
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
+    ) -> StepPlan:
+        if self.chunked is not None:
+            checkpoint_kv_cache(self.cache, self.cache.reqs[self.chunked.seq_id], self.chunked)
+        plan = self._prefill_round(waiting, running, budget)
+        self._last_plan_is_prefill = plan is not None
+        return plan if plan is not None else self._decode_round(waiting, running)
+
+    def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
+        cache = self.cache
+        if not self._last_plan_is_prefill:
+            cache.allocator.free_group_begin()
+            for item in plan.scheduled:
+                if item.seq.is_finished:
+                    cache.release(item.seq, finished=True)
+            cache.allocator.free_group_end()
+            return
+        kept = []
+        for item in plan.scheduled:
+            seq = item.seq
+            if seq is self.chunked:
+                continue  # checkpointed at the start of the next round
+            if seq.is_finished:
+                cache.release(seq, finished=True)
+            else:
+                checkpoint_kv_cache(cache, cache.reqs[seq.seq_id], seq)
+                kept.append(seq)
+        if len(kept) < len(plan.scheduled):
+            self.batch_is_full = False
+        if kept:
+            if not self.batch:
+                self.batch_is_full = False  # upstream adopts the prefill batch object itself
+            self.batch.extend(kept)
+
+    # ---------------------------------------------------------------- prefill
+    def _prefill_round(
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
+    ) -> StepPlan | None:
+        running_bs = len(self.batch)
+        if (self.batch_is_full or not waiting) and self.chunked is None:
+            return None
+        if budget.max_num_seqs - running_bs <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return None
+        self.policy.calc_priority(waiting)
+        cache = self.cache
+        adder = PrefillAdder(
+            cache.tree,
+            cache.allocator,
+            cache.page_size,
+            self.batch,
+            self.new_token_ratio,
+            self.max_prefill_tokens,
+            budget.max_num_batched_tokens,
+            self.clip,
+            self.ignore_eos,
+        )
+        if self.chunked is not None:
+            self.chunked = adder.add_chunked_req(
+                self.chunked, cache.reqs[self.chunked.seq_id].prefix_len
+            )
+        for seq in list(waiting):
+            if adder.budget_state() is AddReqResult.OTHER:
+                break
+            if len(adder.can_run_list) >= budget.max_num_seqs - running_bs:
+                self.batch_is_full = True
+                break
+            match = match_request(cache.tree, seq)
+            result = adder.add_one_req(seq, match.device_prefix_len, match.last_device_node)
+            if result is not AddReqResult.CONTINUE:
+                if result is AddReqResult.NO_TOKEN:
+                    self.batch_is_full = True
+                break
+        if not adder.can_run_list:
+            return None
+        if adder.new_chunked_req is not None:
+            self.chunked = adder.new_chunked_req
+        return self._start_prefill(adder, waiting, running)
+
+    def _start_prefill(
+        self, adder: PrefillAdder, waiting: deque[Sequence], running: list[Sequence]
+    ) -> StepPlan:
+        cache = self.cache
+        admitted = {a.seq.seq_id for a in adder.can_run_list if a.last_node is not None}
+        remaining = [seq for seq in waiting if seq.seq_id not in admitted]
+        waiting.clear()
+        waiting.extend(remaining)
+        batch = []
+        for a in adder.can_run_list:
+            seq = a.seq
+            if a.last_node is not None:  # a new admission: take a row, adopt the matched prefix
+                start_request(cache, seq, a.prefix_len, a.last_node, a.lock)
+                seq.status = SeqStatus.RUNNING
+                seq.num_computed_tokens = a.prefix_len
+                if seq.num_cached_tokens is None:
+                    seq.num_cached_tokens = a.prefix_len
+                running.append(seq)
+            batch.append((seq, cache.reqs[seq.seq_id], a.prefix_len, a.extend_len))
+            until = self._recompute_until.get(seq.seq_id)
+            if until is not None:
+                seq.num_recomputed_tokens += max(
+                    0, min(a.prefix_len + a.extend_len, until) - a.prefix_len
+                )
+        prepare_extend(cache, batch)
+        self.last_prefill = record_prefill(cache._stats, adder.can_run_list, self._recompute_until)
+        return StepPlan(
+            [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
+        )
+
+    # ----------------------------------------------------------------- decode
+    def _decode_round(self, waiting: deque[Sequence], running: list[Sequence]) -> StepPlan:
+        initial_bs = len(self.batch)
+        self.batch = [seq for seq in self.batch if not seq.is_finished]
+        if not self.batch:
+            self.batch_is_full = False
+            return StepPlan()
+        if not self._check_decode_mem(len(self.batch)):
+            self._retract(waiting, running)
+        else:
+            self.new_token_ratio = max(
+                self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
+            )
+        if len(self.batch) < initial_bs:
+            self.batch_is_full = False
+        cache = self.cache
+        prepare_decode(cache, [cache.reqs[seq.seq_id] for seq in self.batch])
+        return StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch])
+
+    def _check_decode_mem(self, batch_size: int) -> bool:
+        need = batch_size * self.cache.page_size
+        evict_to_free_tokens(self.cache, need)
+        return self.cache.allocator.available_size() >= need
+
+    def _retract(self, waiting: deque[Sequence], running: list[Sequence]) -> None:
+        """§7.3: victims (fewest outputs, longest input) from the back until the step fits."""
+        batch, cache = self.batch, self.cache
+        order = sorted(
+            range(len(batch)),
+            key=lambda i: (batch[i].num_output_tokens, -batch[i].num_prompt_tokens),
+            reverse=True,
+        )
+        first = True
+        while first or not self._check_decode_mem(len(order)):
+            if len(order) == 1:
+                break
+            first = False
+            seq = batch[order.pop()]
+            st = cache.reqs.pop(seq.seq_id)
+            release_kv_cache(cache, st, seq, do_checkpoint=False)
+            evict_to_free_tokens(cache, len(order) * RETRACT_DECODE_STEPS)
+            self._recompute_until[seq.seq_id] = max(
+                self._recompute_until.get(seq.seq_id, 0), st.kv_committed_len
+            )
+            seq.status = SeqStatus.PREEMPTED
+            seq.num_computed_tokens = 0
+            seq.num_preemptions += 1
+            running.remove(seq)
+            waiting.append(seq)
+        self.batch = [batch[i] for i in order]
+        decoded = sum(seq.num_output_tokens for seq in self.batch)
+        max_new = sum(seq.max_new_tokens for seq in self.batch)
+        self.new_token_ratio = min(
+            1.0, (decoded + RETRACT_DECODE_STEPS * len(self.batch)) / (max_new + 1)
+        )

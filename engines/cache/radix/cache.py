@@ -1,0 +1,179 @@
+"""`RadixCache`: the `PrefixCache` face of the unified radix tree (specs/radix.md §5, §12).
+
+It owns the tree, the slot allocator (page 1) or page allocator (page P), the `req_to_token` rows
+and each running request's `ReqKV`. KV addressing: block id = slot id (page 1, block_size 1) or
+page id (page P), so `block_table(seq)` is the request's row read one entry per page.
+
+Usage accounting (§5.5, in tokens):
+
+    available  the allocator's free slots
+    evictable  the tree's unlocked tokens
+    protected  the tree's locked tokens + request-private slots (rows beyond cache_protected_len,
+               whole pages with P > 1)
+    available + evictable + protected == capacity, else something leaked or was freed twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from engines.cache.base import CacheIntegrityError, CacheStats, CacheUsage, PrefixMatch
+from engines.cache.radix.allocator import (
+    PagedTokenToKVPoolAllocator,
+    ReqToTokenPool,
+    TokenToKVPoolAllocator,
+)
+from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
+from engines.cache.radix.hooks import ReqKV, match_request, release_kv_cache
+from engines.cache.radix.policies import make_eviction_policy
+from engines.cache.radix.tree import UnifiedRadixTree
+from engines.sequence import Sequence
+
+
+class RadixCache:
+    name = "radix"
+
+    def __init__(
+        self,
+        page_size: int = 1,
+        capacity_tokens: int = 65536,
+        *,
+        enabled: bool = True,
+        eviction_policy: str = "lru",
+        eviction_params: dict | None = None,
+        max_num_reqs: int = 256,
+        clock: LogicalClock = PROCESS_CLOCK,
+    ) -> None:
+        if capacity_tokens % page_size:
+            raise ValueError(
+                f"capacity {capacity_tokens} is not a multiple of page size {page_size}"
+            )
+        self.enabled = enabled
+        self.page_size = self.block_size = page_size
+        self.num_blocks = capacity_tokens // page_size + 1
+        self.eviction_policy = eviction_policy
+        self.allocator = (
+            TokenToKVPoolAllocator(capacity_tokens)
+            if page_size == 1
+            else PagedTokenToKVPoolAllocator(capacity_tokens, page_size)
+        )
+        policy = make_eviction_policy(eviction_policy, **(eviction_params or {}))
+        self.tree = UnifiedRadixTree(page_size, self.allocator, policy, clock, disable=not enabled)
+        self.req_to_token_pool = ReqToTokenPool(max_num_reqs)
+        self.reqs: dict[str, ReqKV] = {}
+        self._stats = CacheStats()
+
+    @property
+    def capacity_tokens(self) -> int:
+        return (self.num_blocks - 1) * self.block_size
+
+    # --------------------------------------------------------------- protocol
+    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
+        result = match_request(self.tree, seq, capped)
+        return PrefixMatch(result.device_prefix_len, result.last_device_node)
+
+    def block_table(self, seq: Sequence) -> list[int]:
+        st = self.reqs.get(seq.seq_id)
+        if st is None:
+            return []
+        row = self.req_to_token_pool.rows[st.row][: st.kv_allocated_len]
+        p = self.page_size
+        return list(row) if p == 1 else [row[i] // p for i in range(0, len(row), p)]
+
+    def release(self, seq: Sequence, *, finished: bool) -> None:
+        st = self.reqs.pop(seq.seq_id, None)
+        if st is not None:
+            release_kv_cache(self, st, seq, do_checkpoint=finished)
+
+    def stats(self) -> CacheStats:
+        return replace(
+            self._stats,
+            num_evictions=self.tree.num_evicted_nodes,
+            evicted_tokens=self.tree.num_evicted_tokens,
+        )
+
+    def private_tokens(self) -> int:
+        """Slots held by running requests outside the tree (whole pages with P > 1)."""
+        p = self.page_size
+        return sum(
+            -(-(st.kv_allocated_len - st.cache_protected_len) // p) * p for st in self.reqs.values()
+        )
+
+    def usage(self) -> CacheUsage:
+        return CacheUsage(
+            capacity=self.capacity_tokens,
+            available=self.allocator.available_size(),
+            evictable=self.tree.evictable_size(),
+            protected=self.tree.protected_size() + self.private_tokens(),
+        )
+
+    def reset(self) -> bool:
+        """Upstream `/flush_cache`: refused unless idle; then a fresh tree, pools and counters."""
+        if self.reqs:
+            return False
+        self.tree.reset()
+        self.tree.num_evicted_nodes = self.tree.num_evicted_tokens = 0
+        self.allocator.clear()
+        self.req_to_token_pool.clear()
+        self._stats = CacheStats()
+        return True
+
+    # -------------------------------------------------------------- integrity
+    def check_integrity(self) -> None:
+        u = self.usage()
+        if u.available + u.evictable + u.protected != u.capacity:
+            raise CacheIntegrityError(f"available + evictable + protected != capacity: {u}")
+        tree = self.tree
+        total = tree.total_size()
+        if tree.evictable_size() + tree.protected_size() != total:
+            raise CacheIntegrityError(
+                f"evictable {tree.evictable_size()} + protected {tree.protected_size()} != total {total}"
+            )
+        self._check_nodes()
+        self._check_slots()
+
+    def _check_nodes(self) -> None:
+        """Invariants 8 (lock monotonicity), 14 (evictable-leaf set) and one lock per request."""
+        tree = self.tree
+        expected: Counter = Counter()
+        for st in self.reqs.values():
+            if st.lock is not None:
+                node = st.lock.node
+                while node.parent is not None:
+                    expected[node] += 1
+                    node = node.parent
+        leaves = set()
+        for node in tree.nodes():
+            if node.lock_ref != expected[node]:
+                raise CacheIntegrityError(
+                    f"{node!r}: lock_ref {node.lock_ref} != {expected[node]} request locks"
+                )
+            if node.parent.parent is not None and node.lock_ref > node.parent.lock_ref:
+                raise CacheIntegrityError(f"lock monotonicity broken at {node!r}")
+            if len(node.value) != len(node.key) or len(node.value) % self.page_size:
+                raise CacheIntegrityError(
+                    f"{node!r}: value/key lengths differ or are not page-aligned"
+                )
+            if node.lock_ref == 0 and not node.children:
+                leaves.add(node)
+        if leaves != tree.evictable_leaves or any(not n.in_leaf_set for n in leaves):
+            raise CacheIntegrityError(
+                "the evictable-leaf set differs from the unlocked childless nodes"
+            )
+
+    def _check_slots(self) -> None:
+        """Free, tree-owned and request-private pages are disjoint and cover the pool."""
+        p = self.page_size
+        owners: Counter = Counter(slot // p for slot in self.allocator.free_slots()[::p])
+        for node in self.tree.nodes():
+            owners.update(slot // p for slot in node.value[::p])
+        for st in self.reqs.values():
+            row = self.req_to_token_pool.rows[st.row]
+            private = row[st.cache_protected_len : st.kv_allocated_len]
+            owners.update({slot // p for slot in private})
+        doubles = [page for page, n in owners.items() if n > 1]
+        if doubles or len(owners) != self.num_blocks - 1 or 0 in owners:
+            raise CacheIntegrityError(
+                f"pages owned twice {doubles[:5]} or missing: {len(owners)} of {self.num_blocks - 1}"
+            )

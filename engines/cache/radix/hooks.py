@@ -1,0 +1,198 @@
+"""Request-level wrappers around the tree (specs/radix.md §5.4, §6): match cap, allocation with
+eviction of the shortfall, `checkpoint`, `checkpoint_kv_cache` and `release_kv_cache`.
+
+A request's `req_to_token` row holds the slot of every position it has KV for:
+
+    0            cache_protected_len        kv_committed_len
+    | tree-owned (locked) | request-private (unaligned tail, not yet inserted) |
+
+`ReqKV` is the per-request state upstream keeps on `Req` / `req.kv`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engines.cache.base import CacheIntegrityError
+from engines.cache.radix.key import RadixKey
+from engines.cache.radix.node import TreeNode
+from engines.cache.radix.tree import MatchResult, TreeLock, UnifiedRadixTree
+from engines.sequence import Sequence
+
+if TYPE_CHECKING:
+    from engines.cache.radix.cache import RadixCache
+
+
+@dataclass
+class ReqKV:
+    row: int
+    last_node: TreeNode
+    lock: TreeLock | None = None
+    prefix_len: int = 0
+    cache_protected_len: int = 0
+    cache_inserted_len: int = 0
+    kv_committed_len: int = 0
+    kv_allocated_len: int = 0
+    extend_end: int = 0
+
+
+def extra_key_of(seq: Sequence) -> str | None:
+    """Caller key (`tags["extra_key"]`) with the LoRA id appended, as `Req.__init__` builds it (§4)."""
+    extra = seq.tags.get("extra_key")
+    if seq.lora_id:
+        extra = (extra or "") + str(seq.lora_id)
+    return extra
+
+
+def request_key(seq: Sequence, limit: int | None = None, num_tokens: int | None = None) -> RadixKey:
+    ids = seq.token_ids if num_tokens is None else seq.token_ids[:num_tokens]
+    return RadixKey(ids, extra_key_of(seq), seq.salt, limit)
+
+
+def max_prefix_len(seq: Sequence) -> int:
+    """§6.1 cap: input_len - 1 (input = prompt + output so far); 0 when the prompt may not be read
+    from the cache (the logprob_start_len = 0 case)."""
+    return 0 if seq.skip_cache_read else max(seq.num_tokens - 1, 0)
+
+
+def match_request(tree: UnifiedRadixTree, seq: Sequence, capped: bool = True) -> MatchResult:
+    """`init_next_round_input`: match prompt + output, limited to the cap when `capped`."""
+    return tree.match_prefix(request_key(seq, max_prefix_len(seq) if capped else None))
+
+
+def evict_to_free_tokens(cache: RadixCache, need: int) -> None:
+    """§5.4: when the allocator has fewer than `need` tokens, evict the shortfall only."""
+    if cache.tree.disable:
+        return
+    available = cache.allocator.available_size()
+    if available < need:
+        cache.tree.evict_for_alloc(need - available)
+
+
+def start_request(
+    cache: RadixCache, seq: Sequence, prefix_len: int, last_node: TreeNode, lock: TreeLock | None
+) -> ReqKV:
+    """A newly admitted request: take a row and adopt the matched (and already locked) prefix."""
+    row = cache.req_to_token_pool.alloc()
+    if row is None:
+        raise RuntimeError("req_to_token pool exhausted; raise max_num_seqs")
+    st = ReqKV(row, last_node, lock, prefix_len, cache_protected_len=prefix_len)
+    cache.reqs[seq.seq_id] = st
+    return st
+
+
+def prepare_extend(cache: RadixCache, batch: list[tuple[Sequence, ReqKV, int, int]]) -> None:
+    """Rows and slots for a prefill batch of (seq, state, prefix_len, extend_len) (§7.1 step 3).
+
+    A new request's row starts with the path's slots; every request gets `extend_len` new slots.
+    """
+    pool, tree, p = cache.req_to_token_pool, cache.tree, cache.page_size
+    for _, st, prefix_len, _ in batch:
+        row = pool.rows[st.row]
+        if not row and prefix_len:  # a new admission; a chunk continuation's row already has it
+            row[:] = tree.path_device_indices(st.last_node)[:prefix_len]
+    extend_lens = [e for _, _, _, e in batch]
+    need = sum(extend_lens) + (len(batch) * p if p > 1 else 0)
+    evict_to_free_tokens(cache, need)
+    if p == 1:
+        slots = cache.allocator.alloc(sum(extend_lens))
+        if slots is None:
+            raise CacheIntegrityError("Prefill out of memory")
+        parts, start = [], 0
+        for e in extend_lens:
+            parts.append(slots[start : start + e])
+            start += e
+    else:
+        rows = [pool.rows[st.row] for _, st, _, _ in batch]
+        prefix_lens = [pre for _, _, pre, _ in batch]
+        last_locs = [row[pre - 1] if pre else None for row, pre in zip(rows, prefix_lens)]
+        seq_lens = [pre + e for pre, e in zip(prefix_lens, extend_lens)]
+        parts = cache.allocator.alloc_extend(prefix_lens, seq_lens, last_locs)
+        if parts is None:
+            raise CacheIntegrityError("Prefill out of memory")
+    for (_, st, prefix_len, extend), part in zip(batch, parts):
+        pool.rows[st.row].extend(part)
+        st.prefix_len = prefix_len
+        st.extend_end = st.kv_committed_len = st.kv_allocated_len = prefix_len + extend
+
+
+def prepare_decode(cache: RadixCache, states: list[ReqKV]) -> None:
+    """One new slot per request (a fresh page when its current page is full) (§7.1 step 5)."""
+    p, rows = cache.page_size, cache.req_to_token_pool.rows
+    evict_to_free_tokens(cache, len(states) * p)
+    if p == 1:
+        slots = cache.allocator.alloc(len(states))
+    else:
+        seq_lens = [st.kv_allocated_len + 1 for st in states]
+        last_locs = [rows[st.row][-1] if rows[st.row] else None for st in states]
+        slots = cache.allocator.alloc_decode(seq_lens, last_locs)
+    if slots is None:
+        raise CacheIntegrityError("Decode out of memory")
+    for st, slot in zip(states, slots):
+        rows[st.row].append(slot)
+        st.kv_allocated_len += 1
+        st.kv_committed_len += 1
+
+
+def checkpoint(cache: RadixCache, st: ReqKV, seq: Sequence, up_to: int) -> None:
+    """§6.2: insert tokens[:up_to] (page-aligned), split prompt from output, rewrite the row with
+    the tree's slots, and move the request's single lock to the new last node."""
+    tree = cache.tree
+    if tree.disable:
+        return
+    p = cache.page_size
+    n = up_to // p * p
+    key = request_key(seq, num_tokens=n)
+    row = cache.req_to_token_pool.rows[st.row]
+    values = row[:n]
+    result = tree.insert(
+        key,
+        values,
+        priority=seq.priority or 0,
+        inserted_len=st.cache_inserted_len,
+        prev_prefix_len=st.cache_protected_len,
+    )
+    st.cache_inserted_len = max(st.cache_inserted_len, n)
+    prompt_len = seq.num_prompt_tokens // p * p
+    if 0 < prompt_len < n:  # a node boundary at the prompt end; the prompt part gets priority + 1
+        tree.insert(
+            key[:prompt_len],
+            values[:prompt_len],
+            priority=(seq.priority or 0) + 1,
+            inserted_len=prompt_len,
+            prev_prefix_len=prompt_len,
+        )
+    last = result.last_device_node
+    protected = st.cache_protected_len
+    row[protected:n] = tree.path_device_indices(last)[protected:n]
+    if st.lock is not None:
+        tree.unlock(st.lock)
+    st.lock = tree.lock(last)
+    st.cache_protected_len = n
+    st.last_node = last
+
+
+def checkpoint_kv_cache(cache: RadixCache, st: ReqKV, seq: Sequence) -> None:
+    """After a prefill that did not finish the request (or for an in-flight chunk)."""
+    checkpoint(cache, st, seq, st.extend_end)
+    st.prefix_len = st.extend_end
+
+
+def release_kv_cache(cache: RadixCache, st: ReqKV, seq: Sequence, do_checkpoint: bool) -> None:
+    """§6.3: checkpoint what the request owns (normal finish only), free its private slots, unlock,
+    free its row."""
+    owned = st.kv_committed_len
+    if do_checkpoint:
+        checkpoint(cache, st, seq, owned)
+    row = cache.req_to_token_pool.rows[st.row]
+    protected, p = st.cache_protected_len, cache.page_size
+    if protected < owned:
+        cache.allocator.free_segment(row[protected:owned], protected)
+    if st.lock is not None:
+        cache.tree.unlock(st.lock)
+        st.lock = None
+    over = max(-(-owned // p) * p, protected)
+    if over < st.kv_allocated_len:
+        cache.allocator.free_segment(row[over : st.kv_allocated_len], over)
+    cache.req_to_token_pool.free(st.row)

@@ -1,0 +1,50 @@
+"""Per-prefill-batch hit accounting, SGLang style (specs/radix.md §10).
+
+`cached = sum prefix_len` of admitted requests (chunk continuations count 0), `new = sum extend_len`
+(raw). The hit rate leaves out requests that were ever retracted; their sums go to `preempted_*`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from engines.cache.base import CacheStats
+
+
+class PrefillBatchStats(NamedTuple):
+    """The log line's totals, and the first-attempt pair behind `sglang:cache_hit_rate`."""
+
+    num_new_seqs: int
+    new_tokens: int
+    cached_tokens: int
+    first_attempt_new_tokens: int
+    first_attempt_cached_tokens: int
+
+    @property
+    def cache_hit_rate(self) -> float:
+        total = self.first_attempt_new_tokens + self.first_attempt_cached_tokens
+        return self.first_attempt_cached_tokens / total if total else 0.0
+
+
+def record_prefill(
+    stats: CacheStats, can_run_list: list, retracted: dict[str, int]
+) -> PrefillBatchStats:
+    """Add one prefill batch of `Admitted` entries to `stats`; return its log-line figures."""
+    num_new = new = cached = first_new = first_cached = 0
+    for a in can_run_list:
+        is_new = a.last_node is not None
+        hit = a.prefix_len if is_new else 0
+        num_new += is_new
+        new += a.extend_len
+        cached += hit
+        if a.seq.seq_id in retracted:
+            stats.preempted_requests += is_new
+            stats.preempted_queries += hit + a.extend_len
+            stats.preempted_hits += hit
+        else:
+            stats.requests += is_new
+            stats.queries += hit + a.extend_len
+            stats.hits += hit
+            first_new += a.extend_len
+            first_cached += hit
+    return PrefillBatchStats(num_new, new, cached, first_new, first_cached)

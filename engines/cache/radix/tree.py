@@ -1,0 +1,336 @@
+"""The radix tree of `UnifiedRadixCache` (full-attention component), specs/radix.md §1-§3.
+
+Matching splits partly matched edges and stamps recency; insertion page-aligns its key, keeps the
+tree's existing slots and frees the caller's duplicates; locks move tokens between the evictable and
+protected counters; eviction removes whole unlocked leaves in policy order, cascading to parents.
+
+Evictable leaves live in `EvictableLeaves` (leaves.py), a set with a persistent lazy heap; the tree
+re-pushes a member whenever it changes a field the policy key reads (stamps, hit_count, priority).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from engines.cache.base import CacheIntegrityError
+from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
+from engines.cache.radix.key import RadixKey, make_child_key
+from engines.cache.radix.leaves import EvictableLeaves
+from engines.cache.radix.node import TreeNode
+from engines.cache.radix.policies import LRU, EvictionPolicy
+
+ANCESTOR_STAMP_STEP = (
+    1e-5  # §2.1: parent of the stamped node gets t - 1e-5, grandparent t - 2e-5, ...
+)
+_CHUNK = 64  # tokens compared per slice when looking for the first mismatch
+
+
+class MatchResult(NamedTuple):
+    device_prefix_len: int
+    last_device_node: TreeNode
+
+
+class InsertResult(NamedTuple):
+    prefix_len: int
+    last_device_node: TreeNode
+
+
+class TreeLock(NamedTuple):
+    """Receipt of `lock`: the anchor node and the tokens that moved to protected."""
+
+    node: TreeNode
+    delta: int
+
+
+class UnifiedRadixTree:
+    def __init__(
+        self,
+        page_size: int = 1,
+        allocator: object | None = None,
+        policy: EvictionPolicy | None = None,
+        clock: LogicalClock = PROCESS_CLOCK,
+        disable: bool = False,
+    ) -> None:
+        self.page_size = page_size
+        self.allocator = allocator  # None: simulation (values are never freed)
+        self.policy = policy or LRU()
+        self.clock = clock
+        self.disable = disable
+        self.num_evicted_nodes = 0
+        self.num_evicted_tokens = 0
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self) -> None:
+        self.root_node = TreeNode.make_root()
+        self._evictable = 0
+        self._protected = 0
+        self.leaves = EvictableLeaves(self.policy)
+
+    @property
+    def evictable_leaves(self) -> set[TreeNode]:
+        return self.leaves.nodes
+
+    def evictable_size(self) -> int:
+        return self._evictable
+
+    def protected_size(self) -> int:
+        return self._protected
+
+    def total_size(self) -> int:
+        return sum(len(node.value) for node in self.nodes())
+
+    def nodes(self) -> Iterator[TreeNode]:
+        """Every live node except the root (iterative DFS)."""
+        stack = list(self.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def path_device_indices(self, node: TreeNode) -> list[int]:
+        """Slot ids of the path root -> node, in token order."""
+        parts = []
+        while node.parent is not None:
+            parts.append(node.value)
+            node = node.parent
+        out: list[int] = []
+        for part in reversed(parts):
+            out.extend(part)
+        return out
+
+    # --------------------------------------------------------------- matching
+    def match_prefix(self, key: RadixKey) -> MatchResult:
+        """Longest cached page-aligned prefix of `key` (limit applied). Splits and stamps (§2.1)."""
+        root = self.root_node
+        if self.disable or len(key) == 0:
+            return MatchResult(0, root)
+        ids = key.token_ids
+        n = len(key) // self.page_size * self.page_size
+        if n == 0:
+            return MatchResult(0, root)
+        pos, node = self._walk(ids, n, key.namespace)
+        self._stamp_path(node)
+        return MatchResult(pos, node)
+
+    def touch_prefix(self, key: RadixKey) -> None:
+        """The match walk (splits and stamps included) without a result (§8.8)."""
+        self.match_prefix(key)
+
+    def _walk(self, ids: list[int], n: int, namespace: object) -> tuple[int, TreeNode]:
+        node, pos, p = self.root_node, 0, self.page_size
+        plain = p == 1 and namespace is None
+        while pos < n:
+            child = node.children.get(ids[pos] if plain else make_child_key(ids, pos, p, namespace))
+            if child is None:
+                break
+            edge = child.key.token_ids
+            m = self._common_len(edge, ids, pos, n)
+            if m < len(edge):
+                return pos + m, self._split(child, m)
+            pos += m
+            node = child
+        return pos, node
+
+    def _common_len(self, edge: list[int], ids: list[int], pos: int, n: int) -> int:
+        """Length of the common prefix of edge and ids[pos:n], in whole pages."""
+        m = min(len(edge), n - pos)
+        if edge[:m] == ids[pos : pos + m]:
+            i = m
+        else:
+            i = 0
+            while i + _CHUNK <= m and edge[i : i + _CHUNK] == ids[pos + i : pos + i + _CHUNK]:
+                i += _CHUNK
+            while i < m and edge[i] == ids[pos + i]:
+                i += 1
+        return i // self.page_size * self.page_size
+
+    def _stamp_path(self, node: TreeNode) -> None:
+        """Fresh stamp t on node, t - k * 1e-5 on its k-th ancestor, root included (§2.1)."""
+        t = self.clock()
+        k = 0
+        while node is not None:
+            node.last_access_time = t - k * ANCESTOR_STAMP_STEP
+            if node.in_leaf_set:
+                self.leaves.push(node)
+            node = node.parent
+            k += 1
+
+    def _split(self, child: TreeNode, split_len: int) -> TreeNode:
+        """Cut child after split_len tokens; the new upper node takes child's place (§2.2)."""
+        key = child.key
+        upper = TreeNode(
+            RadixKey(key.token_ids[:split_len], key.extra_key, key.cache_salt),
+            child.value[:split_len],
+            child.parent,
+            child.child_key,
+        )
+        upper.last_access_time = self.clock()
+        upper.creation_time = child.creation_time  # unified tree: both halves keep the original's
+        upper.lock_ref = child.lock_ref
+        upper.priority = child.priority
+        upper.hit_count = child.hit_count
+        upper.depth = child.depth - (len(child.value) - split_len)
+        upper.high_water = child.high_water
+        child.parent.children[child.child_key] = upper
+        child.key = RadixKey(key.token_ids[split_len:], key.extra_key, key.cache_salt)
+        child.value = child.value[split_len:]
+        child.parent = upper
+        child.child_key = make_child_key(child.key.token_ids, 0, self.page_size, key.namespace)
+        upper.children[child.child_key] = child
+        child.last_access_time = self.clock()  # re-stamped although not accessed
+        if child.in_leaf_set:
+            self.leaves.push(child)
+        return upper
+
+    # -------------------------------------------------------------- insertion
+    def insert(
+        self,
+        key: RadixKey,
+        value: list[int] | None = None,
+        priority: int = 0,
+        inserted_len: int = 0,
+        prev_prefix_len: int = 0,
+    ) -> InsertResult:
+        """Insert key -> value, page-aligned; existing nodes keep their slots (§2.3).
+
+        The caller's slots for positions [prev_prefix_len, prefix_len) duplicate tree slots and are
+        freed to the allocator here. hit_count counts nodes ending beyond inserted_len (§2.4).
+        """
+        root = self.root_node
+        if self.disable:
+            return InsertResult(0, root)
+        simulated = value is None or self.allocator is None
+        ids = key.token_ids
+        n = len(key) // self.page_size * self.page_size
+        if value is None:
+            value = ids
+        root.last_access_time = self.clock()
+        root.priority = max(root.priority, priority)
+        namespace = key.namespace
+        node, pos, p = root, 0, self.page_size
+        plain = p == 1 and namespace is None
+        while pos < n:
+            child = node.children.get(ids[pos] if plain else make_child_key(ids, pos, p, namespace))
+            if child is None:
+                break
+            m = self._common_len(child.key.token_ids, ids, pos, n)
+            if m < len(child.value):
+                child = self._split(child, m)
+            else:
+                child.last_access_time = self.clock()
+            pos += m
+            child.priority = max(child.priority, priority)
+            if pos > inserted_len:
+                child.hit_count += 1
+            child.high_water = max(child.high_water, n)
+            if child.in_leaf_set:
+                self.leaves.push(child)
+            node = child
+        prefix_len = pos
+        if not simulated and prev_prefix_len < prefix_len:
+            self.allocator.free_segment(value[prev_prefix_len:prefix_len], prev_prefix_len)
+        if pos == n:
+            return InsertResult(prefix_len, node)
+        leaf = TreeNode(
+            RadixKey(ids[pos:n], key.extra_key, key.cache_salt),
+            list(value[pos:n]),
+            node,
+            make_child_key(ids, pos, p, namespace),
+        )
+        leaf.last_access_time = self.clock()
+        leaf.creation_time = self.clock()
+        leaf.priority = priority
+        leaf.hit_count = 1 if n > inserted_len else 0
+        leaf.depth = leaf.high_water = n
+        node.children[leaf.child_key] = leaf
+        self._evictable += n - pos
+        if node.in_leaf_set:
+            self.leaves.leave(node)
+        self.leaves.enter(leaf)
+        return InsertResult(prefix_len, leaf)
+
+    # ---------------------------------------------------------------- locking
+    def inc_lock_ref(self, node: TreeNode) -> int:
+        """Lock root -> node (root excluded); returns the tokens moved to protected (§2.5)."""
+        if self.disable:
+            return 0
+        delta = 0
+        while node.parent is not None:
+            if node.lock_ref == 0:
+                size = len(node.value)
+                self._evictable -= size
+                self._protected += size
+                delta += size
+                if node.in_leaf_set:
+                    self.leaves.leave(node)
+            node.lock_ref += 1
+            node = node.parent
+        return delta
+
+    def dec_lock_ref(self, node: TreeNode) -> int:
+        """Undo one `inc_lock_ref(node)`; returns the tokens moved back to evictable."""
+        if self.disable:
+            return 0
+        delta = 0
+        while node.parent is not None:
+            if node.lock_ref <= 0:
+                raise CacheIntegrityError(f"unlock of an unlocked node {node!r}")
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                size = len(node.value)
+                self._evictable += size
+                self._protected -= size
+                delta += size
+                if not node.children:
+                    self.leaves.enter(node)
+            node = node.parent
+        return delta
+
+    def lock(self, node: TreeNode) -> TreeLock:
+        return TreeLock(node, self.inc_lock_ref(node))
+
+    def unlock(self, lock: TreeLock) -> None:
+        self.dec_lock_ref(lock.node)
+
+    # --------------------------------------------------------------- eviction
+    def evict(self, num_tokens: int) -> int:
+        """Evict whole leaves in policy order until >= num_tokens are freed (§2.6)."""
+        if self.disable:
+            return 0
+        evicted = 0
+        while evicted < num_tokens:
+            leaf = self.leaves.pop_min()
+            if leaf is None:
+                break
+            evicted += self._delete_leaf(leaf)
+        return evicted
+
+    def evict_for_alloc(self, shortfall: int) -> int:
+        """Evict until the allocator has shortfall more tokens available than now (§2.6, §5.4)."""
+        if self.disable or self.allocator is None:
+            return 0
+        target = self.allocator.available_size() + shortfall
+        evicted = 0
+        while self.allocator.available_size() < target:
+            leaf = self.leaves.pop_min()
+            if leaf is None:
+                break
+            evicted += self._delete_leaf(leaf)
+        return evicted
+
+    def _delete_leaf(self, leaf: TreeNode) -> int:
+        size = len(leaf.value)
+        if self.allocator is not None:
+            self.allocator.free_segment(leaf.value, leaf.depth - size)
+        parent = leaf.parent
+        del parent.children[leaf.child_key]
+        self._evictable -= size
+        self.leaves.leave(leaf)
+        leaf.parent = None
+        self.num_evicted_nodes += 1
+        self.num_evicted_tokens += size
+        if parent.parent is not None and parent.lock_ref == 0 and not parent.children:
+            self.leaves.enter(parent)  # cascade: may go in this same call
+        return size
