@@ -66,6 +66,7 @@ class Engine:
         on_finish: Callable[[RequestRecord], None] | None = None,
     ) -> list[RequestRecord]:
         self.check_fits(requests)
+        self.records = []
         self.clock.restart()
         by_id = {r.request_id: r for r in requests}
         followers: dict[str, list[GenerationRequest]] = {}

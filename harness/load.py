@@ -43,10 +43,16 @@ def _poisson(requests: list[Request], load: LoadConfig, seed: int) -> list[float
     return [float(t) for t in times]
 
 
+def resolve_mode(requests: list[Request], load: LoadConfig) -> str:
+    """`auto` means trace timestamps when the workload carries them, else an offline burst."""
+    if load.mode != "auto":
+        return load.mode
+    return "trace" if any(r.arrival_s > 0 for r in requests) else "burst"
+
+
 @ARRIVALS.register("auto")
 def _auto(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
-    timed = any(r.arrival_s > 0 for r in requests)
-    return _trace(requests, load, seed) if timed else _burst(requests, load, seed)
+    return ARRIVALS.get(resolve_mode(requests, load))(requests, load, seed)
 
 
 def with_arrivals(requests: list[Request], load: LoadConfig, seed: int) -> list[Request]:

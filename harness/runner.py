@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import sys
+import threading
 import time
+import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +26,7 @@ from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
 from engines.engine import Engine
 from harness.config import RunConfig
-from harness.load import fan_out, with_arrivals
+from harness.load import fan_out, resolve_mode, with_arrivals
 from harness.manifest import build_manifest
 from harness.metrics import (
     RunContext,
@@ -52,7 +57,6 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     torch.set_num_threads(cfg.threads)
-    out = RunDir(run_dir)
     space = token_space_for(cfg.model)
     workload_requests = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
     gen_requests = fan_out(workload_requests, scripted=cfg.decode == "scripted")
@@ -66,8 +70,22 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
         engine.run(gen_requests, on_finish=lambda _r: bar.update(1))
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
+    except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
+        traceback.print_exc(file=sys.stderr)
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
     finally:
         bar.close()
+    with interrupts_deferred():  # what was measured is final now: write it whole
+        return _finish(
+            cfg, run_dir, resolved_config, engine, workload_requests, gen_requests, warm, status, error, t_start
+        )
+
+
+def _finish(
+    cfg, run_dir, resolved_config, engine, workload_requests, gen_requests, warm, status, error, t_start
+) -> RunOutcome:
+    """Leak check, tables, summary and files of a run whose measured window has ended."""
+    out = RunDir(run_dir)
     wall_s = time.perf_counter() - t_start
     if status == "ok":
         status, error = _idle_check(engine)
@@ -93,6 +111,22 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     out.write_summary(summary)
     print(format_summary(summary))
     return RunOutcome(summary, run_dir)
+
+
+@contextmanager
+def interrupts_deferred():
+    """Ignore SIGINT/SIGTERM until the block ends: they arrive after the measured window, and the
+    finished rows must reach disk whole rather than be lost to a second Ctrl-C. (Handlers, not a
+    signal mask: any thread may take a process signal, but Python handlers run in the main one.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def engine_device(engine: Engine) -> str:
@@ -129,6 +163,7 @@ def _idle_check(engine: Engine) -> tuple[str, str | None]:
 
 def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_requests) -> dict:
     stats = engine.cache.stats()
+    load_mode = resolve_mode(workload_requests, cfg.load)
     g = cfg.engine.block_size
     bounds = ideal_hit_rate(workload_requests, granularities=sorted({1, 16, g, 512}))
     capacity_blocks = cfg.engine.kv_capacity_tokens // g
@@ -143,8 +178,8 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "workload": cfg.workload.name,
         "workload_version": cfg.workload.version,
         "num_prompts": num_requests,
-        "request_rate": "inf" if cfg.load.mode == "burst" else cfg.load.rate,
-        "load_mode": cfg.load.mode,
+        "request_rate": "inf" if load_mode == "burst" else cfg.load.rate,
+        "load_mode": load_mode,
         "executor": cfg.executor,
         "decode": cfg.decode,
         "seed": cfg.seed,
@@ -156,7 +191,8 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
             "hash_algo": cfg.engine.hash_algo,
             "eviction_policy": cfg.engine.eviction_policy,
             "schedule_policy": cfg.engine.policy,
-            "reserve_full_prompt": cfg.engine.reserve_full_prompt,
+            "reserve_full_prompt": getattr(engine.scheduler.admission, "reserve_full_prompt", None),
+            "async_scheduling": getattr(engine.scheduler.admission, "async_scheduling", None),
         },
         "n_semantics": "fanout",
         "ideal_hit_rate": bounds.by_granularity.get(g),

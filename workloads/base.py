@@ -7,6 +7,7 @@ each schema in Hydra's ConfigStore as `workload/base_<family>`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -45,6 +46,9 @@ class WorkloadParams:
     family: str = ""
     version: int = 1
     seed_offset: int = 0  # added to the run seed: two workloads in one suite can differ
+    # Multi-tenant runs: > 0 gives each session (or request) the cache salt "tenant<k>", round
+    # robin in order of first appearance, so tenants never share cached KV (vLLM/SGLang cache_salt).
+    num_tenants: int = 0
 
     positive: ClassVar[tuple[str, ...]] = ()  # integers > 0
     non_negative: ClassVar[tuple[str, ...]] = ()  # integers >= 0
@@ -57,7 +61,7 @@ class WorkloadParams:
             value = getattr(self, name)
             if not _is_int(value) or value <= 0:
                 raise fail(name, "a positive integer", value)
-        for name in ("seed_offset", *self.non_negative):
+        for name in ("seed_offset", "num_tenants", *self.non_negative):
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
                 raise fail(name, "a non-negative integer", value)
@@ -146,7 +150,24 @@ def generate(
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         raise AssertionError(f"workload {params.name!r} produced duplicate request ids")
+    if params.num_tenants:
+        requests = assign_tenants(requests, params.num_tenants)
     return requests
+
+
+def assign_tenants(requests: list[Request], num_tenants: int) -> list[Request]:
+    """Salt every request with its tenant; turns of one session stay with one tenant. The ground
+    truth `shared_prefix_len` is recomputed, since tenants never share."""
+    from workloads.bounds import shared_prefix_lens
+
+    tenant_of: dict[str, str] = {}
+    salted = []
+    for req in requests:
+        key = req.session_id or req.request_id
+        salt = tenant_of.setdefault(key, f"tenant{len(tenant_of) % num_tenants}")
+        salted.append(dataclasses.replace(req, salt=salt))
+    lens = shared_prefix_lens(salted)
+    return [dataclasses.replace(r, shared_prefix_len=n) for r, n in zip(salted, lens)]
 
 
 def resolve_data_path(path: str, what: str) -> Path:
