@@ -47,6 +47,13 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"engine.{name} must be a positive integer, got {value!r}")
+        for name in ("max_prefill_tokens", "clip_max_new_tokens"):
+            _require_int(name, getattr(self, name), minimum=1)
+        for name in ("lpm_fallback_queue_len", "in_batch_check_threshold", "in_batch_deprioritize_threshold"):
+            _require_int(name, getattr(self, name), minimum=0)
+        value = self.schedule_conservativeness
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"engine.schedule_conservativeness must be a positive number, got {value!r}")
         if self.kv_capacity_tokens % self.block_size:
             raise ValueError(
                 f"engine.kv_capacity_tokens ({self.kv_capacity_tokens}) must be a multiple of "
@@ -57,3 +64,9 @@ class EngineConfig:
     def num_blocks(self) -> int:
         """Pool blocks including the reserved block 0."""
         return self.kv_capacity_tokens // self.block_size + 1
+
+
+def _require_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"engine.{name} must be {what}, got {value!r}")

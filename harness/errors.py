@@ -82,7 +82,6 @@ def check_run_config(cfg) -> None:
     reads, load, warm-up, decode, threads and device. Runs before anything is built.
     """
     cfg.engine.validate()
-    _check_engine_extras(cfg.engine)
     cfg.model.validate()
     cfg.workload.validate()
     _check_load(cfg.load)
@@ -91,19 +90,6 @@ def check_run_config(cfg) -> None:
         raise ValueError(f"decode must be one of {', '.join(DECODES)}, got {cfg.decode!r}")
     _require_int("threads", cfg.threads, minimum=1)
     _check_device(cfg.device)
-
-
-def _check_engine_extras(engine) -> None:
-    """Radix-only budgets (EngineConfig.validate covers the fields both designs read)."""
-    for name in ("max_prefill_tokens", "clip_max_new_tokens"):
-        _require_int(f"engine.{name}", getattr(engine, name), minimum=1)
-    for name in (
-        "lpm_fallback_queue_len",
-        "in_batch_check_threshold",
-        "in_batch_deprioritize_threshold",
-    ):
-        _require_int(f"engine.{name}", getattr(engine, name), minimum=0)
-    _require_number("engine.schedule_conservativeness", engine.schedule_conservativeness)
 
 
 def _check_load(load) -> None:
