@@ -78,3 +78,30 @@ def test_verification_refuses_colliding_blocks_and_keeps_true_hits():
     assert records["b"].cached_tokens == 0
     assert records["a-again"].cached_tokens == (PROMPT_LEN - 1) // BLOCK * BLOCK
     assert outputs(records) == reference
+
+
+SALT_BLIND = "test_salt_ignored"
+
+
+def _salt_ignored(obj) -> bytes:
+    """Hashes (parent, tokens) only: two tenants' identical prompts collide block by block."""
+    if isinstance(obj, tuple) and len(obj) == 3:
+        obj = obj[:2]
+    return hashlib.sha256(pickle.dumps(obj)).digest()
+
+
+if SALT_BLIND not in HASH_ALGOS:
+    register_hash_fn(SALT_BLIND, _salt_ignored)
+
+
+def test_verification_also_refuses_a_cross_tenant_collision():
+    # Equal tokens, different tenants: only the extra keys (the salt) tell the blocks apart, and
+    # the weak digest drops them. Verification compares the cached block's provenance (parent
+    # block, extra keys, tokens), so tenant t2 must not reuse tenant t1's KV.
+    rng = np.random.default_rng(11)
+    prompt = tuple(rng.integers(1, 1024, PROMPT_LEN).tolist())
+    reqs = [GenerationRequest("t1", prompt, OUTPUT_LEN, salt="t1"), GenerationRequest("t2", prompt, OUTPUT_LEN, salt="t2")]
+    leaky = by_id(make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND).run(reqs))
+    assert leaky["t2"].cached_tokens == 32  # the collision leaks across tenants without checking
+    safe = by_id(make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND, verify_tokens_on_hit=True).run(reqs))
+    assert safe["t2"].cached_tokens == 0

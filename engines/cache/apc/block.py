@@ -22,7 +22,7 @@ class KVCacheBlock:
         "prev_free_block",
         "next_free_block",
         "is_null",
-        "token_ids",
+        "provenance",
     )
 
     def __init__(self, block_id: int) -> None:
@@ -32,11 +32,12 @@ class KVCacheBlock:
         self.prev_free_block: KVCacheBlock | None = None
         self.next_free_block: KVCacheBlock | None = None
         self.is_null = False
-        self.token_ids: tuple[int, ...] | None = None  # kept only with verify_tokens_on_hit
+        # verify_tokens_on_hit only: (parent block id, extra keys, own tokens) at caching time
+        self.provenance: tuple | None = None
 
     def reset_hash(self) -> None:
         self.block_hash = None
-        self.token_ids = None
+        self.provenance = None
 
     def __repr__(self) -> str:
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hashed={self.block_hash is not None})"

@@ -127,19 +127,18 @@ class BlockPool:
         blocks: list[KVCacheBlock],
         num_cached_blocks: int,
         num_full_blocks: int,
-        token_ids: list[int] | None = None,
-        block_size: int = 0,
+        provenances: list[tuple] | None = None,
     ) -> None:
         """Give blocks[num_cached:num_full] their keys and insert them into the map.
-        `token_ids`/`block_size`: also keep each block's tokens (verify_tokens_on_hit)."""
+        `provenances`: what verify_tokens_on_hit compares on a hit, one per new block."""
         if num_cached_blocks >= num_full_blocks:
             return
         assert len(keys) >= num_full_blocks, "block hashes lag behind the blocks to cache"
         new_keys = keys[num_cached_blocks:num_full_blocks]
         new_blocks = blocks[num_cached_blocks:num_full_blocks]
-        if token_ids is not None:
-            for i in range(num_cached_blocks, num_full_blocks):
-                blocks[i].token_ids = tuple(token_ids[i * block_size : (i + 1) * block_size])
+        if provenances is not None:
+            for blk, prov in zip(new_blocks, provenances):
+                blk.provenance = prov
         cached = self.cached_block_hash_to_block
         setdefault = cached._cache.setdefault
         # Upstream's setter asserts the hash was None. Here blocks past num_cached are fresh
@@ -175,7 +174,7 @@ class BlockPool:
         blk = head.next_free_block
         for _ in range(num_blocks):
             key = blk.block_hash
-            if key is not None:  # lazy eviction; stale token_ids are harmless (read only via map)
+            if key is not None:  # lazy eviction; stale provenance is harmless (read only via map)
                 entry = entries.pop(key)
                 if entry is not blk:  # duplicates under this key: remove only this block id
                     entries[key] = entry

@@ -119,14 +119,20 @@ class KVCacheManager:
                 break
             if blk.__class__ is not KVCacheBlock:
                 blk = cache.get_one_block(key)
-            if self.verify_tokens_on_hit and not self._same_tokens(seq, blk, len(hits)):
+            if self.verify_tokens_on_hit and blk.provenance != self._provenance(seq, hits, len(hits)):
                 break
             hits.append(blk)
         return hits
 
-    def _same_tokens(self, seq: Sequence, blk: KVCacheBlock, index: int) -> bool:
+    def _provenance(self, seq: Sequence, table: list[KVCacheBlock], index: int) -> tuple:
+        """What a block at `index` of `seq` must have been cached with to be reusable: the same
+        parent block (so the same whole prefix, by induction from block 0), the same extra keys
+        (salt, LoRA) and the same tokens. A digest collision cannot pass all three."""
         bs = self.block_size
-        return blk.token_ids == tuple(seq.token_ids[index * bs : (index + 1) * bs])
+        memo = self._hashes[seq.seq_id]
+        extra = memo.extra_first if index == 0 else memo.extra_rest
+        parent = table[index - 1].block_id if index else None
+        return (parent, extra, tuple(seq.token_ids[index * bs : (index + 1) * bs]))
 
     def lookup(self, seq: Sequence, *, capped: bool = True) -> list[KVCacheBlock]:
         """Side-effect-free lookup (no stats): what get_computed_blocks would return."""
@@ -221,10 +227,12 @@ class KVCacheManager:
             return
         keys = self.block_keys(seq)
         table = self.req_to_blocks[seq.seq_id]
-        tokens = seq.token_ids if self.verify_tokens_on_hit else None
-        self.block_pool.cache_full_blocks(
-            keys, table, num_cached, num_full, tokens, self.block_size
+        provenances = (
+            [self._provenance(seq, table, i) for i in range(num_cached, num_full)]
+            if self.verify_tokens_on_hit
+            else None
         )
+        self.block_pool.cache_full_blocks(keys, table, num_cached, num_full, provenances)
         self.num_cached_block[seq.seq_id] = num_full
         if self.parent_key is not None:
             for i in range(num_cached, num_full):
