@@ -73,3 +73,7 @@ def build_engine(
     ctx = ExecutorContext(engine_config, model_config, cache, resolve_device(device), options)
     exe = EXECUTORS.get(executor)(ctx)
     return Engine(scheduler, exe, max_model_len=getattr(model_config, "max_position_embeddings", None))
+
+
+# Executors beyond `real` register themselves on import.
+import engines.simulate.executor  # noqa: E402, F401

@@ -45,12 +45,29 @@ class WarmupConfig:
 
 
 @dataclass
+class BoundsConfig:
+    """Which hit-rate references to compute from the token streams (benchmarking.md §5.3).
+
+    The ideal (unbounded) hit rate at each of `granularities`, plus the engine's own granularity
+    unless `include_engine_granularity` is false; with `capped`, LRU and Belady at the run's KV
+    capacity too. Token-granular bounds of a whole production trace need tens of GB: replays of
+    whole traces use `bounds.granularities=[512] bounds.include_engine_granularity=false
+    bounds.capped=false`. Skipped bounds are written as null.
+    """
+
+    granularities: list[int] = field(default_factory=lambda: [1, 16, 512])
+    include_engine_granularity: bool = True
+    capped: bool = True
+
+
+@dataclass
 class RunConfig:
     workload: Any = MISSING
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: ModelConfig = MISSING
     load: LoadConfig = field(default_factory=LoadConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    bounds: BoundsConfig = field(default_factory=BoundsConfig)
     hardware: Any = None  # cost model of the simulated executor
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy

@@ -165,10 +165,7 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
     stats = engine.cache.stats()
     load_mode = resolve_mode(workload_requests, cfg.load)
     g = cfg.engine.block_size
-    bounds = ideal_hit_rate(workload_requests, granularities=sorted({1, 16, g, 512}))
-    capacity_blocks = cfg.engine.kv_capacity_tokens // g
-    belady = capped_hit_rate(workload_requests, g, capacity_blocks, policy="belady").hit_rate
-    lru = capped_hit_rate(workload_requests, g, capacity_blocks, policy="lru").hit_rate
+    bounds = _bounds(cfg, workload_requests)
     return {
         "date": time.strftime("%Y%m%d-%H%M%S"),
         "backend": cfg.engine.cache,
@@ -195,11 +192,7 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
             "async_scheduling": getattr(engine.scheduler.admission, "async_scheduling", None),
         },
         "n_semantics": "fanout",
-        "ideal_hit_rate": bounds.by_granularity.get(g),
-        "theoretical_hit_rate": bounds.by_granularity.get(g),
-        "theoretical_hit_rate_capped": lru,
-        "belady_hit_rate": belady,
-        "theoretical_hit_rate_by_granularity": {str(k): v for k, v in bounds.by_granularity.items()},
+        **bounds,
         "engine_hit_rate": stats.hit_rate,
         "engine_requests": stats.requests,
         "engine_queries": stats.queries,
@@ -214,6 +207,25 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "status": status,
         "error": error,
         **warm,
+    }
+
+
+def _bounds(cfg: RunConfig, workload_requests) -> dict:
+    """Ideal, LRU-capped and Belady hit rates from the token streams (see BoundsConfig)."""
+    g = cfg.engine.block_size
+    gs = set(cfg.bounds.granularities) | ({g} if cfg.bounds.include_engine_granularity else set())
+    ideal = ideal_hit_rate(workload_requests, granularities=sorted(gs)).by_granularity if gs else {}
+    lru = belady = None
+    if cfg.bounds.capped and g in gs:
+        capacity_blocks = cfg.engine.kv_capacity_tokens // g
+        lru = capped_hit_rate(workload_requests, g, capacity_blocks, policy="lru").hit_rate
+        belady = capped_hit_rate(workload_requests, g, capacity_blocks, policy="belady").hit_rate
+    return {
+        "ideal_hit_rate": ideal.get(g),
+        "theoretical_hit_rate": ideal.get(g),
+        "theoretical_hit_rate_capped": lru,
+        "belady_hit_rate": belady,
+        "theoretical_hit_rate_by_granularity": {str(k): v for k, v in sorted(ideal.items())},
     }
 
 

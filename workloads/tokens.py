@@ -124,8 +124,17 @@ def distinct_heads(space: TokenSpace, count: int, *key: int | str) -> np.ndarray
     return picks.astype(np.int64) + space.first_workload_id
 
 
+_INTS: list[int] = []
+
+
 def as_tuple(ids: np.ndarray) -> tuple[int, ...]:
-    return tuple(ids.tolist())
+    """Token ids as a tuple of shared int objects: a whole-trace replay holds ~10^8 tokens, and one
+    fresh Python int per token would cost ~54 bytes each instead of an 8-byte pointer."""
+    values = ids.tolist()
+    top = max(values, default=-1)
+    if top >= len(_INTS):
+        _INTS.extend(range(len(_INTS), top + 1))
+    return tuple(map(_INTS.__getitem__, values))
 
 
 def warmup_requests(
