@@ -149,11 +149,30 @@ def test_lpm_orders_by_uncapped_match_with_fallback():
         assert [x.seq.seq_id for x in plan.scheduled] == expected
 
 
-def test_dfs_weight_is_rejected():
-    with pytest.raises(
-        ValueError, match=r"engine.policy=dfs-weight needs a radix tree \(engine.cache=radix\)"
-    ):
-        ApcAdmission(make(), policy="dfs-weight")
+def test_dfs_weight_orders_by_the_hash_chain_tree():
+    # SGLang's dfs-weight (radix.md §8.4) over APC's implicit tree (B = 4). Cached: X = 0..11
+    # (blocks k0 k1 k2) and Y = 100..107 (y0 y1). Waiting requests sit at their last hit block:
+    #   root ── k0 ── k1 {w1, w4} ── k2 {w2}      weight 3
+    #    │└─── y0 ── y1 {w3}                        weight 1
+    #    └ {w5}
+    # Post-order, heavier subtree first, a node's requests after its children, root last.
+    cache = ApcCache(64, 4, none_hash_seed="0")
+    d = Driver(ApcAdmission(cache, policy="dfs-weight"), StepBudget(8, 1024))
+    x, y = list(range(12)), list(range(100, 108))
+    d.waiting.extend([S("x", x), S("y", y)])
+    d.step()
+    d.waiting.extend([
+        S("w1", x[:8] + [900, 901, 902, 903]),
+        S("w2", x + [910, 911, 912, 913]),
+        S("w3", y + [920, 921, 922, 923]),
+        S("w4", x[:8] + [930, 931, 932, 933]),
+        S("w5", list(range(5000, 5012))),
+    ])
+    plan = d.step()
+    assert [item.seq.seq_id for item in plan.scheduled] == ["w2", "w1", "w4", "w3", "w5"]
+
+
+def test_unknown_policy_lists_the_valid_ones():
     with pytest.raises(ValueError, match="valid: dfs-weight, fcfs, lpm"):
         ApcAdmission(make(), policy="sjf")
 

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 
 from engines.cache.apc.cache import ApcCache
+from engines.cache.apc.dfs_weight import dfs_weight_order
 from engines.cache.base import ScheduledSeq, StepBudget, StepPlan
 from engines.registry import Registry
 from engines.sequence import SeqStatus, Sequence
@@ -45,7 +46,19 @@ def _lpm(cache: ApcCache, fallback_len: int) -> WaitingOrder:
 
 @WAITING_ORDERS.register("dfs-weight")
 def _dfs_weight(cache: ApcCache, fallback_len: int) -> WaitingOrder:
-    raise ValueError("engine.policy=dfs-weight needs a radix tree (engine.cache=radix)")
+    """SGLang's dfs-weight over the hash chains (never falls back, as upstream)."""
+
+    def hit_keys(seq: Sequence) -> list[bytes]:
+        num_hit = cache.match(seq, capped=False).num_tokens // cache.block_size
+        return cache.manager.block_keys(seq)[:num_hit]
+
+    def order(waiting: deque) -> None:
+        if len(waiting) > 1:
+            ranked = dfs_weight_order(waiting, hit_keys)
+            waiting.clear()
+            waiting.extend(ranked)
+
+    return order
 
 
 class ApcAdmission:
