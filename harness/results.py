@@ -181,7 +181,7 @@ def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
             row.setdefault(key, manifest.get(key))
         row.setdefault("seed", manifest.get("seed"))
         row.update(_flatten(manifest.get("packages") or {}, "packages."))
-        row.update(_flatten(manifest.get("config") or {}, "config."))
+        row.update(_flatten(manifest.get("config") or _hydra_config(run_dir), "config."))
         runs.append(row)
         if not requests.empty:
             tables.append(
@@ -194,6 +194,20 @@ def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs_df = pd.DataFrame(runs)
     requests_df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     return runs_df, requests_df
+
+
+def _hydra_config(run_dir: Path) -> dict:
+    """Hydra's resolved job config, for a run that failed before writing its manifest."""
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.exists():
+        return {}
+    import yaml  # PyYAML comes with hydra-core/omegaconf
+
+    try:
+        value = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _flatten(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:

@@ -1,0 +1,137 @@
+"""`python -m harness.overhead`: where the 0%-hit overhead goes, measured robustly on a busy machine.
+
+The overhead suite measures the end-to-end on/off throughput ratio on the wall clock, which on a
+shared 2-core box carries other processes' load. This tool repeats the same measured window
+(unique workload, warm-up, flush, `Engine.run`) in one process, interleaved on/off per engine, and
+records both clocks: wall time and this process's CPU time (immune to other processes' load), plus
+the scheduler's cache-bookkeeping time. One extra cProfile pass per arm attributes the run's time to
+code areas (cache package, scheduler, executor/model, torch), so an on/off difference has an address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from engines.build import build_engine
+from harness.config import RunConfig  # noqa: F401  (registers the schemas)
+from harness.errors import CONF_DIR
+from harness.load import fan_out, with_arrivals
+from harness.stats import mean_ci
+from harness.tokenspace import token_space_for
+from workloads.base import generate
+from workloads.tokens import warmup_requests
+
+ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
+# Code areas for the profile, first match wins (paths relative to the repository).
+AREAS = (
+    ("cache/apc", "engines/cache/apc/"), ("cache/radix", "engines/cache/radix/"), ("cache/base", "engines/cache/"),
+    ("scheduler", "engines/scheduler.py"), ("engine loop", "engines/engine.py"),
+    ("executor+model", "engines/"), ("torch (python)", "torch/"), ("C builtins (torch ops)", "~"),
+)  # fmt: skip
+
+
+def config(engine: str, cache_on: bool, overrides: list[str]) -> RunConfig:
+    args = ["workload=unique", f"engine={engine}", f"engine.prefix_caching={cache_on}", *overrides]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="overhead"):
+        return OmegaConf.to_object(compose(config_name="config", overrides=args))
+
+
+def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) -> dict:
+    """One measured window, as harness.runner runs it: warm up, flush, run the workload."""
+    torch.set_num_threads(cfg.threads)
+    space = token_space_for(cfg.model)
+    requests = fan_out(with_arrivals(generate(cfg.workload, seed, space), cfg.load, seed), scripted=True)
+    engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
+    warm = warmup_requests(space, seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len)
+    engine.run(fan_out(warm, scripted=True))
+    engine.records.clear()
+    assert engine.cache.reset(), "the cache refused to flush"
+    engine.scheduler.bookkeeping_ns = 0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    if profile is not None:
+        profile.enable()
+    engine.run(requests)
+    if profile is not None:
+        profile.disable()
+    wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
+    tokens = sum(len(r.prompt_ids) for r in requests) + sum(r.output_tokens for r in engine.records)
+    hit = sum(r.cached_tokens for r in engine.records)
+    return {"wall_s": wall_s, "cpu_s": cpu_s, "tokens": tokens, "cached_tokens": hit,
+            "bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6, "num_steps": engine.scheduler.num_steps}  # fmt: skip
+
+
+def area_seconds(profile: cProfile.Profile) -> dict[str, float]:
+    """Self time (tottime) per code area."""
+    out = dict.fromkeys([a for a, _ in AREAS] + ["other"], 0.0)
+    for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(profile).stats.items():
+        path = filename.replace("\\", "/")
+        area = next((a for a, key in AREAS if key in path), "other")
+        out[area] += tottime
+    return out
+
+
+def run(repeats: int, overrides: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    configs = {(e, on): config(e, on, overrides) for e, on in ARMS}
+    rows = []
+    for seed in range(repeats):  # interleaved: apc on, apc off, radix on, radix off, next seed
+        for (engine, on), cfg in configs.items():
+            rows.append({"engine": engine, "cache_on": on, "seed": seed, **measure(cfg, seed)})
+    profiles = []
+    for (engine, on), cfg in configs.items():
+        prof = cProfile.Profile()
+        m = measure(cfg, 0, prof)
+        profiles.append({"engine": engine, "cache_on": on, "wall_s": m["wall_s"], **area_seconds(prof)})
+    return pd.DataFrame(rows), pd.DataFrame(profiles)
+
+
+def ratios(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per engine and clock: mean of paired on/off throughput ratios with a 95% t-interval."""
+    out = []
+    for engine, g in runs.groupby("engine"):
+        on = g[g["cache_on"]].set_index("seed")
+        off = g[~g["cache_on"]].set_index("seed")
+        for clock in ("wall_s", "cpu_s"):
+            r = (on["tokens"] / on[clock]) / (off["tokens"] / off[clock])
+            ci = mean_ci(r.dropna().tolist())
+            out.append({"engine": engine, "clock": clock, "n_pairs": ci.n, "ratio": ci.mean, "ci_low": ci.low, "ci_high": ci.high})
+        extra_ms = (on["bookkeeping_ms"] - off["bookkeeping_ms"]) / (off["wall_s"] * 1e3)
+        out.append({"engine": engine, "clock": "bookkeeping_share_added", "n_pairs": len(extra_ms),
+                    "ratio": 1 - extra_ms.mean(), "ci_low": None, "ci_high": None})  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved seeds per arm (>= 2)")
+    parser.add_argument("--out", type=Path, default=Path("results/overhead-profile"))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=tiny workload.num_prompts=4")
+    args = parser.parse_args(argv)
+    if args.repeats < 2:
+        print("error: --repeats must be >= 2 for an interval", file=sys.stderr)
+        return 2
+    runs, profiles = run(args.repeats, args.overrides)
+    args.out.mkdir(parents=True, exist_ok=True)
+    table = ratios(runs)
+    runs.to_csv(args.out / "runs.csv", index=False)
+    profiles.to_csv(args.out / "profile.csv", index=False)
+    table.to_csv(args.out / "ratios.csv", index=False)
+    pd.set_option("display.width", 200)
+    print(table.to_string(index=False))
+    print(profiles.round(4).to_string(index=False))
+    (args.out / "overrides.json").write_text(json.dumps({"repeats": args.repeats, "overrides": args.overrides}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""`python -m harness.report [RESULTS_DIR]`: every comparison figure and summary.csv from the runs.
+
+Loads every run below RESULTS_DIR (default results/) with `harness.results.load_runs`, writes
+`RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
+0%-hit on/off ratios with their 95% t-intervals) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
+status is not `ok` are counted, never plotted; a figure whose runs are absent is skipped with one
+log line, so a partial results tree always gives a report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from harness.plots import FIGURES, Inputs, Skip
+from harness.results import load_runs
+from harness.tables import overhead_pairs, overhead_table, summary_table, tidy_runs
+
+log = logging.getLogger("harness.report")
+FIGURE_DIR = "figures"
+
+
+@dataclass
+class Report:
+    root: Path
+    runs: pd.DataFrame  # tidy runs, every status
+    requests: pd.DataFrame
+    summary: pd.DataFrame
+    overhead: pd.DataFrame
+    figures: list[str] = field(default_factory=list)  # stems written under root/figures
+    skipped: dict[str, str] = field(default_factory=dict)  # figure -> reason
+
+
+def load(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(tidy runs, requests) below root; the `figures/` folder and unreadable runs are ignored."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runs, requests = load_runs(root)
+    for w in caught:
+        log.warning("%s", w.message)
+    return tidy_runs(runs), requests
+
+
+def build_report(root: str | Path, figures: bool = True) -> Report:
+    root = Path(root)
+    runs, requests = load(root)
+    summary = summary_table(runs)
+    pairs = overhead_pairs(runs)
+    report = Report(root, runs, requests, summary, overhead_table(pairs))
+    summary.to_csv(root / "summary.csv", index=False)
+    report.overhead.to_csv(root / "overhead.csv", index=False)
+    if figures:
+        _figures(report, pairs)
+    return report
+
+
+def _figures(report: Report, pairs: pd.DataFrame) -> None:
+    ok = report.runs[report.runs["ok"]] if not report.runs.empty else report.runs
+    if "run_id" in report.requests and not ok.empty:
+        requests = report.requests[report.requests["run_id"].isin(ok["run_id"])]
+    else:
+        requests = pd.DataFrame()
+    inputs = Inputs(ok, requests, pairs, report.root / FIGURE_DIR)
+    for name, make in FIGURES.items():
+        if ok.empty:
+            report.skipped[name] = "no run with status ok"
+        else:
+            try:
+                report.figures.extend(make(inputs))
+            except Skip as exc:
+                report.skipped[name] = str(exc)
+        if name in report.skipped:
+            log.info("skipped figure %s: %s", name, report.skipped[name])
+
+
+def describe(report: Report) -> str:
+    """A short human summary: counts, files, and the overhead ratios."""
+    runs = report.runs
+    n_ok = int(runs["ok"].sum()) if not runs.empty else 0
+    lines = [f"{len(runs)} runs ({n_ok} ok, {len(runs) - n_ok} not ok) below {report.root}",
+             f"wrote {report.root / 'summary.csv'} and {len(report.figures)} figures in {report.root / FIGURE_DIR}"]  # fmt: skip
+    tput = report.overhead[report.overhead.get("metric", pd.Series(dtype=str)) == "total_token_throughput"]
+    for _, row in tput.iterrows():
+        ci = "" if pd.isna(row["ci_low"]) else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
+        lines.append(f"0%-hit throughput ratio {row['engine']} on/off: {row['ratio']:.4f}{ci} "
+                     f"({row['workload']}, {row['model']}, {row['n_pairs']} pairs)")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.splitlines()[0])
+    parser.add_argument("results_dir", nargs="?", default="results", help="folder holding run directories")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    root = Path(args.results_dir)
+    if not root.is_dir():
+        print(f"error: results directory {root} does not exist", file=sys.stderr)
+        return 2
+    print(describe(build_report(root)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

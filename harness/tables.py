@@ -1,0 +1,138 @@
+"""Tidy tables for the report: one row per run with its arm, and the per-arm summary and overhead.
+
+`tidy_runs` adds the columns every figure groups by (workload, engine, arm, capacity, ...), taken
+from the resolved config first and from summary.json otherwise, so a failed run that never wrote a
+summary body still lands in the right row of summary.csv. Arms follow benchmarking.md §1:
+
+    apc | apc-off | radix | radix-off | radix-lpm | radix-p16 | apc-b32 | ...  (or the run's label)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness.stats import mean_ci
+
+DEFAULT_GRANULARITY = {"apc": 16, "radix": 1}  # upstream defaults: vLLM block 16, SGLang page 1
+
+# Columns of summary.csv, averaged over the ok runs of a group.
+MEAN_COLUMNS = (
+    "median_ttft_ms", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms", "request_throughput",
+    "output_throughput", "total_token_throughput", "hit_rate", "ideal_hit_rate",
+    "theoretical_hit_rate_capped", "belady_hit_rate", "cache_bookkeeping_ms", "bookkeeping_share",
+    "evictions", "duration",
+)  # fmt: skip
+GROUP_COLUMNS = (
+    "workload", "arm", "engine", "cache_enabled", "policy", "granularity", "kv_capacity_tokens",
+    "model", "executor",
+)  # fmt: skip
+# Pairs of the overhead arm: same everything but cache_enabled, matched on seed.
+PAIR_COLUMNS = ("workload", "engine", "policy", "granularity", "kv_capacity_tokens", "model", "executor")
+OVERHEAD_METRICS = ("total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")
+
+
+def _coalesce(runs: pd.DataFrame, *names: str) -> pd.Series:
+    """First non-null value over the named columns (absent columns are skipped)."""
+    out = pd.Series([None] * len(runs), index=runs.index, dtype=object)
+    for name in names:
+        if name in runs.columns:
+            out = out.where(out.notna(), runs[name].astype(object))
+    return out
+
+
+def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` from load_runs plus the grouping columns, `ok` and `bookkeeping_share`."""
+    if runs.empty:
+        return runs.assign(**{c: pd.Series(dtype=object) for c in (*GROUP_COLUMNS, "ok")})
+    df = runs.copy()
+    df["workload"] = _coalesce(df, "workload", "config.workload.name").fillna("unknown")
+    df["engine"] = _coalesce(df, "config.engine.cache", "backend").fillna("unknown")
+    df["cache_enabled"] = _coalesce(df, "config.engine.prefix_caching", "cache_enabled").fillna(True).astype(bool)
+    df["policy"] = _coalesce(df, "config.engine.policy", "policy_profile.schedule_policy").fillna("fcfs")
+    df["granularity"] = pd.to_numeric(_coalesce(df, "config.engine.block_size", "block_size_or_page_size"))
+    df["kv_capacity_tokens"] = pd.to_numeric(
+        _coalesce(df, "kv_capacity_tokens", "config.engine.kv_capacity_tokens")
+    )
+    df["model"] = _coalesce(df, "config.model.name", "model_id").fillna("unknown")
+    df["executor"] = _coalesce(df, "config.executor", "executor").fillna("real")
+    df["seed"] = pd.to_numeric(_coalesce(df, "seed", "config.seed"))
+    df["hardware"] = _coalesce(df, "config.hardware.name")
+    df["sweep"] = df["run_dir"].map(lambda d: str(d).rpartition("/")[0]) if "run_dir" in df else ""
+    labels = _coalesce(df, "config.label", "label")
+    df["arm"] = [lab if isinstance(lab, str) and lab else _arm(r) for lab, (_, r) in zip(labels, df.iterrows())]
+    df["status"] = _coalesce(df, "status").fillna("unknown")
+    df["ok"] = df["status"] == "ok"
+    duration_ms = pd.to_numeric(_coalesce(df, "duration"), errors="coerce") * 1e3
+    bookkeeping = pd.to_numeric(_coalesce(df, "cache_bookkeeping_ms"), errors="coerce")
+    df["bookkeeping_share"] = bookkeeping / duration_ms.where(duration_ms > 0)
+    return df
+
+
+def _arm(row: pd.Series) -> str:
+    parts = [str(row["engine"])]
+    if not row["cache_enabled"]:
+        parts.append("off")
+    if row["policy"] != "fcfs":
+        parts.append(str(row["policy"]))
+    g = row["granularity"]
+    if pd.notna(g) and DEFAULT_GRANULARITY.get(row["engine"]) not in (None, int(g)):
+        parts.append(("p" if row["engine"] == "radix" else "b") + str(int(g)))
+    return "-".join(parts)
+
+
+def summary_table(tidy: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: run counts (all, ok, not ok) and means over the ok runs."""
+    if tidy.empty:
+        return pd.DataFrame(columns=[*GROUP_COLUMNS, "n_runs", "n_ok", "n_not_ok", *MEAN_COLUMNS])
+    rows = []
+    keys = list(GROUP_COLUMNS)
+    for key, group in tidy.groupby(keys, dropna=False, sort=True):
+        ok = group[group["ok"]]
+        row = dict(zip(keys, key))
+        row.update(n_runs=len(group), n_ok=len(ok), n_not_ok=len(group) - len(ok))
+        for col in MEAN_COLUMNS:
+            values = pd.to_numeric(ok[col], errors="coerce") if col in ok else pd.Series(dtype=float)
+            row[col] = values.mean() if values.notna().any() else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def overhead_pairs(tidy: pd.DataFrame) -> pd.DataFrame:
+    """Matched (cache on, cache off) runs of one configuration and seed, the on run at 0% hit.
+
+    One row per pair: the pair columns, sweep (parent folder), seed, and `<metric>_on`,
+    `<metric>_off`, `<metric>_ratio`. Pairs of several sweeps of one configuration pool.
+    """
+    need = {"seed", "sweep", "hit_rate", *OVERHEAD_METRICS}
+    if tidy.empty or not need <= set(tidy.columns):
+        return pd.DataFrame()
+    ok = tidy[tidy["ok"]]
+    keys = [*PAIR_COLUMNS, "sweep", "seed"]  # a pair never spans two sweeps (suite runs)
+    on = ok[ok["cache_enabled"] & (pd.to_numeric(ok["hit_rate"], errors="coerce") == 0)]
+    off = ok[~ok["cache_enabled"]]
+    cols = keys + list(OVERHEAD_METRICS)
+    # Repeats of one seed would multiply pairs; keep the first run of each (key, seed).
+    on = on[cols].drop_duplicates(keys)
+    off = off[cols].drop_duplicates(keys)
+    pairs = on.merge(off, on=keys, suffixes=("_on", "_off"))
+    for metric in OVERHEAD_METRICS:
+        pairs[f"{metric}_ratio"] = pairs[f"{metric}_on"] / pairs[f"{metric}_off"]
+    return pairs
+
+
+def overhead_table(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and metric: n pairs, mean on/off ratio and its 95% t-interval."""
+    if pairs.empty:
+        return pd.DataFrame(columns=[*PAIR_COLUMNS, "metric", "n_pairs", "ratio", "ci_low", "ci_high"])
+    rows = []
+    for key, group in pairs.groupby(list(PAIR_COLUMNS), dropna=False, sort=True):
+        for metric in OVERHEAD_METRICS:
+            ratios = group[f"{metric}_ratio"].dropna()
+            ratios = ratios[np.isfinite(ratios)]
+            if ratios.empty:
+                continue
+            ci = mean_ci(ratios.tolist())
+            rows.append({**dict(zip(PAIR_COLUMNS, key)), "metric": metric, "n_pairs": ci.n,
+                         "ratio": ci.mean, "ci_low": ci.low, "ci_high": ci.high})  # fmt: skip
+    return pd.DataFrame(rows)

@@ -1,0 +1,103 @@
+"""Synthetic run directories for the report and notebook tests (no engine, milliseconds to write).
+
+Each run is written through harness.results.RunDir exactly as the runner lays it out: summary.json
+with the fields the report reads, manifest.json with the resolved config, requests.parquet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.results import RunDir, write_failed_summary
+
+GRANULARITY = {"apc": 16, "radix": 1}
+
+
+def write_run(
+    root: Path,
+    name: str,
+    *,
+    engine: str = "apc",
+    workload: str = "unique",
+    seed: int = 0,
+    cache: bool = True,
+    policy: str = "fcfs",
+    capacity: int = 4096,
+    throughput: float = 1000.0,
+    ttfts_ms: tuple[float, ...] = (10.0, 20.0, 30.0),
+    hit_rate: float = 0.0,
+    ideal: float = 0.0,
+    belady: float = 0.0,
+    bookkeeping_ms: float = 5.0,
+    duration_s: float = 1.0,
+) -> Path:
+    g = GRANULARITY[engine]
+    config = {
+        "workload": {"name": workload},
+        "engine": {"cache": engine, "prefix_caching": cache, "policy": policy, "block_size": g,
+                   "kv_capacity_tokens": capacity},  # fmt: skip
+        "model": {"name": "tiny"},
+        "executor": "real",
+        "seed": seed,
+        "label": None,
+    }
+    summary = {
+        "status": "ok", "workload": workload, "backend": engine, "seed": seed, "cache_enabled": cache,
+        "kv_capacity_tokens": capacity, "block_size_or_page_size": g, "model_id": "tiny",
+        "completed": len(ttfts_ms), "duration": duration_s, "total_token_throughput": throughput,
+        "request_throughput": throughput / 100, "output_throughput": throughput / 10,
+        "mean_ttft_ms": sum(ttfts_ms) / len(ttfts_ms), "median_ttft_ms": sorted(ttfts_ms)[len(ttfts_ms) // 2],
+        "p99_ttft_ms": max(ttfts_ms), "mean_tpot_ms": 2.0, "hit_rate": hit_rate, "ideal_hit_rate": ideal,
+        "theoretical_hit_rate_capped": belady, "belady_hit_rate": belady,
+        "cache_bookkeeping_ms": bookkeeping_ms, "evictions": 0,
+        "policy_profile": {"schedule_policy": policy},
+    }  # fmt: skip
+    requests = pd.DataFrame(
+        {
+            "request_id": [f"r{i}" for i in range(len(ttfts_ms))],
+            "workload": workload,
+            "engine": engine,
+            "prompt_tokens": 32,
+            "cached_tokens": int(32 * hit_rate),
+            "ttft_ms": list(ttfts_ms),
+        }
+    )
+    run = RunDir(root / name)
+    run.write_requests(requests)
+    run.write_manifest({"seed": seed, "config": config})
+    run.write_summary(summary)
+    return run.path
+
+
+def write_failed(root: Path, name: str, engine: str = "apc", workload: str = "unique") -> Path:
+    """A job that failed before measuring: only a failed summary and Hydra's resolved config."""
+    path = root / name
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "config.yaml").write_text(
+        f"workload:\n  name: {workload}\nengine:\n  cache: {engine}\n  block_size: {GRANULARITY[engine]}\n"
+    )
+    write_failed_summary(path, "engine.kv_capacity_tokens too small")
+    return path
+
+
+# The overhead arm's paired ratios (on/off) the tests check against; the first pair is vLLM PR #2762
+# (8.55 req/s with APC on, 8.71 off, benchmarking.md §6).
+APC_PAIRS = ((855.0, 871.0), (990.0, 1000.0), (1010.0, 1000.0), (980.0, 1000.0), (1000.0, 1000.0))
+RADIX_PAIRS = ((995.0, 1000.0), (1005.0, 1000.0), (1000.0, 1000.0), (990.0, 1000.0), (1000.0, 1000.0))
+
+
+def write_results_tree(root: Path) -> Path:
+    """A small tree holding every figure's inputs: overhead pairs, a capacity sweep, a failure."""
+    for seed, ((apc_on, apc_off), (rx_on, rx_off)) in enumerate(zip(APC_PAIRS, RADIX_PAIRS)):
+        write_run(root, f"ov/{seed}-apc", engine="apc", seed=seed, throughput=apc_on)
+        write_run(root, f"ov/{seed}-apc_off", engine="apc", seed=seed, cache=False, throughput=apc_off)
+        write_run(root, f"ov/{seed}-radix", engine="radix", seed=seed, throughput=rx_on)
+        write_run(root, f"ov/{seed}-radix_off", engine="radix", seed=seed, cache=False, throughput=rx_off)
+    for capacity, hit in ((256, 0.2), (1024, 0.6), (4096, 0.7)):
+        for engine, policy in (("apc", "fcfs"), ("radix", "fcfs"), ("radix", "lpm")):
+            write_run(root, f"cap/{capacity}-{engine}-{policy}", engine=engine, policy=policy, workload="system_prompt",
+                      capacity=capacity, hit_rate=hit, ideal=0.75, belady=hit + 0.05, ttfts_ms=(5.0, 8.0, 40.0))  # fmt: skip
+    write_failed(root, "cap/bad-apc", engine="apc", workload="system_prompt")
+    return root

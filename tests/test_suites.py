@@ -1,0 +1,129 @@
+"""Experiment suites (conf/suite/*.yaml): they compose, sweep what they claim, and run end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+import harness.config  # noqa: F401  (registers the schemas)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+SUITES = sorted(p.stem for p in (CONF / "suite").glob("*.yaml"))
+
+
+def compose_suite(name: str, overrides: tuple[str, ...] = ()):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
+        return compose(config_name="config", overrides=[f"+suite={name}", *overrides], return_hydra_config=True)
+
+
+def jobs(cfg) -> list[list[str]]:
+    """The job list the basic sweeper builds from the suite's sweeper params, in launch order."""
+    params = [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]
+    overrides = OverridesParser.create().parse_overrides(params)
+    (batch,) = BasicSweeper.split_arguments(overrides, None)
+    return batch
+
+
+def test_suite_names():
+    assert {"main", "capacity", "overhead", "trace"} <= set(SUITES)
+    for name in SUITES:
+        if name.endswith("_smoke"):
+            assert name.removesuffix("_smoke") in SUITES
+    assert "trace_sim" in SUITES
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_suite_composes_as_a_multirun(name):
+    cfg = compose_suite(name)
+    assert cfg.hydra.mode == RunMode.MULTIRUN
+    assert cfg.hydra.sweep.dir.startswith(f"results/suite-{name}/")
+    batch = jobs(cfg)
+    assert len(batch) >= 2
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
+        distinct = {tuple(o for o in job if not o.startswith("seed=")) for job in batch}
+        for job in sorted(distinct):  # every job of the sweep composes and is a valid RunConfig
+            OmegaConf.to_object(compose(config_name="config", overrides=[f"+suite={name}", *job]))
+
+
+def test_main_covers_every_non_trace_workload_and_three_arms():
+    batch = jobs(compose_suite("main"))
+    workloads = {o.split("=")[1] for job in batch for o in job if o.startswith("workload=")}
+    all_workloads = {p.stem for p in (CONF / "workload").glob("*.yaml")}
+    assert workloads == {w for w in all_workloads if not w.startswith("mooncake")}
+    assert [o for o in batch[0] + batch[1] + batch[2] if o.startswith("+suite/arm=")] == [
+        "+suite/arm=apc", "+suite/arm=radix", "+suite/arm=radix_lpm"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
+        lpm = compose(config_name="config", overrides=["+suite=main", "+suite/arm=radix_lpm"])
+    assert (lpm.engine.cache, lpm.engine.policy, lpm.engine.block_size) == ("radix", "lpm", 1)
+
+
+def test_overhead_interleaves_on_off_with_at_least_five_seeds():
+    cfg = compose_suite("overhead")
+    assert cfg.workload.name == "unique"
+    batch = jobs(cfg)
+    arms = [next(o for o in job if o.startswith("+suite/arm=")).split("=")[1] for job in batch]
+    seeds = [int(next(o for o in job if o.startswith("seed=")).split("=")[1]) for job in batch]
+    assert len(set(seeds)) >= 5
+    assert arms[:8] == ["apc", "apc_off", "radix", "radix_off"] * 2  # on, off, on, off, ...
+    assert seeds[:8] == [0, 0, 0, 0, 1, 1, 1, 1]  # each seed's on/off pair runs back to back
+
+
+def test_capacity_and_trace_sweep_capacity():
+    capacities = {o for job in jobs(compose_suite("capacity")) for o in job if "kv_capacity_tokens" in o}
+    assert len(capacities) >= 4
+    parts = {o for job in jobs(compose_suite("trace")) for o in job if o.startswith("+suite/trace_part=")}
+    assert parts == {"+suite/trace_part=real_small", "+suite/trace_part=real_large"}
+    sim = {o for job in jobs(compose_suite("trace_sim")) for o in job if o.startswith("+suite/trace_part=")}
+    assert sim == {"+suite/trace_part=sim_small", "+suite/trace_part=sim_large"}
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
+        whole = compose(config_name="config", overrides=["+suite=trace_sim", "+suite/trace_part=sim_large"])
+    assert (whole.executor, whole.workload.max_requests, whole.hardware.name) == ("simulated", None, "cpu_measured")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
+        real = compose(config_name="config", overrides=["+suite=trace", "+suite/trace_part=real_small"])
+    assert (real.workload.name, real.workload.max_requests, real.executor) == ("mooncake_conversation", 4, "real")
+
+
+def run_suite(name: str, out: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "scripts/run_suite.py", name, "--out", str(out)]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_overhead_smoke_end_to_end_with_report(tmp_path):
+    proc = run_suite("overhead_smoke", tmp_path / "sweep")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((tmp_path / "sweep" / "suite.json").read_text())
+    assert (record["num_runs"], record["num_ok"]) == (8, 8)
+    runs = sorted(p.name for p in (tmp_path / "sweep").iterdir() if (p / "summary.json").exists())
+    assert runs == ["0-apc-seed0", "1-apc_off-seed0", "2-radix-seed0", "3-radix_off-seed0",
+                    "4-apc-seed1", "5-apc_off-seed1", "6-radix-seed1", "7-radix_off-seed1"]  # fmt: skip
+    overhead = pd.read_csv(tmp_path / "sweep" / "overhead.csv")
+    tput = overhead[overhead["metric"] == "total_token_throughput"]
+    assert sorted(tput["engine"]) == ["apc", "radix"] and set(tput["n_pairs"]) == {2}
+    assert (tmp_path / "sweep" / "figures" / "overhead.png").exists()
+    summary = pd.read_csv(tmp_path / "sweep" / "summary.csv")
+    assert set(summary["arm"]) == {"apc", "apc-off", "radix", "radix-off"} and summary["n_not_ok"].sum() == 0
+
+
+@pytest.mark.slow
+def test_capacity_smoke_end_to_end_with_report(tmp_path):
+    proc = run_suite("capacity_smoke", tmp_path / "sweep")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "sweep" / "summary.csv")
+    assert sorted(summary["kv_capacity_tokens"].unique()) == [64, 256] and summary["n_ok"].sum() == 4
+    # 2 groups x 3 prompts, 48-token system prompt: with room for everything both engines reach
+    # their ideal; at 64 tokens the second group evicts the first.
+    big = summary[summary["kv_capacity_tokens"] == 256]
+    assert (big["hit_rate"] > summary[summary["kv_capacity_tokens"] == 64]["hit_rate"].max() - 1e-9).all()
+    assert (tmp_path / "sweep" / "figures" / "capacity_system_prompt_tiny_real.png").exists()
