@@ -58,6 +58,9 @@ class BoundsConfig:
     granularities: list[int] = field(default_factory=lambda: [1, 16, 512])
     include_engine_granularity: bool = True
     capped: bool = True
+    # Above this many prompt tokens (a whole Mooncake trace holds ~1.5e8), granularities below
+    # 16 are skipped and recorded in `bounds_skipped`: they would need tens of GB.
+    max_fine_prompt_tokens: int = 20_000_000
 
 
 @dataclass

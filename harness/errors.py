@@ -147,7 +147,8 @@ def preflight(argv: list[str]) -> str | None:
     if any(a in SKIP_FLAGS for a in argv):
         return None
     argv = [a for a in argv if not a.startswith("hydra.") and not a.startswith("hydra/")]
-    if any(a in SWEEP_FLAGS for a in argv):
+    # A suite is a multirun by configuration (hydra.mode: MULTIRUN), even without -m.
+    if any(a in SWEEP_FLAGS or a.lstrip("+").startswith("suite=") for a in argv):
         return _sweep_problem([a for a in argv if a not in SWEEP_FLAGS])
     return _group_problem(argv) or _compose_problem(argv, check=True)
 

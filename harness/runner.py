@@ -214,6 +214,9 @@ def _bounds(cfg: RunConfig, workload_requests) -> dict:
     """Ideal, LRU-capped and Belady hit rates from the token streams (see BoundsConfig)."""
     g = cfg.engine.block_size
     gs = set(cfg.bounds.granularities) | ({g} if cfg.bounds.include_engine_granularity else set())
+    prompt_tokens = sum(len(r.prompt_ids) * r.n for r in workload_requests)
+    skipped = sorted(x for x in gs if x < 16) if prompt_tokens > cfg.bounds.max_fine_prompt_tokens else []
+    gs -= set(skipped)
     ideal = ideal_hit_rate(workload_requests, granularities=sorted(gs)).by_granularity if gs else {}
     lru = belady = None
     if cfg.bounds.capped and g in gs:
@@ -226,6 +229,7 @@ def _bounds(cfg: RunConfig, workload_requests) -> dict:
         "theoretical_hit_rate_capped": lru,
         "belady_hit_rate": belady,
         "theoretical_hit_rate_by_granularity": {str(k): v for k, v in sorted(ideal.items())},
+        "bounds_skipped": skipped,
     }
 
 
