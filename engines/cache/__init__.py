@@ -4,6 +4,8 @@
 each implementation registers itself when its module is imported (done below).
 """
 
+import engines.cache.apc  # noqa: F401,E402
+import engines.cache.radix  # noqa: F401,E402
 from engines.cache.base import (  # noqa: F401
     CACHES,
     Admission,
@@ -17,5 +19,3 @@ from engines.cache.base import (  # noqa: F401
     StepPlan,
     build_cache,
 )
-import engines.cache.apc  # noqa: F401,E402
-import engines.cache.radix  # noqa: F401,E402

@@ -105,30 +105,23 @@ class FreeKVCacheBlockQueue:
     def append_n(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Link `blocks` at the tail, keeping their order."""
         tail = self.fake_free_list_tail
-        prev = tail.prev_free_block
-        count = 0
-        for blk in blocks:
-            prev.next_free_block = blk
-            blk.prev_free_block = prev
-            prev = blk
-            count += 1
-        prev.next_free_block = tail
-        tail.prev_free_block = prev
-        self.num_free_blocks += count
+        self._splice(tail.prev_free_block, tail, blocks)
 
     def prepend_n(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Link `blocks` at the head, keeping their order (the first becomes the new head)."""
         head = self.fake_free_list_head
-        first = head.next_free_block
-        prev = head
+        self._splice(head, head.next_free_block, blocks)
+
+    def _splice(self, prev: KVCacheBlock, nxt: KVCacheBlock, blocks: Iterable[KVCacheBlock]) -> None:
+        """Link `blocks`, in order, between the adjacent nodes `prev` and `nxt`."""
         count = 0
         for blk in blocks:
             prev.next_free_block = blk
             blk.prev_free_block = prev
             prev = blk
             count += 1
-        prev.next_free_block = first
-        first.prev_free_block = prev
+        prev.next_free_block = nxt
+        nxt.prev_free_block = prev
         self.num_free_blocks += count
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:

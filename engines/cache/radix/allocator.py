@@ -18,7 +18,25 @@ import numpy as np
 from engines.cache.base import CacheIntegrityError
 
 
-class TokenToKVPoolAllocator:
+class _FreeGroup:
+    """Batched frees (upstream free_group_begin/end): frees between the two calls are collected
+    and released together at the end."""
+
+    _group: list[int] | None
+
+    def free(self, free_index: Sequence[int]) -> None:
+        raise NotImplementedError
+
+    def free_group_begin(self) -> None:
+        self._group = []
+
+    def free_group_end(self) -> None:
+        group, self._group = self._group, None
+        if group:
+            self.free(group)
+
+
+class TokenToKVPoolAllocator(_FreeGroup):
     """Page-1 allocator: token-granular slots."""
 
     page_size = 1
@@ -68,20 +86,12 @@ class TokenToKVPoolAllocator:
         """Free a tree value or a row segment (page 1: the same as `free`)."""
         self.free(free_index)
 
-    def free_group_begin(self) -> None:
-        self._group = []
-
-    def free_group_end(self) -> None:
-        group, self._group = self._group, None
-        if group:
-            self.free(group)
-
     def free_slots(self) -> list[int]:
         """Every free slot id (integrity checks)."""
         return self._free[self._head :]
 
 
-class PagedTokenToKVPoolAllocator:
+class PagedTokenToKVPoolAllocator(_FreeGroup):
     """Page-P allocator: hands out whole pages, frees whole pages."""
 
     def __init__(self, size: int, page_size: int) -> None:
@@ -181,14 +191,6 @@ class PagedTokenToKVPoolAllocator:
                 raise CacheIntegrityError(f"double free or invalid page {page}")
             flags[page] = 1
         self._free.extendleft(reversed(pages))  # prepend as a block, order kept
-
-    def free_group_begin(self) -> None:
-        self._group = []
-
-    def free_group_end(self) -> None:
-        group, self._group = self._group, None
-        if group:
-            self.free(group)
 
     def free_slots(self) -> list[int]:
         return self._expand(list(self._free))
