@@ -173,7 +173,9 @@ def hit_rate(inp: Inputs) -> list[str]:
 @figure("capacity")
 def capacity(inp: Inputs) -> list[str]:
     written = []
-    for (workload, model, executor), runs in inp.runs.groupby(["workload", "model", "executor"], sort=True):
+    # Runs of a hardware preset have their own figure (plots_sim.trace_capacity), one per preset.
+    generic = inp.runs[inp.runs["hardware"].isna()] if "hardware" in inp.runs else inp.runs
+    for (workload, model, executor), runs in generic.groupby(["workload", "model", "executor"], sort=True):
         runs = runs[runs["cache_enabled"]]
         if runs["kv_capacity_tokens"].nunique() < 2:
             continue

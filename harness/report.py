@@ -2,7 +2,8 @@
 
 Loads every run below RESULTS_DIR (default results/) with `harness.results.load_runs`, writes
 `RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
-0%-hit on/off ratios with their 95% t-intervals) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
+0%-hit on/off ratios with their 95% t-intervals), `projected_overhead.csv` (simulated 0%-hit
+bookkeeping / duration per hardware preset) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
 status is not `ok` are counted, never plotted; a figure whose runs are absent is skipped with one
 log line, so a partial results tree always gives a report.
 """
@@ -18,9 +19,16 @@ from pathlib import Path
 
 import pandas as pd
 
+import harness.plots_sim  # noqa: F401  (registers the simulated-executor figures)
 from harness.plots import FIGURES, Inputs, Skip
 from harness.results import load_runs
-from harness.tables import overhead_pairs, overhead_table, summary_table, tidy_runs
+from harness.tables import (
+    overhead_pairs,
+    overhead_table,
+    projected_overhead_table,
+    summary_table,
+    tidy_runs,
+)
 
 log = logging.getLogger("harness.report")
 FIGURE_DIR = "figures"
@@ -33,6 +41,7 @@ class Report:
     requests: pd.DataFrame
     summary: pd.DataFrame
     overhead: pd.DataFrame
+    projected: pd.DataFrame = field(default_factory=pd.DataFrame)  # projected_overhead.csv
     figures: list[str] = field(default_factory=list)  # stems written under root/figures
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> reason
 
@@ -52,9 +61,10 @@ def build_report(root: str | Path, figures: bool = True) -> Report:
     runs, requests = load(root)
     summary = summary_table(runs)
     pairs = overhead_pairs(runs)
-    report = Report(root, runs, requests, summary, overhead_table(pairs))
+    report = Report(root, runs, requests, summary, overhead_table(pairs), projected_overhead_table(runs))
     summary.to_csv(root / "summary.csv", index=False)
     report.overhead.to_csv(root / "overhead.csv", index=False)
+    report.projected.to_csv(root / "projected_overhead.csv", index=False)
     if figures:
         _figures(report, pairs)
     return report
@@ -90,6 +100,9 @@ def describe(report: Report) -> str:
         ci = "" if pd.isna(row["ci_low"]) else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
         lines.append(f"0%-hit throughput ratio {row['engine']} on/off: {row['ratio']:.4f}{ci} "
                      f"({row['workload']}, {row['model']}, {row['n_pairs']} pairs)")  # fmt: skip
+    for _, row in report.projected.iterrows():
+        lines.append(f"projected 0%-hit overhead {row['engine']} on {row['hardware']}: "
+                     f"{row['overhead_share'] * 100:.3f}% of {row['duration_s']:.2f} s ({row['n_runs']} runs)")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -32,6 +32,10 @@ def write_run(
     belady: float = 0.0,
     bookkeeping_ms: float = 5.0,
     duration_s: float = 1.0,
+    executor: str = "real",
+    hardware: str | None = None,
+    slowdown: float = 1.0,
+    completed: int | None = None,
 ) -> Path:
     g = GRANULARITY[engine]
     config = {
@@ -39,14 +43,16 @@ def write_run(
         "engine": {"cache": engine, "prefix_caching": cache, "policy": policy, "block_size": g,
                    "kv_capacity_tokens": capacity},  # fmt: skip
         "model": {"name": "tiny"},
-        "executor": "real",
+        "executor": executor,
+        "hardware": None if hardware is None else {"name": hardware, "kind": "roofline"},
+        "load": {"mode": "auto", "slowdown": slowdown},
         "seed": seed,
         "label": None,
     }
     summary = {
         "status": "ok", "workload": workload, "backend": engine, "seed": seed, "cache_enabled": cache,
         "kv_capacity_tokens": capacity, "block_size_or_page_size": g, "model_id": "tiny",
-        "completed": len(ttfts_ms), "duration": duration_s, "total_token_throughput": throughput,
+        "completed": completed or len(ttfts_ms), "duration": duration_s, "total_token_throughput": throughput,
         "request_throughput": throughput / 100, "output_throughput": throughput / 10,
         "mean_ttft_ms": sum(ttfts_ms) / len(ttfts_ms), "median_ttft_ms": sorted(ttfts_ms)[len(ttfts_ms) // 2],
         "p99_ttft_ms": max(ttfts_ms), "mean_tpot_ms": 2.0, "hit_rate": hit_rate, "ideal_hit_rate": ideal,
@@ -100,4 +106,35 @@ def write_results_tree(root: Path) -> Path:
             write_run(root, f"cap/{capacity}-{engine}-{policy}", engine=engine, policy=policy, workload="system_prompt",
                       capacity=capacity, hit_rate=hit, ideal=0.75, belady=hit + 0.05, ttfts_ms=(5.0, 8.0, 40.0))  # fmt: skip
     write_failed(root, "cap/bad-apc", engine="apc", workload="system_prompt")
+    return root
+
+
+# Simulated runs: a whole-trace capacity sweep on one preset, and 0%-hit unique runs on two presets
+# (bookkeeping on / off in ms, virtual duration in s) whose shares the tests compute by hand.
+TRACE_HW = "h100_llama3_70b_fp8"
+TRACE_POINTS = {  # capacity -> engine -> (hit rate, TTFT ms: p50 via the middle value, p99 = max)
+    447488: {"apc": (0.05, (1e3, 8e3, 9e4)), "radix": (0.06, (9e2, 7e3, 8e4))},
+    1791488: {"apc": (0.08, (8e2, 5e3, 6e4)), "radix": (0.09, (7e2, 4e3, 5e4))},
+    7167488: {"apc": (0.26, (5e2, 2e3, 3e4)), "radix": (0.27, (4e2, 1e3, 2e4))},
+}
+UNIQUE_SIM = {  # (hardware, engine) -> per seed (bookkeeping on ms, bookkeeping off ms, duration s)
+    ("h100_llama3_8b_bf16", "apc"): ((30.0, 5.0, 2.5), (34.0, 6.0, 2.5)),
+    ("h100_llama3_8b_bf16", "radix"): ((40.0, 4.0, 2.5), (44.0, 4.0, 2.5)),
+    ("h200_llama3_70b_fp8", "apc"): ((30.0, 5.0, 10.0), (34.0, 6.0, 10.0)),
+    ("h200_llama3_70b_fp8", "radix"): ((40.0, 4.0, 10.0), (44.0, 4.0, 10.0)),
+}
+
+
+def write_sim_tree(root: Path) -> Path:
+    """A trace capacity sweep on TRACE_HW (slowdown 8) and UNIQUE_SIM's on/off runs."""
+    for capacity, engines in TRACE_POINTS.items():
+        for engine, (hit, ttfts) in engines.items():
+            write_run(root, f"trace/{capacity}-{engine}", engine=engine, workload="mooncake_conversation",
+                      capacity=capacity, hit_rate=hit, ttfts_ms=ttfts, executor="simulated",
+                      hardware=TRACE_HW, slowdown=8.0, completed=12031)  # fmt: skip
+    for (hardware, engine), seeds in UNIQUE_SIM.items():
+        for seed, (on_ms, off_ms, duration_s) in enumerate(seeds):
+            for cache, ms in ((True, on_ms), (False, off_ms)):
+                write_run(root, f"ov_sim/{hardware}-{engine}-{cache}-{seed}", engine=engine, seed=seed, cache=cache,
+                          bookkeeping_ms=ms, duration_s=duration_s, executor="simulated", hardware=hardware)  # fmt: skip
     return root

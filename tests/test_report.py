@@ -9,9 +9,20 @@ import statistics
 import pandas as pd
 import pytest
 
-from harness.report import FIGURE_DIR, build_report, main
+from harness.plots_sim import capacity_points
+from harness.report import FIGURE_DIR, build_report, describe, main
 from harness.stats import mean_ci, t_quantile_975
-from tests.report_support import APC_PAIRS, RADIX_PAIRS, write_failed, write_results_tree, write_run
+from tests.report_support import (
+    APC_PAIRS,
+    RADIX_PAIRS,
+    TRACE_HW,
+    TRACE_POINTS,
+    UNIQUE_SIM,
+    write_failed,
+    write_results_tree,
+    write_run,
+    write_sim_tree,
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +86,8 @@ def test_every_figure_written_as_png_and_svg(report):
     figures = report.root / FIGURE_DIR
     expected = {"ttft_cdf_unique", "ttft_cdf_system_prompt", "latency_throughput", "hit_rate",
                 "capacity_system_prompt_tiny_real", "overhead", "bookkeeping"}  # fmt: skip
-    assert set(report.figures) == expected and report.skipped == {}
+    assert set(report.figures) == expected
+    assert set(report.skipped) == {"trace_capacity", "projected_overhead"}  # no simulated runs here
     for stem in expected:
         assert (figures / f"{stem}.png").stat().st_size > 1000
         assert (figures / f"{stem}.svg").read_text().lstrip().startswith("<?xml")
@@ -132,3 +144,62 @@ def test_pairs_stay_within_a_sweep_and_pool_across_sweeps(tmp_path):
     table = build_report(tmp_path, figures=False).overhead
     row = table[table["metric"] == "total_token_throughput"].iloc[0]
     assert row["n_pairs"] == 2 and row["ratio"] == pytest.approx((0.99 + 1.01) / 2)
+
+
+@pytest.fixture(scope="module")
+def sim_report(tmp_path_factory):
+    return build_report(write_sim_tree(tmp_path_factory.mktemp("sim")))
+
+
+def test_trace_capacity_points_and_figure(sim_report):
+    points = capacity_points(sim_report.runs[sim_report.runs["ok"]]).set_index(["arm", "kv_capacity_tokens"])
+    assert len(points) == 6 and set(points["hardware"]) == {TRACE_HW}
+    for capacity, engines in TRACE_POINTS.items():
+        for engine, (hit, ttfts) in engines.items():
+            row = points.loc[(engine, capacity)]
+            assert row["hit_rate"] == pytest.approx(hit)
+            assert (row["median_ttft_ms"], row["p99_ttft_ms"]) == (pytest.approx(ttfts[1]), pytest.approx(ttfts[2]))
+    stem = f"trace_capacity_mooncake_conversation_{TRACE_HW}"
+    assert stem in sim_report.figures
+    # The generic capacity figure leaves preset runs to this one (one figure per preset).
+    assert not any(f.startswith("capacity_") for f in sim_report.figures)
+    svg = (sim_report.root / FIGURE_DIR / f"{stem}.svg").read_text()
+    for needle in (f"on {TRACE_HW}", "12,031 requests", "TTFT p50 / p99 against KV capacity", "TTFT (s, virtual)",
+                   "apc (block 16, fcfs) p50", "radix p99", f"hardware {TRACE_HW}", "trace timestamps x 8x",
+                   "KV capacity 447,488, 1,791,488, 7,167,488 tokens"):  # fmt: skip
+        assert needle in svg, needle
+
+
+def test_projected_overhead_table_subtracts_cache_off(sim_report):
+    csv = pd.read_csv(sim_report.root / "projected_overhead.csv").set_index(["hardware", "engine"])
+    assert set(csv.index) == set(UNIQUE_SIM)
+    for key, seeds in UNIQUE_SIM.items():
+        net = [(on - off) / (dur * 1e3) for on, off, dur in seeds]
+        row = csv.loc[key]
+        assert (row["n_runs"], row["n_off_pairs"]) == (2, 2)
+        assert row["overhead_share"] == pytest.approx(statistics.mean(net))
+        assert row["gross_share"] == pytest.approx(statistics.mean(on / (dur * 1e3) for on, _, dur in seeds))
+        half = 12.706 * statistics.stdev(net) / math.sqrt(2)
+        assert (row["ci_low"], row["ci_high"]) == (pytest.approx(statistics.mean(net) - half),
+                                                   pytest.approx(statistics.mean(net) + half))  # fmt: skip
+        assert row["claim_share"] == 0.01
+    # h100 8B apc: (30 - 5) ms of a 2.5 s run and (34 - 6) of 2.5 s: 1.0% and 1.12%.
+    assert csv.loc[("h100_llama3_8b_bf16", "apc"), "overhead_share"] == pytest.approx((0.010 + 0.0112) / 2)
+    assert "projected_overhead" in sim_report.figures
+    svg = (sim_report.root / FIGURE_DIR / "projected_overhead.svg").read_text()
+    for needle in ("1% (vLLM V1: &lt; 1% at a 0% hit)", "h200_llama3_70b_fp8", "cache bookkeeping / run duration (%)",
+                   "Projected 0%-hit overhead per hardware preset"):  # fmt: skip
+        assert needle in svg, needle
+    assert "projected 0%-hit overhead radix on h200_llama3_70b_fp8" in describe(sim_report)
+    # Their virtual throughput is blind to bookkeeping: no wall-clock on/off ratio from them.
+    assert sim_report.overhead.empty and "overhead" in sim_report.skipped
+
+
+def test_projected_overhead_without_cache_off_is_gross(tmp_path):
+    write_run(tmp_path, "on", engine="radix", bookkeeping_ms=12.0, duration_s=3.0, executor="simulated",
+              hardware="h200_llama3_8b_bf16")  # fmt: skip
+    write_run(tmp_path, "real", engine="radix", bookkeeping_ms=12.0)  # real executor: not projected
+    row = build_report(tmp_path, figures=False).projected.iloc[0]
+    assert (row["hardware"], row["n_runs"], row["n_off_pairs"]) == ("h200_llama3_8b_bf16", 1, 0)
+    assert row["overhead_share"] == row["gross_share"] == pytest.approx(12.0 / 3000.0)
+    assert pd.isna(row["ci_low"])
