@@ -140,6 +140,8 @@ def latency_throughput(inp: Inputs) -> list[str]:
     for ax, (column, label) in zip(axes.flat, panels):
         _grouped_bars(ax, runs, column)
         ax.set(ylabel=label, title=label)
+        if "ttft" in column:  # workloads span milliseconds to minutes
+            ax.set_yscale("log")
         ax.grid(axis="y", alpha=0.3)
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("Latency and throughput by workload and arm (mean over seeds, 95% t-interval)")
