@@ -8,7 +8,6 @@ tokens, a flush that must succeed, then the measured window from an empty cache.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sys
@@ -145,6 +144,7 @@ def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
     if not flushed:
         raise CacheIntegrityError("the cache refused to flush after warm-up: a request still holds KV")
     engine.scheduler.bookkeeping_ns = 0
+    engine.scheduler.num_steps = 0
     info["cache_flushed"] = flushed
     return info
 
@@ -178,6 +178,7 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "request_rate": "inf" if load_mode == "burst" else cfg.load.rate,
         "load_mode": load_mode,
         "executor": cfg.executor,
+        "hardware": getattr(cfg.hardware, "name", None),
         "decode": cfg.decode,
         "seed": cfg.seed,
         "cache_enabled": cfg.engine.prefix_caching,
@@ -231,7 +232,3 @@ def _bounds(cfg: RunConfig, workload_requests) -> dict:
         "theoretical_hit_rate_by_granularity": {str(k): v for k, v in sorted(ideal.items())},
         "bounds_skipped": skipped,
     }
-
-
-def config_fields(obj) -> dict:
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)
