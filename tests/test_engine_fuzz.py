@@ -77,7 +77,7 @@ def reference(cache: str, requests, block_size: int) -> dict[str, tuple[int, ...
     pool=pressure,
     block_size=st.sampled_from([4, 16]),
     free_order=st.sampled_from(["v024", "classic"]),
-    policy=st.sampled_from(["fcfs", "lpm"]),
+    policy=st.sampled_from(["fcfs", "lpm", "dfs-weight"]),
 )
 def test_apc_random_streams(stream, pool, block_size, free_order, policy):
     requests = build_requests(stream)
@@ -96,7 +96,7 @@ def test_apc_random_streams(stream, pool, block_size, free_order, policy):
     pool=pressure,
     page_size=st.sampled_from([1, 4]),
     eviction_policy=st.sampled_from(["lru", "lfu"]),
-    policy=st.sampled_from(["fcfs", "lpm"]),
+    policy=st.sampled_from(["fcfs", "lpm", "dfs-weight"]),
 )
 def test_radix_random_streams(stream, pool, page_size, eviction_policy, policy):
     requests = build_requests(stream)
