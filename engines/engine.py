@@ -78,7 +78,6 @@ class Engine:
                 heapq.heappush(ready, (req.arrival_s, order, req.request_id))
         order_of = {r.request_id: i for i, r in enumerate(requests)}
         timelines: dict[str, _Timeline] = {}
-        seqs: dict[str, tuple[Sequence, GenerationRequest]] = {}
         sched = self.scheduler
         idle_steps = 0
         while ready or sched.has_work:
@@ -86,10 +85,8 @@ class Engine:
             while ready and ready[0][0] <= now:
                 t_s, _, rid = heapq.heappop(ready)
                 req = by_id[rid]
-                seq = _sequence(req)
-                seqs[rid] = (seq, req)
                 timelines[rid] = _Timeline(arrival_s=t_s)
-                sched.add(seq)
+                sched.add(_sequence(req))
             if not sched.has_work:
                 self.clock.wait_until(ready[0][0])
                 continue
@@ -117,7 +114,8 @@ class Engine:
                 if item.seq.seq_id in tokens:
                     tl.token_times_s.append(end)
             for seq in sched.complete(plan, tokens):
-                record = _record(seq, seqs[seq.seq_id][1], timelines[seq.seq_id])
+                # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
+                record = _record(seq, by_id[seq.seq_id], timelines.pop(seq.seq_id))
                 self.records.append(record)
                 if on_finish is not None:
                     on_finish(record)
