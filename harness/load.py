@@ -87,7 +87,6 @@ def fan_out(requests: list[Request], scripted: bool) -> list[GenerationRequest]:
 
 
 def _script(req: Request, index: int) -> tuple[int, ...] | None:
-    samples = getattr(req, "sample_output_ids", ())
-    if samples:
-        return tuple(samples[index])
+    if req.sample_output_ids:
+        return tuple(req.sample_output_ids[index])
     return tuple(req.output_ids) if req.output_ids is not None else None
