@@ -26,7 +26,6 @@ SKIP_FLAGS = ("--help", "-h", "--cfg", "-c", "--info", "--hydra-help", "--shell-
 BAD_INPUT = (
     ValueError,
     FileNotFoundError,
-    KeyError,
     CapacityError,
     UnknownNameError,
     OmegaConfBaseException,
