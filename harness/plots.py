@@ -192,11 +192,7 @@ def capacity(inp: Inputs) -> list[str]:
         ax_hit.set(xscale="log", xlabel="KV capacity (tokens)", ylabel="hit rate (%)", ylim=(0, 105), title="Hit rate against capacity")
         ax_ttft.set(xscale="log", xlabel="KV capacity (tokens)", ylabel="TTFT (ms)", title="TTFT against capacity")
         caps = sorted(runs["kv_capacity_tokens"].dropna().unique())
-        for ax in (ax_hit, ax_ttft):
-            ax.set_xticks(caps, [f"{int(c):,}" for c in caps], fontsize=7, rotation=30)
-            ax.minorticks_off()
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
+        capacity_axes((ax_hit, ax_ttft), caps, legend_size=6)
         fig.suptitle(f"Capacity sweep: {workload}")
         fig.tight_layout()
         footnote(fig, runs)
@@ -204,6 +200,15 @@ def capacity(inp: Inputs) -> list[str]:
     if not written:
         raise Skip("no workload was run at two or more KV capacities")
     return written
+
+
+def capacity_axes(axes, caps, legend_size: int) -> None:
+    """KV capacity on x: one labelled tick per measured capacity, no minor ticks, grid, legend."""
+    for ax in axes:
+        ax.set_xticks(caps, [f"{int(c):,}" for c in caps], fontsize=7, rotation=30)
+        ax.minorticks_off()
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=legend_size)
 
 
 @figure("overhead")

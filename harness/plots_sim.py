@@ -10,9 +10,9 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+from matplotlib.ticker import FuncFormatter, LogLocator
 
-from harness.plots import Inputs, Skip, arm_label, figure, footnote, save
+from harness.plots import Inputs, Skip, arm_label, capacity_axes, figure, footnote, save
 from harness.tables import VLLM_OVERHEAD_CLAIM, projected_overhead_table
 
 
@@ -63,12 +63,7 @@ def trace_capacity(inp: Inputs) -> list[str]:
         ax_hit.set(xscale="log", xlabel="KV capacity (tokens)", ylabel="prompt tokens served from cache (%)",
                    title="Hit rate against KV capacity")  # fmt: skip
         caps = sorted(group["kv_capacity_tokens"].dropna().unique())
-        for ax in (ax_ttft, ax_hit):
-            ax.set_xticks(caps, [f"{int(c):,}" for c in caps], fontsize=7, rotation=30)
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.yaxis.set_minor_locator(NullLocator())
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+        capacity_axes((ax_ttft, ax_hit), caps, legend_size=7)
         completed = int(pd.to_numeric(group["completed"], errors="coerce").max())
         fig.suptitle(f"Whole-trace replay: {workload} ({completed:,} requests) on {hardware}")
         fig.tight_layout()
