@@ -38,7 +38,7 @@ from harness.metrics import (
 from harness.results import RunDir
 from harness.tokenspace import token_space_for
 from workloads.base import generate
-from workloads.bounds import capped_hit_rate, ideal_hit_rate
+from workloads.bounds import run_bounds
 from workloads.tokens import warmup_requests
 
 
@@ -218,12 +218,10 @@ def _bounds(cfg: RunConfig, workload_requests) -> dict:
     prompt_tokens = sum(len(r.prompt_ids) * r.n for r in workload_requests)
     skipped = sorted(x for x in gs if x < 16) if prompt_tokens > cfg.bounds.max_fine_prompt_tokens else []
     gs -= set(skipped)
-    ideal = ideal_hit_rate(workload_requests, granularities=sorted(gs)).by_granularity if gs else {}
-    lru = belady = None
-    if cfg.bounds.capped and g in gs:
-        capacity_blocks = cfg.engine.kv_capacity_tokens // g
-        lru = capped_hit_rate(workload_requests, g, capacity_blocks, policy="lru").hit_rate
-        belady = capped_hit_rate(workload_requests, g, capacity_blocks, policy="belady").hit_rate
+    capped_g = g if cfg.bounds.capped and g in gs else None
+    capacity_blocks = cfg.engine.kv_capacity_tokens // g
+    found = run_bounds(workload_requests, sorted(gs), capped_g, capacity_blocks)
+    ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
     return {
         "ideal_hit_rate": ideal.get(g),
         "theoretical_hit_rate": ideal.get(g),

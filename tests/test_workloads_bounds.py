@@ -7,7 +7,14 @@ import pytest
 
 from tests.workload_util import SPACE, params
 from workloads.base import generate
-from workloads.bounds import Replay, capped_hit_rate, ideal_hit_rate, shared_prefix_lens, simulate
+from workloads.bounds import (
+    Replay,
+    capped_hit_rate,
+    ideal_hit_rate,
+    run_bounds,
+    shared_prefix_lens,
+    simulate,
+)
 from workloads.registry import UnknownNameError
 
 
@@ -188,3 +195,15 @@ def test_bad_arguments():
         simulate(reqs, 16, [4], policy="opt")
     with pytest.raises(ValueError, match="granularities must be positive integers"):
         ideal_hit_rate(reqs, (0,))
+
+
+@pytest.mark.parametrize("family", ["multiturn", "rag"])
+def test_run_bounds_equals_the_separate_references(family):
+    # One hashing pass for everything a run reports gives the same numbers as separate calls.
+    requests = generate(params(family), 0, SPACE)
+    both = run_bounds(requests, [1, 16], capped_granularity=16, capacity_blocks=6)
+    assert both.ideal == ideal_hit_rate(requests, [1, 16]).by_granularity
+    for policy in ("lru", "belady"):
+        assert both.capped[policy] == capped_hit_rate(requests, 16, 6, policy=policy).hit_rate
+    assert run_bounds(requests, []) == run_bounds(requests, [], None)
+    assert run_bounds(requests, [16]).capped == {}

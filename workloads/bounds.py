@@ -225,6 +225,39 @@ def ideal_hit_rate(
     return IdealHitRates({g: b.hit_rate for g, b in bounds.items()}, bounds)
 
 
+@dataclass(frozen=True)
+class RunBounds:
+    ideal: dict[int, float]  # g -> unbounded-cache token hit rate
+    capped: dict[str, float]  # policy -> hit rate at the capacity, at `capped_granularity`
+
+
+def run_bounds(
+    source: Sequence[Request] | Iterable[Replay],
+    granularities: Sequence[int],
+    capped_granularity: int | None = None,
+    capacity_blocks: int | None = None,
+    policies: Sequence[str] = ("lru", "belady"),
+    accounting: str = "engine",
+) -> RunBounds:
+    """Every reference a run reports, hashing the token streams once: the ideal at each of
+    `granularities`, and each of `policies` at `capacity_blocks` blocks of `capped_granularity`
+    tokens (which must be one of `granularities`; None skips the capped references)."""
+    gs = sorted(set(granularities))
+    if any(not isinstance(g, int) or g <= 0 for g in gs):
+        raise ValueError(f"granularities must be positive integers, got {list(granularities)}")
+    if not gs:
+        return RunBounds({}, {})
+    items = _items(source, gs, accounting)
+    ideal = {g: _run(items[g], g, "unbounded", None, accounting).hit_rate for g in gs}
+    capped = {}
+    if capped_granularity is not None:
+        capped = {
+            p: _run(items[capped_granularity], capped_granularity, p, capacity_blocks, accounting).hit_rate
+            for p in policies
+        }
+    return RunBounds(ideal, capped)
+
+
 def capped_hit_rate(
     source: Sequence[Request] | Iterable[Replay],
     granularity: int,
