@@ -164,9 +164,20 @@ class ApcAdmission:
         waiting.appendleft(seq)
 
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
-        """Release finished sequences. Decode blocks need nothing here: the async one-step delay
-        is applied at the next allocation through the known-token cap."""
+        """Release finished sequences. Running decode blocks need nothing here: the async
+        one-step delay is applied at the next allocation through the known-token cap.
+
+        A finished request is the exception. Its last scheduled token (the second-to-last
+        sampled one) may complete a block that the known-token cap held back; vLLM's
+        `Scheduler.update_from_output` (0.33) catches up with `cache_blocks(request,
+        num_computed_tokens - num_in_flight_tokens)` before it checks the stop condition and
+        frees, so that block is cached first, then the table is freed. Only a block that the
+        final sampled token alone would complete stays uncached (that token is never scheduled).
+        In sync mode the block was cached at allocation and the catch-up is a no-op.
+        """
         for seq in finished:
             self._known_tokens.pop(seq.seq_id, None)
             self._computed_at_preemption.pop(seq.seq_id, None)
+            if self.async_scheduling:
+                self.manager.catch_up_cached_blocks(seq)
             self.cache.release(seq, finished=True)
