@@ -15,9 +15,9 @@ from engines.cache.radix.allocator import (
 def test_token_allocator_takes_from_the_front_and_appends_frees():
     alloc = TokenToKVPoolAllocator(6)
     first = alloc.alloc(3)
-    assert first == [1, 2, 3] and alloc.available_size() == 3
+    assert first.tolist() == [1, 2, 3] and alloc.available_size() == 3
     alloc.free([2, 1])
-    assert alloc.alloc(5) == [4, 5, 6, 2, 1]  # freed slots queue behind the untouched ones
+    assert alloc.alloc(5).tolist() == [4, 5, 6, 2, 1]  # freed slots queue behind the untouched ones
     assert alloc.available_size() == 0 and alloc.alloc(1) is None
 
 
@@ -45,7 +45,7 @@ def test_token_allocator_free_group_frees_once_at_the_end():
 def test_paged_alloc_hands_out_whole_pages_from_the_front():
     alloc = PagedTokenToKVPoolAllocator(16, 4)
     assert alloc.available_size() == 16
-    assert alloc.alloc(8) == [4, 5, 6, 7, 8, 9, 10, 11]
+    assert alloc.alloc(8).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
     with pytest.raises(ValueError):
         alloc.alloc(3)
     assert alloc.alloc(12) is None
@@ -56,7 +56,7 @@ def test_paged_free_prepends_unique_pages_in_ascending_order():
     alloc.alloc(16)
     alloc.free([9, 8, 15, 13])  # pages 2 and 3
     alloc.free([4])  # page 1, freed last: reused first
-    assert alloc.alloc(12) == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    assert alloc.alloc(12).tolist() == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
 
 
 def test_paged_free_segment_frees_every_pth_slot_in_row_order():
@@ -88,8 +88,8 @@ def test_alloc_extend_fills_the_partial_page_then_new_pages():
     alloc = PagedTokenToKVPoolAllocator(32, 4)
     row = alloc.alloc(4)[:2]  # a request holding positions 0-1 in page 1
     parts = alloc.alloc_extend([2, 0], [9, 3], [row[-1], None])
-    assert parts[0] == [6, 7, 8, 9, 10, 11, 12]  # part 1: 6, 7; part 2: page 2; part 3: page 3
-    assert parts[1] == [16, 17, 18]  # the next request's pages follow
+    assert parts[0].tolist() == [6, 7, 8, 9, 10, 11, 12]  # part 1: 6, 7; part 2: page 2; part 3: page 3
+    assert parts[1].tolist() == [16, 17, 18]  # the next request's pages follow
     assert alloc.available_size() == 32 - 16
     assert alloc.alloc_extend([0], [100], [None]) is None
 

@@ -9,6 +9,7 @@ from radix_support import RecordingAllocator
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.key import RadixKey as K
+from engines.cache.radix.key import pack
 from engines.cache.radix.policies import EVICTION_POLICIES, make_eviction_policy
 from engines.cache.radix.tree import UnifiedRadixTree
 from engines.registry import UnknownNameError
@@ -46,10 +47,10 @@ def test_key_limit_slicing_and_alignment():
     ("key", "page_size", "expected"),
     [
         (K([7, 8, 9]), 1, 7),
-        (K([7, 8, 9]), 2, (7, 8)),
+        (K([7, 8, 9]), 2, pack([7, 8])),
         (K([7, 8], extra_key="lora"), 1, ("lora", 7)),
         (K([7, 8], cache_salt="s"), 1, ((None, "s"), 7)),
-        (K([7, 8], extra_key="x", cache_salt="s"), 2, (("x", "s"), (7, 8))),
+        (K([7, 8], extra_key="x", cache_salt="s"), 2, (("x", "s"), pack([7, 8]))),
     ],
 )
 def test_child_keys(key, page_size, expected):
@@ -71,12 +72,12 @@ def test_split_copies_fields_and_values():
     leaf = node_at(tree, [1, 2, 3, 4])
     tree.inc_lock_ref(leaf)
     upper = tree.match_prefix(K([1, 2, 9])).last_device_node
-    assert upper.key.ids() == [1, 2] and upper.value == [10, 11]
+    assert upper.key.ids() == [1, 2] and upper.value.tolist() == [10, 11]
     assert (upper.lock_ref, upper.priority, upper.hit_count) == (1, 5, 1)
     assert upper.creation_time == leaf.creation_time
-    assert leaf.key.ids() == [3, 4] and leaf.value == [12, 13] and leaf.parent is upper
-    upper.value.append(99)  # a copy, not a view of the remainder's list
-    assert leaf.value == [12, 13]
+    assert leaf.key.ids() == [3, 4] and leaf.value.tolist() == [12, 13] and leaf.parent is upper
+    upper.value[:] = 99  # disjoint from the remainder's slots
+    assert leaf.value.tolist() == [12, 13]
 
 
 def test_split_during_match_leaves_remainder_older_than_upper():
@@ -104,7 +105,7 @@ def test_insert_without_values_uses_token_ids_and_frees_nothing():
     tree.insert(K([5, 6, 7]))
     tree.insert(K([5, 6, 8]))
     assert alloc.freed == []
-    assert tree.path_device_indices(node_at(tree, [5, 6, 8])) == [5, 6, 8]
+    assert tree.path_device_indices(node_at(tree, [5, 6, 8])).tolist() == [5, 6, 8]
 
 
 def test_insert_frees_only_duplicates_at_or_beyond_prev_prefix_len():
@@ -113,7 +114,7 @@ def test_insert_frees_only_duplicates_at_or_beyond_prev_prefix_len():
     tree.insert(K([1, 2, 3, 4]), [10, 11, 12, 13])
     result = tree.insert(K([1, 2, 3, 4, 5]), [10, 11, 22, 23, 24], prev_prefix_len=2)
     assert result.prefix_len == 4 and alloc.freed == [22, 23]
-    assert result.last_device_node.value == [24]
+    assert result.last_device_node.value.tolist() == [24]
 
 
 def test_insert_touches_root_and_raises_its_priority():
@@ -231,5 +232,5 @@ def test_reset_gives_a_fresh_root():
     tree.inc_lock_ref(node_at(tree, [1, 2]))
     tree.reset()
     root = tree.root_node
-    assert root.lock_ref == 1 and not root.children and root.value == []
+    assert root.lock_ref == 1 and not root.children and len(root.value) == 0
     assert (tree.evictable_size(), tree.protected_size(), len(tree.evictable_leaves)) == (0, 0, 0)

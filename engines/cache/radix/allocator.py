@@ -18,13 +18,21 @@ import numpy as np
 from engines.cache.base import CacheIntegrityError
 
 
+SLOT_DTYPE = np.int32  # slot ids travel as int32 arrays: allocator, tree values, request rows
+
+
+def as_slots(index: Sequence[int] | np.ndarray) -> np.ndarray:
+    """`index` as an int32 array (no copy when it already is one)."""
+    return np.asarray(index, dtype=SLOT_DTYPE)
+
+
 class _FreeGroup:
     """Batched frees (upstream free_group_begin/end): frees between the two calls are collected
     and released together at the end."""
 
-    _group: list[int] | None
+    _group: list | None
 
-    def free(self, free_index: Sequence[int]) -> None:
+    def free(self, free_index: Sequence[int] | np.ndarray) -> None:
         raise NotImplementedError
 
     def free_group_begin(self) -> None:
@@ -33,11 +41,18 @@ class _FreeGroup:
     def free_group_end(self) -> None:
         group, self._group = self._group, None
         if group:
-            self.free(group)
+            self.free(np.concatenate([as_slots(g) for g in group]))
 
 
 class TokenToKVPoolAllocator(_FreeGroup):
-    """Page-1 allocator: token-granular slots."""
+    """Page-1 allocator: token-granular slots.
+
+    The FIFO free list is the live window `_buf[_head:_tail]` of an int32 buffer twice the pool's
+    size: alloc takes a slice at the head, free copies at the tail, and the window moves back to
+    the front only when the tail reaches the end (amortised O(1) per slot, no Python objects per
+    slot). `_unfreeable` marks free slots and the dummy slot 0, so the double-free check is one
+    vectorised gather.
+    """
 
     page_size = 1
 
@@ -46,49 +61,52 @@ class TokenToKVPoolAllocator(_FreeGroup):
         self.clear()
 
     def clear(self) -> None:
-        # FIFO free list as a Python list with a moving head: alloc is one slice, free one extend
-        # (a per-slot deque loop dominated radix bookkeeping on whole-trace replays).
-        self._free: list[int] = list(range(1, self.size + 1))
-        self._head = 0
-        self._is_free = np.ones(self.size + 1, dtype=bool)
-        self._is_free[0] = False  # slot 0 is the dummy, never handed out
-        self._group: list[int] | None = None
+        self._buf = np.empty(2 * self.size + 2, dtype=SLOT_DTYPE)
+        self._buf[: self.size] = np.arange(1, self.size + 1, dtype=SLOT_DTYPE)
+        self._head, self._tail = 0, self.size
+        self._unfreeable = np.ones(self.size + 1, dtype=bool)  # free, or slot 0 (the dummy)
+        self._group: list | None = None
 
     def available_size(self) -> int:
-        return len(self._free) - self._head
+        return self._tail - self._head
 
-    def alloc(self, need_size: int) -> list[int] | None:
-        if need_size > self.available_size():
-            return None
+    def alloc(self, need_size: int) -> np.ndarray | None:
+        """The first need_size free slots (a fresh int32 array), or None if fewer are free."""
         head = self._head
-        out = self._free[head : head + need_size]
+        if need_size > self._tail - head:
+            return None
+        out = self._buf[head : head + need_size].copy()
         self._head = head + need_size
-        if self._head > 4096 and 2 * self._head > len(self._free):
-            del self._free[: self._head]
-            self._head = 0
-        self._is_free[out] = False
+        self._unfreeable[out] = False
         return out
 
-    def free(self, free_index: Sequence[int]) -> None:
+    def free(self, free_index: Sequence[int] | np.ndarray) -> None:
         if len(free_index) == 0:
             return
         if self._group is not None:
-            self._group.extend(free_index)
+            self._group.append(as_slots(free_index))
             return
-        slots = np.asarray(free_index, dtype=np.int64)
-        if slots.min() <= 0 or self._is_free[slots].any():
-            bad = next(int(s) for s in slots if s <= 0 or self._is_free[s])
+        slots = as_slots(free_index)
+        flags = self._unfreeable
+        if flags[slots].any() or slots.min() < 0:
+            bad = next(int(s) for s in slots if s <= 0 or s > self.size or flags[s])
             raise CacheIntegrityError(f"double free or invalid slot {bad}")
-        self._is_free[slots] = True
-        self._free.extend(slots.tolist())
+        flags[slots] = True
+        n, tail = len(slots), self._tail
+        if tail + n > len(self._buf):  # move the live window to the front
+            live = tail - self._head
+            self._buf[:live] = self._buf[self._head : tail]
+            self._head, tail = 0, live
+        self._buf[tail : tail + n] = slots
+        self._tail = tail + n
 
-    def free_segment(self, free_index: Sequence[int], start_pos: int = 0) -> None:
+    def free_segment(self, free_index: Sequence[int] | np.ndarray, start_pos: int = 0) -> None:
         """Free a tree value or a row segment (page 1: the same as `free`)."""
         self.free(free_index)
 
     def free_slots(self) -> list[int]:
-        """Every free slot id (integrity checks)."""
-        return self._free[self._head :]
+        """Every free slot id, in allocation order (integrity checks)."""
+        return self._buf[self._head : self._tail].tolist()
 
 
 class PagedTokenToKVPoolAllocator(_FreeGroup):
@@ -117,11 +135,12 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
             flags[page] = 0
         return pages
 
-    def _expand(self, pages: list[int]) -> list[int]:
+    def _expand(self, pages: list[int]) -> np.ndarray:
         p = self.page_size
-        return [page * p + off for page in pages for off in range(p)]
+        first = np.asarray(pages, dtype=SLOT_DTYPE) * p
+        return (first[:, None] + np.arange(p, dtype=SLOT_DTYPE)).ravel()
 
-    def alloc(self, need_size: int) -> list[int] | None:
+    def alloc(self, need_size: int) -> np.ndarray | None:
         if need_size % self.page_size:
             raise ValueError(f"paged alloc of {need_size} tokens is not page-aligned")
         num_pages = need_size // self.page_size
@@ -131,7 +150,7 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
 
     def alloc_extend(
         self, prefix_lens: Sequence[int], seq_lens: Sequence[int], last_locs: Sequence[int | None]
-    ) -> list[list[int]] | None:
+    ) -> list[np.ndarray] | None:
         """Slots for positions [prefix_len, seq_len) of each request, in request order.
 
             prefix_len            seq_len
@@ -148,9 +167,8 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         out = []
         for pre, s, last, n in zip(prefix_lens, seq_lens, last_locs, num_new):
             head = min(s, -(-pre // p) * p) - pre  # tokens that still fit the current page
-            slots = [last + 1 + i for i in range(head)] if head else []
-            slots.extend(self._expand(self._take_pages(n))[: s - pre - head])
-            out.append(slots)
+            rest = self._expand(self._take_pages(n))[: s - pre - head]
+            out.append(np.concatenate((np.arange(last + 1, last + 1 + head, dtype=SLOT_DTYPE), rest)) if head else rest)
         return out
 
     def alloc_decode(self, seq_lens: Sequence[int], last_locs: Sequence[int]) -> list[int] | None:
@@ -164,25 +182,26 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
             for fresh, last in zip(needs_page, last_locs)
         ]
 
-    def free(self, free_index: Sequence[int]) -> None:
-        if not free_index:
+    def free(self, free_index: Sequence[int] | np.ndarray) -> None:
+        if len(free_index) == 0:
             return
         if self._group is not None:
-            self._group.extend(free_index)
+            self._group.append(as_slots(free_index))
             return
-        self._free_pages(sorted({slot // self.page_size for slot in free_index}))
+        self._free_pages(np.unique(as_slots(free_index) // self.page_size).tolist())
 
-    def free_segment(self, free_index: Sequence[int], start_pos: int = 0) -> None:
+    def free_segment(self, free_index: Sequence[int] | np.ndarray, start_pos: int = 0) -> None:
         """Free a segment that starts on a page boundary: the page of every P-th slot, row order."""
         p = self.page_size
+        slots = as_slots(free_index)
         first = (-start_pos) % p
-        picks = list(free_index[first::p])
-        if first and free_index:
-            picks.insert(0, free_index[0])
+        picks = slots[first::p]
+        if first and len(slots):
+            picks = np.concatenate((slots[:1], picks))
         if self._group is not None:
-            self._group.extend(picks)
+            self._group.append(picks)
             return
-        self._free_pages([slot // p for slot in picks])
+        self._free_pages((picks // p).tolist())
 
     def _free_pages(self, pages: list[int]) -> None:
         flags = self._is_free
@@ -193,7 +212,67 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         self._free.extendleft(reversed(pages))  # prepend as a block, order kept
 
     def free_slots(self) -> list[int]:
-        return self._expand(list(self._free))
+        return self._expand(list(self._free)).tolist()
+
+
+class SlotRow:
+    """One `req_to_token` row: the slot of every position a request holds KV for, in a growable
+    int32 buffer. List-like (len, append, extend, int and slice reads and writes); slice reads
+    are views of the buffer, so callers that keep them must copy (the tree does)."""
+
+    __slots__ = ("_buf", "_len")
+
+    def __init__(self) -> None:
+        self._buf = np.empty(16, dtype=SLOT_DTYPE)
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _reserve(self, size: int) -> None:
+        if size > len(self._buf):
+            grown = np.empty(max(size, 2 * len(self._buf)), dtype=SLOT_DTYPE)
+            grown[: self._len] = self._buf[: self._len]
+            self._buf = grown
+
+    def __getitem__(self, index: int | slice) -> int | np.ndarray:
+        if isinstance(index, slice):
+            return self._buf[: self._len][index]
+        return int(self._buf[: self._len][index])
+
+    def __setitem__(self, index: slice, values: Sequence[int] | np.ndarray) -> None:
+        """`row[:] = v` replaces the whole row; `row[a:b] = v` overwrites existing positions."""
+        if index == slice(None):
+            self._len = 0
+            self.extend(values)
+            return
+        start, stop, step = index.indices(self._len)
+        if step != 1 or max(stop - start, 0) != len(values):
+            raise ValueError(f"row write {index} of {len(values)} slots changes the row's length")
+        self._buf[start:stop] = values
+
+    def append(self, slot: int) -> None:
+        self._reserve(self._len + 1)
+        self._buf[self._len] = slot
+        self._len += 1
+
+    def extend(self, slots: Sequence[int] | np.ndarray) -> None:
+        n = len(slots)
+        self._reserve(self._len + n)
+        self._buf[self._len : self._len + n] = slots
+        self._len += n
+
+    def tolist(self) -> list[int]:
+        return self._buf[: self._len].tolist()
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, SlotRow)) else NotImplemented
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __repr__(self) -> str:
+        return f"SlotRow({self.tolist()})"
 
 
 class ReqToTokenPool:
@@ -205,7 +284,7 @@ class ReqToTokenPool:
 
     def clear(self) -> None:
         self.free_rows = list(range(1, self.size + 1))
-        self.rows: list[list[int] | None] = [None] * (self.size + 1)
+        self.rows: list[SlotRow | None] = [None] * (self.size + 1)
 
     def available_size(self) -> int:
         return len(self.free_rows)
@@ -215,7 +294,7 @@ class ReqToTokenPool:
         if not self.free_rows:
             return None
         row = self.free_rows.pop()
-        self.rows[row] = []
+        self.rows[row] = SlotRow()
         return row
 
     def free(self, row: int) -> None:

@@ -165,7 +165,7 @@ def checkpoint(cache: RadixCache, st: ReqKV, seq: Sequence, up_to: int) -> None:
         )
     last = result.last_device_node
     protected = st.cache_protected_len
-    row[protected:n] = tree.path_device_indices(last)[protected:n]
+    row[protected:n] = tree.path_device_suffix(last, protected)
     if st.lock is not None:
         tree.unlock(st.lock)
     st.lock = tree.lock(last)

@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
+import numpy as np
+
 from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
-from engines.cache.radix.key import RadixKey, make_child_key
+from engines.cache.radix.key import TOKEN_BYTES, RadixKey, make_child_key, namespace_of, unpack
 from engines.cache.radix.leaves import EvictableLeaves
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.policies import LRU, EvictionPolicy
@@ -23,7 +25,8 @@ from engines.cache.radix.policies import LRU, EvictionPolicy
 ANCESTOR_STAMP_STEP = (
     1e-5  # §2.1: parent of the stamped node gets t - 1e-5, grandparent t - 2e-5, ...
 )
-_CHUNK = 64  # tokens compared per slice when looking for the first mismatch
+_SLOT = np.int32  # slot ids, as the allocator hands them out
+_NO_SLOTS = np.empty(0, dtype=_SLOT)
 
 
 class MatchResult(NamedTuple):
@@ -89,16 +92,22 @@ class UnifiedRadixTree:
             yield node
             stack.extend(node.children.values())
 
-    def path_device_indices(self, node: TreeNode) -> list[int]:
+    def path_device_indices(self, node: TreeNode) -> np.ndarray:
         """Slot ids of the path root -> node, in token order."""
+        return self.path_device_suffix(node, 0)
+
+    def path_device_suffix(self, node: TreeNode, start: int) -> np.ndarray:
+        """Slot ids of positions [start, node.depth) of the path root -> node: only the nodes that
+        end beyond `start` are visited, so a checkpoint pays for its new tokens, not the context."""
         parts = []
-        while node.parent is not None:
-            parts.append(node.value)
+        while node.parent is not None and node.depth > start:
+            begin = node.depth - len(node.value)
+            parts.append(node.value if begin >= start else node.value[start - begin :])
             node = node.parent
-        out: list[int] = []
-        for part in reversed(parts):
-            out.extend(part)
-        return out
+        if not parts:
+            return _NO_SLOTS
+        parts.reverse()
+        return np.concatenate(parts)
 
     # --------------------------------------------------------------- matching
     def match_prefix(self, key: RadixKey) -> MatchResult:
@@ -106,11 +115,10 @@ class UnifiedRadixTree:
         root = self.root_node
         if self.disable or len(key) == 0:
             return MatchResult(0, root)
-        ids = key.token_ids
         n = len(key) // self.page_size * self.page_size
         if n == 0:
             return MatchResult(0, root)
-        pos, node = self._walk(ids, n, key.namespace)
+        pos, node = self._walk(key, n)
         self._stamp_path(node)
         return MatchResult(pos, node)
 
@@ -118,53 +126,56 @@ class UnifiedRadixTree:
         """The match walk (splits and stamps included) without a result (§8.8)."""
         self.match_prefix(key)
 
-    def _walk(self, ids: list[int], n: int, namespace: object) -> tuple[int, TreeNode]:
+    def _walk(self, key: RadixKey, n: int) -> tuple[int, TreeNode]:
+        """Follow whole edges while they equal the key (one memcmp each); split the first edge
+        that matches only partly."""
+        ids, packed, namespace = key.token_ids, key.packed(), key.namespace
         node, pos, p = self.root_node, 0, self.page_size
         plain = p == 1 and namespace is None
+        end = n * TOKEN_BYTES
         while pos < n:
-            child = node.children.get(ids[pos] if plain else make_child_key(ids, pos, p, namespace))
+            child = node.children.get(
+                ids[pos] if plain else make_child_key(ids, packed, pos, p, namespace)
+            )
             if child is None:
                 break
-            edge = child.key.token_ids
-            m = self._common_len(edge, ids, pos, n)
-            if m < len(edge):
-                return pos + m, self._split(child, m)
-            pos += m
-            node = child
+            if packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
+                pos += len(child.value)
+                node = child
+                continue
+            m = self._common_len(child.tokens, packed, pos, n)
+            return pos + m, self._split(child, m)
         return pos, node
 
-    def _common_len(self, edge: list[int], ids: list[int], pos: int, n: int) -> int:
-        """Length of the common prefix of edge and ids[pos:n], in whole pages."""
-        m = min(len(edge), n - pos)
-        if edge[:m] == ids[pos : pos + m]:
-            i = m
-        else:
-            i = 0
-            while i + _CHUNK <= m and edge[i : i + _CHUNK] == ids[pos + i : pos + i + _CHUNK]:
-                i += _CHUNK
-            while i < m and edge[i] == ids[pos + i]:
-                i += 1
+    def _common_len(self, edge: bytes, packed: bytes, pos: int, n: int) -> int:
+        """Length of the common prefix of an edge and key tokens [pos, n), in whole pages."""
+        m = min(len(edge) // TOKEN_BYTES, n - pos)
+        a = np.frombuffer(edge, dtype=np.int32, count=m)
+        b = np.frombuffer(packed, dtype=np.int32, count=m, offset=pos * TOKEN_BYTES)
+        differ = np.flatnonzero(a != b)
+        i = int(differ[0]) if len(differ) else m
         return i // self.page_size * self.page_size
 
     def _stamp_path(self, node: TreeNode) -> None:
-        """Fresh stamp t on node, t - k * 1e-5 on its k-th ancestor, root included (§2.1)."""
+        """Fresh stamp t on node, t - k * 1e-5 on its k-th ancestor, root included (§2.1).
+
+        Only the first node can be an evictable leaf: every ancestor has a child on the path."""
         t = self.clock()
-        k = 0
+        node.last_access_time = t
+        if node.in_leaf_set:
+            self.leaves.push(node)
+        node = node.parent
+        k = 1
         while node is not None:
             node.last_access_time = t - k * ANCESTOR_STAMP_STEP
-            if node.in_leaf_set:
-                self.leaves.push(node)
             node = node.parent
             k += 1
 
     def _split(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut child after split_len tokens; the new upper node takes child's place (§2.2)."""
-        key = child.key
+        cut = split_len * TOKEN_BYTES
         upper = TreeNode(
-            RadixKey(key.token_ids[:split_len], key.extra_key, key.cache_salt),
-            child.value[:split_len],
-            child.parent,
-            child.child_key,
+            child.tokens[:cut], child.key_extra, child.value[:split_len], child.parent, child.child_key
         )
         upper.last_access_time = self.clock()
         upper.creation_time = child.creation_time  # unified tree: both halves keep the original's
@@ -174,10 +185,13 @@ class UnifiedRadixTree:
         upper.depth = child.depth - (len(child.value) - split_len)
         upper.high_water = child.high_water
         child.parent.children[child.child_key] = upper
-        child.key = RadixKey(key.token_ids[split_len:], key.extra_key, key.cache_salt)
+        child.tokens = child.tokens[cut:]
         child.value = child.value[split_len:]
         child.parent = upper
-        child.child_key = make_child_key(child.key.token_ids, 0, self.page_size, key.namespace)
+        first = unpack(child.tokens[: self.page_size * TOKEN_BYTES])
+        child.child_key = make_child_key(
+            first, child.tokens, 0, self.page_size, namespace_of(*child.key_extra)
+        )
         upper.children[child.child_key] = child
         child.last_access_time = self.clock()  # re-stamped although not accessed
         if child.in_leaf_set:
@@ -188,7 +202,7 @@ class UnifiedRadixTree:
     def insert(
         self,
         key: RadixKey,
-        value: list[int] | None = None,
+        value: np.ndarray | list[int] | None = None,
         priority: int = 0,
         inserted_len: int = 0,
         prev_prefix_len: int = 0,
@@ -202,25 +216,27 @@ class UnifiedRadixTree:
         if self.disable:
             return InsertResult(0, root)
         simulated = value is None or self.allocator is None
-        ids = key.token_ids
+        ids, packed, namespace = key.token_ids, key.packed(), key.namespace
         n = len(key) // self.page_size * self.page_size
-        if value is None:
-            value = ids
+        value = np.frombuffer(packed, dtype=np.int32) if value is None else np.asarray(value, _SLOT)
         root.last_access_time = self.clock()
         root.priority = max(root.priority, priority)
-        namespace = key.namespace
         node, pos, p = root, 0, self.page_size
         plain = p == 1 and namespace is None
+        end = n * TOKEN_BYTES
         while pos < n:
-            child = node.children.get(ids[pos] if plain else make_child_key(ids, pos, p, namespace))
+            child = node.children.get(
+                ids[pos] if plain else make_child_key(ids, packed, pos, p, namespace)
+            )
             if child is None:
                 break
-            m = self._common_len(child.key.token_ids, ids, pos, n)
-            if m < len(child.value):
-                child = self._split(child, m)
-            else:
+            if packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
+                pos += len(child.value)
                 child.last_access_time = self.clock()
-            pos += m
+            else:
+                m = self._common_len(child.tokens, packed, pos, n)
+                child = self._split(child, m)
+                pos += m
             child.priority = max(child.priority, priority)
             if pos > inserted_len:
                 child.hit_count += 1
@@ -234,10 +250,11 @@ class UnifiedRadixTree:
         if pos == n:
             return InsertResult(prefix_len, node)
         leaf = TreeNode(
-            RadixKey(ids[pos:n], key.extra_key, key.cache_salt),
-            list(value[pos:n]),
+            packed[pos * TOKEN_BYTES : end],
+            key.extras,
+            value[pos:n].copy(),
             node,
-            make_child_key(ids, pos, p, namespace),
+            make_child_key(ids, packed, pos, p, namespace),
         )
         leaf.last_access_time = self.clock()
         leaf.creation_time = self.clock()
