@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 
 from engines.cache.base import CacheIntegrityError
@@ -21,14 +23,33 @@ def test_token_allocator_takes_from_the_front_and_appends_frees():
     assert alloc.available_size() == 0 and alloc.alloc(1) is None
 
 
-def test_token_allocator_refuses_double_frees_and_slot_zero():
-    alloc = TokenToKVPoolAllocator(4)
+def test_token_allocator_refuses_double_frees_and_slot_zero_in_debug_mode():
+    alloc = TokenToKVPoolAllocator(4, debug=True)
     slots = alloc.alloc(2)
     alloc.free(slots)
     with pytest.raises(CacheIntegrityError):
         alloc.free([slots[0]])
     with pytest.raises(CacheIntegrityError):
         alloc.free([0])
+
+
+def test_token_allocator_refuses_a_free_that_would_overflow_the_pool():
+    alloc = TokenToKVPoolAllocator(4)
+    slots = alloc.alloc(2)
+    alloc.free(slots[:1])  # 3 free
+    with pytest.raises(CacheIntegrityError, match="double free"):
+        alloc.free(slots)  # slots[0] again: 5 free slots in a pool of 4
+    assert alloc.available_size() == 3
+
+
+def test_token_allocator_free_window_wraps_and_keeps_fifo_order():
+    alloc, model = TokenToKVPoolAllocator(5), deque(range(1, 6))  # model: a plain FIFO
+    for n in (3, 2, 4, 1, 5, 3, 4):  # the live window reaches the buffer's end several times
+        slots = alloc.alloc(n).tolist()
+        assert slots == [model.popleft() for _ in range(n)]
+        alloc.free(slots[::-1])
+        model.extend(slots[::-1])
+        assert alloc.free_slots() == list(model)
 
 
 def test_token_allocator_free_group_frees_once_at_the_end():

@@ -41,30 +41,32 @@ class _FreeGroup:
     def free_group_end(self) -> None:
         group, self._group = self._group, None
         if group:
-            self.free(np.concatenate([as_slots(g) for g in group]))
+            self.free(np.concatenate(group))
 
 
 class TokenToKVPoolAllocator(_FreeGroup):
     """Page-1 allocator: token-granular slots.
 
     The FIFO free list is the live window `_buf[_head:_tail]` of an int32 buffer twice the pool's
-    size: alloc takes a slice at the head, free copies at the tail, and the window moves back to
-    the front only when the tail reaches the end (amortised O(1) per slot, no Python objects per
-    slot). `_unfreeable` marks free slots and the dummy slot 0, so the double-free check is one
-    vectorised gather.
+    size: alloc copies a slice at the head, free copies at the tail, and the window moves back to
+    the front only when the tail reaches the end (amortised O(1) per slot, no Python object per
+    slot). Every free checks in O(1) that the pool does not overflow; `debug=True` adds the exact
+    per-slot double-free check (a flag gather per call; debug_checks runs find doubles through
+    `check_integrity` too).
     """
 
     page_size = 1
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, debug: bool = False) -> None:
         self.size = size
+        self.debug = debug
         self.clear()
 
     def clear(self) -> None:
         self._buf = np.empty(2 * self.size + 2, dtype=SLOT_DTYPE)
         self._buf[: self.size] = np.arange(1, self.size + 1, dtype=SLOT_DTYPE)
         self._head, self._tail = 0, self.size
-        self._unfreeable = np.ones(self.size + 1, dtype=bool)  # free, or slot 0 (the dummy)
+        self._unfreeable = np.ones(self.size + 1, dtype=bool)  # debug: free, or the dummy slot 0
         self._group: list | None = None
 
     def available_size(self) -> int:
@@ -77,28 +79,34 @@ class TokenToKVPoolAllocator(_FreeGroup):
             return None
         out = self._buf[head : head + need_size].copy()
         self._head = head + need_size
-        self._unfreeable[out] = False
+        if self.debug:
+            self._unfreeable[out] = False
         return out
 
     def free(self, free_index: Sequence[int] | np.ndarray) -> None:
-        if len(free_index) == 0:
+        n = len(free_index)
+        if n == 0:
             return
-        if self._group is not None:
-            self._group.append(as_slots(free_index))
+        if self._group is not None:  # a copy: a row segment may be rewritten before the end
+            self._group.append(np.array(free_index, dtype=SLOT_DTYPE))
             return
-        slots = as_slots(free_index)
+        head, tail = self._head, self._tail
+        if tail - head + n > self.size:
+            raise CacheIntegrityError(f"double free: {tail - head + n} free slots, pool {self.size}")
+        if self.debug:
+            self._check_freeable(as_slots(free_index))
+        if tail + n > len(self._buf):  # move the live window to the front
+            self._buf[: tail - head] = self._buf[head:tail]
+            self._head, tail = 0, tail - head
+        self._buf[tail : tail + n] = free_index
+        self._tail = tail + n
+
+    def _check_freeable(self, slots: np.ndarray) -> None:
         flags = self._unfreeable
-        if flags[slots].any() or slots.min() < 0:
+        if slots.min() <= 0 or slots.max() > self.size or flags[slots].any():
             bad = next(int(s) for s in slots if s <= 0 or s > self.size or flags[s])
             raise CacheIntegrityError(f"double free or invalid slot {bad}")
         flags[slots] = True
-        n, tail = len(slots), self._tail
-        if tail + n > len(self._buf):  # move the live window to the front
-            live = tail - self._head
-            self._buf[:live] = self._buf[self._head : tail]
-            self._head, tail = 0, live
-        self._buf[tail : tail + n] = slots
-        self._tail = tail + n
 
     def free_segment(self, free_index: Sequence[int] | np.ndarray, start_pos: int = 0) -> None:
         """Free a tree value or a row segment (page 1: the same as `free`)."""
@@ -186,7 +194,7 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         if len(free_index) == 0:
             return
         if self._group is not None:
-            self._group.append(as_slots(free_index))
+            self._group.append(np.array(free_index, dtype=SLOT_DTYPE))
             return
         self._free_pages(np.unique(as_slots(free_index) // self.page_size).tolist())
 
@@ -199,7 +207,7 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         if first and len(slots):
             picks = np.concatenate((slots[:1], picks))
         if self._group is not None:
-            self._group.append(picks)
+            self._group.append(picks.copy())
             return
         self._free_pages((picks // p).tolist())
 

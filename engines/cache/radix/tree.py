@@ -128,23 +128,30 @@ class UnifiedRadixTree:
 
     def _walk(self, key: RadixKey, n: int) -> tuple[int, TreeNode]:
         """Follow whole edges while they equal the key (one memcmp each); split the first edge
-        that matches only partly."""
+        that matches only partly. A fully matched child's depth is the next position."""
         ids, packed, namespace = key.token_ids, key.packed(), key.namespace
         node, pos, p = self.root_node, 0, self.page_size
-        plain = p == 1 and namespace is None
         end = n * TOKEN_BYTES
+        if p == 1 and namespace is None:  # the common case, without child-key building
+            while pos < n:
+                child = node.children.get(ids[pos])
+                if child is None:
+                    break
+                if not packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
+                    m = self._common_len(child.tokens, packed, pos, n)
+                    return pos + m, self._split(child, m)
+                pos = child.depth
+                node = child
+            return pos, node
         while pos < n:
-            child = node.children.get(
-                ids[pos] if plain else make_child_key(ids, packed, pos, p, namespace)
-            )
+            child = node.children.get(make_child_key(ids, packed, pos, p, namespace))
             if child is None:
                 break
-            if packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
-                pos += len(child.value)
-                node = child
-                continue
-            m = self._common_len(child.tokens, packed, pos, n)
-            return pos + m, self._split(child, m)
+            if not packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
+                m = self._common_len(child.tokens, packed, pos, n)
+                return pos + m, self._split(child, m)
+            pos = child.depth
+            node = child
         return pos, node
 
     def _common_len(self, edge: bytes, packed: bytes, pos: int, n: int) -> int:
@@ -231,7 +238,7 @@ class UnifiedRadixTree:
             if child is None:
                 break
             if packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
-                pos += len(child.value)
+                pos = child.depth
                 child.last_access_time = self.clock()
             else:
                 m = self._common_len(child.tokens, packed, pos, n)
