@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engines.cache.base import CacheIntegrityError
-from engines.cache.radix.key import RadixKey
+from engines.cache.radix.key import RadixKey, packed_tokens
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.tree import MatchResult, TreeLock, UnifiedRadixTree
 from engines.sequence import Sequence
@@ -46,8 +46,9 @@ def extra_key_of(seq: Sequence) -> str | None:
 
 
 def request_key(seq: Sequence, limit: int | None = None, num_tokens: int | None = None) -> RadixKey:
-    ids = seq.token_ids if num_tokens is None else seq.token_ids[:num_tokens]
-    return RadixKey(ids, extra_key_of(seq), seq.salt, limit)
+    n = seq.num_tokens if num_tokens is None else min(num_tokens, seq.num_tokens)
+    cap = n if limit is None else min(limit, n)  # the packed ids are kept per request: no copies
+    return RadixKey(seq.token_ids, extra_key_of(seq), seq.salt, cap, packed_tokens(seq, seq.token_ids))
 
 
 def max_prefix_len(seq: Sequence) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterator, Sequence
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -26,6 +27,40 @@ def pack(ids: Sequence[int] | np.ndarray) -> bytes:
 
 def unpack(packed: bytes) -> list[int]:
     return array(TOKEN_CODE, packed).tolist()
+
+
+class _Packed:
+    """The packed form of one append-only token list, extended by the new tokens only."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.count = 0
+
+    def of(self, ids: Sequence[int]) -> bytes:
+        n, count = len(ids), self.count
+        if n < count or (count and ids[count - 1] != self._last()):  # not an extension: rebuild
+            self.data, count = b"", 0
+        if n > count:
+            self.data += pack(ids[count:])
+            self.count = n
+        return self.data
+
+    def _last(self) -> int:
+        return int.from_bytes(self.data[-TOKEN_BYTES:], "little", signed=True)
+
+
+_PACKED: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def packed_tokens(owner: object, ids: Sequence[int]) -> bytes:
+    """`pack(ids)` for the append-only token list of `owner` (e.g. a Sequence), kept while the owner
+    lives, so repeated keys of a growing request pack each token once, not once per call."""
+    entry = _PACKED.get(owner)
+    if entry is None:
+        entry = _PACKED[owner] = _Packed()
+    return entry.of(ids)
 
 
 def namespace_of(extra_key: str | None, cache_salt: str | None) -> Hashable | None:
@@ -46,12 +81,13 @@ class RadixKey:
         extra_key: str | None = None,
         cache_salt: str | None = None,
         limit: int | None = None,
+        packed: bytes | None = None,
     ) -> None:
         self.token_ids = token_ids if isinstance(token_ids, (list, np.ndarray)) else list(token_ids)
         self.extra_key = extra_key
         self.cache_salt = cache_salt or None  # an empty salt is the global namespace
         self.limit = limit
-        self._packed: bytes | None = None
+        self._packed = packed  # starts with the exposed ids, packed; may run past them
 
     def __len__(self) -> int:
         n = len(self.token_ids)
@@ -61,6 +97,11 @@ class RadixKey:
         return iter(self.token_ids[: len(self)])
 
     def __getitem__(self, index: int | slice) -> RadixKey:
+        if isinstance(index, slice) and index.start in (None, 0) and index.step in (None, 1):
+            stop = len(self) if index.stop is None else index.stop
+            if stop >= 0:  # a head: same ids and packed form under a tighter limit, no copy
+                limit = min(stop, len(self))
+                return RadixKey(self.token_ids, self.extra_key, self.cache_salt, limit, self._packed)
         ids = self.token_ids[: len(self)]
         part = ids[index] if isinstance(index, slice) else [ids[index]]
         return RadixKey(part, self.extra_key, self.cache_salt)
@@ -75,9 +116,10 @@ class RadixKey:
         return ids.tolist() if isinstance(ids, np.ndarray) else ids
 
     def packed(self) -> bytes:
-        """The exposed token ids as int32 bytes, built on first use and kept."""
+        """Int32 bytes that start with the exposed token ids (they may run past them: readers
+        bound by len(key)); built on first use unless the caller supplied them."""
         n = len(self)
-        if self._packed is None or len(self._packed) != n * TOKEN_BYTES:  # ids may have grown
+        if self._packed is None or len(self._packed) < n * TOKEN_BYTES:  # ids may have grown
             self._packed = pack(self.token_ids if n == len(self.token_ids) else self.token_ids[:n])
         return self._packed
 
