@@ -83,7 +83,8 @@ class TokenToKVPoolAllocator(_FreeGroup):
             self._unfreeable[out] = False
         return out
 
-    def free(self, free_index: Sequence[int] | np.ndarray) -> None:
+    def free(self, free_index: Sequence[int] | np.ndarray, start_pos: int = 0) -> None:
+        """Queue slots behind the free list (`start_pos` matters only to the paged allocator)."""
         n = len(free_index)
         if n == 0:
             return
@@ -108,9 +109,7 @@ class TokenToKVPoolAllocator(_FreeGroup):
             raise CacheIntegrityError(f"double free or invalid slot {bad}")
         flags[slots] = True
 
-    def free_segment(self, free_index: Sequence[int] | np.ndarray, start_pos: int = 0) -> None:
-        """Free a tree value or a row segment (page 1: the same as `free`)."""
-        self.free(free_index)
+    free_segment = free  # a tree value or a row segment: page 1 frees every slot as given
 
     def free_slots(self) -> list[int]:
         """Every free slot id, in allocation order (integrity checks)."""

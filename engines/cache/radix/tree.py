@@ -132,12 +132,13 @@ class UnifiedRadixTree:
         ids, packed, namespace = key.token_ids, key.packed(), key.namespace
         node, pos, p = self.root_node, 0, self.page_size
         end = n * TOKEN_BYTES
+        matches = packed.startswith
         if p == 1 and namespace is None:  # the common case, without child-key building
             while pos < n:
                 child = node.children.get(ids[pos])
                 if child is None:
                     break
-                if not packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
+                if not matches(child.tokens, pos << 2, end):  # 4 bytes per token
                     m = self._common_len(child.tokens, packed, pos, n)
                     return pos + m, self._split(child, m)
                 pos = child.depth
@@ -172,9 +173,9 @@ class UnifiedRadixTree:
         if node.in_leaf_set:
             self.leaves.push(node)
         node = node.parent
-        k = 1
+        k, step = 1, ANCESTOR_STAMP_STEP
         while node is not None:
-            node.last_access_time = t - k * ANCESTOR_STAMP_STEP
+            node.last_access_time = t - k * step
             node = node.parent
             k += 1
 
