@@ -20,6 +20,15 @@ from pathlib import Path
 Case = Callable[[], float]  # one sample: per-call (or per-unit) nanoseconds of one batch
 
 
+def select(factories: dict[str, Callable[[], Case]], patterns: str) -> dict[str, Case]:
+    """Set up the cases whose names contain one of the comma-separated patterns (all if empty)."""
+    wanted = [p for p in patterns.split(",") if p]
+    chosen = [k for k in factories if not wanted or any(p in k for p in wanted)]
+    if not chosen:
+        raise SystemExit(f"error: --cases {patterns!r} matches none of: {', '.join(factories)}")
+    return {k: factories[k]() for k in chosen}
+
+
 def one_round(cases: dict[str, Case], reverse: bool) -> dict[str, float]:
     names = list(cases)[::-1] if reverse else list(cases)
     return {name: cases[name]() for name in names}
@@ -90,6 +99,9 @@ def add_common_args(parser) -> None:
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
     parser.add_argument(
         "--baseline", type=Path, default=None, help="another checkout to compare against"
+    )
+    parser.add_argument(
+        "--cases", default="", help="comma-separated substrings: run only the cases matching one"
     )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # Child's side
     parser.add_argument("--root", type=Path, default=None, help=argparse.SUPPRESS)  # its checkout

@@ -115,20 +115,22 @@ def checkpoint_case(num_calls: int, edge: int = 512, num_edges: int = 248, suffi
 
 
 def build_cases(quick: bool) -> dict:
+    """Case name -> set-up function (run only for the selected cases)."""
     calls = 100 if quick else 300
     return {
-        "evict_one_leaf_50k": evict_case(50_000, calls),
-        "match_2048_128_edges": match_case(calls, fresh_key=False),
-        "match_2048_fresh_key": match_case(calls, fresh_key=True),
-        "insert_2048_128_edges": insert_case(calls),
-        "alloc_free_2048": alloc_free_case(calls),
-        "checkpoint_8k_of_127k": checkpoint_case(calls // 4),
+        "evict_one_leaf_50k": lambda: evict_case(50_000, calls),
+        "match_2048_128_edges": lambda: match_case(calls, fresh_key=False),
+        "match_2048_fresh_key": lambda: match_case(calls, fresh_key=True),
+        "insert_2048_128_edges": lambda: insert_case(calls),
+        "alloc_free_2048": lambda: alloc_free_case(calls),
+        "checkpoint_8k_of_127k": lambda: checkpoint_case(calls // 4),
     }
 
 
 def rows_here(rounds: list[dict]) -> list[dict]:
     rows = []
-    for case, (unit, goal) in GOALS.items():
+    for case in rounds[0]:
+        unit, goal = GOALS[case]
         s = bench_pairs.stats([r[case] for r in rounds])
         rows.append(
             {
@@ -146,7 +148,8 @@ def rows_here(rounds: list[dict]) -> list[dict]:
 
 def rows_against(before: list[dict], after: list[dict]) -> list[dict]:
     rows = []
-    for case, (unit, goal) in GOALS.items():
+    for case in after[0]:
+        unit, goal = GOALS[case]
         b, a = [r[case] for r in before], [r[case] for r in after]
         ratio = bench_pairs.paired(a, b)
         rows.append(
@@ -169,14 +172,15 @@ def main() -> None:
     args = parser.parse_args()
     num_rounds = args.rounds or (6 if args.quick else 20)
     if args.serve:
-        bench_pairs.serve(build_cases(args.quick))
+        bench_pairs.serve(bench_pairs.select(build_cases(args.quick), args.cases))
         return
     if args.baseline is None:
-        rows = rows_here(bench_pairs.rounds_in_process(build_cases(args.quick), num_rounds))
+        cases = bench_pairs.select(build_cases(args.quick), args.cases)
+        rows = rows_here(bench_pairs.rounds_in_process(cases, num_rounds))
         print(bench_pairs.table(rows, tuple(rows[0])))
         return
     here = Path(__file__).resolve().parents[1]
-    extra = ["--quick"] if args.quick else []
+    extra = ["--cases", args.cases] + (["--quick"] if args.quick else [])
     before, after = bench_pairs.rounds_against(
         Path(__file__).resolve(), args.baseline, here, extra, num_rounds
     )
