@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
 import pytest
 
 from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
     ReqToTokenPool,
+    SlotRow,
     TokenToKVPoolAllocator,
 )
 
@@ -134,3 +136,30 @@ def test_req_to_token_pool_rows():
         pool.free(rows[0]) or pool.free(rows[0])
     pool.clear()
     assert pool.available_size() == 3
+
+
+def test_slot_rows_behave_like_lists_of_slots():
+    row = SlotRow()
+    assert len(row) == 0 and not row
+    row.extend(np.arange(10, 30, dtype=np.int32))  # past the initial buffer: it grows
+    row.append(99)
+    assert len(row) == 21 and row[-1] == 99 and isinstance(row[0], int)
+    assert row[2:5].tolist() == [12, 13, 14]
+    row[2:5] = [7, 8, 9]
+    assert row.tolist()[:6] == [10, 11, 7, 8, 9, 15]
+    row[:] = [1, 2]
+    assert row == [1, 2] and row.tolist() == [1, 2]
+    row[5:3] = []  # an empty write (a checkpoint behind the protected length)
+    with pytest.raises(ValueError, match="changes the row's length"):
+        row[0:1] = [1, 2]
+
+
+def test_frees_inside_a_group_copy_their_slots():
+    alloc = TokenToKVPoolAllocator(8)
+    row = SlotRow()
+    row.extend(alloc.alloc(4))
+    alloc.free_group_begin()
+    alloc.free(row[0:2])
+    row[0:2] = [0, 0]  # rewritten before the group ends (a checkpoint's row rewrite)
+    alloc.free_group_end()
+    assert alloc.free_slots() == [5, 6, 7, 8, 1, 2]

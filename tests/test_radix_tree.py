@@ -9,7 +9,7 @@ from radix_support import RecordingAllocator
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.key import RadixKey as K
-from engines.cache.radix.key import pack
+from engines.cache.radix.key import pack, packed_tokens
 from engines.cache.radix.policies import EVICTION_POLICIES, make_eviction_policy
 from engines.cache.radix.tree import UnifiedRadixTree
 from engines.registry import UnknownNameError
@@ -234,3 +234,60 @@ def test_reset_gives_a_fresh_root():
     root = tree.root_node
     assert root.lock_ref == 1 and not root.children and len(root.value) == 0
     assert (tree.evictable_size(), tree.protected_size(), len(tree.evictable_leaves)) == (0, 0, 0)
+
+
+# ------------------------------------------------------- compact keys and the suffix fetch
+def test_path_suffix_is_the_tail_of_the_path_for_every_start():
+    tree = make_tree()
+    tree.insert(K(list(range(1, 13))), list(range(101, 113)))
+    tree.insert(K([1, 2, 3, 50, 51]), [101, 102, 103, 150, 151], prev_prefix_len=3)
+    tree.match_prefix(K([1, 2, 3, 4, 5, 6, 9]))  # splits the long edge at 6
+    for tokens in ([1, 2, 3, 50, 51], list(range(1, 13))):
+        node = node_at(tree, tokens)
+        path = tree.path_device_indices(node).tolist()
+        assert node.depth == len(path) == len(tokens)
+        for start in range(len(path) + 2):
+            assert tree.path_device_suffix(node, start).tolist() == path[start:]
+
+
+def test_edges_hold_packed_int32_tokens_and_keys_rebuild_on_demand():
+    tree = make_tree()
+    tree.insert(K([5, -3, 70000, 2**31 - 1], extra_key="x", cache_salt="s"), [1, 2, 3, 4])
+    (node,) = tree.root_node.children.values()
+    assert node.tokens == pack([5, -3, 70000, 2**31 - 1]) and len(node.tokens) == 16
+    assert (node.key.ids(), node.key.extra_key, node.key.cache_salt) == (
+        [5, -3, 70000, 2**31 - 1],
+        "x",
+        "s",
+    )
+
+
+def test_first_mismatch_inside_an_edge_is_found_at_any_position():
+    for cut in range(1, 40):
+        tree = make_tree()
+        ids = list(range(1, 41))
+        tree.insert(K(ids), list(range(40)))
+        probe = ids[:cut] + [999]
+        assert tree.match_prefix(K(probe)).device_prefix_len == cut
+        assert sorted(len(n.value) for n in tree.nodes()) == sorted([cut, 40 - cut])
+
+
+def test_key_head_slices_share_ids_and_packed_form():
+    ids = list(range(1, 9))
+    key = K(ids, extra_key="e", limit=6)
+    packed = key.packed()
+    head = key[:4]
+    assert head.token_ids is ids and head.packed() is packed and head.ids() == [1, 2, 3, 4]
+    assert key[:10].ids() == [1, 2, 3, 4, 5, 6]  # never beyond the limit
+    assert key[2:4].ids() == [3, 4] and key[2:4].limit is None
+
+
+def test_packed_tokens_extends_an_appended_list_and_rebuilds_a_changed_one():
+    owner = type("Owner", (), {})()
+    ids = [1, 2, 3]
+    assert packed_tokens(owner, ids) == pack([1, 2, 3])
+    ids += [4, 5]
+    assert packed_tokens(owner, ids) == pack([1, 2, 3, 4, 5])
+    assert packed_tokens(owner, [9, 8]) == pack([9, 8])  # shorter: not an extension
+    assert packed_tokens(owner, [9, 7, 6]) == pack([9, 7, 6])  # last token differs: rebuilt
+    assert packed_tokens(type("Other", (), {})(), [4]) == pack([4])  # one entry per owner
