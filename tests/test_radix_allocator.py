@@ -111,7 +111,8 @@ def test_alloc_extend_fills_the_partial_page_then_new_pages():
     alloc = PagedTokenToKVPoolAllocator(32, 4)
     row = alloc.alloc(4)[:2]  # a request holding positions 0-1 in page 1
     parts = alloc.alloc_extend([2, 0], [9, 3], [row[-1], None])
-    assert parts[0].tolist() == [6, 7, 8, 9, 10, 11, 12]  # part 1: 6, 7; part 2: page 2; part 3: page 3
+    # part 1: 6, 7; part 2: page 2; part 3: page 3
+    assert parts[0].tolist() == [6, 7, 8, 9, 10, 11, 12]
     assert parts[1].tolist() == [16, 17, 18]  # the next request's pages follow
     assert alloc.available_size() == 32 - 16
     assert alloc.alloc_extend([0], [100], [None]) is None

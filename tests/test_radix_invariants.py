@@ -245,7 +245,8 @@ def test_invariant_16_paged_matching():
     assert tree.match_prefix(K([1, 2, 3])).device_prefix_len == 0
     for n in range(1, 12):
         assert tree.match_prefix(K(list(range(1, n + 1)))).device_prefix_len % 4 == 0
-    assert all(k == pack(unpack(k)) and len(unpack(k)) == 4 for n in tree.nodes() for k in n.children)
+    keys = [k for n in tree.nodes() for k in n.children]
+    assert all(k == pack(unpack(k)) and len(unpack(k)) == 4 for k in keys)
     assert set(tree.root_node.children) == {pack([1, 2, 3, 4])}
 
 
@@ -507,7 +508,8 @@ def test_invariant_33_canonical_rows(page_size):
     for up_to in (27, seq.num_tokens):
         checkpoint(cache, st, seq, up_to)
         row = cache.req_to_token_pool.rows[st.row]
-        assert row[: st.cache_protected_len].tolist() == cache.tree.path_device_indices(st.last_node).tolist()
+        path = cache.tree.path_device_indices(st.last_node)
+        assert row[: st.cache_protected_len].tolist() == path.tolist()
         assert st.cache_protected_len == up_to // page_size * page_size
         assert st.cache_inserted_len >= st.cache_protected_len
         assert st.lock.node is st.last_node

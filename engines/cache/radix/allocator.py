@@ -4,8 +4,10 @@
     page P:  free list of page ids 1..size/P, slot = page * P + offset, alloc from the front,
              free(idx) frees unique(idx // P) ascending and PREPENDS them (reused first)
 
-Slot 0 / page 0 is the dummy padded tokens write to and is never handed out. A free of something
-already free raises `CacheIntegrityError` (upstream would silently corrupt its pool).
+Slot 0 / page 0 is the dummy padded tokens write to and is never handed out. Slot ids travel as
+int32 arrays (allocations, `SlotRow` request rows, tree values): no per-slot Python objects and no
+list<->array conversion per call. A detected double free raises `CacheIntegrityError` (upstream
+would silently corrupt its pool).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ class TokenToKVPoolAllocator(_FreeGroup):
             return
         head, tail = self._head, self._tail
         if tail - head + n > self.size:
-            raise CacheIntegrityError(f"double free: {tail - head + n} free slots, pool {self.size}")
+            raise CacheIntegrityError(f"double free: {tail - head + n} free slots in {self.size}")
         if self.debug:
             self._check_freeable(as_slots(free_index))
         if tail + n > len(self._buf):  # move the live window to the front
@@ -175,7 +177,9 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         for pre, s, last, n in zip(prefix_lens, seq_lens, last_locs, num_new):
             head = min(s, -(-pre // p) * p) - pre  # tokens that still fit the current page
             rest = self._expand(self._take_pages(n))[: s - pre - head]
-            out.append(np.concatenate((np.arange(last + 1, last + 1 + head, dtype=SLOT_DTYPE), rest)) if head else rest)
+            if head:
+                rest = np.concatenate((np.arange(last + 1, last + 1 + head, dtype=SLOT_DTYPE), rest))
+            out.append(rest)
         return out
 
     def alloc_decode(self, seq_lens: Sequence[int], last_locs: Sequence[int]) -> list[int] | None:

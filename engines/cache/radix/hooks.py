@@ -48,7 +48,8 @@ def extra_key_of(seq: Sequence) -> str | None:
 def request_key(seq: Sequence, limit: int | None = None, num_tokens: int | None = None) -> RadixKey:
     n = seq.num_tokens if num_tokens is None else min(num_tokens, seq.num_tokens)
     cap = n if limit is None else min(limit, n)  # the packed ids are kept per request: no copies
-    return RadixKey(seq.token_ids, extra_key_of(seq), seq.salt, cap, packed_tokens(seq, seq.token_ids))
+    packed = packed_tokens(seq, seq.token_ids)
+    return RadixKey(seq.token_ids, extra_key_of(seq), seq.salt, cap, packed)
 
 
 def max_prefix_len(seq: Sequence) -> int:

@@ -101,7 +101,8 @@ class RadixKey:
             stop = len(self) if index.stop is None else index.stop
             if stop >= 0:  # a head: same ids and packed form under a tighter limit, no copy
                 limit = min(stop, len(self))
-                return RadixKey(self.token_ids, self.extra_key, self.cache_salt, limit, self._packed)
+                extra, salt = self.extra_key, self.cache_salt
+                return RadixKey(self.token_ids, extra, salt, limit, self._packed)
         ids = self.token_ids[: len(self)]
         part = ids[index] if isinstance(index, slice) else [ids[index]]
         return RadixKey(part, self.extra_key, self.cache_salt)

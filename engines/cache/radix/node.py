@@ -1,11 +1,10 @@
 """One node of the radix tree (specs/radix.md §1.2): an edge of tokens and the KV slots holding them.
 
 `tokens` holds only this node's segment as packed int32 bytes (compared memcmp-style by the tree),
-`key_extra` its (extra_key, cache_salt) pair, and `key` rebuilds the `RadixKey` on demand for
-checks and tests. `value` is the slot ids of the segment (an int32 array, page-aligned with page
-size P). `depth` (tokens root -> end of this node) and
-`high_water` (deepest depth ever inserted below) are the `tlru` bookkeeping of §2.7. `in_leaf_set`
-and `heap_serial` belong to the tree's evictable-leaf set and its persistent heap.
+`key_extra` its (extra_key, cache_salt) pair (`key` rebuilds the `RadixKey` for checks and tests),
+`value` the segment's slot ids (an int32 array, page-aligned with page size P). `depth` (tokens
+root -> end of this node) and `high_water` (deepest depth ever inserted below) are the `tlru`
+bookkeeping of §2.7. `in_leaf_set` and `heap_serial` belong to the evictable-leaf set and its heap.
 """
 
 from __future__ import annotations

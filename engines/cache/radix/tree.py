@@ -3,6 +3,9 @@
 Matching splits partly matched edges and stamps recency; insertion page-aligns its key, keeps the
 tree's existing slots and frees the caller's duplicates; locks move tokens between the evictable and
 protected counters; eviction removes whole unlocked leaves in policy order, cascading to parents.
+Edges compare as packed int32 bytes (one memcmp per whole edge, a vectorised search for the first
+mismatch in the one partly matched edge); slot ids are int32 arrays, and `path_device_suffix`
+returns only the slots past a position (what a checkpoint rewrites).
 
 Evictable leaves live in `EvictableLeaves` (leaves.py), a set with a persistent lazy heap; the tree
 re-pushes a member whenever it changes a field the policy key reads (stamps, hit_count, priority).
@@ -183,7 +186,11 @@ class UnifiedRadixTree:
         """Cut child after split_len tokens; the new upper node takes child's place (§2.2)."""
         cut = split_len * TOKEN_BYTES
         upper = TreeNode(
-            child.tokens[:cut], child.key_extra, child.value[:split_len], child.parent, child.child_key
+            child.tokens[:cut],
+            child.key_extra,
+            child.value[:split_len],
+            child.parent,
+            child.child_key,
         )
         upper.last_access_time = self.clock()
         upper.creation_time = child.creation_time  # unified tree: both halves keep the original's
