@@ -11,9 +11,9 @@ from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
     ReqToTokenPool,
-    SlotRow,
     TokenToKVPoolAllocator,
 )
+from engines.cache.radix.slot_row import SlotRow
 
 
 def test_token_allocator_takes_from_the_front_and_appends_frees():

@@ -18,9 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from engines.cache.base import CacheIntegrityError
-
-
-SLOT_DTYPE = np.int32  # slot ids travel as int32 arrays: allocator, tree values, request rows
+from engines.cache.radix.slot_row import SLOT_DTYPE, SlotRow
 
 
 def as_slots(index: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -178,7 +176,8 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
             head = min(s, -(-pre // p) * p) - pre  # tokens that still fit the current page
             rest = self._expand(self._take_pages(n))[: s - pre - head]
             if head:
-                rest = np.concatenate((np.arange(last + 1, last + 1 + head, dtype=SLOT_DTYPE), rest))
+                tail_of_page = np.arange(last + 1, last + 1 + head, dtype=SLOT_DTYPE)
+                rest = np.concatenate((tail_of_page, rest))
             out.append(rest)
         return out
 
@@ -224,66 +223,6 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
 
     def free_slots(self) -> list[int]:
         return self._expand(list(self._free)).tolist()
-
-
-class SlotRow:
-    """One `req_to_token` row: the slot of every position a request holds KV for, in a growable
-    int32 buffer. List-like (len, append, extend, int and slice reads and writes); slice reads
-    are views of the buffer, so callers that keep them must copy (the tree does)."""
-
-    __slots__ = ("_buf", "_len")
-
-    def __init__(self) -> None:
-        self._buf = np.empty(16, dtype=SLOT_DTYPE)
-        self._len = 0
-
-    def __len__(self) -> int:
-        return self._len
-
-    def _reserve(self, size: int) -> None:
-        if size > len(self._buf):
-            grown = np.empty(max(size, 2 * len(self._buf)), dtype=SLOT_DTYPE)
-            grown[: self._len] = self._buf[: self._len]
-            self._buf = grown
-
-    def __getitem__(self, index: int | slice) -> int | np.ndarray:
-        if isinstance(index, slice):
-            return self._buf[: self._len][index]
-        return int(self._buf[: self._len][index])
-
-    def __setitem__(self, index: slice, values: Sequence[int] | np.ndarray) -> None:
-        """`row[:] = v` replaces the whole row; `row[a:b] = v` overwrites existing positions."""
-        if index == slice(None):
-            self._len = 0
-            self.extend(values)
-            return
-        start, stop, step = index.indices(self._len)
-        if step != 1 or max(stop - start, 0) != len(values):
-            raise ValueError(f"row write {index} of {len(values)} slots changes the row's length")
-        self._buf[start:stop] = values
-
-    def append(self, slot: int) -> None:
-        self._reserve(self._len + 1)
-        self._buf[self._len] = slot
-        self._len += 1
-
-    def extend(self, slots: Sequence[int] | np.ndarray) -> None:
-        n = len(slots)
-        self._reserve(self._len + n)
-        self._buf[self._len : self._len + n] = slots
-        self._len += n
-
-    def tolist(self) -> list[int]:
-        return self._buf[: self._len].tolist()
-
-    def __eq__(self, other: object) -> bool:
-        return list(self) == list(other) if isinstance(other, (list, SlotRow)) else NotImplemented
-
-    def __iter__(self):
-        return iter(self.tolist())
-
-    def __repr__(self) -> str:
-        return f"SlotRow({self.tolist()})"
 
 
 class ReqToTokenPool:

@@ -15,13 +15,14 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 TOKEN_CODE = "i"  # array typecode of the packed form: C int, 4 bytes (int32)
+TOKEN_DTYPE = np.int32  # the same, as numpy reads it
 TOKEN_BYTES = 4
 
 
 def pack(ids: Sequence[int] | np.ndarray) -> bytes:
     """Token ids as packed int32 bytes (the tree's compact key form)."""
     if isinstance(ids, np.ndarray):
-        return ids.astype(np.int32, copy=False).tobytes()
+        return ids.astype(TOKEN_DTYPE, copy=False).tobytes()
     return array(TOKEN_CODE, ids).tobytes()
 
 

@@ -16,6 +16,7 @@ from itertools import count
 import numpy as np
 
 from engines.cache.radix.key import RadixKey, unpack
+from engines.cache.radix.slot_row import SLOT_DTYPE
 
 _NODE_IDS = count()
 
@@ -67,7 +68,7 @@ class TreeNode:
 
     @classmethod
     def make_root(cls) -> TreeNode:
-        root = cls(b"", (None, None), np.empty(0, dtype=np.int32), None, None)
+        root = cls(b"", (None, None), np.empty(0, dtype=SLOT_DTYPE), None, None)
         root.lock_ref = 1  # never unlocked, so the root is never evictable
         root.priority = -sys.maxsize
         return root

@@ -20,16 +20,23 @@ import numpy as np
 
 from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
-from engines.cache.radix.key import TOKEN_BYTES, RadixKey, make_child_key, namespace_of, unpack
+from engines.cache.radix.key import (
+    TOKEN_BYTES,
+    TOKEN_DTYPE,
+    RadixKey,
+    make_child_key,
+    namespace_of,
+    unpack,
+)
 from engines.cache.radix.leaves import EvictableLeaves
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.policies import LRU, EvictionPolicy
+from engines.cache.radix.slot_row import SLOT_DTYPE
 
 ANCESTOR_STAMP_STEP = (
     1e-5  # §2.1: parent of the stamped node gets t - 1e-5, grandparent t - 2e-5, ...
 )
-_SLOT = np.int32  # slot ids, as the allocator hands them out
-_NO_SLOTS = np.empty(0, dtype=_SLOT)
+_NO_SLOTS = np.empty(0, dtype=SLOT_DTYPE)
 
 
 class MatchResult(NamedTuple):
@@ -114,7 +121,7 @@ class UnifiedRadixTree:
 
     # --------------------------------------------------------------- matching
     def match_prefix(self, key: RadixKey) -> MatchResult:
-        """Longest cached page-aligned prefix of `key` (limit applied). Splits and stamps (§2.1)."""
+        """Longest cached page-aligned prefix of `key` (limit applied); splits, stamps (§2.1)."""
         root = self.root_node
         if self.disable or len(key) == 0:
             return MatchResult(0, root)
@@ -161,8 +168,8 @@ class UnifiedRadixTree:
     def _common_len(self, edge: bytes, packed: bytes, pos: int, n: int) -> int:
         """Length of the common prefix of an edge and key tokens [pos, n), in whole pages."""
         m = min(len(edge) // TOKEN_BYTES, n - pos)
-        a = np.frombuffer(edge, dtype=np.int32, count=m)
-        b = np.frombuffer(packed, dtype=np.int32, count=m, offset=pos * TOKEN_BYTES)
+        a = np.frombuffer(edge, dtype=TOKEN_DTYPE, count=m)
+        b = np.frombuffer(packed, dtype=TOKEN_DTYPE, count=m, offset=pos * TOKEN_BYTES)
         differ = np.flatnonzero(a != b)
         i = int(differ[0]) if len(differ) else m
         return i // self.page_size * self.page_size
@@ -233,7 +240,9 @@ class UnifiedRadixTree:
         simulated = value is None or self.allocator is None
         ids, packed, namespace = key.token_ids, key.packed(), key.namespace
         n = len(key) // self.page_size * self.page_size
-        value = np.frombuffer(packed, dtype=np.int32) if value is None else np.asarray(value, _SLOT)
+        if value is None:  # simulation: the token ids stand in for slots
+            value = np.frombuffer(packed, dtype=TOKEN_DTYPE)
+        value = np.asarray(value, SLOT_DTYPE)
         root.last_access_time = self.clock()
         root.priority = max(root.priority, priority)
         node, pos, p = root, 0, self.page_size
