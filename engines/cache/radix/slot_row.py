@@ -50,9 +50,11 @@ class SlotRow:
         self._buf[start:stop] = values
 
     def append(self, slot: int) -> None:
-        self._reserve(self._len + 1)
-        self._buf[self._len] = slot
-        self._len += 1
+        n = self._len
+        if n == len(self._buf):  # one decode token per step: grow only when full
+            self._reserve(n + 1)
+        self._buf[n] = slot
+        self._len = n + 1
 
     def extend(self, slots: Sequence[int] | np.ndarray) -> None:
         n = len(slots)
