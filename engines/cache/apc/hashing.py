@@ -207,7 +207,8 @@ class RequestHasher:
         stop = len(token_ids) - len(token_ids) % bs
         if start >= stop:
             return keys
-        blocks = zip(*[iter(token_ids[start:stop])] * bs)
+        # zip drops the trailing partial block; only a continuation needs a slice
+        blocks = zip(*[iter(token_ids[start:stop] if start else token_ids)] * bs)
         parent = memo.parent
         if parent is None:
             parent = self.chain(self.none_hash, (next(blocks),), memo.extra_first, keys.append)
