@@ -207,11 +207,13 @@ def rows_against(before: list[dict], after: list[dict]) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     bench_pairs.add_common_args(parser)
-    parser.add_argument("--prompt-len", type=int, default=4096, help="tokens per prompt")
+    parser.add_argument(
+        "--prompt-len", type=bench_pairs.positive_int, default=4096, help="tokens per prompt"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args()
     if args.prompt_len < BLOCK_SIZE or args.prompt_len % BLOCK_SIZE:
-        sys.exit(f"error: --prompt-len {args.prompt_len}: a positive multiple of {BLOCK_SIZE}")
+        parser.error(f"--prompt-len {args.prompt_len} is not a multiple of {BLOCK_SIZE}")
     num_rounds = args.rounds or (4 if args.quick else 12)
     if args.serve:
         bench_pairs.serve(bench_pairs.select(build_cases(args.prompt_len, args.quick), args.cases))

@@ -94,9 +94,16 @@ def rounds_against(
     return b_rounds, a_rounds
 
 
+def positive_int(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
 def add_common_args(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds and calls")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
+    parser.add_argument("--rounds", type=positive_int, default=None, help="interleaved rounds")
     parser.add_argument(
         "--baseline", type=Path, default=None, help="another checkout to compare against"
     )
