@@ -52,15 +52,19 @@ class Child:
 
     def __init__(self, script: Path, root: Path, args: list[str]) -> None:
         cmd = [sys.executable, str(script), "--serve", "--root", str(root), *args]
+        self.where = f"{script.name} on {root}"
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         ready = self.proc.stdout.readline()
         if not ready.startswith("ready"):
-            raise SystemExit(f"error: {script.name} under {root} did not start: {ready.strip()!r}")
+            raise SystemExit(f"error: {self.where} did not start (its stderr is above)")
 
     def round(self, reverse: bool) -> dict[str, float]:
         self.proc.stdin.write("reverse\n" if reverse else "forward\n")
         self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"error: {self.where} stopped during a round (its stderr is above)")
+        return json.loads(line)
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -117,8 +121,15 @@ def add_common_args(parser) -> None:
 def use_root(argv: list[str]) -> None:
     """Import the engines from `--root DIR` when given (must run before importing them)."""
     root = Path(__file__).resolve().parents[1]
-    if "--root" in argv:
-        root = Path(argv[argv.index("--root") + 1]).resolve()
+    for flag in ("--root", "--baseline"):
+        if flag in argv[:-1]:
+            checkout = Path(argv[argv.index(flag) + 1]).resolve()
+            if not (checkout / "engines" / "__init__.py").is_file():
+                message = f"error: {flag} {checkout} is not a checkout (no engines/ package)"
+                print(message, file=sys.stderr)
+                raise SystemExit(2)
+            if flag == "--root":
+                root = checkout
     sys.path.insert(0, str(root))
 
 
