@@ -115,8 +115,11 @@ def test_pinned_workloads_exercise_evictions_preemptions_and_hits(expected):
 
 def record() -> None:
     DATA.parent.mkdir(parents=True, exist_ok=True)
-    out = {f"{w}/{a}": observe(w, a) for w, a in CASES}
-    DATA.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    out = {f"{w}/{a}": observe(w, a) for w, a in sorted(CASES)}
+    lines = []  # one line per case: small diffs when a deliberate change re-records one
+    for name, case in out.items():
+        lines.append(f"{json.dumps(name)}: {json.dumps(case, sort_keys=True)}")
+    DATA.write_text("{\n" + ",\n".join(lines) + "\n}\n")
     print(f"recorded {len(out)} cases into {DATA}")
 
 
