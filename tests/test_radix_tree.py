@@ -11,7 +11,7 @@ from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.key import RadixKey as K
 from engines.cache.radix.key import pack, packed_tokens
 from engines.cache.radix.policies import EVICTION_POLICIES, make_eviction_policy
-from engines.cache.radix.tree import UnifiedRadixTree
+from engines.cache.radix.tree import ANCESTOR_STAMP_STEP, UnifiedRadixTree
 from engines.registry import UnknownNameError
 
 
@@ -291,3 +291,17 @@ def test_packed_tokens_extends_an_appended_list_and_rebuilds_a_changed_one():
     assert packed_tokens(owner, [9, 8]) == pack([9, 8])  # shorter: not an extension
     assert packed_tokens(owner, [9, 7, 6]) == pack([9, 7, 6])  # last token differs: rebuilt
     assert packed_tokens(type("Other", (), {})(), [4]) == pack([4])  # one entry per owner
+
+
+def test_ancestor_stamps_past_the_offset_table_follow_the_same_formula():
+    tree = make_tree()
+    ids = list(range(1, 1202))
+    for end in range(1, len(ids) + 1):  # a chain of 1201 one-token nodes
+        tree.insert(K(ids[:end]), list(range(end)), prev_prefix_len=end - 1)
+    node = tree.match_prefix(K(ids)).last_device_node
+    t = node.last_access_time
+    k = 0
+    while node is not None:
+        assert node.last_access_time == t - k * ANCESTOR_STAMP_STEP, k
+        node, k = node.parent, k + 1
+    assert k == 1202  # root included

@@ -36,6 +36,8 @@ from engines.cache.radix.slot_row import SLOT_DTYPE
 ANCESTOR_STAMP_STEP = (
     1e-5  # §2.1: parent of the stamped node gets t - 1e-5, grandparent t - 2e-5, ...
 )
+# k * ANCESTOR_STAMP_STEP for the first ancestors, computed once (the same floats as on the fly)
+_STAMP_OFFSETS = tuple(k * ANCESTOR_STAMP_STEP for k in range(1, 1025))
 _NO_SLOTS = np.empty(0, dtype=SLOT_DTYPE)
 
 
@@ -183,9 +185,14 @@ class UnifiedRadixTree:
         if node.in_leaf_set:
             self.leaves.push(node)
         node = node.parent
-        k, step = 1, ANCESTOR_STAMP_STEP
-        while node is not None:
-            node.last_access_time = t - k * step
+        for offset in _STAMP_OFFSETS:
+            if node is None:
+                return
+            node.last_access_time = t - offset
+            node = node.parent
+        k = len(_STAMP_OFFSETS) + 1
+        while node is not None:  # paths deeper than the table
+            node.last_access_time = t - k * ANCESTOR_STAMP_STEP
             node = node.parent
             k += 1
 
