@@ -15,6 +15,7 @@ from engines.cache.apc.hashing import (
     RequestBlockHashes,
     RequestHasher,
     block_extra_keys,
+    chain_for,
     get_block_hash,
     get_group_id,
     get_hash_fn_by_name,
@@ -140,3 +141,20 @@ def test_every_algo_is_registered_and_deterministic_given_a_seed(algo):
     a = _hasher(algo).extend(RequestBlockHashes(None, None, None), TOKENS)
     b = _hasher(algo).extend(RequestBlockHashes(None, None, None), TOKENS)
     assert a == b and len(set(a)) == 2
+
+
+@pytest.mark.parametrize("algo", ["sha256", "xxhash"])
+@pytest.mark.parametrize("lora,salt", [(None, None), ("lora-a", None), (None, "t1"), ("a", "a")])
+def test_inlined_chains_hash_the_same_bytes_as_the_function(algo, lora, salt):
+    """The inlined pickle chains give the keys of calling the digest per block, for every extra-key
+    shape and token range (1-, 2- and 4-byte pickle ints, negatives included)."""
+    fn = get_hash_fn_by_name(algo)
+    tokens = [0, 255, 256, 65535, 65536, 2**31 - 1, -1, 7] * 8
+    for bs in (1, 3, 4, 16):
+        fast = RequestHasher(fn, init_none_hash(algo, "0"), bs)
+        slow = RequestHasher(fn, init_none_hash(algo, "0"), bs)
+        slow.chain = chain_for(lambda obj: fn(obj))  # not registered: the per-block call
+        assert fast.chain is not slow.chain
+        got = fast.extend(RequestBlockHashes(None, lora, salt), tokens)
+        want = slow.extend(RequestBlockHashes(None, lora, salt), tokens)
+        assert got == want and len(got) == len(tokens) // bs

@@ -152,5 +152,5 @@ def test_prepare_extend_writes_the_path_slots_first():
     path = cache.tree.path_device_indices(
         cache.tree.match_prefix(K([1, 2, 3, 4, 5])).last_device_node
     )
-    assert cache.req_to_token_pool.rows[st.row][:5] == path
+    assert cache.req_to_token_pool.rows[st.row][:5].tolist() == path.tolist()
     assert (st.kv_committed_len, st.kv_allocated_len, st.extend_end) == (6, 6, 6)

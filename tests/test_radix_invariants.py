@@ -27,6 +27,7 @@ from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKV
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import checkpoint, evict_to_free_tokens
 from engines.cache.radix.key import RadixKey as K
+from engines.cache.radix.key import pack, unpack
 from engines.cache.radix.policies import make_eviction_policy
 from engines.cache.radix.schedule_policy import dfs_weight_order
 from engines.cache.radix.tree import UnifiedRadixTree
@@ -68,11 +69,8 @@ def test_invariant_02_existing_values_win():
     tree.insert(K([1, 2, 5]), [20, 21, 22], prev_prefix_len=0)
     assert alloc.freed == [20, 21]
     result = tree.match_prefix(K([1, 2, 5]))
-    assert tree.path_device_indices(result.last_device_node)[: result.device_prefix_len] == [
-        10,
-        11,
-        22,
-    ]
+    path = tree.path_device_indices(result.last_device_node)
+    assert path[: result.device_prefix_len].tolist() == [10, 11, 22]
 
 
 def test_invariant_03_idempotent_insert():
@@ -247,15 +245,16 @@ def test_invariant_16_paged_matching():
     assert tree.match_prefix(K([1, 2, 3])).device_prefix_len == 0
     for n in range(1, 12):
         assert tree.match_prefix(K(list(range(1, n + 1)))).device_prefix_len % 4 == 0
-    assert all(isinstance(k, tuple) and len(k) == 4 for n in tree.nodes() for k in n.children)
-    assert set(tree.root_node.children) == {(1, 2, 3, 4)}
+    keys = [k for n in tree.nodes() for k in n.children]
+    assert all(k == pack(unpack(k)) and len(unpack(k)) == 4 for k in keys)
+    assert set(tree.root_node.children) == {pack([1, 2, 3, 4])}
 
 
 def test_invariant_17_insert_page_aligns():
     tree = make_tree(page_size=4)
     result = tree.insert(K([1, 2, 3, 4, 5, 6]), [40, 41, 42, 43, 44, 45])
     assert seg(result.last_device_node) == [1, 2, 3, 4]
-    assert result.last_device_node.value == [40, 41, 42, 43]
+    assert result.last_device_node.value.tolist() == [40, 41, 42, 43]
     assert tree.total_size() == 4
 
 
@@ -277,7 +276,7 @@ def test_invariant_18_duplicate_freeing_page1():
     result = cache.tree.match_prefix(K(shared + [20, 21, 60]))
     path = cache.tree.path_device_indices(result.last_device_node)
     assert result.device_prefix_len == 13
-    assert path[:10] == a_slots and path[10:12] == b_slots[10:12]
+    assert path[:10].tolist() == a_slots and path[10:12].tolist() == b_slots[10:12]
     cache.check_integrity()
 
 
@@ -454,7 +453,7 @@ def test_invariant_29_allocator_rules():
     assert 0 not in slots and min(slots) == 4  # page 0 never handed out
     paged.free([13, 12, 5])  # unique(idx // 4) = pages 1, 3
     assert paged.available_size() == 8
-    assert paged.alloc(4) == [4, 5, 6, 7]  # freed pages are reused first, ascending
+    assert paged.alloc(4).tolist() == [4, 5, 6, 7]  # freed pages are reused first, ascending
     fresh = TokenToKVPoolAllocator(4)
     assert 0 not in fresh.alloc(4)
 
@@ -494,9 +493,9 @@ def test_invariant_31_fifo_mru_filo():
 
 def test_invariant_32_token_allocator():
     alloc = TokenToKVPoolAllocator(8)
-    assert alloc.alloc(3) == [1, 2, 3]
+    assert alloc.alloc(3).tolist() == [1, 2, 3]
     assert alloc.alloc(6) is None
-    assert alloc.alloc(5) == [4, 5, 6, 7, 8]
+    assert alloc.alloc(5).tolist() == [4, 5, 6, 7, 8]
     assert alloc.alloc(1) is None
 
 
@@ -509,7 +508,8 @@ def test_invariant_33_canonical_rows(page_size):
     for up_to in (27, seq.num_tokens):
         checkpoint(cache, st, seq, up_to)
         row = cache.req_to_token_pool.rows[st.row]
-        assert row[: st.cache_protected_len] == cache.tree.path_device_indices(st.last_node)
+        path = cache.tree.path_device_indices(st.last_node)
+        assert row[: st.cache_protected_len].tolist() == path.tolist()
         assert st.cache_protected_len == up_to // page_size * page_size
         assert st.cache_inserted_len >= st.cache_protected_len
         assert st.lock.node is st.last_node

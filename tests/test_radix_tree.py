@@ -9,8 +9,9 @@ from radix_support import RecordingAllocator
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.key import RadixKey as K
+from engines.cache.radix.key import pack, packed_tokens
 from engines.cache.radix.policies import EVICTION_POLICIES, make_eviction_policy
-from engines.cache.radix.tree import UnifiedRadixTree
+from engines.cache.radix.tree import ANCESTOR_STAMP_STEP, UnifiedRadixTree
 from engines.registry import UnknownNameError
 
 
@@ -46,10 +47,10 @@ def test_key_limit_slicing_and_alignment():
     ("key", "page_size", "expected"),
     [
         (K([7, 8, 9]), 1, 7),
-        (K([7, 8, 9]), 2, (7, 8)),
+        (K([7, 8, 9]), 2, pack([7, 8])),
         (K([7, 8], extra_key="lora"), 1, ("lora", 7)),
         (K([7, 8], cache_salt="s"), 1, ((None, "s"), 7)),
-        (K([7, 8], extra_key="x", cache_salt="s"), 2, (("x", "s"), (7, 8))),
+        (K([7, 8], extra_key="x", cache_salt="s"), 2, (("x", "s"), pack([7, 8]))),
     ],
 )
 def test_child_keys(key, page_size, expected):
@@ -71,12 +72,12 @@ def test_split_copies_fields_and_values():
     leaf = node_at(tree, [1, 2, 3, 4])
     tree.inc_lock_ref(leaf)
     upper = tree.match_prefix(K([1, 2, 9])).last_device_node
-    assert upper.key.ids() == [1, 2] and upper.value == [10, 11]
+    assert upper.key.ids() == [1, 2] and upper.value.tolist() == [10, 11]
     assert (upper.lock_ref, upper.priority, upper.hit_count) == (1, 5, 1)
     assert upper.creation_time == leaf.creation_time
-    assert leaf.key.ids() == [3, 4] and leaf.value == [12, 13] and leaf.parent is upper
-    upper.value.append(99)  # a copy, not a view of the remainder's list
-    assert leaf.value == [12, 13]
+    assert leaf.key.ids() == [3, 4] and leaf.value.tolist() == [12, 13] and leaf.parent is upper
+    upper.value[:] = 99  # disjoint from the remainder's slots
+    assert leaf.value.tolist() == [12, 13]
 
 
 def test_split_during_match_leaves_remainder_older_than_upper():
@@ -104,7 +105,7 @@ def test_insert_without_values_uses_token_ids_and_frees_nothing():
     tree.insert(K([5, 6, 7]))
     tree.insert(K([5, 6, 8]))
     assert alloc.freed == []
-    assert tree.path_device_indices(node_at(tree, [5, 6, 8])) == [5, 6, 8]
+    assert tree.path_device_indices(node_at(tree, [5, 6, 8])).tolist() == [5, 6, 8]
 
 
 def test_insert_frees_only_duplicates_at_or_beyond_prev_prefix_len():
@@ -113,7 +114,7 @@ def test_insert_frees_only_duplicates_at_or_beyond_prev_prefix_len():
     tree.insert(K([1, 2, 3, 4]), [10, 11, 12, 13])
     result = tree.insert(K([1, 2, 3, 4, 5]), [10, 11, 22, 23, 24], prev_prefix_len=2)
     assert result.prefix_len == 4 and alloc.freed == [22, 23]
-    assert result.last_device_node.value == [24]
+    assert result.last_device_node.value.tolist() == [24]
 
 
 def test_insert_touches_root_and_raises_its_priority():
@@ -231,5 +232,76 @@ def test_reset_gives_a_fresh_root():
     tree.inc_lock_ref(node_at(tree, [1, 2]))
     tree.reset()
     root = tree.root_node
-    assert root.lock_ref == 1 and not root.children and root.value == []
+    assert root.lock_ref == 1 and not root.children and len(root.value) == 0
     assert (tree.evictable_size(), tree.protected_size(), len(tree.evictable_leaves)) == (0, 0, 0)
+
+
+# ------------------------------------------------------- compact keys and the suffix fetch
+def test_path_suffix_is_the_tail_of_the_path_for_every_start():
+    tree = make_tree()
+    tree.insert(K(list(range(1, 13))), list(range(101, 113)))
+    tree.insert(K([1, 2, 3, 50, 51]), [101, 102, 103, 150, 151], prev_prefix_len=3)
+    tree.match_prefix(K([1, 2, 3, 4, 5, 6, 9]))  # splits the long edge at 6
+    for tokens in ([1, 2, 3, 50, 51], list(range(1, 13))):
+        node = node_at(tree, tokens)
+        path = tree.path_device_indices(node).tolist()
+        assert node.depth == len(path) == len(tokens)
+        for start in range(len(path) + 2):
+            assert tree.path_device_suffix(node, start).tolist() == path[start:]
+
+
+def test_edges_hold_packed_int32_tokens_and_keys_rebuild_on_demand():
+    tree = make_tree()
+    tree.insert(K([5, -3, 70000, 2**31 - 1], extra_key="x", cache_salt="s"), [1, 2, 3, 4])
+    (node,) = tree.root_node.children.values()
+    assert node.tokens == pack([5, -3, 70000, 2**31 - 1]) and len(node.tokens) == 16
+    assert (node.key.ids(), node.key.extra_key, node.key.cache_salt) == (
+        [5, -3, 70000, 2**31 - 1],
+        "x",
+        "s",
+    )
+
+
+def test_first_mismatch_inside_an_edge_is_found_at_any_position():
+    for cut in range(1, 40):
+        tree = make_tree()
+        ids = list(range(1, 41))
+        tree.insert(K(ids), list(range(40)))
+        probe = ids[:cut] + [999]
+        assert tree.match_prefix(K(probe)).device_prefix_len == cut
+        assert sorted(len(n.value) for n in tree.nodes()) == sorted([cut, 40 - cut])
+
+
+def test_key_head_slices_share_ids_and_packed_form():
+    ids = list(range(1, 9))
+    key = K(ids, extra_key="e", limit=6)
+    packed = key.packed()
+    head = key[:4]
+    assert head.token_ids is ids and head.packed() is packed and head.ids() == [1, 2, 3, 4]
+    assert key[:10].ids() == [1, 2, 3, 4, 5, 6]  # never beyond the limit
+    assert key[2:4].ids() == [3, 4] and key[2:4].limit is None
+
+
+def test_packed_tokens_extends_an_appended_list_and_rebuilds_a_changed_one():
+    owner = type("Owner", (), {})()
+    ids = [1, 2, 3]
+    assert packed_tokens(owner, ids) == pack([1, 2, 3])
+    ids += [4, 5]
+    assert packed_tokens(owner, ids) == pack([1, 2, 3, 4, 5])
+    assert packed_tokens(owner, [9, 8]) == pack([9, 8])  # shorter: not an extension
+    assert packed_tokens(owner, [9, 7, 6]) == pack([9, 7, 6])  # last token differs: rebuilt
+    assert packed_tokens(type("Other", (), {})(), [4]) == pack([4])  # one entry per owner
+
+
+def test_ancestor_stamps_past_the_offset_table_follow_the_same_formula():
+    tree = make_tree()
+    ids = list(range(1, 1202))
+    for end in range(1, len(ids) + 1):  # a chain of 1201 one-token nodes
+        tree.insert(K(ids[:end]), list(range(end)), prev_prefix_len=end - 1)
+    node = tree.match_prefix(K(ids)).last_device_node
+    t = node.last_access_time
+    k = 0
+    while node is not None:
+        assert node.last_access_time == t - k * ANCESTOR_STAMP_STEP, k
+        node, k = node.parent, k + 1
+    assert k == 1202  # root included

@@ -3,6 +3,7 @@
     h_i = H((h_{i-1}, tuple(tokens[i*B:(i+1)*B]), extra_keys_i)),   h_{-1} = NONE_HASH
 
 Map keys are `h + group_id.to_bytes(4, "big")` (BlockHashWithGroupId); this project uses group 0.
+The pickle-based digests hash runs of blocks in an inlined loop (same bytes, same hashes).
 Extra keys: the LoRA name on every block, the cache salt only on block 0 (v0.12-v0.28 forms).
 """
 
@@ -12,7 +13,7 @@ import hashlib
 import logging
 import os
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import cbor2
@@ -55,6 +56,46 @@ def _xxhash_cbor(obj: Any) -> bytes:
 def _builtin(obj: Any) -> bytes:
     # Project convention (not upstream): 8 signed big-endian bytes, so every key is bytes.
     return hash(obj).to_bytes(8, "big", signed=True)
+
+
+# A chain hashes a run of blocks: (parent, token tuples, extra keys, keys.append) -> last hash.
+ChainFn = Callable[[bytes, Iterable[tuple], "tuple | None", Callable[[bytes], None]], bytes]
+
+
+def _sha256_chain(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
+    # _sha256 inlined: the same bytes hashed, without a Python call per block.
+    sha, dumps = hashlib.sha256, pickle.dumps
+    for block in blocks:
+        parent = sha(dumps((parent, block, extra), _PICKLE)).digest()
+        append(parent + GROUP0)
+    return parent
+
+
+def _xxhash_chain(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
+    digest, dumps = xxhash.xxh3_128_digest, pickle.dumps
+    for block in blocks:
+        parent = digest(dumps((parent, block, extra), _PICKLE))
+        append(parent + GROUP0)
+    return parent
+
+
+_CHAINS: dict[HashFn, ChainFn] = {_sha256: _sha256_chain, _xxhash: _xxhash_chain}
+
+
+def chain_for(fn: HashFn) -> ChainFn:
+    """The block-run hasher of `fn`: an inlined loop for the pickle-based digests, else a loop
+    that calls `fn` on each (parent, tokens, extra) tuple."""
+    chain = _CHAINS.get(fn)
+    if chain is not None:
+        return chain
+
+    def generic(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
+        for block in blocks:
+            parent = fn((parent, block, extra))
+            append(parent + GROUP0)
+        return parent
+
+    return generic
 
 
 HASH_ALGOS: Registry[HashAlgo] = Registry("hash_algo")
@@ -145,14 +186,18 @@ class RequestBlockHashes:
 
 
 class RequestHasher:
-    """Hashes only new full blocks of a token list, chaining from the memo's last hash."""
+    """Hashes only new full blocks of a token list, chaining from the memo's last hash.
 
-    __slots__ = ("hash_fn", "none_hash", "block_size")
+    Blocks are cut by zip over one iterator (a tuple per block, no slice per block) and hashed
+    by the function's chain (`chain_for`), which gives the same keys as calling it per block."""
+
+    __slots__ = ("hash_fn", "none_hash", "block_size", "chain")
 
     def __init__(self, hash_fn: HashFn, none_hash: bytes, block_size: int) -> None:
         self.hash_fn = hash_fn
         self.none_hash = none_hash
         self.block_size = block_size
+        self.chain = chain_for(hash_fn)
 
     def extend(self, memo: RequestBlockHashes, token_ids: list[int]) -> list[bytes]:
         """Append keys for every new full block; afterwards len(keys) == len(token_ids) // B."""
@@ -162,15 +207,10 @@ class RequestHasher:
         stop = len(token_ids) - len(token_ids) % bs
         if start >= stop:
             return keys
-        fn = self.hash_fn
+        # zip drops the trailing partial block; only a continuation needs a slice
+        blocks = zip(*[iter(token_ids[start:stop] if start else token_ids)] * bs)
         parent = memo.parent
         if parent is None:
-            parent = fn((self.none_hash, tuple(token_ids[0:bs]), memo.extra_first))
-            keys.append(parent + GROUP0)
-            start = bs
-        extra = memo.extra_rest
-        for s in range(start, stop, bs):
-            parent = fn((parent, tuple(token_ids[s : s + bs]), extra))
-            keys.append(parent + GROUP0)
-        memo.parent = parent
+            parent = self.chain(self.none_hash, (next(blocks),), memo.extra_first, keys.append)
+        memo.parent = self.chain(parent, blocks, memo.extra_rest, keys.append)
         return keys

@@ -4,8 +4,10 @@
     page P:  free list of page ids 1..size/P, slot = page * P + offset, alloc from the front,
              free(idx) frees unique(idx // P) ascending and PREPENDS them (reused first)
 
-Slot 0 / page 0 is the dummy padded tokens write to and is never handed out. A free of something
-already free raises `CacheIntegrityError` (upstream would silently corrupt its pool).
+Slot 0 / page 0 is the dummy padded tokens write to and is never handed out. Slot ids travel as
+int32 arrays (allocations, `SlotRow` request rows, tree values): no per-slot Python objects and no
+list<->array conversion per call. A detected double free raises `CacheIntegrityError` (upstream
+would silently corrupt its pool).
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from engines.cache.base import CacheIntegrityError
+from engines.cache.radix.slot_row import SLOT_DTYPE, SlotRow
+
+
+def as_slots(index: Sequence[int] | np.ndarray) -> np.ndarray:
+    """`index` as an int32 array (no copy when it already is one)."""
+    return np.asarray(index, dtype=SLOT_DTYPE)
 
 
 class _FreeGroup:
     """Batched frees (upstream free_group_begin/end): frees between the two calls are collected
     and released together at the end."""
 
-    _group: list[int] | None
+    _group: list | None
 
-    def free(self, free_index: Sequence[int]) -> None:
+    def free(self, free_index: Sequence[int] | np.ndarray) -> None:
         raise NotImplementedError
 
     def free_group_begin(self) -> None:
@@ -33,62 +41,79 @@ class _FreeGroup:
     def free_group_end(self) -> None:
         group, self._group = self._group, None
         if group:
-            self.free(group)
+            self.free(np.concatenate(group))
 
 
 class TokenToKVPoolAllocator(_FreeGroup):
-    """Page-1 allocator: token-granular slots."""
+    """Page-1 allocator: token-granular slots.
+
+    The FIFO free list is the live window `_buf[_head:_tail]` of an int32 buffer twice the pool's
+    size: alloc copies a slice at the head, free copies at the tail, and the window moves back to
+    the front only when the tail reaches the end (amortised O(1) per slot, no Python object per
+    slot). Every free checks in O(1) that the pool does not overflow; `debug=True` adds the exact
+    per-slot double-free check (a flag gather per call; debug_checks runs find doubles through
+    `check_integrity` too).
+    """
 
     page_size = 1
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, debug: bool = False) -> None:
         self.size = size
+        self.debug = debug
         self.clear()
 
     def clear(self) -> None:
-        # FIFO free list as a Python list with a moving head: alloc is one slice, free one extend
-        # (a per-slot deque loop dominated radix bookkeeping on whole-trace replays).
-        self._free: list[int] = list(range(1, self.size + 1))
-        self._head = 0
-        self._is_free = np.ones(self.size + 1, dtype=bool)
-        self._is_free[0] = False  # slot 0 is the dummy, never handed out
-        self._group: list[int] | None = None
+        self._buf = np.empty(2 * self.size + 2, dtype=SLOT_DTYPE)
+        self._buf[: self.size] = np.arange(1, self.size + 1, dtype=SLOT_DTYPE)
+        self._head, self._tail = 0, self.size
+        self._unfreeable = np.ones(self.size + 1, dtype=bool)  # debug: free, or the dummy slot 0
+        self._group: list | None = None
 
     def available_size(self) -> int:
-        return len(self._free) - self._head
+        return self._tail - self._head
 
-    def alloc(self, need_size: int) -> list[int] | None:
-        if need_size > self.available_size():
-            return None
+    def alloc(self, need_size: int) -> np.ndarray | None:
+        """The first need_size free slots (a fresh int32 array), or None if fewer are free."""
         head = self._head
-        out = self._free[head : head + need_size]
+        if need_size > self._tail - head:
+            return None
+        out = self._buf[head : head + need_size].copy()
         self._head = head + need_size
-        if self._head > 4096 and 2 * self._head > len(self._free):
-            del self._free[: self._head]
-            self._head = 0
-        self._is_free[out] = False
+        if self.debug:
+            self._unfreeable[out] = False
         return out
 
-    def free(self, free_index: Sequence[int]) -> None:
-        if len(free_index) == 0:
+    def free(self, free_index: Sequence[int] | np.ndarray, start_pos: int = 0) -> None:
+        """Queue slots behind the free list (`start_pos` matters only to the paged allocator)."""
+        n = len(free_index)
+        if n == 0:
             return
-        if self._group is not None:
-            self._group.extend(free_index)
+        if self._group is not None:  # a copy: a row segment may be rewritten before the end
+            self._group.append(np.array(free_index, dtype=SLOT_DTYPE))
             return
-        slots = np.asarray(free_index, dtype=np.int64)
-        if slots.min() <= 0 or self._is_free[slots].any():
-            bad = next(int(s) for s in slots if s <= 0 or self._is_free[s])
-            raise CacheIntegrityError(f"double free or invalid slot {bad}")
-        self._is_free[slots] = True
-        self._free.extend(slots.tolist())
+        head, tail = self._head, self._tail
+        if tail - head + n > self.size:
+            raise CacheIntegrityError(f"double free: {tail - head + n} free slots in {self.size}")
+        if self.debug:
+            self._check_freeable(as_slots(free_index))
+        if tail + n > len(self._buf):  # move the live window to the front
+            self._buf[: tail - head] = self._buf[head:tail]
+            self._head, tail = 0, tail - head
+        self._buf[tail : tail + n] = free_index
+        self._tail = tail + n
 
-    def free_segment(self, free_index: Sequence[int], start_pos: int = 0) -> None:
-        """Free a tree value or a row segment (page 1: the same as `free`)."""
-        self.free(free_index)
+    def _check_freeable(self, slots: np.ndarray) -> None:
+        flags = self._unfreeable
+        if slots.min() <= 0 or slots.max() > self.size or flags[slots].any():
+            bad = next(int(s) for s in slots if s <= 0 or s > self.size or flags[s])
+            raise CacheIntegrityError(f"double free or invalid slot {bad}")
+        flags[slots] = True
+
+    free_segment = free  # a tree value or a row segment: page 1 frees every slot as given
 
     def free_slots(self) -> list[int]:
-        """Every free slot id (integrity checks)."""
-        return self._free[self._head :]
+        """Every free slot id, in allocation order (integrity checks)."""
+        return self._buf[self._head : self._tail].tolist()
 
 
 class PagedTokenToKVPoolAllocator(_FreeGroup):
@@ -117,11 +142,12 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
             flags[page] = 0
         return pages
 
-    def _expand(self, pages: list[int]) -> list[int]:
+    def _expand(self, pages: list[int]) -> np.ndarray:
         p = self.page_size
-        return [page * p + off for page in pages for off in range(p)]
+        first = np.asarray(pages, dtype=SLOT_DTYPE) * p
+        return (first[:, None] + np.arange(p, dtype=SLOT_DTYPE)).ravel()
 
-    def alloc(self, need_size: int) -> list[int] | None:
+    def alloc(self, need_size: int) -> np.ndarray | None:
         if need_size % self.page_size:
             raise ValueError(f"paged alloc of {need_size} tokens is not page-aligned")
         num_pages = need_size // self.page_size
@@ -131,7 +157,7 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
 
     def alloc_extend(
         self, prefix_lens: Sequence[int], seq_lens: Sequence[int], last_locs: Sequence[int | None]
-    ) -> list[list[int]] | None:
+    ) -> list[np.ndarray] | None:
         """Slots for positions [prefix_len, seq_len) of each request, in request order.
 
             prefix_len            seq_len
@@ -148,9 +174,11 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         out = []
         for pre, s, last, n in zip(prefix_lens, seq_lens, last_locs, num_new):
             head = min(s, -(-pre // p) * p) - pre  # tokens that still fit the current page
-            slots = [last + 1 + i for i in range(head)] if head else []
-            slots.extend(self._expand(self._take_pages(n))[: s - pre - head])
-            out.append(slots)
+            rest = self._expand(self._take_pages(n))[: s - pre - head]
+            if head:
+                tail_of_page = np.arange(last + 1, last + 1 + head, dtype=SLOT_DTYPE)
+                rest = np.concatenate((tail_of_page, rest))
+            out.append(rest)
         return out
 
     def alloc_decode(self, seq_lens: Sequence[int], last_locs: Sequence[int]) -> list[int] | None:
@@ -164,25 +192,26 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
             for fresh, last in zip(needs_page, last_locs)
         ]
 
-    def free(self, free_index: Sequence[int]) -> None:
-        if not free_index:
+    def free(self, free_index: Sequence[int] | np.ndarray) -> None:
+        if len(free_index) == 0:
             return
         if self._group is not None:
-            self._group.extend(free_index)
+            self._group.append(np.array(free_index, dtype=SLOT_DTYPE))
             return
-        self._free_pages(sorted({slot // self.page_size for slot in free_index}))
+        self._free_pages(np.unique(as_slots(free_index) // self.page_size).tolist())
 
-    def free_segment(self, free_index: Sequence[int], start_pos: int = 0) -> None:
+    def free_segment(self, free_index: Sequence[int] | np.ndarray, start_pos: int = 0) -> None:
         """Free a segment that starts on a page boundary: the page of every P-th slot, row order."""
         p = self.page_size
+        slots = as_slots(free_index)
         first = (-start_pos) % p
-        picks = list(free_index[first::p])
-        if first and free_index:
-            picks.insert(0, free_index[0])
+        picks = slots[first::p]
+        if first and len(slots):
+            picks = np.concatenate((slots[:1], picks))
         if self._group is not None:
-            self._group.extend(picks)
+            self._group.append(picks.copy())
             return
-        self._free_pages([slot // p for slot in picks])
+        self._free_pages((picks // p).tolist())
 
     def _free_pages(self, pages: list[int]) -> None:
         flags = self._is_free
@@ -193,7 +222,7 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         self._free.extendleft(reversed(pages))  # prepend as a block, order kept
 
     def free_slots(self) -> list[int]:
-        return self._expand(list(self._free))
+        return self._expand(list(self._free)).tolist()
 
 
 class ReqToTokenPool:
@@ -205,7 +234,7 @@ class ReqToTokenPool:
 
     def clear(self) -> None:
         self.free_rows = list(range(1, self.size + 1))
-        self.rows: list[list[int] | None] = [None] * (self.size + 1)
+        self.rows: list[SlotRow | None] = [None] * (self.size + 1)
 
     def available_size(self) -> int:
         return len(self.free_rows)
@@ -215,7 +244,7 @@ class ReqToTokenPool:
         if not self.free_rows:
             return None
         row = self.free_rows.pop()
-        self.rows[row] = []
+        self.rows[row] = SlotRow()
         return row
 
     def free(self, row: int) -> None:

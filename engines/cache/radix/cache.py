@@ -79,7 +79,7 @@ class RadixCache:
             return []
         row = self.req_to_token_pool.rows[st.row][: st.kv_allocated_len]
         p = self.page_size
-        return list(row) if p == 1 else [row[i] // p for i in range(0, len(row), p)]
+        return row.tolist() if p == 1 else (row[::p] // p).tolist()
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.pop(seq.seq_id, None)

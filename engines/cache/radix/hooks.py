@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engines.cache.base import CacheIntegrityError
-from engines.cache.radix.key import RadixKey
+from engines.cache.radix.key import RadixKey, packed_tokens
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.tree import MatchResult, TreeLock, UnifiedRadixTree
 from engines.sequence import Sequence
@@ -46,8 +46,10 @@ def extra_key_of(seq: Sequence) -> str | None:
 
 
 def request_key(seq: Sequence, limit: int | None = None, num_tokens: int | None = None) -> RadixKey:
-    ids = seq.token_ids if num_tokens is None else seq.token_ids[:num_tokens]
-    return RadixKey(ids, extra_key_of(seq), seq.salt, limit)
+    n = seq.num_tokens if num_tokens is None else min(num_tokens, seq.num_tokens)
+    cap = n if limit is None else min(limit, n)  # the packed ids are kept per request: no copies
+    packed = packed_tokens(seq, seq.token_ids)
+    return RadixKey(seq.token_ids, extra_key_of(seq), seq.salt, cap, packed)
 
 
 def max_prefix_len(seq: Sequence) -> int:
@@ -165,7 +167,7 @@ def checkpoint(cache: RadixCache, st: ReqKV, seq: Sequence, up_to: int) -> None:
         )
     last = result.last_device_node
     protected = st.cache_protected_len
-    row[protected:n] = tree.path_device_indices(last)[protected:n]
+    row[protected:n] = tree.path_device_suffix(last, protected)
     if st.lock is not None:
         tree.unlock(st.lock)
     st.lock = tree.lock(last)

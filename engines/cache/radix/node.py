@@ -1,9 +1,10 @@
 """One node of the radix tree (specs/radix.md §1.2): an edge of tokens and the KV slots holding them.
 
-`key` holds only this node's segment (with the namespace), `value` the slot ids of that segment
-(a plain list: page-aligned with page size P). `depth` (tokens root -> end of this node) and
-`high_water` (deepest depth ever inserted below) are the `tlru` bookkeeping of §2.7. `in_leaf_set`
-and `heap_serial` belong to the tree's evictable-leaf set and its persistent heap.
+`tokens` holds only this node's segment as packed int32 bytes (compared memcmp-style by the tree),
+`key_extra` its (extra_key, cache_salt) pair (`key` rebuilds the `RadixKey` for checks and tests),
+`value` the segment's slot ids (an int32 array, page-aligned with page size P). `depth` (tokens
+root -> end of this node) and `high_water` (deepest depth ever inserted below) are the `tlru`
+bookkeeping of §2.7. `in_leaf_set` and `heap_serial` belong to the evictable-leaf set and its heap.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import sys
 from collections.abc import Hashable
 from itertools import count
 
-from engines.cache.radix.key import RadixKey
+import numpy as np
+
+from engines.cache.radix.key import RadixKey, unpack
+from engines.cache.radix.slot_row import SLOT_DTYPE
 
 _NODE_IDS = count()
 
@@ -22,7 +26,8 @@ class TreeNode:
         "id",
         "children",
         "parent",
-        "key",
+        "tokens",
+        "key_extra",
         "child_key",
         "value",
         "lock_ref",
@@ -37,12 +42,18 @@ class TreeNode:
     )
 
     def __init__(
-        self, key: RadixKey, value: list[int], parent: TreeNode | None, child_key: Hashable | None
+        self,
+        tokens: bytes,
+        key_extra: tuple[str | None, str | None],
+        value: np.ndarray,
+        parent: TreeNode | None,
+        child_key: Hashable | None,
     ) -> None:
         self.id = next(_NODE_IDS)
         self.children: dict[Hashable, TreeNode] = {}
         self.parent = parent
-        self.key = key
+        self.tokens = tokens
+        self.key_extra = key_extra  # (extra_key, cache_salt) of the key that created the node
         self.child_key = child_key  # this node's key in parent.children
         self.value = value
         self.lock_ref = 0
@@ -57,10 +68,15 @@ class TreeNode:
 
     @classmethod
     def make_root(cls) -> TreeNode:
-        root = cls(RadixKey([]), [], None, None)
+        root = cls(b"", (None, None), np.empty(0, dtype=SLOT_DTYPE), None, None)
         root.lock_ref = 1  # never unlocked, so the root is never evictable
         root.priority = -sys.maxsize
         return root
+
+    @property
+    def key(self) -> RadixKey:
+        """This node's segment as a `RadixKey` (a fresh list: checks and tests, not hot paths)."""
+        return RadixKey(unpack(self.tokens), *self.key_extra)
 
     @property
     def evicted(self) -> bool:
@@ -74,6 +90,6 @@ class TreeNode:
         return self.last_access_time < other.last_access_time
 
     def __repr__(self) -> str:
-        ids = self.key.token_ids
+        ids = unpack(self.tokens)
         shown = ids if len(ids) <= 8 else [*ids[:4], "...", *ids[-2:]]
         return f"TreeNode(id={self.id}, key={shown}, lock_ref={self.lock_ref}, t={self.last_access_time})"

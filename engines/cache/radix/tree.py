@@ -3,6 +3,9 @@
 Matching splits partly matched edges and stamps recency; insertion page-aligns its key, keeps the
 tree's existing slots and frees the caller's duplicates; locks move tokens between the evictable and
 protected counters; eviction removes whole unlocked leaves in policy order, cascading to parents.
+Edges compare as packed int32 bytes (one memcmp per whole edge, a vectorised search for the first
+mismatch in the one partly matched edge); slot ids are int32 arrays, and `path_device_suffix`
+returns only the slots past a position (what a checkpoint rewrites).
 
 Evictable leaves live in `EvictableLeaves` (leaves.py), a set with a persistent lazy heap; the tree
 re-pushes a member whenever it changes a field the policy key reads (stamps, hit_count, priority).
@@ -13,17 +16,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
+import numpy as np
+
 from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
-from engines.cache.radix.key import RadixKey, make_child_key
+from engines.cache.radix.key import (
+    TOKEN_BYTES,
+    TOKEN_DTYPE,
+    RadixKey,
+    make_child_key,
+    namespace_of,
+    unpack,
+)
 from engines.cache.radix.leaves import EvictableLeaves
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.policies import LRU, EvictionPolicy
+from engines.cache.radix.slot_row import SLOT_DTYPE
 
 ANCESTOR_STAMP_STEP = (
     1e-5  # §2.1: parent of the stamped node gets t - 1e-5, grandparent t - 2e-5, ...
 )
-_CHUNK = 64  # tokens compared per slice when looking for the first mismatch
+# k * ANCESTOR_STAMP_STEP for the first ancestors, computed once (the same floats as on the fly)
+_STAMP_OFFSETS = tuple(k * ANCESTOR_STAMP_STEP for k in range(1, 1025))
+_NO_SLOTS = np.empty(0, dtype=SLOT_DTYPE)
 
 
 class MatchResult(NamedTuple):
@@ -89,28 +104,33 @@ class UnifiedRadixTree:
             yield node
             stack.extend(node.children.values())
 
-    def path_device_indices(self, node: TreeNode) -> list[int]:
+    def path_device_indices(self, node: TreeNode) -> np.ndarray:
         """Slot ids of the path root -> node, in token order."""
+        return self.path_device_suffix(node, 0)
+
+    def path_device_suffix(self, node: TreeNode, start: int) -> np.ndarray:
+        """Slot ids of positions [start, node.depth) of the path root -> node: only the nodes that
+        end beyond `start` are visited, so a checkpoint pays for its new tokens, not the context."""
         parts = []
-        while node.parent is not None:
-            parts.append(node.value)
+        while node.parent is not None and node.depth > start:
+            begin = node.depth - len(node.value)
+            parts.append(node.value if begin >= start else node.value[start - begin :])
             node = node.parent
-        out: list[int] = []
-        for part in reversed(parts):
-            out.extend(part)
-        return out
+        if not parts:
+            return _NO_SLOTS
+        parts.reverse()
+        return np.concatenate(parts)
 
     # --------------------------------------------------------------- matching
     def match_prefix(self, key: RadixKey) -> MatchResult:
-        """Longest cached page-aligned prefix of `key` (limit applied). Splits and stamps (§2.1)."""
+        """Longest cached page-aligned prefix of `key` (limit applied); splits, stamps (§2.1)."""
         root = self.root_node
         if self.disable or len(key) == 0:
             return MatchResult(0, root)
-        ids = key.token_ids
         n = len(key) // self.page_size * self.page_size
         if n == 0:
             return MatchResult(0, root)
-        pos, node = self._walk(ids, n, key.namespace)
+        pos, node = self._walk(key, n)
         self._stamp_path(node)
         return MatchResult(pos, node)
 
@@ -118,50 +138,70 @@ class UnifiedRadixTree:
         """The match walk (splits and stamps included) without a result (§8.8)."""
         self.match_prefix(key)
 
-    def _walk(self, ids: list[int], n: int, namespace: object) -> tuple[int, TreeNode]:
+    def _walk(self, key: RadixKey, n: int) -> tuple[int, TreeNode]:
+        """Follow whole edges while they equal the key (one memcmp each); split the first edge
+        that matches only partly. A fully matched child's depth is the next position."""
+        ids, packed, namespace = key.token_ids, key.packed(), key.namespace
         node, pos, p = self.root_node, 0, self.page_size
-        plain = p == 1 and namespace is None
+        end = n * TOKEN_BYTES
+        matches = packed.startswith
+        if p == 1 and namespace is None:  # the common case, without child-key building
+            while pos < n:
+                child = node.children.get(ids[pos])
+                if child is None:
+                    break
+                if not matches(child.tokens, pos << 2, end):  # 4 bytes per token
+                    m = self._common_len(child.tokens, packed, pos, n)
+                    return pos + m, self._split(child, m)
+                pos = child.depth
+                node = child
+            return pos, node
         while pos < n:
-            child = node.children.get(ids[pos] if plain else make_child_key(ids, pos, p, namespace))
+            child = node.children.get(make_child_key(ids, packed, pos, p, namespace))
             if child is None:
                 break
-            edge = child.key.token_ids
-            m = self._common_len(edge, ids, pos, n)
-            if m < len(edge):
+            if not packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
+                m = self._common_len(child.tokens, packed, pos, n)
                 return pos + m, self._split(child, m)
-            pos += m
+            pos = child.depth
             node = child
         return pos, node
 
-    def _common_len(self, edge: list[int], ids: list[int], pos: int, n: int) -> int:
-        """Length of the common prefix of edge and ids[pos:n], in whole pages."""
-        m = min(len(edge), n - pos)
-        if edge[:m] == ids[pos : pos + m]:
-            i = m
-        else:
-            i = 0
-            while i + _CHUNK <= m and edge[i : i + _CHUNK] == ids[pos + i : pos + i + _CHUNK]:
-                i += _CHUNK
-            while i < m and edge[i] == ids[pos + i]:
-                i += 1
+    def _common_len(self, edge: bytes, packed: bytes, pos: int, n: int) -> int:
+        """Length of the common prefix of an edge and key tokens [pos, n), in whole pages."""
+        m = min(len(edge) // TOKEN_BYTES, n - pos)
+        a = np.frombuffer(edge, dtype=TOKEN_DTYPE, count=m)
+        b = np.frombuffer(packed, dtype=TOKEN_DTYPE, count=m, offset=pos * TOKEN_BYTES)
+        differ = np.flatnonzero(a != b)
+        i = int(differ[0]) if len(differ) else m
         return i // self.page_size * self.page_size
 
     def _stamp_path(self, node: TreeNode) -> None:
-        """Fresh stamp t on node, t - k * 1e-5 on its k-th ancestor, root included (§2.1)."""
+        """Fresh stamp t on node, t - k * 1e-5 on its k-th ancestor, root included (§2.1).
+
+        Only the first node can be an evictable leaf: every ancestor has a child on the path."""
         t = self.clock()
-        k = 0
-        while node is not None:
+        node.last_access_time = t
+        if node.in_leaf_set:
+            self.leaves.push(node)
+        node = node.parent
+        for offset in _STAMP_OFFSETS:
+            if node is None:
+                return
+            node.last_access_time = t - offset
+            node = node.parent
+        k = len(_STAMP_OFFSETS) + 1
+        while node is not None:  # paths deeper than the table
             node.last_access_time = t - k * ANCESTOR_STAMP_STEP
-            if node.in_leaf_set:
-                self.leaves.push(node)
             node = node.parent
             k += 1
 
     def _split(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut child after split_len tokens; the new upper node takes child's place (§2.2)."""
-        key = child.key
+        cut = split_len * TOKEN_BYTES
         upper = TreeNode(
-            RadixKey(key.token_ids[:split_len], key.extra_key, key.cache_salt),
+            child.tokens[:cut],
+            child.key_extra,
             child.value[:split_len],
             child.parent,
             child.child_key,
@@ -174,10 +214,13 @@ class UnifiedRadixTree:
         upper.depth = child.depth - (len(child.value) - split_len)
         upper.high_water = child.high_water
         child.parent.children[child.child_key] = upper
-        child.key = RadixKey(key.token_ids[split_len:], key.extra_key, key.cache_salt)
+        child.tokens = child.tokens[cut:]
         child.value = child.value[split_len:]
         child.parent = upper
-        child.child_key = make_child_key(child.key.token_ids, 0, self.page_size, key.namespace)
+        first = unpack(child.tokens[: self.page_size * TOKEN_BYTES])
+        child.child_key = make_child_key(
+            first, child.tokens, 0, self.page_size, namespace_of(*child.key_extra)
+        )
         upper.children[child.child_key] = child
         child.last_access_time = self.clock()  # re-stamped although not accessed
         if child.in_leaf_set:
@@ -188,7 +231,7 @@ class UnifiedRadixTree:
     def insert(
         self,
         key: RadixKey,
-        value: list[int] | None = None,
+        value: np.ndarray | list[int] | None = None,
         priority: int = 0,
         inserted_len: int = 0,
         prev_prefix_len: int = 0,
@@ -202,25 +245,29 @@ class UnifiedRadixTree:
         if self.disable:
             return InsertResult(0, root)
         simulated = value is None or self.allocator is None
-        ids = key.token_ids
+        ids, packed, namespace = key.token_ids, key.packed(), key.namespace
         n = len(key) // self.page_size * self.page_size
-        if value is None:
-            value = ids
+        if value is None:  # simulation: the token ids stand in for slots
+            value = np.frombuffer(packed, dtype=TOKEN_DTYPE)
+        value = np.asarray(value, SLOT_DTYPE)
         root.last_access_time = self.clock()
         root.priority = max(root.priority, priority)
-        namespace = key.namespace
         node, pos, p = root, 0, self.page_size
         plain = p == 1 and namespace is None
+        end = n * TOKEN_BYTES
         while pos < n:
-            child = node.children.get(ids[pos] if plain else make_child_key(ids, pos, p, namespace))
+            child = node.children.get(
+                ids[pos] if plain else make_child_key(ids, packed, pos, p, namespace)
+            )
             if child is None:
                 break
-            m = self._common_len(child.key.token_ids, ids, pos, n)
-            if m < len(child.value):
-                child = self._split(child, m)
-            else:
+            if packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
+                pos = child.depth
                 child.last_access_time = self.clock()
-            pos += m
+            else:
+                m = self._common_len(child.tokens, packed, pos, n)
+                child = self._split(child, m)
+                pos += m
             child.priority = max(child.priority, priority)
             if pos > inserted_len:
                 child.hit_count += 1
@@ -234,10 +281,11 @@ class UnifiedRadixTree:
         if pos == n:
             return InsertResult(prefix_len, node)
         leaf = TreeNode(
-            RadixKey(ids[pos:n], key.extra_key, key.cache_salt),
-            list(value[pos:n]),
+            packed[pos * TOKEN_BYTES : end],
+            key.extras,
+            value[pos:n].copy(),
             node,
-            make_child_key(ids, pos, p, namespace),
+            make_child_key(ids, packed, pos, p, namespace),
         )
         leaf.last_access_time = self.clock()
         leaf.creation_time = self.clock()
