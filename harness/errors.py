@@ -16,7 +16,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from engines.engine import CapacityError
 from engines.registry import UnknownNameError
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 GROUPS = ("workload", "engine", "model", "hardware", "suite")
 DECODES = ("greedy", "scripted")
 SWEEP_FLAGS = ("-m", "--multirun")
