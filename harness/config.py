@@ -26,12 +26,28 @@ class LoadConfig:
     burst: every request at t = 0.  poisson: vLLM's gamma gaps (burstiness 1 = Poisson) at `rate`
     req/s, rescaled so the last send is at N / rate.  trace: the workload's timestamps times
     `slowdown`.
+    max_concurrency: at most this many requests in flight, as `vllm bench serve --max-concurrency`
+    (a client-side semaphore: a request held back is sent, and timed, when a slot frees).
     """
 
     mode: str = "auto"  # auto | burst | poisson | trace
     rate: float | None = None
     burstiness: float = 1.0
     slowdown: float = 1.0
+    max_concurrency: int | None = None  # None: no limit
+
+
+@dataclass
+class MetricsConfig:
+    """Which statistics the summary reports, with `vllm bench serve`'s meanings.
+
+    goodput: SLOs in ms as "ttft:200,tpot:50" (keys ttft, tpot, e2el): `request_goodput` counts
+    requests meeting all of them per second (None when unset). percentiles: the p<N> fields
+    reported for TTFT, TPOT, ITL, E2EL and queue delay (the report's figures read p99).
+    """
+
+    goodput: str | None = None
+    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 99.0])
 
 
 @dataclass
@@ -71,6 +87,7 @@ class RunConfig:
     load: LoadConfig = field(default_factory=LoadConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     hardware: Any = None  # cost model of the simulated executor
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy

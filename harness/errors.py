@@ -85,6 +85,9 @@ def check_run_config(cfg) -> None:
     cfg.workload.validate()
     _check_load(cfg.load)
     _check_warmup(cfg.warmup)
+    from harness.metrics import check_metrics
+
+    check_metrics(cfg.metrics)
     if cfg.decode not in DECODES:
         raise ValueError(f"decode must be one of {', '.join(DECODES)}, got {cfg.decode!r}")
     _require_int("threads", cfg.threads, minimum=1)
@@ -104,6 +107,8 @@ def _check_load(load) -> None:
         )
     _require_number("load.burstiness", load.burstiness)
     _require_number("load.slowdown", load.slowdown)
+    if load.max_concurrency is not None:
+        _require_int("load.max_concurrency", load.max_concurrency, minimum=1)
 
 
 def _check_warmup(warmup) -> None:

@@ -66,7 +66,7 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     status, error = "ok", None
     bar = tqdm(total=len(gen_requests), desc=f"{cfg.workload.name}/{cfg.engine.cache}", unit="req", leave=False)
     try:
-        engine.run(gen_requests, on_finish=lambda _r: bar.update(1))
+        engine.run(gen_requests, on_finish=lambda _r: bar.update(1), max_concurrency=cfg.load.max_concurrency)
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
@@ -102,7 +102,7 @@ def _finish(
     by_id = {r.request_id: r for r in workload_requests}
     table = request_table(records, by_id, ctx)
     extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, len(gen_requests))
-    summary = summarize(table, itls_ms(records), duration_s, extra)
+    summary = summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
     out.write_requests(table)
     if cfg.save_tokens:
         out.write_tokens(token_rows(table, records, by_id))
@@ -176,6 +176,7 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "workload_version": cfg.workload.version,
         "num_prompts": num_requests,
         "request_rate": "inf" if load_mode == "burst" else cfg.load.rate,
+        "max_concurrency": cfg.load.max_concurrency,
         "load_mode": load_mode,
         "executor": cfg.executor,
         "hardware": getattr(cfg.hardware, "name", None),

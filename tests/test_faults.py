@@ -126,7 +126,7 @@ def interrupt_measured_run_after(monkeypatch, num_finished: int) -> None:
     """Raise KeyboardInterrupt (what SIGINT does) once `num_finished` measured requests finished."""
     original = Engine.run
 
-    def run(self, requests, on_finish=None):
+    def run(self, requests, on_finish=None, **kwargs):
         if on_finish is None:  # the warm-up
             return original(self, requests)
 
@@ -152,7 +152,7 @@ def test_interrupt_keeps_exactly_the_finished_rows(tmp_path, monkeypatch, capsys
 
 
 def test_interrupt_before_measuring_records_no_rows(tmp_path, monkeypatch, capsys):
-    def warm_up_interrupted(self, requests, on_finish=None):
+    def warm_up_interrupted(self, requests, on_finish=None, **kwargs):
         raise RunInterrupted("SIGTERM")
 
     monkeypatch.setattr(Engine, "run", warm_up_interrupted)
