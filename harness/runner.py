@@ -37,7 +37,7 @@ from harness.metrics import (
 )
 from harness.results import RunDir
 from harness.tokenspace import token_space_for
-from workloads.base import generate
+from workloads.base import generate_with_notes
 from workloads.bounds import run_bounds
 from workloads.tokens import warmup_requests
 
@@ -57,11 +57,12 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     torch.set_num_threads(cfg.threads)
     space = token_space_for(cfg.model)
-    workload_requests = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
+    generated = generate_with_notes(cfg.workload, cfg.seed, space)
+    workload_requests = with_arrivals(generated.requests, cfg.load, cfg.seed)
     gen_requests = fan_out(workload_requests, scripted=cfg.decode == "scripted")
     engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
     engine.check_fits(gen_requests)
-    warm = _warm_up(engine, cfg, space)
+    warm = {**_warm_up(engine, cfg, space), **generated.notes}  # both go into the summary
     t_start = time.perf_counter()
     status, error = "ok", None
     bar = tqdm(total=len(gen_requests), desc=f"{cfg.workload.name}/{cfg.engine.cache}", unit="req", leave=False)
