@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 import harness.plots_sim  # noqa: F401  (registers the simulated-executor figures)
 from harness.plots import FIGURES, Inputs, Skip
@@ -34,6 +33,7 @@ from harness.tables import (
     summary_table,
     tidy_runs,
 )
+from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
 FIGURE_DIR = "figures"
@@ -90,7 +90,7 @@ def _figures(report: Report, pairs: pd.DataFrame) -> None:
     else:
         requests = pd.DataFrame()
     inputs = Inputs(ok, requests, pairs, report.out_dir / FIGURE_DIR)
-    for name, make in tqdm(FIGURES.items(), desc="figures", unit="fig", leave=False, disable=None):
+    for name, make in progress(list(FIGURES.items()), "report figures", "fig"):
         if ok.empty:
             report.skipped[name] = "no run with status ok"
         else:

@@ -65,7 +65,7 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     warm = {**_warm_up(engine, cfg, space), **generated.notes}  # both go into the summary
     t_start = time.perf_counter()
     status, error = "ok", None
-    bar = tqdm(total=len(gen_requests), desc=f"{cfg.workload.name}/{cfg.engine.cache}", unit="req", leave=False)
+    bar = tqdm(total=len(gen_requests), desc=f"{cfg.workload.name}/{cfg.engine.cache}", unit="req", leave=False, disable=None)
     try:
         engine.run(gen_requests, on_finish=lambda _r: bar.update(1), max_concurrency=cfg.load.max_concurrency)
     except (KeyboardInterrupt, RunInterrupted):

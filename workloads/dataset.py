@@ -17,8 +17,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from workloads.base import (
     Generated,
     WorkloadParams,
@@ -27,6 +25,7 @@ from workloads.base import (
     register_family,
     resolve_data_path,
 )
+from workloads.progress import progress
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.sessions import ORDERS, interleave
@@ -159,7 +158,7 @@ def generate_dataset(p: DatasetParams, seed: int, space: TokenSpace) -> Generate
     tok = load(p.tokenizer)
     sessions: list[list[Request]] = []
     limit = p.max_conversations if p.max_conversations is not None else len(conversations)
-    for conv in tqdm(conversations, desc="tokenizing conversations", unit="conv", leave=False, disable=None):
+    for conv in progress(conversations, "tokenizing conversations", "conv"):
         if len(sessions) == limit:
             break
         turns, problem = _session(conv, len(sessions), p, tok, space, seed)

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from tqdm import tqdm
-
 from workloads.base import (
     Generated,
     WorkloadParams,
@@ -30,6 +28,7 @@ from workloads.base import (
     resolve_data_path,
 )
 from workloads.dataset import fold_ids
+from workloads.progress import progress
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, token_ids
 
@@ -156,7 +155,7 @@ def generate_prompts(p: PromptsParams, seed: int, space: TokenSpace) -> Generate
     tok = load(p.tokenizer) if any(r.prompt is not None for r in rows) else None
     last_turn: dict[str, Request] = {}
     requests: list[Request] = []
-    for row in tqdm(rows, desc="encoding prompts", unit="prompt", leave=False, disable=None):
+    for row in progress(rows, "encoding prompts", "prompt"):
         ids = fold_ids(_encode(row, p, tok), space)
         if not ids:
             raise ValueError(f"{path}:{row.line_no}: prompt encodes to no tokens")

@@ -25,9 +25,9 @@ from workloads.base import (
     register_family,
     resolve_data_path,
 )
+from workloads.progress import progress
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, stream_keys, token_block, token_ids
-
 
 # The shipped traces' workload names and files: a run under one of these names replays that file.
 SHIPPED = {
@@ -183,7 +183,8 @@ def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request
             shared_prefix_len=shared_i,
             tags={"line": row.line_no, "num_blocks": len(row.hash_ids)},
         )
-        for row, prompt, shared_i in zip(
-            rows, prompt_arrays(rows, seed, space, p.block_size), shared
-        )
+        for row, prompt, shared_i in progress(
+            zip(rows, prompt_arrays(rows, seed, space, p.block_size), shared),
+            "expanding trace", "req", total=len(rows),
+        )  # fmt: skip
     ]
