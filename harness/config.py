@@ -2,7 +2,7 @@
 
 Groups: `engine` (EngineConfig), `model` (ModelConfig), `workload` (one schema per family,
 registered as `base_<family>`), `hardware` (cost models of the simulated executor). Every entry
-point imports this module, so the schemas exist before Hydra composes (benchmarking.md §13).
+point imports this module, so the schemas exist before Hydra composes (docs/benchmarking.md §13).
 Code below the CLI receives these dataclasses, never a DictConfig.
 """
 
@@ -20,7 +20,7 @@ from engines.model.config import ModelConfig
 
 @dataclass
 class LoadConfig:
-    """How requests are released (benchmarking.md §7).
+    """How requests are released (docs/benchmarking.md §7).
 
     auto: trace timestamps when the workload carries arrival times, else burst.
     burst: every request at t = 0.  poisson: vLLM's gamma gaps (burstiness 1 = Poisson) at `rate`
@@ -52,7 +52,7 @@ class MetricsConfig:
 
 @dataclass
 class WarmupConfig:
-    """Warm-up on unrelated tokens before measuring, then a flushed cache (benchmarking.md §4)."""
+    """Warm-up on unrelated tokens before measuring, then a flushed cache (docs/benchmarking.md §4)."""
 
     enabled: bool = True
     num_requests: int = 2
@@ -62,7 +62,7 @@ class WarmupConfig:
 
 @dataclass
 class BoundsConfig:
-    """Which hit-rate references to compute from the token streams (benchmarking.md §5.3).
+    """Which hit-rate references to compute from the token streams (docs/benchmarking.md §5.3).
 
     The ideal (unbounded) hit rate at each of `granularities`, plus the engine's own granularity
     unless `include_engine_granularity` is false; with `capped`, LRU and Belady at the run's KV

@@ -81,7 +81,7 @@ def request_table(
 def _row(rec: RequestRecord, req: Request, request_index: int, ctx: dict) -> dict:
     ttft_ms = (rec.first_token_s - rec.arrival_s) * 1e3
     e2el_ms = (rec.finish_s - rec.arrival_s) * 1e3
-    # TPOT excludes the first token and is undefined for a single token (apc.md §13.3).
+    # TPOT excludes the first token and is undefined for a single token (docs/apc.md §13.3).
     tpot_ms = (e2el_ms - ttft_ms) / (rec.output_tokens - 1) if rec.output_tokens > 1 else math.nan
     return {
         **ctx,
@@ -178,7 +178,7 @@ def summarize(
     )
     for stat in ("mean", "median", "std", *(percentile_name(p) for p in percentiles)):
         out[f"{stat}_e2e_latency_ms"] = out[f"{stat}_e2el_ms"]
-    # Measured hit rate (benchmarking.md §5.1): first-admission reuse over client-side prompts.
+    # Measured hit rate (docs/benchmarking.md §5.1): first-admission reuse over client-side prompts.
     hit_rate = num_cached / num_in if num_in else None
     out.update(
         prompt_tokens_cached=num_cached, hit_rate=hit_rate, hit_rate_tokens=hit_rate,

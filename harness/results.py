@@ -122,7 +122,7 @@ class RunDir:
 
 
 def write_failed_summary(run_dir: str | os.PathLike, error: str) -> None:
-    """Record a job that could not run, so a sweep's table shows it (benchmarking.md §8.2 status)."""
+    """Record a job that could not run, so a sweep's table shows it (docs/benchmarking.md §8.2 status)."""
     date = time.strftime("%Y%m%d-%H%M%S")  # local time, as vLLM and the runner write `date`
     RunDir(Path(run_dir)).write_summary(
         {"status": "failed", "error": error, "date": date, "completed": 0}

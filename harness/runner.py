@@ -2,7 +2,7 @@
 
     workload ─▶ arrivals ─▶ fan-out ─▶ Engine (warm-up ▸ flush ▸ measured run) ─▶ rows ─▶ files
 
-The cache-state protocol of benchmarking.md §4 is followed and recorded: warm-up on unrelated
+The cache-state protocol of docs/benchmarking.md §4 is followed and recorded: warm-up on unrelated
 tokens, a flush that must succeed, then the measured window from an empty cache.
 """
 
@@ -134,7 +134,7 @@ def engine_device(engine: Engine) -> str:
 
 
 def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
-    """Run unrelated requests, then flush; the flush must succeed (benchmarking.md §4)."""
+    """Run unrelated requests, then flush; the flush must succeed (docs/benchmarking.md §4)."""
     info = {"warmup_policy": "none", "warmup_requests": 0}
     if cfg.warmup.enabled and cfg.warmup.num_requests > 0:
         reqs = warmup_requests(space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len)

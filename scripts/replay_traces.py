@@ -24,7 +24,7 @@ from harness_child import ROOT, hardware_override, run_harness  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
-# Upstream-like GPU serving budgets, equal for both engines (benchmarking.md §2): vLLM V1's online
+# Upstream-like GPU serving budgets, equal for both engines (docs/benchmarking.md §2): vLLM V1's online
 # default chunk of 8192 tokens (SGLang's chunked_prefill_size on 80 GB cards), 256 running requests.
 ENGINE_KNOBS = ("engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256")
 # Mooncake prompts reach 126k (conversation) and 191k (synthetic) tokens; the cost model, not the

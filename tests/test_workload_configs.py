@@ -1,5 +1,5 @@
 """Every harness/conf/workload/*.yaml composes through Hydra against its family's schema and generates
-(benchmarking.md §13, pitfall 9: compose configs without running the app)."""
+(docs/benchmarking.md §13, pitfall 9: compose configs without running the app)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hit-rate bounds from the token streams alone (benchmarking.md §5.3 and §10).
+"""Hit-rate bounds from the token streams alone (docs/benchmarking.md §5.3 and §10).
 
 Requests are replayed one at a time in arrival order (n > 1: each sample is a request). A prompt
 is cut into blocks of g tokens, each named by a chained key (a hash of the whole prefix up to the

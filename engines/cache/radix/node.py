@@ -1,4 +1,4 @@
-"""One node of the radix tree (specs/radix.md §1.2): an edge of tokens and the KV slots holding them.
+"""One node of the radix tree (docs/radix.md §1.2): an edge of tokens and the KV slots holding them.
 
 `key` holds only this node's segment (with the namespace), `value` the slot ids of that segment
 (a plain list: page-aligned with page size P). `depth` (tokens root -> end of this node) and
