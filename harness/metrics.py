@@ -244,8 +244,8 @@ def check_metrics(metrics: MetricsConfig) -> None:
     """Raise ValueError naming the first bad field of `metrics` (before anything is built)."""
     parse_slos(metrics.goodput)
     for p in metrics.percentiles:
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p < 100:
-            raise ValueError(f"metrics.percentiles: each must be a number in (0, 100), got {p!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100:
+            raise ValueError(f"metrics.percentiles: each must be a number in [0, 100], got {p!r}")
 
 
 def _peaks(df: pd.DataFrame, itl_lists: list[list[float]] | None) -> tuple[float | None, int]:

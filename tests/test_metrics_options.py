@@ -92,7 +92,7 @@ def test_run_reports_goodput_and_max_concurrency(tmp_path, capsys):
     "override, needle",
     [("load.max_concurrency=0", "load.max_concurrency must be a positive integer"),
      ('metrics.goodput="ttft=5"', "metrics.goodput"),
-     ("metrics.percentiles=[0,50]", "metrics.percentiles")],
+     ("metrics.percentiles=[50,101]", "metrics.percentiles")],
 )  # fmt: skip
 def test_bad_options_are_one_line(override, needle):
     from harness.errors import preflight

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -33,7 +34,10 @@ def sh(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.Comple
 @pytest.fixture(scope="module")
 def venv_python(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
-    sh([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+    # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
+    skip = shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "__pycache__", ".venv")
+    shutil.copytree(ROOT, tmp / "src", ignore=skip)
+    sh([sys.executable, "-m", "pip", "wheel", str(tmp / "src"), "--no-deps", "--no-build-isolation",
         "-w", str(tmp / "dist"), "-q"], cwd=tmp)  # fmt: skip
     (wheel,) = (tmp / "dist").glob("prefixbench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
