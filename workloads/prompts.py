@@ -70,8 +70,9 @@ class PromptLine(NamedTuple):
     arrival_s: float | None
 
 
-def parse_line(line: str, where: str) -> PromptLine:
+def parse_line(line: str, path: str | Path, line_no: int) -> PromptLine:
     """One line; every problem raises ValueError starting with `file:line:` and naming the field."""
+    where = f"{path}:{line_no}"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -102,7 +103,7 @@ def parse_line(line: str, where: str) -> PromptLine:
     ):
         raise ValueError(f"{where}: arrival_s must be a non-negative number, got {arrival_s!r}")
     return PromptLine(
-        0, prompt, tuple(ids) if ids is not None else None, output_len,
+        line_no, prompt, tuple(ids) if ids is not None else None, output_len,
         None if session is None else str(session),
         None if arrival_s is None else float(arrival_s),
     )  # fmt: skip
@@ -123,7 +124,7 @@ def read_prompts(path: str, max_requests: int | None = None) -> tuple[Path, list
                 break
             if not line.strip():
                 continue
-            row = parse_line(line, f"{resolved}:{line_no}")._replace(line_no=line_no)
+            row = parse_line(line, resolved, line_no)
             if row.arrival_s is not None and row.arrival_s < last_s:
                 raise ValueError(
                     f"{resolved}:{line_no}: arrival_s {row.arrival_s} is earlier than the line "
