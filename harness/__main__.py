@@ -21,16 +21,16 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from harness.config import RunConfig  # noqa: F401  (registers the schemas)
 from harness.errors import BAD_INPUT, check_run_config, describe, preflight
 from harness.results import RunDir, write_failed_summary
 from harness.runner import RunInterrupted, run
+from workloads.progress import progress
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 _sweep_codes: list[int] = []  # one exit code per finished sweep job
-_sweep_bar: list[tqdm] = []  # the sweep's job counter, made by its first job (a terminal only)
+_sweep_bar: list = []  # the sweep's job counter, made by its first job (a terminal only)
 
 
 def _on_signal(signum, frame):
@@ -105,7 +105,7 @@ def main(dcfg: DictConfig) -> None:
         sys.exit(code)
     _sweep_codes.append(code)
     if not _sweep_bar:
-        _sweep_bar.append(tqdm(desc="sweep jobs done", unit="job", disable=None, position=1))
+        _sweep_bar.append(progress(None, "sweep jobs done", "job"))
     _sweep_bar[0].update(1)
     if code == EXIT_INTERRUPTED:  # stop the sweep: the user asked to
         sys.exit(code)

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
@@ -39,6 +38,7 @@ from harness.results import RunDir
 from harness.tokenspace import token_space_for
 from workloads.base import generate_with_notes
 from workloads.bounds import run_bounds
+from workloads.progress import progress
 from workloads.tokens import warmup_requests
 
 
@@ -65,7 +65,7 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     warm = {**_warm_up(engine, cfg, space), **generated.notes}  # both go into the summary
     t_start = time.perf_counter()
     status, error = "ok", None
-    bar = tqdm(total=len(gen_requests), desc=f"{cfg.workload.name}/{cfg.engine.cache}", unit="req", leave=False, disable=None)
+    bar = progress(None, f"{cfg.workload.name}/{cfg.engine.cache}", "req", total=len(gen_requests))
     try:
         engine.run(gen_requests, on_finish=lambda _r: bar.update(1), max_concurrency=cfg.load.max_concurrency)
     except (KeyboardInterrupt, RunInterrupted):

@@ -46,7 +46,8 @@ PROGRESS = re.compile(r"\b([1-7])/8\b")  # the runner's progress bar on stderr
 
 
 def start_harness(args: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    # PREFIXBENCH_PROGRESS=1: the progress bar is drawn although stderr is a file.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PREFIXBENCH_PROGRESS": "1"}
     cmd = [sys.executable, "-m", "harness", *args, f"hydra.run.dir={run_dir}"]
     with log.open("w") as err:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)

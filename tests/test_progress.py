@@ -37,3 +37,20 @@ def test_trace_expansion_and_bounds_are_silent_when_stderr_is_not_a_terminal(cap
     reqs = generate(params, 0, TokenSpace(vocab_size=32000, first_ordinary_id=1))
     run_bounds(reqs, [512], 512, 64)
     assert capfd.readouterr().err == ""
+
+
+def test_progress_can_be_forced_on_a_file_or_off_on_a_terminal(monkeypatch):
+    log = io.StringIO()  # not a terminal
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setenv("PREFIXBENCH_PROGRESS", "1")
+    bar = progress(None, "measured run", "req", total=8)
+    time.sleep(1.1)
+    bar.update(3)
+    bar.close()
+    assert "3/8" in log.getvalue()
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setenv("PREFIXBENCH_PROGRESS", "0")
+    for i in progress(range(2), "hidden", "req"):
+        time.sleep(0.6 * (i + 1))
+    assert terminal.getvalue() == ""
