@@ -78,11 +78,15 @@ def options(group: str, search_dirs: tuple[Path, ...] = ()) -> list[str]:
 def search_dirs(argv: list[str]) -> tuple[Path, ...]:
     """The `file://` folders of a `hydra.searchpath=[...]` override (users' own configs)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     found: list[Path] = []
     for arg in argv:
         if arg.startswith("hydra.searchpath="):
-            values = OverridesParser.create().parse_overrides([arg])[0].value()
+            try:
+                values = OverridesParser.create().parse_overrides([arg])[0].value()
+            except HydraException:  # composing reports the syntax error as one line
+                continue
             found += [Path(v[len("file://") :]) for v in values if str(v).startswith("file://")]
     return tuple(found)
 

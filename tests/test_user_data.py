@@ -100,3 +100,10 @@ def test_a_sharegpt_dump_with_bad_records_runs_and_reports_what_it_skipped(tmp_p
     assert summary["completed"] == 3 and summary["input_records"] == len(DUMP)
     assert summary["input_skipped"] == 6
     assert summary["input_skipped_by_reason"]["starts_with_assistant"] == 1
+
+
+def test_search_path_problems_are_one_line(tmp_path):
+    assert "no viable alternative" in preflight([*SMALL, f"hydra.searchpath=[file://{tmp_path}"])
+    folder = user_folder(tmp_path, "mine", "defaults:\n  - base_unique\n  - _self_\nfamily: unique\n")
+    problem = preflight([*SMALL, folder, "workload=minE"])
+    assert problem.startswith("unknown workload 'minE'; valid: ") and "mine" in problem
