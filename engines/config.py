@@ -1,7 +1,7 @@
 """Engine configuration: one dataclass that both cache designs read (Hydra YAML overrides it).
 
 Fields mirror upstream knob names where one exists. `block_size` is the KV granularity of either
-design: vLLM's block size for `apc`, SGLang's page size for `radix` (benchmarking.md §2,
+design: vLLM's block size for `apc`, SGLang's page size for `radix` (docs/benchmarking.md §2,
 `block_size_or_page_size`). Capacity is set in usable tokens, identically for both.
 """
 
@@ -19,7 +19,7 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048  # per-step token budget = chunked-prefill size
     policy: str = "fcfs"  # fcfs | lpm | dfs-weight
-    # --- apc (specs/apc.md §0) ---
+    # --- apc (docs/apc.md §0) ---
     hash_algo: str = "sha256"  # sha256 | sha256_cbor | xxhash | xxhash_cbor | builtin
     free_order: str = "v024"  # v024 | classic
     none_hash_seed: str | None = None
@@ -27,7 +27,7 @@ class EngineConfig:
     reserve_full_prompt: bool | None = None  # None: follows free_order (v024 -> true)
     async_scheduling: bool | None = None  # None: follows free_order (v024 -> true)
     verify_tokens_on_hit: bool = False  # keep each block's tokens and compare on a hit
-    # --- radix (specs/radix.md §0) ---
+    # --- radix (docs/radix.md §0) ---
     eviction_policy: str = "lru"  # lru | lfu | fifo | mru | filo | priority | slru | tlru
     max_prefill_tokens: int = 16384
     clip_max_new_tokens: int = 4096

@@ -64,7 +64,11 @@ class Engine:
         self,
         requests: list[GenerationRequest],
         on_finish: Callable[[RequestRecord], None] | None = None,
+        max_concurrency: int | None = None,
     ) -> list[RequestRecord]:
+        """Run `requests` to completion. `max_concurrency` is a client-side cap on requests in
+        flight (`vllm bench serve --max-concurrency`): a request due while the cap is reached is
+        sent, and its arrival_s taken, when the finish that freed a slot happens."""
         self.check_fits(requests)
         self.records = []
         self.clock.restart()
@@ -80,12 +84,14 @@ class Engine:
         timelines: dict[str, _Timeline] = {}
         sched = self.scheduler
         idle_steps = 0
+        slot_freed_s = 0.0  # when the cap last stopped being reached
+        cap = max_concurrency if max_concurrency is not None else len(requests) + 1
         while ready or sched.has_work:
             now = self.clock.now()
-            while ready and ready[0][0] <= now:
+            while ready and ready[0][0] <= now and len(timelines) < cap:
                 t_s, _, rid = heapq.heappop(ready)
                 req = by_id[rid]
-                timelines[rid] = _Timeline(arrival_s=t_s)
+                timelines[rid] = _Timeline(arrival_s=max(t_s, slot_freed_s))
                 sched.add(_sequence(req))
             if not sched.has_work:
                 self.clock.wait_until(ready[0][0])
@@ -94,7 +100,7 @@ class Engine:
             step_start = now
             if not plan.scheduled:
                 idle_steps += 1
-                if ready:
+                if ready and len(timelines) < cap:
                     self.clock.wait_until(ready[0][0])
                     continue
                 if idle_steps > 2:
@@ -114,6 +120,8 @@ class Engine:
                 if item.seq.seq_id in tokens:
                     tl.token_times_s.append(end)
             for seq in sched.complete(plan, tokens):
+                if len(timelines) == cap:
+                    slot_freed_s = end
                 # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
                 record = _record(seq, by_id[seq.seq_id], timelines.pop(seq.seq_id))
                 self.records.append(record)

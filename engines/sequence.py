@@ -39,7 +39,7 @@ class Sequence:
     # Prompt tokens reused at the first admission (vLLM num_cached_tokens / SGLang cached_tokens).
     num_cached_tokens: int | None = None
     num_preemptions: int = 0
-    # Tokens recomputed after a preemption (not part of the hit rate, benchmarking.md §5.1).
+    # Tokens recomputed after a preemption (not part of the hit rate, docs/benchmarking.md §5.1).
     num_recomputed_tokens: int = 0
     # Test-only switch: prompt tokens may not be read from the cache (vLLM prompt_logprobs).
     skip_cache_read: bool = False

@@ -26,9 +26,11 @@ from harness.config import RunConfig  # noqa: F401  (registers the schemas)
 from harness.errors import BAD_INPUT, check_run_config, describe, preflight
 from harness.results import RunDir, write_failed_summary
 from harness.runner import RunInterrupted, run
+from workloads.progress import progress
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 _sweep_codes: list[int] = []  # one exit code per finished sweep job
+_sweep_bar: list = []  # the sweep's job counter, made by its first job (a terminal only)
 
 
 def _on_signal(signum, frame):
@@ -94,7 +96,7 @@ def _write_interrupted_summary(run_dir: Path, exc: BaseException) -> str:
     return message
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(dcfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
@@ -102,6 +104,9 @@ def main(dcfg: DictConfig) -> None:
     if not multirun:
         sys.exit(code)
     _sweep_codes.append(code)
+    if not _sweep_bar:
+        _sweep_bar.append(progress(None, "sweep jobs done", "job"))
+    _sweep_bar[0].update(1)
     if code == EXIT_INTERRUPTED:  # stop the sweep: the user asked to
         sys.exit(code)
 

@@ -2,7 +2,7 @@
 
 Groups: `engine` (EngineConfig), `model` (ModelConfig), `workload` (one schema per family,
 registered as `base_<family>`), `hardware` (cost models of the simulated executor). Every entry
-point imports this module, so the schemas exist before Hydra composes (benchmarking.md §13).
+point imports this module, so the schemas exist before Hydra composes (docs/benchmarking.md §13).
 Code below the CLI receives these dataclasses, never a DictConfig.
 """
 
@@ -20,23 +20,39 @@ from engines.model.config import ModelConfig
 
 @dataclass
 class LoadConfig:
-    """How requests are released (benchmarking.md §7).
+    """How requests are released (docs/benchmarking.md §7).
 
     auto: trace timestamps when the workload carries arrival times, else burst.
     burst: every request at t = 0.  poisson: vLLM's gamma gaps (burstiness 1 = Poisson) at `rate`
     req/s, rescaled so the last send is at N / rate.  trace: the workload's timestamps times
     `slowdown`.
+    max_concurrency: at most this many requests in flight, as `vllm bench serve --max-concurrency`
+    (a client-side semaphore: a request held back is sent, and timed, when a slot frees).
     """
 
     mode: str = "auto"  # auto | burst | poisson | trace
     rate: float | None = None
     burstiness: float = 1.0
     slowdown: float = 1.0
+    max_concurrency: int | None = None  # None: no limit
+
+
+@dataclass
+class MetricsConfig:
+    """Which statistics the summary reports, with `vllm bench serve`'s meanings.
+
+    goodput: SLOs in ms as "ttft:200,tpot:50" (keys ttft, tpot, e2el): `request_goodput` counts
+    requests meeting all of them per second (None when unset). percentiles: the p<N> fields
+    reported for TTFT, TPOT, ITL, E2EL and queue delay (the report's figures read p99).
+    """
+
+    goodput: str | None = None
+    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 99.0])
 
 
 @dataclass
 class WarmupConfig:
-    """Warm-up on unrelated tokens before measuring, then a flushed cache (benchmarking.md §4)."""
+    """Warm-up on unrelated tokens before measuring, then a flushed cache (docs/benchmarking.md §4)."""
 
     enabled: bool = True
     num_requests: int = 2
@@ -46,7 +62,7 @@ class WarmupConfig:
 
 @dataclass
 class BoundsConfig:
-    """Which hit-rate references to compute from the token streams (benchmarking.md §5.3).
+    """Which hit-rate references to compute from the token streams (docs/benchmarking.md §5.3).
 
     The ideal (unbounded) hit rate at each of `granularities`, plus the engine's own granularity
     unless `include_engine_granularity` is false; with `capped`, LRU and Belady at the run's KV
@@ -71,6 +87,7 @@ class RunConfig:
     load: LoadConfig = field(default_factory=LoadConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     hardware: Any = None  # cost model of the simulated executor
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy

@@ -16,7 +16,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from engines.engine import CapacityError
 from engines.registry import UnknownNameError
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 GROUPS = ("workload", "engine", "model", "hardware", "suite")
 DECODES = ("greedy", "scripted")
 SWEEP_FLAGS = ("-m", "--multirun")
@@ -70,8 +70,25 @@ def _describe_omegaconf(exc: OmegaConfBaseException) -> str:
     return f"{key}: {message}"
 
 
-def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+def options(group: str, search_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """Config names of `group`: the packaged ones plus those in `hydra.searchpath` folders."""
+    return sorted({p.stem for d in (CONF_DIR, *search_dirs) for p in (d / group).glob("*.yaml")})
+
+
+def search_dirs(argv: list[str]) -> tuple[Path, ...]:
+    """The `file://` folders of a `hydra.searchpath=[...]` override (users' own configs)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    found: list[Path] = []
+    for arg in argv:
+        if arg.startswith("hydra.searchpath="):
+            try:
+                values = OverridesParser.create().parse_overrides([arg])[0].value()
+            except HydraException:  # composing reports the syntax error as one line
+                continue
+            found += [Path(v[len("file://") :]) for v in values if str(v).startswith("file://")]
+    return tuple(found)
 
 
 def check_run_config(cfg) -> None:
@@ -85,6 +102,9 @@ def check_run_config(cfg) -> None:
     cfg.workload.validate()
     _check_load(cfg.load)
     _check_warmup(cfg.warmup)
+    from harness.metrics import check_metrics
+
+    check_metrics(cfg.metrics)
     if cfg.decode not in DECODES:
         raise ValueError(f"decode must be one of {', '.join(DECODES)}, got {cfg.decode!r}")
     _require_int("threads", cfg.threads, minimum=1)
@@ -104,6 +124,8 @@ def _check_load(load) -> None:
         )
     _require_number("load.burstiness", load.burstiness)
     _require_number("load.slowdown", load.slowdown)
+    if load.max_concurrency is not None:
+        _require_int("load.max_concurrency", load.max_concurrency, minimum=1)
 
 
 def _check_warmup(warmup) -> None:
@@ -145,22 +167,27 @@ def preflight(argv: list[str]) -> str | None:
     """
     if any(a in SKIP_FLAGS for a in argv):
         return None
-    argv = [a for a in argv if not a.startswith("hydra.") and not a.startswith("hydra/")]
+    dirs = search_dirs(argv)
+    # hydra.searchpath stays: composing a user's own config needs it.
+    argv = [
+        a for a in argv
+        if a.startswith("hydra.searchpath=") or not a.startswith(("hydra.", "hydra/"))
+    ]  # fmt: skip
     # A suite is a multirun by configuration (hydra.mode: MULTIRUN), even without -m.
     if any(a in SWEEP_FLAGS or a.lstrip("+").startswith("suite=") for a in argv):
-        return _sweep_problem([a for a in argv if a not in SWEEP_FLAGS])
-    return _group_problem(argv) or _compose_problem(argv, check=True)
+        return _sweep_problem([a for a in argv if a not in SWEEP_FLAGS], dirs)
+    return _group_problem(argv, dirs) or _compose_problem(argv, check=True)
 
 
-def _group_problem(overrides: list[str]) -> str | None:
+def _group_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | None:
     for arg in overrides:
         key, sep, value = arg.partition("=")
-        if sep and key in GROUPS and value not in options(key):
-            return f"unknown {key} {value!r}; valid: {', '.join(options(key))}"
+        if sep and key in GROUPS and value not in options(key, dirs):
+            return f"unknown {key} {value!r}; valid: {', '.join(options(key, dirs))}"
     return None
 
 
-def _sweep_problem(overrides: list[str]) -> str | None:
+def _sweep_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -169,12 +196,14 @@ def _sweep_problem(overrides: list[str]) -> str | None:
     except HydraException as exc:
         return _compose_message(exc)
     fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
-    problem = _group_problem(fixed) or _compose_problem(fixed, check=False)
+    problem = _group_problem(fixed, dirs) or _compose_problem(fixed, check=False)
     for o in (o for o in parsed if o.is_sweep_override()):
         for value in o.sweep_string_iterator():
             single = [*fixed, f"{o.get_key_element()}={value}"]
             problem = (
-                problem or _group_problem(single[-1:]) or _compose_problem(single, check=False)
+                problem
+                or _group_problem(single[-1:], dirs)
+                or _compose_problem(single, check=False)
             )
     return problem
 

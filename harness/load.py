@@ -1,4 +1,4 @@
-"""Arrival processes (benchmarking.md §7) and the n > 1 fan-out into engine requests.
+"""Arrival processes (docs/benchmarking.md §7) and the n > 1 fan-out into engine requests.
 
 Poisson/gamma follows `vllm bench serve`: gaps ~ Gamma(burstiness, 1/(rate * burstiness)),
 cumulated, then rescaled so the last send is at N / rate; seeded from the run seed.

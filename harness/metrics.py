@@ -1,6 +1,6 @@
 """Per-request table and run summary, with `vllm bench serve` / SGLang `bench_serving` definitions.
 
-Definitions: specs/benchmarking.md §5.1 (measured hit rate) and §8, specs/apc.md §13.2-13.4.
+Definitions: docs/benchmarking.md §5.1 (measured hit rate) and §8, docs/apc.md §13.2-13.4.
 ITLs stay out of the table (it holds scalars only, which keeps pandas and parquet simple): the
 runner passes `itls_ms(records)` to `summarize`, and `tokens.jsonl` keeps the exact token ids.
 """
@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from engines.records import RequestRecord
+from harness.config import MetricsConfig
 from workloads.request import Request
 
 
@@ -53,7 +54,7 @@ TIMING_COLUMNS: tuple[str, ...] = (
     "queue_delay_ms", "ttft_ms", "tpot_ms", "e2el_ms",
 )  # fmt: skip
 
-PERCENTILES = (50, 90, 99)
+SLO_METRICS = ("ttft", "tpot", "e2el")  # the keys `vllm bench serve --goodput` accepts
 
 
 def request_table(
@@ -80,7 +81,7 @@ def request_table(
 def _row(rec: RequestRecord, req: Request, request_index: int, ctx: dict) -> dict:
     ttft_ms = (rec.first_token_s - rec.arrival_s) * 1e3
     e2el_ms = (rec.finish_s - rec.arrival_s) * 1e3
-    # TPOT excludes the first token and is undefined for a single token (apc.md §13.3).
+    # TPOT excludes the first token and is undefined for a single token (docs/apc.md §13.3).
     tpot_ms = (e2el_ms - ttft_ms) / (rec.output_tokens - 1) if rec.output_tokens > 1 else math.nan
     return {
         **ctx,
@@ -125,6 +126,7 @@ def summarize(
     *,
     context: RunContext | None = None,
     num_failed: int = 0,
+    metrics: MetricsConfig | None = None,
 ) -> dict:
     """Aggregate the measured window's request table into a JSON-safe summary.
 
@@ -133,8 +135,11 @@ def summarize(
     gives the same statistics but no `max_output_tokens_per_s` (None): that peak needs each
     request's token times. `context` fields, when given, come first; `extra`
     (ideal_hit_rate, evictions, status, ...) is merged last and wins. NaN becomes None, and
-    +-inf the strings "inf"/"-inf" (vLLM writes request_rate=inf that way).
+    +-inf the strings "inf"/"-inf" (vLLM writes request_rate=inf that way). `metrics` picks the
+    percentiles and the goodput SLOs (defaults: MetricsConfig()).
     """
+    metrics = metrics or MetricsConfig()
+    percentiles = tuple(metrics.percentiles)
     ids = list(df["request_id"])
     itl_lists = (
         [list(itls_ms.get(rid, ())) for rid in ids] if isinstance(itls_ms, Mapping) else None
@@ -154,25 +159,26 @@ def summarize(
         duration=duration_s, completed=len(ids), failed=num_failed,
         total_input_tokens=num_in, total_output_tokens=num_out,
         request_throughput=_rate(len(ids), duration_s),
+        request_goodput=_goodput(df, parse_slos(metrics.goodput), duration_s),
         output_throughput=_rate(num_out, duration_s),
         total_token_throughput=_rate(num_in + num_out, duration_s),
         max_output_tokens_per_s=peak_tokens, max_concurrent_requests=peak_requests,
     )  # fmt: skip
-    out.update(_stats("ttft_ms", df["ttft_ms"].tolist()))
-    out.update(_stats("tpot_ms", df["tpot_ms"].dropna().tolist()))
-    out.update(_stats("itl_ms", pooled_itl, extra_percentiles=(95,)))
+    out.update(_stats("ttft_ms", df["ttft_ms"].tolist(), percentiles))
+    out.update(_stats("tpot_ms", df["tpot_ms"].dropna().tolist(), percentiles))
+    out.update(_stats("itl_ms", pooled_itl, (*percentiles, 95)))
     out["max_itl_ms"] = max(pooled_itl, default=0.0)
-    out.update(_stats("e2el_ms", e2el))
-    out.update(_stats("queue_delay_ms", df["queue_delay_ms"].tolist()))
+    out.update(_stats("e2el_ms", e2el, percentiles))
+    out.update(_stats("queue_delay_ms", df["queue_delay_ms"].tolist(), percentiles))
     # SGLang bench_serving names for the same quantities.
     out.update(
         input_throughput=_rate(num_in, duration_s),
         total_throughput=_rate(num_in + num_out, duration_s),
         concurrency=_rate(sum(e2el) / 1e3, duration_s),
     )
-    for stat in ("mean", "median", "std", "p90", "p99"):
+    for stat in ("mean", "median", "std", *(percentile_name(p) for p in percentiles)):
         out[f"{stat}_e2e_latency_ms"] = out[f"{stat}_e2el_ms"]
-    # Measured hit rate (benchmarking.md §5.1): first-admission reuse over client-side prompts.
+    # Measured hit rate (docs/benchmarking.md §5.1): first-admission reuse over client-side prompts.
     hit_rate = num_cached / num_in if num_in else None
     out.update(
         prompt_tokens_cached=num_cached, hit_rate=hit_rate, hit_rate_tokens=hit_rate,
@@ -188,13 +194,58 @@ def _rate(amount: float, duration_s: float) -> float | None:
     return amount / duration_s if duration_s > 0 else None
 
 
-def _stats(name: str, values: Sequence[float], extra_percentiles: tuple[int, ...] = ()) -> dict:
+def _stats(name: str, values: Sequence[float], percentiles: Sequence[float]) -> dict:
     """mean/median/population std/percentiles (linear interpolation); an empty list counts as 0."""
     arr = np.asarray(values, dtype=float) if len(values) else np.zeros(1)
     out = {f"mean_{name}": arr.mean(), f"median_{name}": np.median(arr), f"std_{name}": arr.std()}
-    for p in sorted((*PERCENTILES, *extra_percentiles)):
-        out[f"p{p}_{name}"] = np.percentile(arr, p)
+    for p in sorted(set(percentiles)):
+        out[f"{percentile_name(p)}_{name}"] = np.percentile(arr, p)
     return out
+
+
+def percentile_name(p: float) -> str:
+    """vLLM's field prefix: p99 for 99 or 99.0, p99.9 for 99.9."""
+    return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+
+
+def parse_slos(text: str | None) -> dict[str, float]:
+    """"ttft:200,tpot:50" -> {"ttft": 200.0, "tpot": 50.0} (ms); None or "" -> {}."""
+    slos: dict[str, float] = {}
+    for item in (text or "").replace(" ", ",").split(","):
+        if not item:
+            continue
+        key, sep, value = item.partition(":")
+        if not sep or key not in SLO_METRICS:
+            raise ValueError(
+                f"metrics.goodput: {item!r} is not <metric>:<ms> with metric one of "
+                f"{', '.join(SLO_METRICS)} (e.g. metrics.goodput=\"ttft:200,tpot:50\")"
+            )
+        try:
+            slos[key] = float(value)
+        except ValueError:
+            raise ValueError(f"metrics.goodput: {value!r} in {item!r} is not a number of ms") from None
+        if not slos[key] > 0:
+            raise ValueError(f"metrics.goodput: the {key} SLO must be positive ms, got {value}")
+    return slos
+
+
+def _goodput(df: pd.DataFrame, slos: Mapping[str, float], duration_s: float) -> float | None:
+    """Requests meeting every SLO, per second; a 1-token request's TPOT counts as 0 (vLLM)."""
+    if not slos:
+        return None
+    good = np.ones(len(df), dtype=bool)
+    for key, limit_ms in slos.items():
+        values = df[f"{key}_ms"].fillna(0.0) if key == "tpot" else df[f"{key}_ms"]
+        good &= values.to_numpy(dtype=float) <= limit_ms
+    return _rate(int(good.sum()), duration_s)
+
+
+def check_metrics(metrics: MetricsConfig) -> None:
+    """Raise ValueError naming the first bad field of `metrics` (before anything is built)."""
+    parse_slos(metrics.goodput)
+    for p in metrics.percentiles:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100:
+            raise ValueError(f"metrics.percentiles: each must be a number in [0, 100], got {p!r}")
 
 
 def _peaks(df: pd.DataFrame, itl_lists: list[list[float]] | None) -> tuple[float | None, int]:
@@ -247,6 +298,7 @@ _ROWS: tuple[tuple[str, str], ...] = (  # (label, summary key), as vLLM prints t
     ("Total input tokens:", "total_input_tokens"),
     ("Total generated tokens:", "total_output_tokens"),
     ("Request throughput (req/s):", "request_throughput"),
+    ("Request goodput (req/s):", "request_goodput"),
     ("Output token throughput (tok/s):", "output_throughput"),
     ("Peak output token throughput (tok/s):", "max_output_tokens_per_s"),
     ("Peak concurrent requests:", "max_concurrent_requests"),
@@ -257,7 +309,12 @@ _ROWS: tuple[tuple[str, str], ...] = (  # (label, summary key), as vLLM prints t
 def format_summary(summary: Mapping[str, object]) -> str:
     """A vLLM-style printed block, plus the prefix-cache figures; absent values print as n/a."""
     lines = [f"{' Serving Benchmark Result ':=^50}"]
-    lines += [_line(label, summary.get(key)) for label, key in _ROWS]
+    # Goodput is printed only when SLOs were given, as vLLM does.
+    lines += [
+        _line(label, summary.get(key))
+        for label, key in _ROWS
+        if key != "request_goodput" or summary.get(key) is not None
+    ]
     sections = (
         ("Time to First Token", "TTFT", "ttft_ms"),
         ("Time per Output Token (excl. 1st token)", "TPOT", "tpot_ms"),

@@ -1,4 +1,4 @@
-"""The report's figures (benchmarking.md §9), each a function of the tidy tables, saved as PNG + SVG.
+"""The report's figures (docs/benchmarking.md §9), each a function of the tidy tables, saved as PNG + SVG.
 
 Every figure carries a title with units, a legend naming the arms (with block/page size and
 policy), and a footnote with the configuration that produced it. A figure whose runs are absent
@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
+from harness.stats import mean_ci
+from harness.tables import PAIR_COLUMNS, overhead_table
+
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from harness.stats import mean_ci  # noqa: E402
-from harness.tables import PAIR_COLUMNS, overhead_table  # noqa: E402
 
 
 class Skip(Exception):

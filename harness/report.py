@@ -6,6 +6,10 @@ Loads every run below RESULTS_DIR (default results/) with `harness.results.load_
 bookkeeping / duration per hardware preset) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
 status is not `ok` are counted, never plotted; a figure whose runs are absent is skipped with one
 log line, so a partial results tree always gives a report.
+
+From Python, `build_report(root)` only reads: pass `out_dir` to write the tables and figures
+(the command line passes the results folder itself). Only the command line selects matplotlib's
+Agg backend; importing this module leaves a notebook's or a script's backend alone.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from harness.tables import (
     summary_table,
     tidy_runs,
 )
+from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
 FIGURE_DIR = "figures"
@@ -42,8 +47,9 @@ class Report:
     summary: pd.DataFrame
     overhead: pd.DataFrame
     projected: pd.DataFrame = field(default_factory=pd.DataFrame)  # projected_overhead.csv
-    figures: list[str] = field(default_factory=list)  # stems written under root/figures
+    figures: list[str] = field(default_factory=list)  # stems written under out_dir/figures
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> reason
+    out_dir: Path | None = None  # where the CSVs and figures were written; None: nowhere
 
 
 def load(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -56,15 +62,22 @@ def load(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return tidy_runs(runs), requests
 
 
-def build_report(root: str | Path, figures: bool = True) -> Report:
+def build_report(root: str | Path, figures: bool = True, out_dir: str | Path | None = None) -> Report:
+    """The report of the runs below `root` (relative paths: the current directory). Nothing is
+    written unless `out_dir` is given: then summary.csv, overhead.csv, projected_overhead.csv and,
+    with `figures`, figures/ go there."""
     root = Path(root)
     runs, requests = load(root)
     summary = summary_table(runs)
     pairs = overhead_pairs(runs)
     report = Report(root, runs, requests, summary, overhead_table(pairs), projected_overhead_table(runs))
-    summary.to_csv(root / "summary.csv", index=False)
-    report.overhead.to_csv(root / "overhead.csv", index=False)
-    report.projected.to_csv(root / "projected_overhead.csv", index=False)
+    if out_dir is None:
+        return report
+    report.out_dir = Path(out_dir)
+    report.out_dir.mkdir(parents=True, exist_ok=True)
+    summary.to_csv(report.out_dir / "summary.csv", index=False)
+    report.overhead.to_csv(report.out_dir / "overhead.csv", index=False)
+    report.projected.to_csv(report.out_dir / "projected_overhead.csv", index=False)
     if figures:
         _figures(report, pairs)
     return report
@@ -76,8 +89,8 @@ def _figures(report: Report, pairs: pd.DataFrame) -> None:
         requests = report.requests[report.requests["run_id"].isin(ok["run_id"])]
     else:
         requests = pd.DataFrame()
-    inputs = Inputs(ok, requests, pairs, report.root / FIGURE_DIR)
-    for name, make in FIGURES.items():
+    inputs = Inputs(ok, requests, pairs, report.out_dir / FIGURE_DIR)
+    for name, make in progress(list(FIGURES.items()), "report figures", "fig"):
         if ok.empty:
             report.skipped[name] = "no run with status ok"
         else:
@@ -93,8 +106,9 @@ def describe(report: Report) -> str:
     """A short human summary: counts, files, and the overhead ratios."""
     runs = report.runs
     n_ok = int(runs["ok"].sum()) if not runs.empty else 0
-    lines = [f"{len(runs)} runs ({n_ok} ok, {len(runs) - n_ok} not ok) below {report.root}",
-             f"wrote {report.root / 'summary.csv'} and {len(report.figures)} figures in {report.root / FIGURE_DIR}"]  # fmt: skip
+    lines = [f"{len(runs)} runs ({n_ok} ok, {len(runs) - n_ok} not ok) below {report.root}"]
+    if report.out_dir is not None:
+        lines.append(f"wrote {report.out_dir / 'summary.csv'} and {len(report.figures)} figures in {report.out_dir / FIGURE_DIR}")
     tput = report.overhead[report.overhead.get("metric", pd.Series(dtype=str)) == "total_token_throughput"]
     for _, row in tput.iterrows():
         ci = "" if pd.isna(row["ci_low"]) else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
@@ -115,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     if not root.is_dir():
         print(f"error: results directory {root} does not exist", file=sys.stderr)
         return 2
-    print(describe(build_report(root)))
+    import matplotlib
+
+    matplotlib.use("Agg")  # the command line draws to files only, with or without a display
+    print(describe(build_report(root, out_dir=root)))
     return 0
 
 

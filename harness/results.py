@@ -21,6 +21,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workloads.progress import progress
+
 
 def _atomic_write(
     path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False
@@ -122,7 +124,7 @@ class RunDir:
 
 
 def write_failed_summary(run_dir: str | os.PathLike, error: str) -> None:
-    """Record a job that could not run, so a sweep's table shows it (benchmarking.md §8.2 status)."""
+    """Record a job that could not run, so a sweep's table shows it (docs/benchmarking.md §8.2 status)."""
     date = time.strftime("%Y%m%d-%H%M%S")  # local time, as vLLM and the runner write `date`
     RunDir(Path(run_dir)).write_summary(
         {"status": "failed", "error": error, "date": date, "completed": 0}
@@ -167,7 +169,7 @@ def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     """
     root = Path(root)
     runs, tables, bad = [], [], []
-    for summary_path in sorted(root.rglob(RunDir.SUMMARY)):
+    for summary_path in progress(sorted(root.rglob(RunDir.SUMMARY)), "reading runs", "run"):
         run_dir = summary_path.parent
         try:
             summary, requests, manifest = load_run(run_dir)

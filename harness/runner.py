@@ -2,7 +2,7 @@
 
     workload ─▶ arrivals ─▶ fan-out ─▶ Engine (warm-up ▸ flush ▸ measured run) ─▶ rows ─▶ files
 
-The cache-state protocol of benchmarking.md §4 is followed and recorded: warm-up on unrelated
+The cache-state protocol of docs/benchmarking.md §4 is followed and recorded: warm-up on unrelated
 tokens, a flush that must succeed, then the measured window from an empty cache.
 """
 
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
@@ -37,8 +36,9 @@ from harness.metrics import (
 )
 from harness.results import RunDir
 from harness.tokenspace import token_space_for
-from workloads.base import generate
+from workloads.base import generate_with_notes
 from workloads.bounds import run_bounds
+from workloads.progress import progress
 from workloads.tokens import warmup_requests
 
 
@@ -57,16 +57,17 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     torch.set_num_threads(cfg.threads)
     space = token_space_for(cfg.model)
-    workload_requests = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
+    generated = generate_with_notes(cfg.workload, cfg.seed, space)
+    workload_requests = with_arrivals(generated.requests, cfg.load, cfg.seed)
     gen_requests = fan_out(workload_requests, scripted=cfg.decode == "scripted")
     engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
     engine.check_fits(gen_requests)
-    warm = _warm_up(engine, cfg, space)
+    warm = {**_warm_up(engine, cfg, space), **generated.notes}  # both go into the summary
     t_start = time.perf_counter()
     status, error = "ok", None
-    bar = tqdm(total=len(gen_requests), desc=f"{cfg.workload.name}/{cfg.engine.cache}", unit="req", leave=False)
+    bar = progress(None, f"{cfg.workload.name}/{cfg.engine.cache}", "req", total=len(gen_requests))
     try:
-        engine.run(gen_requests, on_finish=lambda _r: bar.update(1))
+        engine.run(gen_requests, on_finish=lambda _r: bar.update(1), max_concurrency=cfg.load.max_concurrency)
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
@@ -102,7 +103,7 @@ def _finish(
     by_id = {r.request_id: r for r in workload_requests}
     table = request_table(records, by_id, ctx)
     extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, len(gen_requests))
-    summary = summarize(table, itls_ms(records), duration_s, extra)
+    summary = summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
     out.write_requests(table)
     if cfg.save_tokens:
         out.write_tokens(token_rows(table, records, by_id))
@@ -133,7 +134,7 @@ def engine_device(engine: Engine) -> str:
 
 
 def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
-    """Run unrelated requests, then flush; the flush must succeed (benchmarking.md §4)."""
+    """Run unrelated requests, then flush; the flush must succeed (docs/benchmarking.md §4)."""
     info = {"warmup_policy": "none", "warmup_requests": 0}
     if cfg.warmup.enabled and cfg.warmup.num_requests > 0:
         reqs = warmup_requests(space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len)
@@ -176,6 +177,7 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "workload_version": cfg.workload.version,
         "num_prompts": num_requests,
         "request_rate": "inf" if load_mode == "burst" else cfg.load.rate,
+        "max_concurrency": cfg.load.max_concurrency,
         "load_mode": load_mode,
         "executor": cfg.executor,
         "hardware": getattr(cfg.hardware, "name", None),

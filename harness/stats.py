@@ -1,6 +1,6 @@
 """Confidence intervals for the report: Student-t intervals of a mean, and the paired on/off ratio.
 
-The 0%-hit overhead (benchmarking.md §6) is measured on interleaved pairs: the cache-on and the
+The 0%-hit overhead (docs/benchmarking.md §6) is measured on interleaved pairs: the cache-on and the
 cache-off run of one engine with the same seed, run back to back. Each pair gives one ratio
 on/off; the interval is the two-sided 95% Student-t interval of the mean ratio over the pairs
 (n - 1 degrees of freedom). With 5-20 pairs a t-interval covers better than a percentile bootstrap.

@@ -2,7 +2,7 @@
 
 `tidy_runs` adds the columns every figure groups by (workload, engine, arm, capacity, ...), taken
 from the resolved config first and from summary.json otherwise, so a failed run that never wrote a
-summary body still lands in the right row of summary.csv. Arms follow benchmarking.md §1:
+summary body still lands in the right row of summary.csv. Arms follow docs/benchmarking.md §1:
 
     apc | apc-off | radix | radix-off | radix-lpm | radix-p16 | apc-b32 | ...  (or the run's label)
 """
@@ -140,7 +140,7 @@ def overhead_table(pairs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# vLLM V1 alpha blog (benchmarking.md §6): "less than 1% throughput decrease at a 0% hit rate".
+# vLLM V1 alpha blog (docs/benchmarking.md §6): "less than 1% throughput decrease at a 0% hit rate".
 VLLM_OVERHEAD_CLAIM = 0.01
 PROJECTED_KEYS = ("hardware", "engine", "policy", "granularity", "kv_capacity_tokens", "model")
 

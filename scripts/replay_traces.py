@@ -24,7 +24,7 @@ from harness_child import ROOT, hardware_override, run_harness  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
-# Upstream-like GPU serving budgets, equal for both engines (benchmarking.md §2): vLLM V1's online
+# Upstream-like GPU serving budgets, equal for both engines (docs/benchmarking.md §2): vLLM V1's online
 # default chunk of 8192 tokens (SGLang's chunked_prefill_size on 80 GB cards), 256 running requests.
 ENGINE_KNOBS = ("engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256")
 # Mooncake prompts reach 126k (conversation) and 191k (synthetic) tokens; the cost model, not the
@@ -44,7 +44,7 @@ def kv_capacity_of(hardware: str) -> int:
 
     import harness.config  # noqa: F401  (registers base_hardware)
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "harness" / "conf"), version_base="1.3"):
         hw = OmegaConf.to_object(compose(f"hardware/{hardware}")["hardware"])
     return hw.kv_capacity_tokens()
 

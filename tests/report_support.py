@@ -89,7 +89,7 @@ def write_failed(root: Path, name: str, engine: str = "apc", workload: str = "un
 
 
 # The overhead arm's paired ratios (on/off) the tests check against; the first pair is vLLM PR #2762
-# (8.55 req/s with APC on, 8.71 off, benchmarking.md §6).
+# (8.55 req/s with APC on, 8.71 off, docs/benchmarking.md §6).
 APC_PAIRS = ((855.0, 871.0), (990.0, 1000.0), (1010.0, 1000.0), (980.0, 1000.0), (1000.0, 1000.0))
 RADIX_PAIRS = ((995.0, 1000.0), (1005.0, 1000.0), (1000.0, 1000.0), (990.0, 1000.0), (1000.0, 1000.0))
 

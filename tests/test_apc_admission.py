@@ -1,4 +1,4 @@
-"""ApcAdmission: vLLM V1's scheduler contract over the APC cache (specs/apc.md §5-§8)."""
+"""ApcAdmission: vLLM V1's scheduler contract over the APC cache (docs/apc.md §5-§8)."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def test_lpm_orders_by_uncapped_match_with_fallback():
 
 
 def test_dfs_weight_orders_by_the_hash_chain_tree():
-    # SGLang's dfs-weight (radix.md §8.4) over APC's implicit tree (B = 4). Cached: X = 0..11
+    # SGLang's dfs-weight (docs/radix.md §8.4) over APC's implicit tree (B = 4). Cached: X = 0..11
     # (blocks k0 k1 k2) and Y = 100..107 (y0 y1). Waiting requests sit at their last hit block:
     #   root ── k0 ── k1 {w1, w4} ── k2 {w2}      weight 3
     #    │└─── y0 ── y1 {w3}                        weight 1

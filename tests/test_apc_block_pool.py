@@ -1,4 +1,4 @@
-"""APC blocks, free queue and BlockPool (specs/apc.md §2-§3)."""
+"""APC blocks, free queue and BlockPool (docs/apc.md §2-§3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""APC block hashing (specs/apc.md §1): formula, NONE_HASH seeding, extra keys, hash functions."""
+"""APC block hashing (docs/apc.md §1): formula, NONE_HASH seeding, extra keys, hash functions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every numbered invariant of specs/apc.md §12 (1-32), with the spec's own numbers, plus the
+"""Every numbered invariant of docs/apc.md §12 (1-32), with the spec's own numbers, plus the
 worked examples of §11. Requests are driven as §12 says: lookup, allocate_slots for the whole
 prompt (unless a chunk is stated), one token per decode step, free on finish."""
 

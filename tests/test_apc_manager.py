@@ -1,4 +1,4 @@
-"""KVCacheManager (specs/apc.md §4, §10) and verify_tokens_on_hit (issue [7/8])."""
+"""KVCacheManager (docs/apc.md §4, §10) and verify_tokens_on_hit (issue [7/8])."""
 
 from __future__ import annotations
 

@@ -176,7 +176,7 @@ def trace_file(tmp_path: Path, lines: list[str]) -> Path:
 
 
 GOOD_LINE = '{"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [0, 1]}'
-TRACE = ["workload=mooncake_conversation", "workload.block_size=16", "workload.max_requests=null"]
+TRACE = ["workload=mooncake_conversation", "workload.name=user_trace", "workload.block_size=16", "workload.max_requests=null"]
 DATASET = ["workload=dataset_sharegpt"]
 DATA_FILES = {  # written into each test's tmp_path; {d} below is that directory
     "bad_json.jsonl": f'{GOOD_LINE}\n{{"timestamp": 1, oops\n',

@@ -1,5 +1,5 @@
 """`engines/` imports and runs without hydra, omegaconf, datasets, `workloads` or `harness`: a GPU
-image may lack them (DESIGN.md: engines see token ids only)."""
+image may lack them (docs/design.md §2: engines see token ids only)."""
 
 from __future__ import annotations
 

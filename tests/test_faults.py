@@ -46,7 +46,8 @@ PROGRESS = re.compile(r"\b([1-7])/8\b")  # the runner's progress bar on stderr
 
 
 def start_harness(args: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    # PREFIXBENCH_PROGRESS=1: the progress bar is drawn although stderr is a file.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PREFIXBENCH_PROGRESS": "1"}
     cmd = [sys.executable, "-m", "harness", *args, f"hydra.run.dir={run_dir}"]
     with log.open("w") as err:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -126,7 +127,7 @@ def interrupt_measured_run_after(monkeypatch, num_finished: int) -> None:
     """Raise KeyboardInterrupt (what SIGINT does) once `num_finished` measured requests finished."""
     original = Engine.run
 
-    def run(self, requests, on_finish=None):
+    def run(self, requests, on_finish=None, **kwargs):
         if on_finish is None:  # the warm-up
             return original(self, requests)
 
@@ -152,7 +153,7 @@ def test_interrupt_keeps_exactly_the_finished_rows(tmp_path, monkeypatch, capsys
 
 
 def test_interrupt_before_measuring_records_no_rows(tmp_path, monkeypatch, capsys):
-    def warm_up_interrupted(self, requests, on_finish=None):
+    def warm_up_interrupted(self, requests, on_finish=None, **kwargs):
         raise RunInterrupted("SIGTERM")
 
     monkeypatch.setattr(Engine, "run", warm_up_interrupted)

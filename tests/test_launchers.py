@@ -1,4 +1,4 @@
-"""Sweeps on Hydra launchers: a bad job records its failure and the sweep goes on (benchmarking.md
+"""Sweeps on Hydra launchers: a bad job records its failure and the sweep goes on (docs/benchmarking.md
 §13 pitfall 5), on the basic launcher and on submitit_local (the SLURM launcher's local twin).
 joblib behaves as submitit_local (jobs in worker processes); it is documented, not tested here."""
 

@@ -1,4 +1,4 @@
-"""Metric definitions (benchmarking.md §5.1, §8; apc.md §13.3) on hand-made records with known numbers.
+"""Metric definitions (docs/benchmarking.md §5.1, §8; docs/apc.md §13.3) on hand-made records with known numbers.
 
 Times are binary fractions so every expected value below is exact arithmetic done by hand.
 """

@@ -1,6 +1,6 @@
 """The Llama model on the paged-attention core: a cached prefix never changes logits.
 
-Exactness (fp32, atol 1e-4, benchmarking.md §14.3): a full prefill equals prefill-then-extend and
+Exactness (fp32, atol 1e-4, docs/benchmarking.md §14.3): a full prefill equals prefill-then-extend and
 decode against the pooled KV, for both backends, block sizes 16 and 1, shuffled block ids, batched
 or alone. The same on the real SmolLM2-135M (slow), which must also answer "Paris". Plus presets,
 configs and weight sources (the tokenizer: test_tokenizer.py).
@@ -28,7 +28,7 @@ from engines.registry import UnknownNameError
 from workloads import tokenizer as tok_mod
 
 ATOL = 1e-4
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF_DIR = Path(__file__).resolve().parents[1] / "harness" / "conf" / "model"
 
 
 class Session:

@@ -1,4 +1,4 @@
-"""SGLang's non-overlap scheduler over the radix cache (specs/radix.md §7-§9): the PrefillAdder
+"""SGLang's non-overlap scheduler over the radix cache (docs/radix.md §7-§9): the PrefillAdder
 budget, head-of-line blocking, chunking, retraction, ratio decay, and the §9 optimality test."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Slot and page allocators and the request-to-token table (specs/radix.md §5.1, §5.3)."""
+"""Slot and page allocators and the request-to-token table (docs/radix.md §5.1, §5.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Random operation sequences against the radix cache (specs/radix.md §2.8, §5.5, §12.6/8/14).
+"""Random operation sequences against the radix cache (docs/radix.md §2.8, §5.5, §12.6/8/14).
 
 Operations: admit (match, lock, allocate), decode, checkpoint, finish (insert), retract, evict,
 evict-for-alloc, match/touch, raw lock/unlock, reset. After every one:

@@ -1,4 +1,4 @@
-"""Request-level wrappers (specs/radix.md §5.4, §6) and the `PrefixCache` face of the radix cache."""
+"""Request-level wrappers (docs/radix.md §5.4, §6) and the `PrefixCache` face of the radix cache."""
 
 from __future__ import annotations
 

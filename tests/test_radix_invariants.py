@@ -1,4 +1,4 @@
-"""specs/radix.md §12: every numbered invariant, one test each, with the spec's own numbers.
+"""docs/radix.md §12: every numbered invariant, one test each, with the spec's own numbers.
 
 Conventions of §12: unified-tree semantics, page 1 and LRU unless stated, a controlled clock;
 direct inserts get a recording allocator (they free the caller's duplicates).

@@ -1,4 +1,4 @@
-"""The radix tree and its keys (specs/radix.md §1-§3): matching, splitting, stamping, insertion,
+"""The radix tree and its keys (docs/radix.md §1-§3): matching, splitting, stamping, insertion,
 locks, eviction order under every policy, and the persistent heap behind eviction."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from tests.report_support import (
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     root = write_results_tree(tmp_path_factory.mktemp("results"))
-    return build_report(root)
+    return build_report(root, out_dir=root)
 
 
 def test_t_quantiles():
@@ -108,13 +108,13 @@ def test_figure_text_names_configuration(report):
 def test_partial_trees_never_crash(tmp_path, caplog):
     empty = tmp_path / "empty"
     empty.mkdir()
-    rep = build_report(empty)
+    rep = build_report(empty, out_dir=empty)
     assert rep.figures == [] and set(rep.skipped) >= {"overhead", "ttft_cdf", "capacity"}
     assert (empty / "summary.csv").read_text().startswith("workload,arm")
 
     only_failed = tmp_path / "failed"
     write_failed(only_failed, "a")
-    rep = build_report(only_failed)
+    rep = build_report(only_failed, out_dir=only_failed)
     assert rep.figures == [] and pd.read_csv(only_failed / "summary.csv")["n_not_ok"].tolist() == [1]
 
     partial = tmp_path / "partial"
@@ -122,7 +122,7 @@ def test_partial_trees_never_crash(tmp_path, caplog):
     (partial / "garbage").mkdir()
     (partial / "garbage" / "summary.json").write_text("{not json")
     with caplog.at_level(logging.INFO, logger="harness.report"):
-        rep = build_report(partial)
+        rep = build_report(partial, out_dir=partial)
     assert "overhead" in rep.skipped and "capacity" in rep.skipped
     assert {"ttft_cdf_rag", "hit_rate", "latency_throughput", "bookkeeping"} <= set(rep.figures)
     assert "skipped figure overhead" in caplog.text and "unreadable" in caplog.text
@@ -148,7 +148,8 @@ def test_pairs_stay_within_a_sweep_and_pool_across_sweeps(tmp_path):
 
 @pytest.fixture(scope="module")
 def sim_report(tmp_path_factory):
-    return build_report(write_sim_tree(tmp_path_factory.mktemp("sim")))
+    root = write_sim_tree(tmp_path_factory.mktemp("sim"))
+    return build_report(root, out_dir=root)
 
 
 def test_trace_capacity_points_and_figure(sim_report):

@@ -1,4 +1,4 @@
-"""Theoretical hit rates: benchmarking.md §3 closed forms, Belady/LRU against the ideal."""
+"""Theoretical hit rates: docs/benchmarking.md §3 closed forms, Belady/LRU against the ideal."""
 
 from __future__ import annotations
 

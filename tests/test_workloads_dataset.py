@@ -65,7 +65,10 @@ def test_json_array_and_parquet_files(tmp_path):
     records = [
         {
             "id": "a",
-            "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}],
+            "conversations": [
+                {"from": "human", "value": "Hi"},
+                {"from": "gpt", "value": "Hello! How can I help you today?"},
+            ],
         }
     ]
     (tmp_path / "c.json").write_text(json.dumps(records))
@@ -77,6 +80,15 @@ def test_json_array_and_parquet_files(tmp_path):
     assert len(a) == 1 and a == b
 
 
+GOOD = {
+    "id": "ok",
+    "conversations": [
+        {"from": "human", "value": "Hi there"},
+        {"from": "gpt", "value": "Hello, how can I help you today?"},
+    ],
+}
+
+
 @pytest.mark.parametrize(
     "record,problem",
     [
@@ -85,29 +97,91 @@ def test_json_array_and_parquet_files(tmp_path):
             {"id": "x", "conversations": [{"from": "human"}]},
             "message 0 needs string fields 'from' and 'value'",
         ),
-        (
-            {
-                "id": "x",
-                "conversations": [{"from": "gpt", "value": "a"}, {"from": "human", "value": "b"}],
-            },
-            "expected user/assistant",
-        ),
-        (
-            {"id": "x", "conversations": [{"from": "human", "value": "only a question"}]},
-            "no user/assistant exchange",
-        ),
     ],
 )
-def test_bad_records_fail_naming_file_and_record(tmp_path, record, problem):
-    good = {
-        "id": "ok",
-        "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}],
-    }
-    path = _write_jsonl(tmp_path / "bad.jsonl", [good, record])
+def test_records_that_are_not_sharegpt_fail_naming_file_and_record(tmp_path, record, problem):
+    path = _write_jsonl(tmp_path / "bad.jsonl", [GOOD, record])
     with pytest.raises(ValueError) as info:
         generate(Params(path=path), 0, SMOL)
     message = str(info.value)
     assert message.startswith(f"{path}: record 1") and problem in message
+
+
+def msg(role, text):
+    return {"from": role, "value": text}
+
+
+# A real dump's oddities (ShareGPT_V3 has each of these): skipped and counted, never fatal.
+DUMP = [
+    GOOD,
+    {"id": "empty", "conversations": []},
+    {"id": "assistant-first", "conversations": [msg("gpt", "Sure, here it is."), msg("human", "Thanks a lot")]},
+    {"id": "lone", "conversations": [msg("human", "Is anyone there at all?")]},
+    {"id": "bing", "conversations": [msg("human", "Search the web"), msg("bing", "Searching for you now")]},
+    {"id": "short", "conversations": [msg("human", "x"), msg("gpt", "ok")]},
+    {"id": "long", "conversations": [msg("human", "word " * 1500), msg("gpt", "That is a lot of words.")]},
+    {"id": "two-turns", "conversations": [
+        msg("system", "Be brief."), msg("human", "Name a colour of the sky."),
+        msg("gpt", "Blue, on a clear day."), msg("human", "And at sunset?"),
+        msg("gpt", "Orange and red, mostly."), msg("human", "unanswered last question")]},
+]  # fmt: skip
+
+
+def test_a_real_looking_dump_skips_bad_records_and_counts_them(tmp_path):
+    from workloads.base import generate_with_notes
+
+    made = generate_with_notes(Params(path=_write_jsonl(tmp_path / "dump.jsonl", DUMP)), 0, SMOL)
+    kept = {r.tags["conversation_id"] for r in made.requests}
+    assert kept == {"ok", "two-turns"} and len(made.requests) == 3
+    assert made.notes == {
+        "input_records": 8,
+        "input_skipped": 6,
+        "input_skipped_by_reason": {
+            "empty": 1, "lone_human_turn": 1, "starts_with_assistant": 1, "too_long": 1,
+            "too_short": 1, "unknown_role": 1,
+        },
+    }  # fmt: skip
+
+
+def test_length_filters_end_a_conversation_at_the_first_long_turn(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", [DUMP[-1]])
+    both = generate(Params(path=path), 0, SMOL)
+    first_len = len(both[0].prompt_ids)
+    only_first = generate(Params(path=path, max_prompt_len=first_len), 0, SMOL)
+    assert [r.turn for r in both] == [0, 1] and [r.turn for r in only_first] == [0]
+    with pytest.raises(ValueError, match="no usable conversation among 1 records \\(1 too_long\\)"):
+        generate(Params(path=path, max_prompt_len=first_len - 1), 0, SMOL)
+    assert len(generate(Params(path=path, min_len=None, max_prompt_len=None, max_total_len=None), 0, SMOL)) == 2
+
+
+def test_fixed_output_len_cuts_or_pads_the_reply_and_the_history_follows(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", [DUMP[-1]])
+    recorded = generate(Params(path=path), 0, SMOL)
+    for n in (3, 40):
+        t0, t1 = generate(Params(path=path, output_len=n), 0, SMOL)
+        assert len(t0.output_ids) == len(t1.output_ids) == n
+        assert t0.output_ids[:3] == recorded[0].output_ids[:3]
+        assert t1.prompt_ids[: len(t0.prompt_ids) + n] == t0.prompt_ids + t0.output_ids
+    assert generate(Params(path=path, output_len=40), 0, SMOL) == generate(
+        Params(path=path, output_len=40), 0, SMOL
+    )
+
+
+def test_a_local_tokenizer_json(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    texts = [m["value"] for r in DUMP for m in r["conversations"]] + ["<|im_start|> user system"]
+    tok.train_from_iterator(texts * 5, trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"]))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    path = _write_jsonl(tmp_path / "d.jsonl", [GOOD])
+    reqs = generate(Params(path=path, tokenizer=str(tmp_path)), 0, SMOL)  # the folder works too
+    smol = generate(Params(path=path), 0, SMOL)
+    assert len(reqs) == 1 and reqs[0].prompt_ids != smol[0].prompt_ids
+    assert max(reqs[0].prompt_ids) < 300
+    with pytest.raises(ValueError, match="or the path of a local tokenizer.json"):
+        generate(Params(path=path, tokenizer="no-such-tokenizer"), 0, SMOL)
 
 
 def test_missing_file_and_unknown_suffix(tmp_path):

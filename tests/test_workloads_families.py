@@ -248,6 +248,7 @@ def test_every_family_has_a_dataclass_schema_with_common_fields():
         "fewshot",
         "multiturn",
         "parallel",
+        "prompts",
         "rag",
         "system_prompt",
         "trace",

@@ -1,4 +1,4 @@
-"""Mooncake trace replay: expansion rule, file errors, and the §10 reference hit ceilings."""
+"""Mooncake trace replay: expansion rule, file errors, and the reference hit ceilings of docs/benchmarking.md §10."""
 
 from __future__ import annotations
 

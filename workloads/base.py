@@ -21,9 +21,11 @@ __all__ = [
     "DATA_DIR",
     "FAMILIES",
     "Family",
+    "Generated",
     "TokenSpace",
     "WorkloadParams",
     "generate",
+    "generate_with_notes",
     "resolve_data_path",
 ]
 
@@ -104,9 +106,17 @@ def check_distinct(field: str, count: int, space: TokenSpace, what: str) -> None
         )
 
 
+class Generated(NamedTuple):
+    """What a generator made, plus notes about its input for the run summary (records read and
+    skipped, by reason). A generator may return this or a bare list of requests (no notes)."""
+
+    requests: list[Request]
+    notes: dict[str, object]
+
+
 class Family(NamedTuple):
     params_cls: type[WorkloadParams]
-    generate_fn: Callable[[WorkloadParams, int, TokenSpace], list[Request]]
+    generate_fn: Callable[[WorkloadParams, int, TokenSpace], list[Request] | Generated]
 
 
 FAMILIES: Registry[Family] = Registry("workload family")
@@ -138,6 +148,13 @@ def generate(
     params: WorkloadParams | Mapping[str, object], seed: int, token_space: TokenSpace
 ) -> list[Request]:
     """Validate `params` and run its family's generator; requests come in arrival order."""
+    return generate_with_notes(params, seed, token_space).requests
+
+
+def generate_with_notes(
+    params: WorkloadParams | Mapping[str, object], seed: int, token_space: TokenSpace
+) -> Generated:
+    """`generate`, plus the generator's notes about its input (empty for synthetic families)."""
     if isinstance(params, Mapping):
         params = params_from_mapping(params)
     family = FAMILIES.get(params.family)
@@ -146,13 +163,14 @@ def generate(
             f"workload family {params.family!r} takes {family.params_cls.__name__}, got {type(params).__name__}"
         )
     params.validate()
-    requests = family.generate_fn(params, seed + params.seed_offset, token_space)
+    made = family.generate_fn(params, seed + params.seed_offset, token_space)
+    requests, notes = made if isinstance(made, Generated) else (made, {})
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         raise AssertionError(f"workload {params.name!r} produced duplicate request ids")
     if params.num_tenants:
         requests = assign_tenants(requests, params.num_tenants)
-    return requests
+    return Generated(requests, notes)
 
 
 def assign_tenants(requests: list[Request], num_tenants: int) -> list[Request]:
@@ -187,6 +205,7 @@ from workloads import (  # noqa: E402, F401
     fewshot,
     multiturn,
     parallel,
+    prompts,
     rag,
     system_prompt,
     trace,

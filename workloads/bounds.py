@@ -1,4 +1,4 @@
-"""Hit-rate bounds from the token streams alone (benchmarking.md §5.3 and §10).
+"""Hit-rate bounds from the token streams alone (docs/benchmarking.md §5.3 and §10).
 
 Requests are replayed one at a time in arrival order (n > 1: each sample is a request). A prompt
 is cut into blocks of g tokens, each named by a chained key (a hash of the whole prefix up to the
@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from workloads.bound_caches import POLICIES
+from workloads.progress import progress
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.tokens import GAMMA, mix_array, stream_key
@@ -137,7 +138,8 @@ class _Item(NamedTuple):
 def _items(source, granularities: Sequence[int], accounting: str) -> dict[int, list[_Item]]:
     ends_of = ACCOUNTINGS.get(accounting)
     hasher, out = _Hasher(), {g: [] for g in granularities}
-    for rep in _as_replays(source):
+    total = len(source) if isinstance(source, Sequence) else None
+    for rep in progress(_as_replays(source), "bounds: hashing", "req", total=total):
         prompt, cached = (
             np.asarray(rep.prompt_ids, dtype=np.int64),
             np.asarray(rep.cached_ids, dtype=np.int64),
@@ -168,7 +170,7 @@ def _run(
     cache = POLICIES.get(policy)(capacity, items)
     hit_tokens = prompt_tokens = hit_blocks = total_blocks = 0
     per_request, t = [], 0
-    for item in items:
+    for item in progress(items, f"bounds: {policy} at g={g}", "req"):
         for sample in range(item.num_samples):
             k = cache.hits(item.hit_keys, t)
             tokens = int(item.hit_cum_tokens[k])

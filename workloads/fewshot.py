@@ -1,4 +1,4 @@
-"""`fewshot`: k-shot prompts per task (MMLU / HellaSwag style; benchmarking.md §3.2).
+"""`fewshot`: k-shot prompts per task (MMLU / HellaSwag style; docs/benchmarking.md §3.2).
 
 prompt = instruction[task] + k shots from the task's pool + question. With `order_policy=fixed`
 every question of a task shares instruction + k shots; `shuffled` (a random pick and order per

@@ -1,4 +1,4 @@
-"""`multiturn`: users in multi-round QA sessions (LMCache multi-round QA; benchmarking.md §3.3).
+"""`multiturn`: users in multi-round QA sessions (LMCache multi-round QA; docs/benchmarking.md §3.3).
 
     turn 1:   system | history[u] | q1
     turn 2:   system | history[u] | q1 | a1 | q2          (after = turn 1, think_s)

@@ -1,4 +1,4 @@
-"""`parallel`: n > 1 samples per prompt (benchmarking.md §3.4).
+"""`parallel`: n > 1 samples per prompt (docs/benchmarking.md §3.4).
 
 One Request per prompt with `n` and `sample_output_ids`: one scripted reply per sample, whose
 first tokens differ, so the samples share exactly the prompt and diverge at their first output

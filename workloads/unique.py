@@ -1,4 +1,4 @@
-"""`unique`: the 0%-hit overhead arm (benchmarking.md §3.6, §6).
+"""`unique`: the 0%-hit overhead arm (docs/benchmarking.md §3.6, §6).
 
 Every prompt is its own stream with identical lengths, and the first tokens of all prompts are
 distinct, so no two prompts share even one token. No BOS and no template: a shared BOS alone

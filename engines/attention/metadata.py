@@ -1,4 +1,4 @@
-"""Batch metadata for the paged-attention core (vLLM's names, specs/apc.md §14.3).
+"""Batch metadata for the paged-attention core (vLLM's names, docs/apc.md §14.3).
 
 A step packs the new tokens of every scheduled sequence into one varlen batch:
 

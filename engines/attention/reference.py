@@ -1,4 +1,4 @@
-"""Dense, unpaged reference attention (specs/apc.md §14.7), the oracle of every backend's tests.
+"""Dense, unpaged reference attention (docs/apc.md §14.7), the oracle of every backend's tests.
 
 `dense_attention` takes each sequence's keys and values as plain tensors; `reference_attention`
 gathers them from a paged cache through the block table first. Both compute in float64 with an

@@ -1,7 +1,7 @@
 """Triton paged attention: a store-KV kernel and one attention kernel for extend and decode.
 
 One program per (sequence, q-tile, KV head[, KV segment]) packs the qpk = Hq/Hkv query heads that
-share a KV head into its rows (vLLM unified attention, specs/apc.md §14.5), gathers K/V through the
+share a KV head into its rows (vLLM unified attention, docs/apc.md §14.5), gathers K/V through the
 block table for any block size (1 included) and runs an online softmax in fp32. Decode batches too
 small to fill the GPU split the keys into segments, merged by a reduce kernel. Runs on CPU tensors
 under TRITON_INTERPRET=1 (read at import, like `triton.jit`); importing without triton is fine.

@@ -5,8 +5,8 @@ A cache design is two objects that share state:
 * `PrefixCache` owns the KV block/slot allocator and the reuse structure (hash map or radix tree).
   It answers "how much of this sequence is cached", "where does its KV live", and keeps stats.
 * `Admission` is the upstream scheduler contract that drives that cache (vLLM's `allocate_slots`
-  loop with preemption, specs/apc.md §5; SGLang's `PrefillAdder` budget with retraction,
-  specs/radix.md §7-8). Each design ships its own because the two upstreams admit, evict and
+  loop with preemption, docs/apc.md §5; SGLang's `PrefillAdder` budget with retraction,
+  docs/radix.md §7-8). Each design ships its own because the two upstreams admit, evict and
   preempt differently, and fidelity is the product.
 
 The generic `engines.scheduler.Scheduler` owns arrivals, the waiting/running lists, the forward
@@ -55,8 +55,8 @@ class PrefixMatch:
 class CacheStats:
     """Native counters, cumulative since construction or the last `reset()`.
 
-    APC: vLLM's PrefixCacheStats (tokens; preempted requests counted apart, specs/apc.md §10).
-    Radix: SGLang's per-prefill-batch sums (specs/radix.md §10): `queries` = cached + new tokens of
+    APC: vLLM's PrefixCacheStats (tokens; preempted requests counted apart, docs/apc.md §10).
+    Radix: SGLang's per-prefill-batch sums (docs/radix.md §10): `queries` = cached + new tokens of
     first attempts, `hits` = cached tokens of first attempts.
     """
 
@@ -145,7 +145,7 @@ class PrefixCache(Protocol):
 
 @dataclass(frozen=True)
 class StepBudget:
-    """Per-step limits shared by both designs (matched knobs, specs/benchmarking.md §2)."""
+    """Per-step limits shared by both designs (matched knobs, docs/benchmarking.md §2)."""
 
     max_num_seqs: int
     max_num_batched_tokens: int

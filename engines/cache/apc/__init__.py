@@ -1,4 +1,4 @@
-"""`apc`: vLLM V1 hash-based Automatic Prefix Caching, faithful to specs/apc.md.
+"""`apc`: vLLM V1 hash-based Automatic Prefix Caching, faithful to docs/apc.md.
 
 hashing (chained block hashes) -> block (blocks, free queue) -> block_pool (map, eviction) ->
 manager (tables, lookup, allocate_slots) -> cache (PrefixCache protocol) + admission (scheduler).

@@ -1,4 +1,4 @@
-"""`ApcAdmission`: vLLM V1's scheduler contract over an ApcCache (specs/apc.md §5-§8).
+"""`ApcAdmission`: vLLM V1's scheduler contract over an ApcCache (docs/apc.md §5-§8).
 
 One step: (1) running requests first, each allocating its next tokens and preempting the last
 running request on failure (to the FRONT of waiting); (2) only if nothing was preempted, waiting

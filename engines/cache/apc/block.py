@@ -1,4 +1,4 @@
-"""KV cache blocks and the free-block queue of vLLM V1 (specs/apc.md §2.1-2.3).
+"""KV cache blocks and the free-block queue of vLLM V1 (docs/apc.md §2.1-2.3).
 
 The queue is a doubly linked list threaded through the blocks themselves, between two sentinels,
 so O(1) remove from the middle (a cache hit on a free block) creates no Python objects:

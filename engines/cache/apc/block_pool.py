@@ -1,4 +1,4 @@
-"""vLLM V1's BlockPool (specs/apc.md §2.4, §3): free queue, cached-block map, lazy eviction.
+"""vLLM V1's BlockPool (docs/apc.md §2.4, §3): free queue, cached-block map, lazy eviction.
 
 Free-queue profiles (§0, §3 "free_blocks order rules"): `classic` appends every freed block to the
 tail; `v024` prepends hashless freed blocks (reused first) and appends hashed ones. Freeing never

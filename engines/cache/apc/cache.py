@@ -58,7 +58,7 @@ class ApcCache:
         return self.manager.get_block_ids(seq)
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
-        # APC frees the same way on finish, preemption and abort (§4.3).
+        # APC frees the same way on finish, preemption and abort (docs/apc.md §4.3).
         self.manager.forget(seq)
 
     def stats(self) -> CacheStats:

@@ -1,4 +1,4 @@
-"""SGLang's `dfs-weight` waiting order (specs/radix.md §8.4) over APC's implicit tree.
+"""SGLang's `dfs-weight` waiting order (docs/radix.md §8.4) over APC's implicit tree.
 
 Chained hashes make APC's cache a tree without storing one: a block key's parent is the key of the
 block before it. The hit chains of the waiting requests therefore form a trie:

@@ -1,4 +1,4 @@
-"""Chained block hashes for APC (specs/apc.md §1): hash functions, NONE_HASH, extra keys.
+"""Chained block hashes for APC (docs/apc.md §1): hash functions, NONE_HASH, extra keys.
 
     h_i = H((h_{i-1}, tuple(tokens[i*B:(i+1)*B]), extra_keys_i)),   h_{-1} = NONE_HASH
 

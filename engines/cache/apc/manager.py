@@ -1,4 +1,4 @@
-"""vLLM V1's KVCacheManager for one full-attention group (specs/apc.md §4, §10).
+"""vLLM V1's KVCacheManager for one full-attention group (docs/apc.md §4, §10).
 
 Per request it keeps the append-only block table and how many leading blocks are already cached,
 plus an incremental memo of the request's block keys (hashed once per block, prompt and output).

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23 RadixAttention prefix cache (`UnifiedRadixCache`) and its scheduler (specs/radix.md).
+"""SGLang 0.5.23 RadixAttention prefix cache (`UnifiedRadixCache`) and its scheduler (docs/radix.md).
 
 `CACHES["radix"](config)` builds a `RadixCache` (page size = `config.block_size`, capacity =
 `config.kv_capacity_tokens`, the disabled mode when `prefix_caching` is false) and its

@@ -1,4 +1,4 @@
-"""`PrefillAdder`: the per-round admission budget of SGLang 0.5.23 (specs/radix.md §7.2).
+"""`PrefillAdder`: the per-round admission budget of SGLang 0.5.23 (docs/radix.md §7.2).
 
     rem_total   = available + evictable - sum_running min(max_new - generated, clip) * ratio
                   - sum_admitted (ceil_P(extend) + P + reserved_new)

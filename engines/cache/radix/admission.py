@@ -1,4 +1,4 @@
-"""`RadixAdmission`: SGLang 0.5.23's non-overlap scheduling step over a `RadixCache` (§7-§8, §10).
+"""`RadixAdmission`: SGLang 0.5.23's non-overlap scheduling step over a `RadixCache` (docs/radix.md §7-§8, §10).
 
 A step is a prefill (extend) batch when the prefill round admits anything or a chunked request is
 in flight; otherwise it is a decode batch of every running request. The two never mix.

@@ -1,4 +1,4 @@
-"""KV slot allocators and the request-to-token table (specs/radix.md §5.1, §5.3).
+"""KV slot allocators and the request-to-token table (docs/radix.md §5.1, §5.3).
 
     page 1:  free list of slot ids 1..size, alloc from the front, free appends
     page P:  free list of page ids 1..size/P, slot = page * P + offset, alloc from the front,

@@ -1,4 +1,4 @@
-"""`RadixCache`: the `PrefixCache` face of the unified radix tree (specs/radix.md §5, §12).
+"""`RadixCache`: the `PrefixCache` face of the unified radix tree (docs/radix.md §5, §12).
 
 It owns the tree, the slot allocator (page 1) or page allocator (page P), the `req_to_token` rows
 and each running request's `ReqKV`. KV addressing: block id = slot id (page 1, block_size 1) or

@@ -1,4 +1,4 @@
-"""The unified tree's recency clock (specs/radix.md §1.2): a logical counter, one read per stamp.
+"""The unified tree's recency clock (docs/radix.md §1.2): a logical counter, one read per stamp.
 
 Each read returns the current value and then adds 1.0, so no two stamps are equal and only their
 order carries meaning. Upstream uses one process-wide counter; trees take an injectable instance so

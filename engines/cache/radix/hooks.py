@@ -1,4 +1,4 @@
-"""Request-level wrappers around the tree (specs/radix.md §5.4, §6): match cap, allocation with
+"""Request-level wrappers around the tree (docs/radix.md §5.4, §6): match cap, allocation with
 eviction of the shortfall, `checkpoint`, `checkpoint_kv_cache` and `release_kv_cache`.
 
 A request's `req_to_token` row holds the slot of every position it has KV for:

@@ -1,4 +1,4 @@
-"""`RadixKey`: the token ids a tree operation walks, plus their namespace (specs/radix.md §1.1, §1.3).
+"""`RadixKey`: the token ids a tree operation walks, plus their namespace (docs/radix.md §1.1, §1.3).
 
 A key wraps a token-id list without copying it. `limit` caps how many tokens it exposes (the match
 cap of §6.1); `extra_key` (caller key + LoRA id) and `cache_salt` are namespaces that enter every

@@ -1,4 +1,4 @@
-"""The evictable-leaf set with a persistent, lazily invalidated heap (specs/radix.md §1.4, §2.6).
+"""The evictable-leaf set with a persistent, lazily invalidated heap (docs/radix.md §1.4, §2.6).
 
 Upstream rebuilds a heap over every evictable leaf on each `evict` (70-77 ms at ~41k leaves,
 #38454). Here a leaf is pushed when it enters the set and re-pushed whenever a field its policy key

@@ -1,4 +1,4 @@
-"""One node of the radix tree (specs/radix.md §1.2): an edge of tokens and the KV slots holding them.
+"""One node of the radix tree (docs/radix.md §1.2): an edge of tokens and the KV slots holding them.
 
 `tokens` holds only this node's segment as packed int32 bytes (compared memcmp-style by the tree),
 `key_extra` its (extra_key, cache_salt) pair (`key` rebuilds the `RadixKey` for checks and tests),

@@ -1,4 +1,4 @@
-"""Eviction strategies (specs/radix.md §2.7): the smallest `key(node)` among evictable leaves goes first.
+"""Eviction strategies (docs/radix.md §2.7): the smallest `key(node)` among evictable leaves goes first.
 
 Chosen by name through `EVICTION_POLICIES` (`engine.eviction_policy`). Keys read only node fields,
 so the tree re-pushes a leaf into its persistent heap whenever one of those fields changes.

@@ -1,4 +1,4 @@
-"""Per-prefill-batch hit accounting, SGLang style (specs/radix.md §10).
+"""Per-prefill-batch hit accounting, SGLang style (docs/radix.md §10).
 
 `cached = sum prefix_len` of admitted requests (chunk continuations count 0), `new = sum extend_len`
 (raw). The hit rate leaves out requests that were ever retracted; their sums go to `preempted_*`.

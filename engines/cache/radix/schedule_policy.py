@@ -1,4 +1,4 @@
-"""Waiting-queue ordering of SGLang's `SchedulePolicy` (specs/radix.md §8).
+"""Waiting-queue ordering of SGLang's `SchedulePolicy` (docs/radix.md §8).
 
 `fcfs` keeps the order; `lpm` stable-sorts by the longest (uncapped) match, and falls back to the
 current order above `lpm_fallback_queue_len` waiting requests; `dfs-weight` orders requests by a

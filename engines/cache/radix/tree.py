@@ -1,4 +1,4 @@
-"""The radix tree of `UnifiedRadixCache` (full-attention component), specs/radix.md §1-§3.
+"""The radix tree of `UnifiedRadixCache` (full-attention component), docs/radix.md §1-§3.
 
 Matching splits partly matched edges and stamps recency; insertion page-aligns its key, keeps the
 tree's existing slots and frees the caller's duplicates; locks move tokens between the evictable and

@@ -1,0 +1,90 @@
+"""The built wheel, installed into a fresh venv, runs from any folder: the packaged configs are
+found, and a workload YAML from the user's own folder joins them through hydra.searchpath.
+
+Offline and fast: the venv gets the wheel alone (`--no-deps --no-index`) and reaches the test
+environment's dependencies through a .pth line (a plain path line does not run that folder's own
+.pth files, so an editable install of the repository there stays invisible).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model=tiny", "warmup.num_requests=1", "warmup.prompt_len=16", "warmup.output_len=2"]
+
+pytestmark = pytest.mark.slow
+
+
+def sh(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{args}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def venv_python(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
+    skip = shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "__pycache__", ".venv")
+    shutil.copytree(ROOT, tmp / "src", ignore=skip)
+    sh([sys.executable, "-m", "pip", "wheel", str(tmp / "src"), "--no-deps", "--no-build-isolation",
+        "-w", str(tmp / "dist"), "-q"], cwd=tmp)  # fmt: skip
+    (wheel,) = (tmp / "dist").glob("prefixbench-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "harness/conf/config.yaml" in names and "harness/conf/workload/unique.yaml" in names
+    sh([sys.executable, "-m", "venv", str(tmp / "venv")], cwd=tmp)  # ensurepip: offline
+    python = tmp / "venv" / "bin" / "python"
+    sh([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+       cwd=tmp, env=clean_env())  # fmt: skip
+    site = sh([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp)
+    deps = sysconfig.get_paths()["purelib"]
+    (Path(site.stdout.strip()) / "test_deps.pth").write_text(deps + "\n")
+    return python
+
+
+def clean_env() -> dict:
+    """The environment without the checkout on the path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return {**env, "OMP_NUM_THREADS": "1"}
+
+
+def harness(python: Path, cwd: Path, args: list[str]) -> dict:
+    proc = sh([str(python), "-m", "harness", *args], cwd=cwd, env=clean_env())
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_installed_package_is_not_the_checkout(venv_python, tmp_path):
+    out = sh([str(venv_python), "-c", "import harness; print(harness.__file__)"], tmp_path,
+             env=clean_env())  # fmt: skip
+    assert "site-packages" in out.stdout and str(ROOT) not in out.stdout
+
+
+def test_the_default_benchmark_runs_from_another_folder(venv_python, tmp_path):
+    summary = harness(venv_python, tmp_path, TINY)
+    assert summary["status"] == "ok" and summary["workload"] == "system_prompt"
+    assert summary["backend"] == "apc" and summary["completed"] > 0
+    assert list((tmp_path / "results").glob("*-system_prompt-apc/summary.json"))
+
+
+def test_a_user_workload_yaml_from_its_own_folder(venv_python, tmp_path):
+    conf = tmp_path / "my_configs"
+    (conf / "workload").mkdir(parents=True)
+    (conf / "workload" / "my_unique.yaml").write_text(
+        "defaults:\n  - base_unique\n  - _self_\nname: my_unique\nfamily: unique\n"
+        "num_prompts: 3\nprompt_len: 24\noutput_len: 2\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    args = [f"hydra.searchpath=[file://{conf}]", "workload=my_unique", "engine=radix", *TINY]
+    summary = harness(venv_python, elsewhere, args)
+    assert summary["workload"] == "my_unique" and summary["completed"] == 3
