@@ -12,8 +12,8 @@ from radix_support import complete, drive, make_seq, new_cache, serve, step
 
 from engines.cache import CACHES, build_cache
 from engines.cache.base import StepBudget
-from engines.cache.radix.adder import AddReqResult, PrefillAdder
-from engines.cache.radix.admission import RadixAdmission
+from engines.sched.prefill_adder import AddReqResult, PrefillAdder
+from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import match_request
 from engines.cache.radix.key import RadixKey as K

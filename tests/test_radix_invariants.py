@@ -22,7 +22,7 @@ from radix_support import (
 )
 
 from engines.cache.base import StepBudget
-from engines.cache.radix.admission import RadixAdmission
+from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import checkpoint, evict_to_free_tokens
