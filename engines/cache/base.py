@@ -307,4 +307,4 @@ SCHEDULERS: Registry[Callable[[PrefixCache, Any], Admission]] = Registry("schedu
 def build_cache(config: Any) -> tuple[PrefixCache, Admission]:
     """The cache design `config.cache` driven by the scheduler design `config.scheduler`."""
     cache = CACHES.get(config.cache)(config)
-    return cache, SCHEDULERS.get(config.scheduler)(cache, config)
+    return cache, SCHEDULERS.get(config.scheduler_design)(cache, config)

@@ -56,7 +56,6 @@ class ApcCache:
             track_parents=debug,
         )
         self.pool = self.manager.block_pool
-        self._stats = CacheStats()
 
     @property
     def capacity_tokens(self) -> int:
@@ -118,9 +117,8 @@ class ApcCache:
         return dfs_weight_order(queue, hit_keys)
 
     def record_admission(self, num_cached: int, num_new: int, *, new_request: bool, retried: bool) -> None:
-        if not self.enabled:
-            return  # vLLM keeps no prefix-cache stats with caching off
-        self._stats.record(num_cached, num_new, new_request=new_request, retried=retried)
+        if self.enabled:  # vLLM keeps no prefix-cache stats with caching off
+            self.manager.record_tokens(num_cached + num_new, num_cached, retried, new_request)
 
     def block_table(self, seq: Sequence) -> list[int]:
         return self.manager.get_block_ids(seq)
@@ -138,7 +136,7 @@ class ApcCache:
             self.release(seq, finished=finished)
 
     def stats(self) -> CacheStats:
-        st = self._stats
+        st = self.manager.total_stats
         return CacheStats(
             requests=st.requests,
             queries=st.queries,
@@ -164,7 +162,6 @@ class ApcCache:
         if not self.manager.reset_prefix_cache():
             return False
         self.manager.total_stats = type(self.manager.total_stats)()
-        self._stats = CacheStats()
         self.pool.num_evictions = 0
         return True
 
