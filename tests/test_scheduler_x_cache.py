@@ -58,6 +58,16 @@ def test_cross_arms_run_every_workload_with_balanced_accounting(arm, workload):
     assert run["queries"] > 0
 
 
+@pytest.mark.parametrize("policy", ["lpm", "dfs-weight"])
+@pytest.mark.parametrize("arm", ["apc_sglang", "radix_vllm"])
+def test_cache_aware_policies_run_under_the_cross_arms(arm, policy):
+    """One policy implementation per name, whatever the pairing; the ordering only moves hits."""
+    base = (f"engine={arm}", "workload=system_prompt", "engine.debug_checks=true", *SIM)
+    _, fcfs = run_overrides(base)
+    _, ordered = run_overrides((*base, f"engine.policy={policy}"))
+    assert len(ordered) == len(fcfs) and sum(r.cached_tokens for r in ordered) > 0
+
+
 @pytest.mark.parametrize("cache,scheduler", ARMS)
 def test_tight_kv_preempts_or_retracts_and_recovers(cache, scheduler):
     overrides = (f"engine={cache}", f"engine.scheduler={scheduler}", "workload=unique", "workload.num_prompts=16",

@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.base import Allocation, PrefixCache, ScheduledSeq, StepBudget, StepPlan
+from engines.cache.base import (
+    Allocation,
+    CacheIntegrityError,
+    PrefixCache,
+    ScheduledSeq,
+    StepBudget,
+    StepPlan,
+)
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.prefill_stats import PrefillBatchStats, record_prefill
 from engines.sched.sglang_policy import SglangPolicy
@@ -165,7 +172,8 @@ class SglangScheduler:
                 seq.num_recomputed_tokens += max(
                     0, min(a.prefix_len + a.extend_len, until) - a.prefix_len
                 )
-        self.cache.allocate(batch)
+        if not self.cache.allocate(batch):
+            raise CacheIntegrityError("Prefill out of memory: the adder's budget did not hold")
         self.last_prefill = record_prefill(self.cache, adder.can_run_list, self._recompute_until)
         return StepPlan(
             [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
@@ -186,7 +194,8 @@ class SglangScheduler:
             )
         if len(self.batch) < initial_bs:
             self.batch_is_full = False
-        self.cache.allocate([Allocation(seq, 1) for seq in self.batch], decode=True)
+        if not self.cache.allocate([Allocation(seq, 1) for seq in self.batch], decode=True):
+            raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
         return StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch])
 
     def _check_decode_mem(self, batch_size: int) -> bool:
