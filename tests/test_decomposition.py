@@ -80,3 +80,8 @@ def test_factorial_smoke_end_to_end_draws_the_decomposition(tmp_path):
     assert set(table["workload"]) == {"fewshot", "parallel"}
     assert set(table["driver"]) <= {"data structure", "scheduler", "interaction", "none"}
     assert (tmp_path / "sweep" / "figures" / "decomposition.png").exists()
+    (cross,) = (tmp_path / "sweep").glob("*-fewshot-apc_sglang-seed0")
+    profile = json.loads((cross / "summary.json").read_text())["policy_profile"]
+    assert (profile["cache"], profile["scheduler"]) == ("apc", "sglang")
+    assert "hash_algo" in profile and "max_prefill_tokens" in profile
+    assert "eviction_policy" not in profile and "async_scheduling" not in profile

@@ -61,7 +61,7 @@ def test_cross_arms_run_every_workload_with_balanced_accounting(arm, workload):
 @pytest.mark.parametrize("policy", ["lpm", "dfs-weight"])
 @pytest.mark.parametrize("arm", ["apc_sglang", "radix_vllm"])
 def test_cache_aware_policies_run_under_the_cross_arms(arm, policy):
-    """One policy implementation per name, whatever the pairing; the ordering only moves hits."""
+    """One implementation per policy name serves every pairing."""
     base = (f"engine={arm}", "workload=system_prompt", "engine.debug_checks=true", *SIM)
     _, fcfs = run_overrides(base)
     _, ordered = run_overrides((*base, f"engine.policy={policy}"))
