@@ -22,11 +22,11 @@ import pandas as pd
 
 from engines.config import UPSTREAM_SCHEDULER
 from harness.plots import Inputs, Skip, figure, footnote, main_config, plt, save
+from harness.tables import DEFAULT_GRANULARITY
 
 CELLS = (("apc", "vllm"), ("radix", "vllm"), ("apc", "sglang"), ("radix", "sglang"))
-METRICS = (("hit_rate", "hit rate", 1.0), ("median_ttft_ms", "TTFT p50 (ms)", 1.0),
-           ("p99_ttft_ms", "TTFT p99 (ms)", 1.0), ("total_token_throughput", "throughput (tok/s)", 1.0))  # fmt: skip
-DEFAULT_GRANULARITY = {"apc": 16, "radix": 1}
+METRICS = (("hit_rate", "hit rate"), ("median_ttft_ms", "TTFT p50 (ms)"), ("p99_ttft_ms", "TTFT p99 (ms)"),
+           ("total_token_throughput", "throughput (tok/s, in+out)"))  # fmt: skip
 
 
 def factorial_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -40,7 +40,7 @@ def factorial_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def cell_means(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean of each metric per (workload, cache, scheduler) over seeds, with the run count."""
-    cols = [m for m, _, _ in METRICS]
+    cols = [m for m, _ in METRICS]
     df = runs.assign(**{c: pd.to_numeric(runs[c], errors="coerce") for c in cols})
     out = df.groupby(["workload", "engine", "scheduler"])[cols].mean()
     return out.assign(n_runs=df.groupby(["workload", "engine", "scheduler"]).size())
@@ -57,7 +57,7 @@ def decomposition_table(runs: pd.DataFrame) -> pd.DataFrame:
     for workload in sorted(square["workload"].unique()):
         if any((workload, c, s) not in means.index for c, s in CELLS):
             continue
-        for metric, _, _ in METRICS:
+        for metric, _ in METRICS:
             v = {cell: float(means.loc[(workload, *cell), metric]) for cell in CELLS}
             rows.append(_row(workload, metric, v, int(means.loc[(workload, "apc", "vllm"), "n_runs"])))
     return pd.DataFrame(rows)
@@ -87,30 +87,39 @@ def _row(workload: str, metric: str, v: dict, n: int) -> dict:
     }  # fmt: skip
 
 
+EFFECTS = (("data_structure_main_effect", "data structure (radix - apc)"),
+           ("scheduler_main_effect", "scheduler (sglang - vllm)"), ("interaction", "interaction"))  # fmt: skip
+
+
 @figure("decomposition")
 def decomposition(inp: Inputs) -> list[str]:
+    """Per metric: the four arms per workload (left) and the three effects (right)."""
     table = decomposition_table(inp.runs)
     if table.empty:
         raise Skip("no workload with all four scheduler x cache arms (run +suite=factorial)")
     workloads = sorted(table["workload"].unique())
-    fig, axes = plt.subplots(len(METRICS), 1, figsize=(max(7, 1.6 * len(workloads)), 3.2 * len(METRICS)))
-    width = 0.8 / len(CELLS)
-    for ax, (metric, label, _) in zip(np.atleast_1d(axes), METRICS):
+    width = max(6.0, 0.9 * len(workloads))
+    fig, axes = plt.subplots(len(METRICS), 2, figsize=(2 * width, 2.8 * len(METRICS)), squeeze=False)
+    for (left, right), (metric, label) in zip(axes, METRICS):
         sub = table[table["metric"] == metric].set_index("workload").loc[workloads]
-        for i, (c, s) in enumerate(CELLS):
-            x = np.arange(len(workloads)) + (i - (len(CELLS) - 1) / 2) * width
-            ax.bar(x, sub[f"{c}+{s}"], width, label=f"cache {c} + scheduler {s}")
-        ax.set_xticks(np.arange(len(workloads)), [f"{w}\n{_effects(sub.loc[w])}" for w in workloads], fontsize=7)
-        ax.set_ylabel(label)
-        ax.grid(axis="y", alpha=0.3)
-    np.atleast_1d(axes)[0].legend(fontsize=8, ncol=2)
-    np.atleast_1d(axes)[0].set_title("Scheduler x cache: data-structure (DS) and scheduler (SCH) effects per workload")
-    footnote(fig, factorial_runs(inp.runs), "DS = radix - apc under vllm/sglang; SCH = sglang - vllm under apc/radix; last line: driver")
+        _bars(left, workloads, [(f"cache {c} + scheduler {s}", sub[f"{c}+{s}"]) for c, s in CELLS])
+        left.set_ylabel(label)
+        _bars(right, workloads, [(name, sub[column]) for column, name in EFFECTS])
+        right.axhline(0, color="0.3", lw=0.8)
+        right.set_ylabel(f"effect on {label}")
+    axes[0][0].set_title("the 2x2 arms (mean over seeds)", pad=28)
+    axes[0][1].set_title("main effects and interaction (2x2 factorial)", pad=28)
+    for ax in axes[0]:  # above the first row, clear of the bars
+        ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    footnote(fig, factorial_runs(inp.runs), "per workload and metric: decomposition.csv (simple effects, driver)")
     fig.tight_layout()
     return [save(fig, inp.out_dir, "decomposition")]
 
 
-def _effects(row: pd.Series) -> str:
-    return (f"DS {row['data_structure_effect_under_vllm']:+.3g}/{row['data_structure_effect_under_sglang']:+.3g}"
-            f" SCH {row['scheduler_effect_under_apc']:+.3g}/{row['scheduler_effect_under_radix']:+.3g}"
-            f"\n{row['driver']}")  # fmt: skip
+def _bars(ax, workloads: list[str], series: list[tuple[str, pd.Series]]) -> None:
+    width = 0.8 / len(series)
+    for i, (name, values) in enumerate(series):
+        x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
+        ax.bar(x, values.to_numpy(dtype=float), width, label=name)
+    ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)

@@ -275,7 +275,8 @@ class StepPlan:
 
 
 class Admission(Protocol):
-    """An upstream scheduler contract over one cache (see module docstring).
+    """A scheduler design (engines/sched/: vLLM's, SGLang's) driving any cache through the
+    PrefixCache protocol (see module docstring).
 
     `schedule` may reorder `waiting` (policy), move sequences between `waiting` and `running`,
     preempt (status PREEMPTED, num_computed_tokens reset to 0, KV released, put back in `waiting`
@@ -285,8 +286,9 @@ class Admission(Protocol):
 
     After the executor ran the plan, the scheduler advances `num_computed_tokens` to each
     `ScheduledSeq.end`, appends any sampled token, marks finished sequences FINISHED and removes
-    them from `running`, then calls `finish_step(plan, finished)`: make computed tokens matchable
-    the upstream way (APC async-decode caching, radix checkpoint) and release finished sequences.
+    them from `running`, then calls `finish_step(plan, finished)`: commit computed tokens where the
+    design and the cache need it (vLLM's async catch-up, SGLang's checkpoint of unfinished
+    requests) and release finished sequences.
     """
 
     cache: PrefixCache
