@@ -110,8 +110,8 @@ def describe(report: Report) -> str:
         lines.append(f"projected 0%-hit overhead {row['engine']} on {row['hardware']}: "
                      f"{row['overhead_share'] * 100:.3f}% of {row['duration_s']:.2f} s ({row['n_runs']} runs)")  # fmt: skip
     for _, row in report.decomposition[report.decomposition.get("metric", pd.Series(dtype=str)) == "hit_rate"].iterrows():
-        lines.append(f"{row['workload']}: apc vs radix hit rate differ by {row['shipped_difference']:+.3f}, "
-                     f"driven by the {row['driver']}")  # fmt: skip
+        why = "no arm differs" if row["driver"] == "none" else f"driven by the {row['driver']}"
+        lines.append(f"{row['workload']}: apc vs radix hit rate differ by {row['shipped_difference']:+.3f}, {why}")
     return "\n".join(lines)
 
 
