@@ -36,7 +36,7 @@ def test_greedy_outputs_equal_caching_off(cache, scheduler):
     assert all(r.cached_tokens == 0 for r in off.values())
 
 
-@pytest.mark.parametrize("workload", ["system_prompt", "multiturn", "parallel", "fewshot", "rag"])
+@pytest.mark.parametrize("workload", ["system_prompt", "multiturn", "parallel", "fewshot", "rag", "dataset_sharegpt"])
 @pytest.mark.parametrize("cache", ["apc", "radix"])
 def test_one_at_a_time_the_cache_alone_decides_the_hits(cache, workload):
     """max_num_seqs=1 removes every scheduling decision but the order, which is FCFS in both."""

@@ -176,11 +176,13 @@ class PrefixCache(Protocol):
         free queue's head) does nothing."""
         ...
 
-    def allocate(self, items: list[Allocation], *, decode: bool = False) -> bool:
+    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
         """KV for every item, in order, evicting the shortfall. One item is all-or-nothing: False
         changes nothing. Several items are one batch (one eviction for the total, as SGLang's
-        prepare_extend); a failure part-way raises CacheIntegrityError (callers budget first).
+        prepare_extend); a failure part-way raises CacheIntegrityError.
         decode=True: each item is one generated token of a running request (SGLang's decode path).
+        budgeted=True: the caller has budgeted the batch (SGLang's PrefillAdder, decode memory
+        check), so no fit check runs first and running out raises CacheIntegrityError.
         """
         ...
 

@@ -172,7 +172,7 @@ class SglangScheduler:
                 seq.num_recomputed_tokens += max(
                     0, min(a.prefix_len + a.extend_len, until) - a.prefix_len
                 )
-        if not self.cache.allocate(batch):
+        if not self.cache.allocate(batch, budgeted=True):
             raise CacheIntegrityError("Prefill out of memory: the adder's budget did not hold")
         self.last_prefill = record_prefill(self.cache, adder.can_run_list, self._recompute_until)
         return StepPlan(
@@ -194,7 +194,7 @@ class SglangScheduler:
             )
         if len(self.batch) < initial_bs:
             self.batch_is_full = False
-        if not self.cache.allocate([Allocation(seq, 1) for seq in self.batch], decode=True):
+        if not self.cache.allocate([Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True):
             raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
         return StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch])
 

@@ -79,7 +79,9 @@ class ApcCache:
     def evict(self, num_tokens: int) -> None:
         """Nothing: allocation evicts cached blocks from the free queue's head as it takes them."""
 
-    def allocate(self, items: list[Allocation], *, decode: bool = False) -> bool:
+    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
+        """`allocate_slots` per item: it checks the fit itself, so `decode` and `budgeted` change
+        nothing here."""
         for i, item in enumerate(items):
             if not self._allocate_one(item):
                 if i:

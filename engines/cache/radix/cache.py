@@ -106,15 +106,15 @@ class RadixCache:
     def evict(self, num_tokens: int) -> None:
         evict_to_free_tokens(self, num_tokens)
 
-    def allocate(self, items: list[Allocation], *, decode: bool = False) -> bool:
+    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
         """Decode: one slot (or page) per running request (`prepare_decode`). Otherwise a prefill
         batch (`prepare_extend`); new requests take a row and adopt their matched, locked prefix.
-        A single item is checked against `free_tokens()` first and refused whole."""
+        Unless budgeted, a single item is checked against `free_tokens()` first and refused whole."""
+        if not budgeted and len(items) == 1 and not self._fits(items[0]):
+            return False
         if decode:
             prepare_decode(self, [self.reqs[item.seq.seq_id] for item in items])
             return True
-        if len(items) == 1 and not self._fits(items[0]):
-            return False
         batch = []
         for item in items:
             seq = item.seq
