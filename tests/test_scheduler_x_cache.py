@@ -4,6 +4,8 @@ the same cache reuses the same tokens under both schedulers one request at a tim
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
@@ -11,6 +13,7 @@ from engines.config import DESIGN_KNOBS, EngineConfig
 from engines.sequence import Sequence
 from harness.errors import preflight
 from tests.engine_util import by_id, shared_prompt_requests, tiny_model
+from tests.test_engine_fuzz import FUZZ, build_requests, outputs_and_idle_check, pressure, reference, streams
 from tests.pin_support import SIM, run_overrides
 
 ARMS = [("apc", "vllm"), ("apc", "sglang"), ("radix", "vllm"), ("radix", "sglang")]
@@ -140,3 +143,24 @@ def test_a_lock_nobody_holds_breaks_integrity_until_unlocked(cache):
     engine.cache.unlock(held)
     engine.cache.check_integrity()
     assert engine.cache.usage().protected == 0
+
+
+@pytest.mark.slow
+@FUZZ
+@given(
+    stream=streams,
+    pool=pressure,
+    arm=st.sampled_from([("apc", "sglang", 16), ("apc", "sglang", 4), ("radix", "vllm", 1), ("radix", "vllm", 4)]),
+    policy=st.sampled_from(["fcfs", "lpm", "dfs-weight"]),
+)
+def test_cross_arm_random_streams(stream, pool, arm, policy):
+    """The engine fuzz for the cross arms: preemption, chunking, salts and siblings; integrity
+    after every step, nothing held at idle, greedy outputs of a cache-off run."""
+    cache, scheduler, granularity = arm
+    requests = build_requests(stream)
+    capacity, budget = pool
+    got = outputs_and_idle_check(
+        cache, requests, scheduler=scheduler, block_size=granularity, kv_capacity_tokens=capacity,
+        max_num_batched_tokens=budget, policy=policy,
+    )  # fmt: skip
+    assert got == reference(cache, requests, granularity)

@@ -157,23 +157,22 @@ class SglangScheduler:
         remaining = [seq for seq in waiting if seq.seq_id not in admitted]
         waiting.clear()
         waiting.extend(remaining)
-        batch = []
+        # New admissions adopt their matched (locked) prefix: the cache sees them with no computed
+        # tokens yet, as the protocol's Allocation.adopt requires.
+        batch = [Allocation(a.seq, a.extend_len, adopt=a.match, lock=a.lock) for a in adder.can_run_list]
+        if not self.cache.allocate(batch, budgeted=True):
+            raise CacheIntegrityError("Prefill out of memory: the adder's budget did not hold")
         for a in adder.can_run_list:
             seq = a.seq
-            if a.match is not None:  # a new admission: adopt the matched (locked) prefix
+            if a.match is not None:
                 seq.status = SeqStatus.RUNNING
                 seq.num_computed_tokens = a.prefix_len
                 if seq.num_cached_tokens is None:
                     seq.num_cached_tokens = a.prefix_len
                 running.append(seq)
-            batch.append(Allocation(seq, a.extend_len, adopt=a.match, lock=a.lock))
             until = self._recompute_until.get(seq.seq_id)
             if until is not None:
-                seq.num_recomputed_tokens += max(
-                    0, min(a.prefix_len + a.extend_len, until) - a.prefix_len
-                )
-        if not self.cache.allocate(batch, budgeted=True):
-            raise CacheIntegrityError("Prefill out of memory: the adder's budget did not hold")
+                seq.num_recomputed_tokens += max(0, min(a.prefix_len + a.extend_len, until) - a.prefix_len)
         self.last_prefill = record_prefill(self.cache, adder.can_run_list, self._recompute_until)
         return StepPlan(
             [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
