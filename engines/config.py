@@ -1,38 +1,57 @@
-"""Engine configuration: one dataclass that both cache designs read (Hydra YAML overrides it).
+"""Engine configuration: one dataclass for two independent choices, a cache and a scheduler.
 
-Fields mirror upstream knob names where one exists. `block_size` is the KV granularity of either
-design: vLLM's block size for `apc`, SGLang's page size for `radix` (docs/benchmarking.md §2,
-`block_size_or_page_size`). Capacity is set in usable tokens, identically for both.
+`cache` (apc | radix) picks the data structure, `scheduler` (vllm | sglang) the admission design;
+None means the cache's own upstream scheduler (apc -> vllm, radix -> sglang). Knobs are flat keys
+named as upstream names them; each belongs to the shared set or to one design (`DESIGN_KNOBS`),
+and `validate()` refuses a design knob set away from its default when its design is not chosen.
+`block_size` is the KV granularity of either cache: vLLM's block size, SGLang's page size.
+Capacity is set in usable tokens, identically for both.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+UPSTREAM_SCHEDULER = {"apc": "vllm", "radix": "sglang"}  # the pairing each upstream ships
+
+# design -> the knobs only that design reads (the rest are shared by every design)
+DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
+    "apc": ("hash_algo", "free_order", "none_hash_seed", "verify_tokens_on_hit"),
+    "radix": ("eviction_policy",),
+    "vllm": ("stats_timing", "reserve_full_prompt", "async_scheduling"),
+    "sglang": (
+        "max_prefill_tokens", "clip_max_new_tokens", "schedule_conservativeness",
+        "in_batch_check_threshold", "in_batch_deprioritize_threshold", "waiting_prefix_refresh",
+    ),
+}  # fmt: skip
 
 
 @dataclass
 class EngineConfig:
     cache: str = "apc"  # apc | radix
+    scheduler: str | None = None  # vllm | sglang; None: the cache's upstream one
     prefix_caching: bool = True  # false: the design's disabled mode, everything else unchanged
     block_size: int = 16  # APC block size / radix page size
     kv_capacity_tokens: int = 65536  # usable KV tokens (block 0 is reserved on top)
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048  # per-step token budget = chunked-prefill size
     policy: str = "fcfs"  # fcfs | lpm | dfs-weight
-    # --- apc (docs/apc.md §0) ---
+    lpm_fallback_queue_len: int = 128  # lpm keeps the queue order above this many waiting
+    # --- cache apc (vLLM 0.33 KVCacheManager) ---
     hash_algo: str = "sha256"  # sha256 | sha256_cbor | xxhash | xxhash_cbor | builtin
     free_order: str = "v024"  # v024 | classic
     none_hash_seed: str | None = None
+    verify_tokens_on_hit: bool = False  # keep each block's tokens and compare on a hit
+    # --- cache radix (SGLang 0.5.23 RadixCache) ---
+    eviction_policy: str = "lru"  # lru | lfu | fifo | mru | filo | priority | slru | tlru
+    # --- scheduler vllm (vLLM 0.33 Scheduler) ---
     stats_timing: str = "admission"  # admission | lookup
     reserve_full_prompt: bool | None = None  # None: follows free_order (v024 -> true)
     async_scheduling: bool | None = None  # None: follows free_order (v024 -> true)
-    verify_tokens_on_hit: bool = False  # keep each block's tokens and compare on a hit
-    # --- radix (docs/radix.md §0) ---
-    eviction_policy: str = "lru"  # lru | lfu | fifo | mru | filo | priority | slru | tlru
+    # --- scheduler sglang (SGLang 0.5.23 Scheduler) ---
     max_prefill_tokens: int = 16384
     clip_max_new_tokens: int = 4096
     schedule_conservativeness: float = 1.0
-    lpm_fallback_queue_len: int = 128
     in_batch_check_threshold: int = 32
     in_batch_deprioritize_threshold: int = 32
     waiting_prefix_refresh: bool = True
@@ -40,8 +59,21 @@ class EngineConfig:
     backend: str = "auto"  # auto | triton | torch
     debug_checks: bool = False  # check_integrity() after every step
 
+    @property
+    def scheduler_design(self) -> str:
+        """The scheduler in effect: `scheduler`, or the cache's upstream one."""
+        return self.scheduler or UPSTREAM_SCHEDULER.get(self.cache, "vllm")
+
+    def design_knobs(self) -> dict[str, object]:
+        """The chosen cache's and scheduler's own knobs with their values (policy_profile)."""
+        names = DESIGN_KNOBS.get(self.cache, ()) + DESIGN_KNOBS.get(self.scheduler_design, ())
+        return {"cache": self.cache, "scheduler": self.scheduler_design, "schedule_policy": self.policy,
+                **{name: getattr(self, name) for name in names}}  # fmt: skip
+
     def validate(self) -> None:
-        """Raise ValueError naming the field for values no design accepts."""
+        """Raise ValueError naming the field for values no design accepts, and for a design knob
+        set away from its default when its design is not the chosen cache or scheduler."""
+        self._validate_designs()
         positive = ("block_size", "kv_capacity_tokens", "max_num_seqs", "max_num_batched_tokens")
         for name in positive:
             value = getattr(self, name)
@@ -59,6 +91,24 @@ class EngineConfig:
                 f"engine.kv_capacity_tokens ({self.kv_capacity_tokens}) must be a multiple of "
                 f"engine.block_size ({self.block_size})"
             )
+
+    def _validate_designs(self) -> None:
+        if self.cache not in UPSTREAM_SCHEDULER:
+            raise ValueError(f"engine.cache must be one of {sorted(UPSTREAM_SCHEDULER)}, got {self.cache!r}")
+        schedulers = sorted(set(UPSTREAM_SCHEDULER.values()))
+        if self.scheduler_design not in schedulers:
+            raise ValueError(f"engine.scheduler must be one of {schedulers}, got {self.scheduler!r}")
+        chosen = {self.cache, self.scheduler_design}
+        defaults = {f.name: f.default for f in fields(EngineConfig)}
+        for design, names in DESIGN_KNOBS.items():
+            if design in chosen:
+                continue
+            for name in names:
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(
+                        f"engine.{name} is a knob of the {design} design, which this run does not use "
+                        f"(cache {self.cache}, scheduler {self.scheduler_design})"
+                    )
 
     @property
     def num_blocks(self) -> int:

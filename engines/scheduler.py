@@ -3,9 +3,9 @@
 Per step:  admission.schedule(waiting, running) -> StepPlan -> executor runs it -> `complete()`
 advances each scheduled sequence, appends the token it produced, finishes sequences that reached
 their length, and lets admission make the step's tokens matchable and release finished KV.
-Everything the cache design decides (ordering, admission, eviction, preemption) lives in its
-Admission; this loop is identical for both designs. Time spent in admission is the cache
-bookkeeping cost, measured here for both executors.
+Everything a scheduler design decides (ordering, admission, preemption) lives in its Admission
+(engines/sched/), which drives the cache through its protocol; this loop is identical for every
+pairing. Time spent in admission is the bookkeeping cost, measured here for both executors.
 """
 
 from __future__ import annotations

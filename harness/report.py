@@ -3,7 +3,8 @@
 Loads every run below RESULTS_DIR (default results/) with `harness.results.load_runs`, writes
 `RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
 0%-hit on/off ratios with their 95% t-intervals), `projected_overhead.csv` (simulated 0%-hit
-bookkeeping / duration per hardware preset) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
+bookkeeping / duration per hardware preset), `decomposition.csv` (the scheduler x cache effects per
+workload, harness/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
 status is not `ok` are counted, never plotted; a figure whose runs are absent is skipped with one
 log line, so a partial results tree always gives a report.
 
@@ -24,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 import harness.plots_sim  # noqa: F401  (registers the simulated-executor figures)
+from harness.decomposition import decomposition_table
 from harness.plots import FIGURES, Inputs, Skip
 from harness.results import load_runs
 from harness.tables import (
@@ -47,6 +49,7 @@ class Report:
     summary: pd.DataFrame
     overhead: pd.DataFrame
     projected: pd.DataFrame = field(default_factory=pd.DataFrame)  # projected_overhead.csv
+    decomposition: pd.DataFrame = field(default_factory=pd.DataFrame)  # decomposition.csv
     figures: list[str] = field(default_factory=list)  # stems written under out_dir/figures
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> reason
     out_dir: Path | None = None  # where the CSVs and figures were written; None: nowhere
@@ -71,6 +74,7 @@ def build_report(root: str | Path, figures: bool = True, out_dir: str | Path | N
     summary = summary_table(runs)
     pairs = overhead_pairs(runs)
     report = Report(root, runs, requests, summary, overhead_table(pairs), projected_overhead_table(runs))
+    report.decomposition = decomposition_table(runs)
     if out_dir is None:
         return report
     report.out_dir = Path(out_dir)
@@ -78,6 +82,8 @@ def build_report(root: str | Path, figures: bool = True, out_dir: str | Path | N
     summary.to_csv(report.out_dir / "summary.csv", index=False)
     report.overhead.to_csv(report.out_dir / "overhead.csv", index=False)
     report.projected.to_csv(report.out_dir / "projected_overhead.csv", index=False)
+    if not report.decomposition.empty:
+        report.decomposition.to_csv(report.out_dir / "decomposition.csv", index=False)
     if figures:
         _figures(report, pairs)
     return report
@@ -117,6 +123,9 @@ def describe(report: Report) -> str:
     for _, row in report.projected.iterrows():
         lines.append(f"projected 0%-hit overhead {row['engine']} on {row['hardware']}: "
                      f"{row['overhead_share'] * 100:.3f}% of {row['duration_s']:.2f} s ({row['n_runs']} runs)")  # fmt: skip
+    for _, row in report.decomposition[report.decomposition.get("metric", pd.Series(dtype=str)) == "hit_rate"].iterrows():
+        why = "no arm differs" if row["driver"] == "none" else f"driven by the {row['driver']}"
+        lines.append(f"{row['workload']}: apc vs radix hit rate differ by {row['shipped_difference']:+.3f}, {why}")
     return "\n".join(lines)
 
 

@@ -186,14 +186,7 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "cache_enabled": cfg.engine.prefix_caching,
         "block_size_or_page_size": g,
         "kv_capacity_tokens": cfg.engine.kv_capacity_tokens,
-        "policy_profile": {
-            "free_order": cfg.engine.free_order,
-            "hash_algo": cfg.engine.hash_algo,
-            "eviction_policy": cfg.engine.eviction_policy,
-            "schedule_policy": cfg.engine.policy,
-            "reserve_full_prompt": getattr(engine.scheduler.admission, "reserve_full_prompt", None),
-            "async_scheduling": getattr(engine.scheduler.admission, "async_scheduling", None),
-        },
+        "policy_profile": _policy_profile(cfg, engine),
         "n_semantics": "fanout",
         **bounds,
         "engine_hit_rate": stats.hit_rate,
@@ -211,6 +204,15 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "error": error,
         **warm,
     }
+
+
+def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:
+    """The chosen cache's and scheduler's knobs, with the values the scheduler resolved."""
+    profile = cfg.engine.design_knobs()
+    for name in ("reserve_full_prompt", "async_scheduling"):  # None: the free-order profile's
+        if name in profile:
+            profile[name] = getattr(engine.scheduler.admission, name)
+    return profile
 
 
 def _bounds(cfg: RunConfig, workload_requests) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from engines.config import UPSTREAM_SCHEDULER
 from harness.stats import mean_ci
 
 DEFAULT_GRANULARITY = {"apc": 16, "radix": 1}  # upstream defaults: vLLM block 16, SGLang page 1
@@ -48,6 +49,8 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     df = runs.copy()
     df["workload"] = _coalesce(df, "workload", "config.workload.name").fillna("unknown")
     df["engine"] = _coalesce(df, "config.engine.cache", "backend").fillna("unknown")
+    upstream = df["engine"].map(UPSTREAM_SCHEDULER)
+    df["scheduler"] = _coalesce(df, "config.engine.scheduler", "policy_profile.scheduler").fillna(upstream)
     df["cache_enabled"] = _coalesce(df, "config.engine.prefix_caching", "cache_enabled").fillna(True).astype(bool)
     df["policy"] = _coalesce(df, "config.engine.policy", "policy_profile.schedule_policy").fillna("fcfs")
     df["granularity"] = pd.to_numeric(_coalesce(df, "config.engine.block_size", "block_size_or_page_size"))
@@ -71,6 +74,8 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _arm(row: pd.Series) -> str:
     parts = [str(row["engine"])]
+    if row["scheduler"] not in (None, UPSTREAM_SCHEDULER.get(row["engine"])):
+        parts.append(str(row["scheduler"]))  # a cross arm: apc-sglang, radix-vllm
     if not row["cache_enabled"]:
         parts.append("off")
     if row["policy"] != "fcfs":

@@ -7,7 +7,8 @@ from collections import deque
 import pytest
 
 from engines.cache import build_cache
-from engines.cache.apc import ApcAdmission, ApcCache
+from engines.cache.apc import ApcCache
+from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.cache.base import StepBudget
 from engines.config import EngineConfig
 from engines.sequence import SeqStatus, Sequence

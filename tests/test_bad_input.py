@@ -32,7 +32,7 @@ def with_base(args: list[str]) -> list[str]:
 PREFLIGHT_CASES = [
     # unknown names list the valid ones
     (["workload=nope"], "unknown workload 'nope'; valid: dataset_sharegpt, fewshot,"),
-    (["engine=nope"], "unknown engine 'nope'; valid: apc, radix"),
+    (["engine=nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
     (["model=nope"], "unknown model 'nope'; valid: s, smollm2-135m, tiny"),
     (["workload.nope=3"], "unknown field workload.nope; valid: family, group_distribution,"),
     (["engine.hash_algo=nope"], None),  # a registry name: checked when built (RUN_CASES)
@@ -150,7 +150,7 @@ def test_preflight_accepts_the_defaults_and_the_small_config():
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["-m", "engine=apc,nope"], "unknown engine 'nope'; valid: apc, radix"),
+        (["-m", "engine=apc,nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
         (["-m", "engine.block_size=16,abc"], "engine.block_size: Value 'abc' of type 'str'"),
         (["-m", "workload.nope=1,2"], "unknown field workload.nope"),
         (["-m", "engine.kv_capacity_tokens=4096,32"], None),  # in range for Hydra: the job fails

@@ -98,7 +98,7 @@ def test_radix_run(tmp_path):
     "args,needle",
     [
         (["workload=nope"], "unknown workload 'nope'; valid:"),
-        (["engine=nope"], "unknown engine 'nope'; valid: apc, radix"),
+        (["engine=nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
         (["model=nope"], "unknown model 'nope'; valid:"),
         (["engine.block_size=0"], "engine.block_size must be a positive integer"),
         (["engine.block_size=abc"], "engine.block_size"),

@@ -11,9 +11,9 @@ import pytest
 from radix_support import complete, drive, make_seq, new_cache, serve, step
 
 from engines.cache import CACHES, build_cache
-from engines.cache.base import StepBudget
-from engines.cache.radix.adder import AddReqResult, PrefillAdder
-from engines.cache.radix.admission import RadixAdmission
+from engines.cache.base import PrefixMatch, StepBudget
+from engines.sched.prefill_adder import AddReqResult, PrefillAdder
+from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import match_request
 from engines.cache.radix.key import RadixKey as K
@@ -28,9 +28,7 @@ BUDGET = StepBudget(max_num_seqs=8, max_num_batched_tokens=64)
 
 def adder_for(cache, running=(), ratio=0.5, rem_input=16384, rem_chunk=64):
     return PrefillAdder(
-        cache.tree,
-        cache.allocator,
-        cache.page_size,
+        cache,
         list(running),
         ratio,
         rem_input,
@@ -54,7 +52,7 @@ def test_add_one_req_charges_extend_page_and_reservation():
     cache = new_cache(page_size=4, capacity=200)
     adder = adder_for(cache)
     seq = make_seq("a", list(range(1, 11)), range(30))  # extend 10 -> ceil 12
-    assert adder.add_one_req(seq, 0, cache.tree.root_node) is AddReqResult.CONTINUE
+    assert adder.add_one_req(seq, PrefixMatch(0, cache.tree.root_node)) is AddReqResult.CONTINUE
     assert adder.rem_total_tokens == 200 - (12 + 4 + 30)
     assert adder.cur_rem_tokens == 200 - (12 + 4)
     assert (adder.rem_input_tokens, adder.rem_chunk_tokens) == (16384 - 12, 64 - 12)
@@ -65,17 +63,17 @@ def test_no_token_when_the_demand_reaches_the_budget():
     cache = new_cache(capacity=50)
     adder = adder_for(cache)
     big = make_seq("big", list(range(1, 21)), range(29))  # 20 + 29 + 1 = 50 >= 50
-    assert adder.add_one_req(big, 0, cache.tree.root_node) is AddReqResult.NO_TOKEN
+    assert adder.add_one_req(big, PrefixMatch(0, cache.tree.root_node)) is AddReqResult.NO_TOKEN
     assert adder.can_run_list == [] and cache.tree.protected_size() == 0
     fits = make_seq(
         "fits", list(range(1, 21)), range(28)
     )  # 49 < 50: admitted, then the budget is 1
-    assert adder.add_one_req(fits, 0, cache.tree.root_node) is AddReqResult.CONTINUE
+    assert adder.add_one_req(fits, PrefixMatch(0, cache.tree.root_node)) is AddReqResult.CONTINUE
     paged = new_cache(page_size=4, capacity=100)
     adder2 = adder_for(paged, rem_chunk=None)
     adder2.rem_total_token_offset = 100 - 26  # 26 left; demand 1 + 20 + 4 = 25 fits
     last = make_seq("last", [7], range(20))  # charged ceil_4(1) + 4 + 20 = 28: the round ends
-    assert adder2.add_one_req(last, 0, paged.tree.root_node) is AddReqResult.NO_TOKEN
+    assert adder2.add_one_req(last, PrefixMatch(0, paged.tree.root_node)) is AddReqResult.NO_TOKEN
     assert len(adder2.can_run_list) == 1
 
 
@@ -87,7 +85,7 @@ def test_temporary_lock_removes_the_matched_prefix_from_the_budget():
     # total = 1 + 18 + 1 = 20: below available + evictable (40), not below 40 - 20 locked
     adder = adder_for(cache)
     assert (
-        adder.add_one_req(seq, match.device_prefix_len, match.last_device_node)
+        adder.add_one_req(seq, PrefixMatch(match.device_prefix_len, match.last_device_node))
         is AddReqResult.NO_TOKEN
     )
     assert cache.tree.protected_size() == 0  # the temporary lock is gone
@@ -97,12 +95,12 @@ def test_chunking_truncates_to_whole_pages_and_sets_the_chunked_request():
     cache = new_cache(page_size=4, capacity=400)
     adder = adder_for(cache, rem_chunk=10)
     seq = make_seq("long", list(range(1, 31)), [1])
-    assert adder.add_one_req(seq, 0, cache.tree.root_node) is AddReqResult.CONTINUE
+    assert adder.add_one_req(seq, PrefixMatch(0, cache.tree.root_node)) is AddReqResult.CONTINUE
     assert adder.can_run_list[0].extend_len == 8 and adder.new_chunked_req is seq
     assert adder.rem_chunk_tokens == 2
     other = make_seq("other", list(range(50, 60)), [1])
     assert (
-        adder.add_one_req(other, 0, cache.tree.root_node) is AddReqResult.OTHER
+        adder.add_one_req(other, PrefixMatch(0, cache.tree.root_node)) is AddReqResult.OTHER
     )  # floor(2/4)*4 = 0
     assert len(adder.can_run_list) == 1
 

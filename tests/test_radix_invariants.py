@@ -22,7 +22,7 @@ from radix_support import (
 )
 
 from engines.cache.base import StepBudget
-from engines.cache.radix.admission import RadixAdmission
+from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import checkpoint, evict_to_free_tokens
@@ -578,7 +578,7 @@ def test_invariant_36_uncapped_sort_pass_match():
     x = make_seq("x", list(range(1, 101)))  # whole prompt inside the cached edge: split at 100
     waiting = deque([y, x])
     adm.policy.calc_priority(waiting)
-    assert adm.policy.last_matches["x"].prefix_len == 100
+    assert adm.policy.last_matches["x"].num_tokens == 100
     assert node_at(cache.tree, list(range(1, 101))).depth == 100
     assert [s.seq_id for s in waiting] == ["y", "x"]  # x's key is min(100, 99) = 99: a tie
 

@@ -1,7 +1,7 @@
-"""Prefix caches and their admission rules: `apc` (vLLM V1 hash APC) and `radix` (SGLang RadixCache).
+"""Prefix caches: `apc` (vLLM V1 hash APC) and `radix` (SGLang RadixCache), behind one protocol.
 
-`build_cache(config)` returns a (PrefixCache, Admission) pair from the registry in `base.py`;
-each implementation registers itself when its module is imported (done below).
+`build_cache(config)` returns the (PrefixCache, Admission) pair of `config.cache` driven by the
+scheduler design `config.scheduler` (engines/sched/); each registers itself on import (below).
 """
 
 import engines.cache.apc  # noqa: F401,E402
@@ -13,9 +13,13 @@ from engines.cache.base import (  # noqa: F401
     CacheStats,
     CacheUsage,
     PrefixCache,
+    SCHEDULERS,
+    Allocation,
     PrefixMatch,
     ScheduledSeq,
     StepBudget,
     StepPlan,
     build_cache,
 )
+
+import engines.sched  # noqa: F401,E402  (registers the scheduler designs)

@@ -1,17 +1,28 @@
-"""The contract between the scheduler and a prefix cache, written once for every implementation.
+"""The contract between a scheduler design and a prefix cache design, written once for both.
 
-A cache design is two objects that share state:
+Two independent axes meet here:
 
-* `PrefixCache` owns the KV block/slot allocator and the reuse structure (hash map or radix tree).
-  It answers "how much of this sequence is cached", "where does its KV live", and keeps stats.
-* `Admission` is the upstream scheduler contract that drives that cache (vLLM's `allocate_slots`
-  loop with preemption, docs/apc.md §5; SGLang's `PrefillAdder` budget with retraction,
-  docs/radix.md §7-8). Each design ships its own because the two upstreams admit, evict and
-  preempt differently, and fidelity is the product.
+* `PrefixCache` (a cache design: `apc` hash table, `radix` tree) owns the KV block/slot allocator
+  and the reuse structure. Its protocol is the set of operations that define a prefix cache:
+  match a prefix (with a handle), lock/unlock it, allocate new tokens (evicting exactly the
+  shortfall), commit computed tokens (make them matchable), release a request, evict, stats,
+  usage and an integrity check.
+* `Admission` (a scheduler design: `vllm`, `sglang`, in engines/sched/) decides per step who runs
+  and how many tokens, and touches a cache only through the protocol.
 
-The generic `engines.scheduler.Scheduler` owns arrivals, the waiting/running lists, the forward
-pass and token bookkeeping; it calls only `Admission.schedule` and `Admission.finish_step`, and
-reads `PrefixCache.block_table` to address the KV pool. Nothing else calls the cache.
+Where an upstream scheduler relies on a behaviour of its own cache, the protocol names it:
+
+* `matchable_at_allocation` (APC: vLLM's `allocate_slots` caches full blocks before the forward
+  pass fills them). A cache without it (radix) makes tokens matchable only through `commit`; the
+  vLLM scheduler then commits every step's computed tokens after the step, the earliest point the
+  tree can hold them.
+* `commit` is SGLang's `cache_unfinished_req` (checkpoint an unfinished request after a prefill or
+  chunk); on APC it caches the full blocks computed so far, a no-op when they were cached at
+  allocation, and vLLM's async catch-up at finish otherwise.
+
+The generic `engines.scheduler.Scheduler` owns the waiting/running lists and token bookkeeping;
+it calls only `Admission.schedule` and `Admission.finish_step`, and the executor reads
+`PrefixCache.block_table` to address the KV pool.
 
 KV addressing. The pool is `[num_blocks, block_size, kv_heads, head_dim]` per layer; block 0 is
 reserved (vLLM's null block, SGLang's dummy slot/page 0) and never handed out, so usable capacity is
@@ -73,6 +84,17 @@ class CacheStats:
     def hit_rate(self) -> float:
         return self.hits / self.queries if self.queries else 0.0
 
+    def record(self, num_cached: int, num_new: int, *, new_request: bool, retried: bool) -> None:
+        """One admission; requests that were preempted or retracted before count apart."""
+        if retried:
+            self.preempted_requests += new_request
+            self.preempted_queries += num_cached + num_new
+            self.preempted_hits += num_cached
+        else:
+            self.requests += new_request
+            self.queries += num_cached + num_new
+            self.hits += num_cached
+
 
 @dataclass(frozen=True)
 class CacheUsage:
@@ -92,14 +114,37 @@ class CacheUsage:
     protected: int
 
 
+@dataclass(frozen=True)
+class Allocation:
+    """KV for `num_new_tokens` more tokens of `seq` (its first `seq.num_computed_tokens` have KV).
+
+    adopt: on admission, the matched prefix the request takes over (its tokens become the head of
+      the request's KV; `seq.num_computed_tokens` is still 0 then). None for a running request.
+    lock: a lock the scheduler already holds on `adopt` (SGLang's adder locks while budgeting);
+      the request takes it over. None: the cache locks `adopt` itself.
+    whole_sequence_must_fit: refuse unless KV for every token the request has so far could be
+      held (vLLM's full-prompt check at admission), even when fewer are scheduled now.
+    matchable_limit: a cache that is matchable at allocation makes at most this many leading
+      tokens matchable now (vLLM async scheduling: the sampled-but-unknown token); None = all.
+    """
+
+    seq: Sequence
+    num_new_tokens: int
+    adopt: PrefixMatch | None = None
+    lock: Any = None
+    whole_sequence_must_fit: bool = False
+    matchable_limit: int | None = None
+
+
 @runtime_checkable
 class PrefixCache(Protocol):
-    """What every cache provides, beyond its upstream-faithful native API."""
+    """The operations that define a prefix cache, beyond each design's upstream-native API."""
 
     name: str
     enabled: bool
     block_size: int  # tokens per KV block that block_table() indexes (APC B, radix page size)
     num_blocks: int  # pool blocks including the reserved block 0
+    matchable_at_allocation: bool  # see the module docstring
 
     @property
     def capacity_tokens(self) -> int:
@@ -115,14 +160,66 @@ class PrefixCache(Protocol):
         """
         ...
 
+    def lock(self, match: PrefixMatch) -> Any:
+        """Protect a matched prefix from eviction until `unlock`; returns the lock."""
+        ...
+
+    def unlock(self, lock: Any) -> None: ...
+
+    def free_tokens(self) -> int:
+        """Tokens allocatable now, counting unlocked cached content that allocation may evict."""
+        ...
+
+    def evict(self, num_tokens: int) -> None:
+        """Make `num_tokens` allocatable without evicting at allocation time; evicts exactly the
+        shortfall (radix: whole leaves). A cache that evicts lazily when it allocates (APC: the
+        free queue's head) does nothing."""
+        ...
+
+    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
+        """KV for every item, in order, evicting the shortfall. One item is all-or-nothing: False
+        changes nothing. Several items are one batch (one eviction for the total, as SGLang's
+        prepare_extend); a failure part-way raises CacheIntegrityError.
+        decode=True: each item is one generated token of a running request (SGLang's decode path).
+        budgeted=True: the caller has budgeted the batch (SGLang's PrefillAdder, decode memory
+        check), so no fit check runs first and running out raises CacheIntegrityError.
+        """
+        ...
+
+    def commit(self, seq: Sequence, num_tokens: int) -> None:
+        """Make the first `num_tokens` of `seq` (computed KV) matchable, page/block-aligned."""
+        ...
+
+    def touch(self, seq: Sequence) -> None:
+        """Refresh the recency of `seq`'s cached prefix without locking it (SGLang's periodic
+        waiting-prefix refresh under LRU). APC has no recency outside its free queue: no-op."""
+        ...
+
+    def dfs_weight_order(self, queue: list[Sequence], matches: dict[str, PrefixMatch]) -> list[Sequence]:
+        """SGLang's dfs-weight order of `queue` over this cache's prefix structure, given each
+        request's uncapped match: heavier subtrees first, post-order, unmatched requests last."""
+        ...
+
+    def record_admission(
+        self, num_cached: int, num_new: int, *, new_request: bool, retried: bool
+    ) -> None:
+        """Count one admission in the hit statistics (`stats()`): the scheduler design decides
+        when (vLLM: once per admitted request; SGLang: per prefill-batch entry)."""
+        ...
+
     def block_table(self, seq: Sequence) -> list[int]:
         """Block ids covering the tokens of `seq` that have KV allocated, in order."""
         ...
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         """Drop every hold `seq` has. finished=True is a normal finish (radix inserts the output
-        first); False is preemption, retraction or abort (nothing new becomes cached in radix;
-        APC frees the same way in both cases). Releasing an unknown sequence is a no-op."""
+        first, SGLang's cache_finished_req); False is preemption, retraction or abort (nothing new
+        becomes cached in radix; APC frees the same way in both cases, keeping the request's
+        hashes). Releasing an unknown sequence is a no-op."""
+        ...
+
+    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
+        """`release` of several requests as one free group (SGLang's decode-step release)."""
         ...
 
     def stats(self) -> CacheStats: ...
@@ -180,7 +277,8 @@ class StepPlan:
 
 
 class Admission(Protocol):
-    """An upstream scheduler contract over one cache (see module docstring).
+    """A scheduler design (engines/sched/: vLLM's, SGLang's) driving any cache through the
+    PrefixCache protocol (see module docstring).
 
     `schedule` may reorder `waiting` (policy), move sequences between `waiting` and `running`,
     preempt (status PREEMPTED, num_computed_tokens reset to 0, KV released, put back in `waiting`
@@ -190,8 +288,9 @@ class Admission(Protocol):
 
     After the executor ran the plan, the scheduler advances `num_computed_tokens` to each
     `ScheduledSeq.end`, appends any sampled token, marks finished sequences FINISHED and removes
-    them from `running`, then calls `finish_step(plan, finished)`: make computed tokens matchable
-    the upstream way (APC async-decode caching, radix checkpoint) and release finished sequences.
+    them from `running`, then calls `finish_step(plan, finished)`: commit computed tokens where the
+    design and the cache need it (vLLM's async catch-up, SGLang's checkpoint of unfinished
+    requests) and release finished sequences.
     """
 
     cache: PrefixCache
@@ -203,10 +302,13 @@ class Admission(Protocol):
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None: ...
 
 
-# name -> factory(EngineConfig) -> (PrefixCache, Admission). Implementations register on import.
-CACHES: Registry[Callable[[Any], tuple[PrefixCache, Admission]]] = Registry("cache")
+# name -> factory(EngineConfig) -> PrefixCache. Cache designs register on import.
+CACHES: Registry[Callable[[Any], PrefixCache]] = Registry("cache")
+# name -> factory(PrefixCache, EngineConfig) -> Admission. Scheduler designs register on import.
+SCHEDULERS: Registry[Callable[[PrefixCache, Any], Admission]] = Registry("scheduler")
 
 
 def build_cache(config: Any) -> tuple[PrefixCache, Admission]:
-    """Build the cache and its admission for an `engines.config.EngineConfig`."""
-    return CACHES.get(config.cache)(config)
+    """The cache design `config.cache` driven by the scheduler design `config.scheduler`."""
+    cache = CACHES.get(config.cache)(config)
+    return cache, SCHEDULERS.get(config.scheduler_design)(cache, config)

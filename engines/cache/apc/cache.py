@@ -1,20 +1,31 @@
 """`ApcCache`: the PrefixCache protocol (engines/cache/base.py) over vLLM's KVCacheManager.
 
 The native API lives on `self.manager` (and `self.manager.block_pool`); this class adds the
-design-neutral view the scheduler and harness use, and the accounting checks of invariants 29-30.
+design-neutral view the schedulers and harness use, and the accounting checks of invariants 29-30.
+Blocks are matchable at allocation (`allocate_slots` caches them), eviction is lazy (a cached
+block in the free queue is evicted when allocation takes it), and a lock is a block reference:
+locking takes matched blocks out of the free queue, unlocking frees them back, tail first.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+from engines.cache.apc.dfs_weight import dfs_weight_order
 from engines.cache.apc.manager import KVCacheManager
-from engines.cache.base import CacheIntegrityError, CacheStats, CacheUsage, PrefixMatch
+from engines.cache.base import (
+    Allocation,
+    CacheIntegrityError,
+    CacheStats,
+    CacheUsage,
+    PrefixMatch,
+)
 from engines.sequence import Sequence
 
 
 class ApcCache:
     name = "apc"
+    matchable_at_allocation = True
 
     def __init__(
         self,
@@ -54,22 +65,87 @@ class ApcCache:
         hits = self.manager.lookup(seq, capped=capped)
         return PrefixMatch(len(hits) * self.block_size, hits)
 
+    def lock(self, match: PrefixMatch) -> tuple:
+        hits = tuple(match.handle or ())
+        self.pool.touch(hits)
+        return hits
+
+    def unlock(self, lock: tuple) -> None:
+        self.pool.free_blocks(reversed(lock))  # tail first, as vLLM frees a table
+
+    def free_tokens(self) -> int:
+        return self.pool.get_num_free_blocks() * self.block_size
+
+    def evict(self, num_tokens: int) -> None:
+        """Nothing: allocation evicts cached blocks from the free queue's head as it takes them."""
+
+    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
+        """`allocate_slots` per item: it checks the fit itself, so `decode` and `budgeted` change
+        nothing here."""
+        for i, item in enumerate(items):
+            if not self._allocate_one(item):
+                if i:
+                    raise CacheIntegrityError(f"out of KV blocks part-way through a batch at {item.seq.seq_id}")
+                return False
+        return True
+
+    def _allocate_one(self, item: Allocation) -> bool:
+        hits = list(item.adopt.handle or ()) if item.adopt is not None else []
+        blocks = self.manager.allocate_slots(
+            item.seq,
+            item.num_new_tokens,
+            len(hits) * self.block_size,
+            hits,
+            full_sequence_must_fit=item.whole_sequence_must_fit,
+            num_known_tokens=item.matchable_limit,
+        )
+        if item.lock is not None:  # the request's own references replace the scheduler's lock
+            self.unlock(item.lock)
+        return blocks is not None
+
+    def commit(self, seq: Sequence, num_tokens: int) -> None:
+        """Cache the full blocks within the first `num_tokens` (vLLM's cache_blocks); blocks
+        cached at allocation are skipped, so this is the async catch-up or a no-op."""
+        if self.enabled and seq.seq_id in self.manager.num_cached_block:
+            self.manager.cache_blocks(seq, num_tokens)
+
+    def touch(self, seq: Sequence) -> None:
+        """No recency refresh outside the free queue (vLLM has none)."""
+
+    def dfs_weight_order(self, queue: list[Sequence], matches: dict[str, PrefixMatch]) -> list[Sequence]:
+        def hit_keys(seq: Sequence) -> list[bytes]:
+            return self.manager.block_keys(seq)[: matches[seq.seq_id].num_tokens // self.block_size]
+
+        return dfs_weight_order(queue, hit_keys)
+
+    def record_admission(self, num_cached: int, num_new: int, *, new_request: bool, retried: bool) -> None:
+        if self.enabled:  # vLLM keeps no prefix-cache stats with caching off
+            self.manager.record_tokens(num_cached + num_new, num_cached, retried, new_request)
+
     def block_table(self, seq: Sequence) -> list[int]:
         return self.manager.get_block_ids(seq)
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
-        # APC frees the same way on finish, preemption and abort (docs/apc.md §4.3).
-        self.manager.forget(seq)
+        # APC frees the same way on finish, preemption and abort (§4.3); a preempted request
+        # keeps its hash memo (its tokens do not change).
+        if finished:
+            self.manager.forget(seq)
+        else:
+            self.manager.free(seq)
+
+    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
+        for seq in seqs:
+            self.release(seq, finished=finished)
 
     def stats(self) -> CacheStats:
-        t = self.manager.total_stats
+        st = self.manager.total_stats
         return CacheStats(
-            requests=t.requests,
-            queries=t.queries,
-            hits=t.hits,
-            preempted_requests=t.preempted_requests,
-            preempted_queries=t.preempted_queries,
-            preempted_hits=t.preempted_hits,
+            requests=st.requests,
+            queries=st.queries,
+            hits=st.hits,
+            preempted_requests=st.preempted_requests,
+            preempted_queries=st.preempted_queries,
+            preempted_hits=st.preempted_hits,
             num_evictions=self.pool.num_evictions,
             evicted_tokens=self.pool.num_evictions * self.block_size,
         )

@@ -38,13 +38,13 @@ class PrefixCacheStats:
     preempted_queries: int = 0
     preempted_hits: int = 0
 
-    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+    def record(self, num_tokens: int, num_hits: int, preempted: bool, new_request: bool = True) -> None:
         if preempted:
-            self.preempted_requests += 1
+            self.preempted_requests += new_request
             self.preempted_queries += num_tokens
             self.preempted_hits += num_hits
         else:
-            self.requests += 1
+            self.requests += new_request
             self.queries += num_tokens
             self.hits += num_hits
 
@@ -156,9 +156,12 @@ class KVCacheManager:
             self._record(seq, num_hit_tokens)
 
     def _record(self, seq: Sequence, num_hit_tokens: int) -> None:
-        preempted = seq.num_preemptions > 0
-        self.prefix_cache_stats.record(seq.num_tokens, num_hit_tokens, preempted)
-        self.total_stats.record(seq.num_tokens, num_hit_tokens, preempted)
+        self.record_tokens(seq.num_tokens, num_hit_tokens, seq.num_preemptions > 0)
+
+    def record_tokens(self, num_tokens: int, num_hits: int, preempted: bool, new_request: bool = True) -> None:
+        """Count one lookup of `num_tokens` with `num_hits` cached (a scheduler's admission)."""
+        self.prefix_cache_stats.record(num_tokens, num_hits, preempted, new_request)
+        self.total_stats.record(num_tokens, num_hits, preempted, new_request)
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
         """Return this step's counters and start a fresh set (vLLM's per-step hand-off)."""

@@ -11,6 +11,9 @@ Usage accounting (§5.5, in tokens):
     protected  the tree's locked tokens + request-private slots (rows beyond cache_protected_len,
                whole pages with P > 1)
     available + evictable + protected == capacity, else something leaked or was freed twice.
+
+Content becomes matchable only when inserted: `commit` is upstream's `cache_unfinished_req`
+(checkpoint an unfinished request), `release(finished=True)` its `cache_finished_req`.
 """
 
 from __future__ import annotations
@@ -18,21 +21,39 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from engines.cache.base import CacheIntegrityError, CacheStats, CacheUsage, PrefixMatch
+from engines.cache.base import (
+    Allocation,
+    CacheIntegrityError,
+    CacheStats,
+    CacheUsage,
+    PrefixMatch,
+)
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
     ReqToTokenPool,
     TokenToKVPoolAllocator,
 )
 from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
-from engines.cache.radix.hooks import ReqKV, match_request, release_kv_cache
+from engines.cache.radix.hooks import (
+    ReqKV,
+    checkpoint,
+    evict_to_free_tokens,
+    match_request,
+    prepare_decode,
+    prepare_extend,
+    release_kv_cache,
+    request_key,
+    start_request,
+)
 from engines.cache.radix.policies import make_eviction_policy
+from engines.cache.radix.schedule_policy import SortPassMatch, dfs_weight_order
 from engines.cache.radix.tree import UnifiedRadixTree
 from engines.sequence import Sequence
 
 
 class RadixCache:
     name = "radix"
+    matchable_at_allocation = False
 
     def __init__(
         self,
@@ -72,6 +93,84 @@ class RadixCache:
     def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
         result = match_request(self.tree, seq, capped)
         return PrefixMatch(result.device_prefix_len, result.last_device_node)
+
+    def lock(self, match: PrefixMatch):
+        return self.tree.lock(match.handle)
+
+    def unlock(self, lock) -> None:
+        self.tree.unlock(lock)
+
+    def free_tokens(self) -> int:
+        return self.allocator.available_size() + self.tree.evictable_size()
+
+    def evict(self, num_tokens: int) -> None:
+        evict_to_free_tokens(self, num_tokens)
+
+    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
+        """Decode: one slot (or page) per running request (`prepare_decode`). Otherwise a prefill
+        batch (`prepare_extend`); new requests take a row and adopt their matched, locked prefix.
+        Unless budgeted, a single item is checked against `free_tokens()` first and refused whole."""
+        if not budgeted and len(items) == 1 and not self._fits(items[0]):
+            return False
+        if decode:
+            prepare_decode(self, [self.reqs[item.seq.seq_id] for item in items])
+            return True
+        batch = []
+        for item in items:
+            seq = item.seq
+            st = self.reqs.get(seq.seq_id)
+            if st is None:
+                match = item.adopt if item.adopt is not None else self.match(seq, capped=True)
+                lock = item.lock if item.lock is not None else self.tree.lock(match.handle)
+                st = start_request(self, seq, match.num_tokens, match.handle, lock)
+                batch.append((seq, st, match.num_tokens, item.num_new_tokens))
+            else:
+                batch.append((seq, st, st.kv_allocated_len, item.num_new_tokens))
+        prepare_extend(self, batch)
+        return True
+
+    def _fits(self, item: Allocation) -> bool:
+        """Would one request's allocation fit after evicting every unlocked leaf? Its own matched
+        prefix counts as locked (it is locked once admitted)."""
+        st = self.reqs.get(item.seq.seq_id)
+        p = self.page_size
+        held = st.kv_allocated_len if st is not None else 0
+        adopted = item.adopt.num_tokens if st is None and item.adopt is not None else 0
+        need = -(-item.num_new_tokens // p) * p + (p if p > 1 else 0)
+        if item.whole_sequence_must_fit:
+            need = max(need, -(-(item.seq.num_tokens - held - adopted) // p) * p)
+        temp = self.tree.lock(item.adopt.handle) if adopted else None
+        try:
+            return self.free_tokens() >= need
+        finally:
+            if temp is not None:
+                self.tree.unlock(temp)
+
+    def commit(self, seq: Sequence, num_tokens: int) -> None:
+        """`cache_unfinished_req`: insert the first `num_tokens` (page-aligned), rewrite the
+        request's row with the tree's slots and move its lock to the new last node."""
+        st = self.reqs[seq.seq_id]
+        checkpoint(self, st, seq, num_tokens)
+        st.prefix_len = num_tokens
+
+    def touch(self, seq: Sequence) -> None:
+        """Re-stamp the cached prefix of `seq` (only LRU reads the stamps it refreshes)."""
+        if self.eviction_policy == "lru" and not self.tree.disable:
+            self.tree.touch_prefix(request_key(seq))
+
+    def dfs_weight_order(self, queue: list[Sequence], matches: dict[str, PrefixMatch]) -> list[Sequence]:
+        found = {sid: SortPassMatch(m.num_tokens, m.handle) for sid, m in matches.items()}
+        return dfs_weight_order(queue, found, set(), self.tree.root_node)
+
+    def record_admission(self, num_cached: int, num_new: int, *, new_request: bool, retried: bool) -> None:
+        self._stats.record(num_cached, num_new, new_request=new_request, retried=retried)
+
+    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
+        """One allocator free group (upstream releases a decode batch's finished requests so)."""
+        self.allocator.free_group_begin()
+        for seq in seqs:
+            self.release(seq, finished=finished)
+        self.allocator.free_group_end()
 
     def block_table(self, seq: Sequence) -> list[int]:
         st = self.reqs.get(seq.seq_id)

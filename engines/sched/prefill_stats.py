@@ -1,4 +1,4 @@
-"""Per-prefill-batch hit accounting, SGLang style (docs/radix.md §10).
+"""Per-prefill-batch hit accounting, SGLang 0.5.23 style (`Scheduler.log_prefill_stats`).
 
 `cached = sum prefix_len` of admitted requests (chunk continuations count 0), `new = sum extend_len`
 (raw). The hit rate leaves out requests that were ever retracted; their sums go to `preempted_*`.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from engines.cache.base import CacheStats
+from engines.cache.base import PrefixCache
 
 
 class PrefillBatchStats(NamedTuple):
@@ -27,24 +27,20 @@ class PrefillBatchStats(NamedTuple):
 
 
 def record_prefill(
-    stats: CacheStats, can_run_list: list, retracted: dict[str, int]
+    cache: PrefixCache, can_run_list: list, retracted: dict[str, int]
 ) -> PrefillBatchStats:
-    """Add one prefill batch of `Admitted` entries to `stats`; return its log-line figures."""
+    """Count one prefill batch of `Admitted` entries in the cache's stats; return its log-line
+    figures."""
     num_new = new = cached = first_new = first_cached = 0
     for a in can_run_list:
-        is_new = a.last_node is not None
+        is_new = a.match is not None
         hit = a.prefix_len if is_new else 0
         num_new += is_new
         new += a.extend_len
         cached += hit
-        if a.seq.seq_id in retracted:
-            stats.preempted_requests += is_new
-            stats.preempted_queries += hit + a.extend_len
-            stats.preempted_hits += hit
-        else:
-            stats.requests += is_new
-            stats.queries += hit + a.extend_len
-            stats.hits += hit
+        retried = a.seq.seq_id in retracted
+        cache.record_admission(hit, a.extend_len, new_request=is_new, retried=retried)
+        if not retried:
             first_new += a.extend_len
             first_cached += hit
     return PrefillBatchStats(num_new, new, cached, first_new, first_cached)

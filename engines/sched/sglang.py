@@ -1,12 +1,15 @@
-"""`RadixAdmission`: SGLang 0.5.23's non-overlap scheduling step over a `RadixCache` (docs/radix.md §7-§8, §10).
+"""`SglangScheduler`: SGLang 0.5.23's non-overlap scheduling step (`managers/scheduler.py`) over any cache.
 
 A step is a prefill (extend) batch when the prefill round admits anything or a chunked request is
 in flight; otherwise it is a decode batch of every running request. The two never mix.
 
-    schedule:    checkpoint the in-flight chunk -> prefill round (calc_priority, PrefillAdder,
+    schedule:    commit the in-flight chunk -> prefill round (calc_priority, PrefillAdder,
                  head-of-line break) -> else decode (memory check, retraction, ratio decay)
-    finish_step: prefill: release finished / checkpoint the rest, merge into the running batch;
-                 decode:  release finished inside one allocator free group
+    finish_step: prefill: release finished / commit the rest, merge into the running batch;
+                 decode:  release finished as one free group
+
+`commit` is the cache's `cache_unfinished_req`: on radix the content becomes matchable only there;
+on APC it was matchable at allocation already and the commit is a no-op.
 
 `self.batch` mirrors upstream `running_batch.reqs`: requests that finished in a decode step stay in
 it (counted by the running limit) until the next decode step filters them, as upstream does.
@@ -16,20 +19,17 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.base import ScheduledSeq, StepBudget, StepPlan
-from engines.cache.radix.adder import AddReqResult, PrefillAdder
-from engines.cache.radix.cache import RadixCache
-from engines.cache.radix.hooks import (
-    checkpoint_kv_cache,
-    evict_to_free_tokens,
-    match_request,
-    prepare_decode,
-    prepare_extend,
-    release_kv_cache,
-    start_request,
+from engines.cache.base import (
+    Allocation,
+    CacheIntegrityError,
+    PrefixCache,
+    ScheduledSeq,
+    StepBudget,
+    StepPlan,
 )
-from engines.cache.radix.prefill_stats import PrefillBatchStats, record_prefill
-from engines.cache.radix.schedule_policy import SchedulePolicy
+from engines.sched.prefill_adder import AddReqResult, PrefillAdder
+from engines.sched.prefill_stats import PrefillBatchStats, record_prefill
+from engines.sched.sglang_policy import SglangPolicy
 from engines.sequence import SeqStatus, Sequence
 
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
@@ -37,10 +37,10 @@ BASE_MIN_NEW_TOKEN_RATIO = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 
 
-class RadixAdmission:
+class SglangScheduler:
     def __init__(
         self,
-        cache: RadixCache,
+        cache: PrefixCache,
         policy: str = "fcfs",
         *,
         max_prefill_tokens: int = 16384,
@@ -53,10 +53,9 @@ class RadixAdmission:
         ignore_eos: bool = False,
     ) -> None:
         self.cache = cache
-        self.policy = SchedulePolicy(
+        self.policy = SglangPolicy(
             policy,
-            cache.tree,
-            cache.eviction_policy,
+            cache,
             lpm_fallback_queue_len,
             in_batch_check_threshold,
             in_batch_deprioritize_threshold,
@@ -76,16 +75,14 @@ class RadixAdmission:
         self.batch_is_full = False
         self.last_prefill: PrefillBatchStats | None = None
         self._last_plan_is_prefill = False
-        self._recompute_until: dict[
-            str, int
-        ] = {}  # seq id -> tokens computed before its retraction
+        self._recompute_until: dict[str, int] = {}  # seq id -> tokens computed before its retraction
 
     # ------------------------------------------------------------------ steps
     def schedule(
         self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
     ) -> StepPlan:
         if self.chunked is not None:
-            checkpoint_kv_cache(self.cache, self.cache.reqs[self.chunked.seq_id], self.chunked)
+            self.cache.commit(self.chunked, self.chunked.num_computed_tokens)
         plan = self._prefill_round(waiting, running, budget)
         self._last_plan_is_prefill = plan is not None
         return plan if plan is not None else self._decode_round(waiting, running)
@@ -93,11 +90,8 @@ class RadixAdmission:
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
         cache = self.cache
         if not self._last_plan_is_prefill:
-            cache.allocator.free_group_begin()
-            for item in plan.scheduled:
-                if item.seq.is_finished:
-                    cache.release(item.seq, finished=True)
-            cache.allocator.free_group_end()
+            done = [item.seq for item in plan.scheduled if item.seq.is_finished]
+            cache.release_batch(done, finished=True)
             return
         kept = []
         for item in plan.scheduled:
@@ -107,7 +101,7 @@ class RadixAdmission:
             if seq.is_finished:
                 cache.release(seq, finished=True)
             else:
-                checkpoint_kv_cache(cache, cache.reqs[seq.seq_id], seq)
+                cache.commit(seq, seq.num_computed_tokens)
                 kept.append(seq)
         if len(kept) < len(plan.scheduled):
             self.batch_is_full = False
@@ -129,9 +123,7 @@ class RadixAdmission:
         self.policy.calc_priority(waiting)
         cache = self.cache
         adder = PrefillAdder(
-            cache.tree,
-            cache.allocator,
-            cache.page_size,
+            cache,
             self.batch,
             self.new_token_ratio,
             self.max_prefill_tokens,
@@ -140,17 +132,14 @@ class RadixAdmission:
             self.ignore_eos,
         )
         if self.chunked is not None:
-            self.chunked = adder.add_chunked_req(
-                self.chunked, cache.reqs[self.chunked.seq_id].prefix_len
-            )
+            self.chunked = adder.add_chunked_req(self.chunked, self.chunked.num_computed_tokens)
         for seq in list(waiting):
             if adder.budget_state() is AddReqResult.OTHER:
                 break
             if len(adder.can_run_list) >= budget.max_num_seqs - running_bs:
                 self.batch_is_full = True
                 break
-            match = match_request(cache.tree, seq)
-            result = adder.add_one_req(seq, match.device_prefix_len, match.last_device_node)
+            result = adder.add_one_req(seq, cache.match(seq))
             if result is not AddReqResult.CONTINUE:
                 if result is AddReqResult.NO_TOKEN:
                     self.batch_is_full = True
@@ -164,29 +153,27 @@ class RadixAdmission:
     def _start_prefill(
         self, adder: PrefillAdder, waiting: deque[Sequence], running: list[Sequence]
     ) -> StepPlan:
-        cache = self.cache
-        admitted = {a.seq.seq_id for a in adder.can_run_list if a.last_node is not None}
+        admitted = {a.seq.seq_id for a in adder.can_run_list if a.match is not None}
         remaining = [seq for seq in waiting if seq.seq_id not in admitted]
         waiting.clear()
         waiting.extend(remaining)
-        batch = []
+        # New admissions adopt their matched (locked) prefix: the cache sees them with no computed
+        # tokens yet, as the protocol's Allocation.adopt requires.
+        batch = [Allocation(a.seq, a.extend_len, adopt=a.match, lock=a.lock) for a in adder.can_run_list]
+        if not self.cache.allocate(batch, budgeted=True):
+            raise CacheIntegrityError("Prefill out of memory: the adder's budget did not hold")
         for a in adder.can_run_list:
             seq = a.seq
-            if a.last_node is not None:  # a new admission: take a row, adopt the matched prefix
-                start_request(cache, seq, a.prefix_len, a.last_node, a.lock)
+            if a.match is not None:
                 seq.status = SeqStatus.RUNNING
                 seq.num_computed_tokens = a.prefix_len
                 if seq.num_cached_tokens is None:
                     seq.num_cached_tokens = a.prefix_len
                 running.append(seq)
-            batch.append((seq, cache.reqs[seq.seq_id], a.prefix_len, a.extend_len))
             until = self._recompute_until.get(seq.seq_id)
             if until is not None:
-                seq.num_recomputed_tokens += max(
-                    0, min(a.prefix_len + a.extend_len, until) - a.prefix_len
-                )
-        prepare_extend(cache, batch)
-        self.last_prefill = record_prefill(cache._stats, adder.can_run_list, self._recompute_until)
+                seq.num_recomputed_tokens += max(0, min(a.prefix_len + a.extend_len, until) - a.prefix_len)
+        self.last_prefill = record_prefill(self.cache, adder.can_run_list, self._recompute_until)
         return StepPlan(
             [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
         )
@@ -206,14 +193,14 @@ class RadixAdmission:
             )
         if len(self.batch) < initial_bs:
             self.batch_is_full = False
-        cache = self.cache
-        prepare_decode(cache, [cache.reqs[seq.seq_id] for seq in self.batch])
+        if not self.cache.allocate([Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True):
+            raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
         return StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch])
 
     def _check_decode_mem(self, batch_size: int) -> bool:
-        need = batch_size * self.cache.page_size
-        evict_to_free_tokens(self.cache, need)
-        return self.cache.allocator.available_size() >= need
+        need = batch_size * self.cache.block_size
+        self.cache.evict(need)
+        return self.cache.free_tokens() >= need
 
     def _retract(self, waiting: deque[Sequence], running: list[Sequence]) -> None:
         """§7.3: victims (fewest outputs, longest input) from the back until the step fits."""
@@ -229,12 +216,10 @@ class RadixAdmission:
                 break
             first = False
             seq = batch[order.pop()]
-            st = cache.reqs.pop(seq.seq_id)
-            release_kv_cache(cache, st, seq, do_checkpoint=False)
-            evict_to_free_tokens(cache, len(order) * RETRACT_DECODE_STEPS)
-            self._recompute_until[seq.seq_id] = max(
-                self._recompute_until.get(seq.seq_id, 0), st.kv_committed_len
-            )
+            computed = seq.num_computed_tokens
+            cache.release(seq, finished=False)
+            cache.evict(len(order) * RETRACT_DECODE_STEPS)
+            self._recompute_until[seq.seq_id] = max(self._recompute_until.get(seq.seq_id, 0), computed)
             seq.status = SeqStatus.PREEMPTED
             seq.num_computed_tokens = 0
             seq.num_preemptions += 1

@@ -1,11 +1,13 @@
-"""`PrefillAdder`: the per-round admission budget of SGLang 0.5.23 (docs/radix.md §7.2).
+"""`PrefillAdder`: the per-round admission budget of SGLang 0.5.23 (`schedule_policy.PrefillAdder`).
 
-    rem_total   = available + evictable - sum_running min(max_new - generated, clip) * ratio
+    rem_total   = free - sum_running min(max_new - generated, clip) * ratio
                   - sum_admitted (ceil_P(extend) + P + reserved_new)
-    rem_current = available + evictable - sum_admitted (ceil_P(extend) + P)
+    rem_current = free - sum_admitted (ceil_P(extend) + P)
 
-Both are live: locking an admitted prefix shrinks `evictable`, hence the budget. `add_one_req`
-reports the budget state after admitting, so a request can be admitted and still end the round.
+`free` is `PrefixCache.free_tokens()` (upstream: available + evictable) and P the cache's block
+(page) size. Both are live: locking an admitted prefix shrinks `free`, hence the budget.
+`add_one_req` reports the budget state after admitting, so a request can be admitted and still
+end the round.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from engines.cache.radix.node import TreeNode
-from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
+from typing import Any
+
+from engines.cache.base import PrefixCache, PrefixMatch
 from engines.sequence import Sequence
 
 
@@ -30,16 +33,14 @@ class Admitted(NamedTuple):
     seq: Sequence
     prefix_len: int
     extend_len: int
-    last_node: TreeNode | None  # None for a chunk continuation (it keeps its own state)
-    lock: TreeLock | None
+    match: PrefixMatch | None  # None for a chunk continuation (it keeps its own state)
+    lock: Any
 
 
 class PrefillAdder:
     def __init__(
         self,
-        tree: UnifiedRadixTree,
-        allocator: object,
-        page_size: int,
+        cache: PrefixCache,
         running: list[Sequence],
         new_token_ratio: float,
         rem_input_tokens: int,
@@ -47,7 +48,7 @@ class PrefillAdder:
         clip_max_new_tokens: int,
         ignore_eos: bool = False,
     ) -> None:
-        self.tree, self.allocator, self.page_size = tree, allocator, page_size
+        self.cache, self.page_size = cache, cache.block_size
         self.clip = clip_max_new_tokens
         ratio = 1.0 if ignore_eos else new_token_ratio
         self.rem_total_token_offset: float = sum(
@@ -66,17 +67,11 @@ class PrefillAdder:
 
     @property
     def rem_total_tokens(self) -> float:
-        return (
-            self.allocator.available_size()
-            + self.tree.evictable_size()
-            - self.rem_total_token_offset
-        )
+        return self.cache.free_tokens() - self.rem_total_token_offset
 
     @property
     def cur_rem_tokens(self) -> float:
-        return (
-            self.allocator.available_size() + self.tree.evictable_size() - self.cur_rem_token_offset
-        )
+        return self.cache.free_tokens() - self.cur_rem_token_offset
 
     def budget_state(self) -> AddReqResult:
         if self.rem_total_tokens <= 0 or self.cur_rem_tokens <= 0:
@@ -110,11 +105,12 @@ class PrefillAdder:
         self._update_prefill_budget(0, extend, reserved)
         return seq if truncated else None
 
-    def add_one_req(self, seq: Sequence, prefix_len: int, last_node: TreeNode) -> AddReqResult:
+    def add_one_req(self, seq: Sequence, match: PrefixMatch) -> AddReqResult:
+        prefix_len = match.num_tokens
         extend = seq.num_tokens - prefix_len
         p = self.page_size
         total = extend + min(max(seq.max_new_tokens - seq.num_output_tokens, 0), self.clip) + p
-        temp = self.tree.lock(last_node)  # the matched prefix leaves the evictable count
+        temp = self.cache.lock(match)  # the matched prefix leaves the evictable count
         try:
             if total >= self.rem_total_tokens:
                 return AddReqResult.NO_TOKEN
@@ -126,18 +122,18 @@ class PrefillAdder:
             ):
                 return AddReqResult.OTHER
             if self.rem_chunk_tokens is None or paged <= self.rem_chunk_tokens:
-                lock = self.tree.lock(last_node)
-                self.can_run_list.append(Admitted(seq, prefix_len, extend, last_node, lock))
+                lock = self.cache.lock(match)
+                self.can_run_list.append(Admitted(seq, prefix_len, extend, match, lock))
                 self._update_prefill_budget(prefix_len, extend, min(seq.max_new_tokens, self.clip))
             else:
                 trunc = self.rem_chunk_tokens // p * p
                 trunc -= (prefix_len + trunc) % p  # end the chunk on a page boundary
                 if trunc <= 0:
                     return AddReqResult.OTHER
-                lock = self.tree.lock(last_node)
-                self.can_run_list.append(Admitted(seq, prefix_len, trunc, last_node, lock))
+                lock = self.cache.lock(match)
+                self.can_run_list.append(Admitted(seq, prefix_len, trunc, match, lock))
                 self.new_chunked_req = seq
                 self._update_prefill_budget(prefix_len, trunc, 0)
         finally:
-            self.tree.unlock(temp)
+            self.cache.unlock(temp)
         return self.budget_state()

@@ -1,0 +1,52 @@
+"""Scheduler designs: `vllm` (vLLM 0.33 Scheduler) and `sglang` (SGLang 0.5.23 Scheduler).
+
+Each drives any cache through the PrefixCache protocol (engines/cache/base.py) and registers a
+factory `(cache, EngineConfig) -> Admission` in `SCHEDULERS` here.
+"""
+
+from __future__ import annotations
+
+from engines.cache.apc.block_pool import FREE_ORDERS
+from engines.cache.apc.manager import STATS_TIMINGS
+from engines.cache.base import SCHEDULERS, PrefixCache
+from engines.config import EngineConfig
+from engines.sched.policies import POLICIES
+from engines.sched.sglang import SglangScheduler
+from engines.sched.vllm import VllmScheduler
+
+__all__ = ["POLICIES", "SglangScheduler", "VllmScheduler", "build_sglang", "build_vllm"]
+
+# vLLM version behaviours that set the scheduler's defaults: (reserve_full_prompt, async_scheduling)
+# per APC free order; a non-APC cache runs the 0.33 scheduler (v024 profile).
+_VLLM_PROFILE_DEFAULTS = "v024"
+
+
+@SCHEDULERS.register("vllm")
+def build_vllm(cache: PrefixCache, config: EngineConfig) -> VllmScheduler:
+    """vLLM's scheduler; None knobs follow the APC free-order profile (v024: both true)."""
+    profile = FREE_ORDERS.get(config.free_order if config.cache == "apc" else _VLLM_PROFILE_DEFAULTS)
+    reserve = profile.reserve_full_prompt if config.reserve_full_prompt is None else config.reserve_full_prompt
+    async_sched = profile.async_scheduling if config.async_scheduling is None else config.async_scheduling
+    return VllmScheduler(
+        cache,
+        policy=config.policy,
+        reserve_full_prompt=reserve,
+        async_scheduling=async_sched,
+        stats_at_lookup=STATS_TIMINGS.get(config.stats_timing),
+        lpm_fallback_queue_len=config.lpm_fallback_queue_len,
+    )
+
+
+@SCHEDULERS.register("sglang")
+def build_sglang(cache: PrefixCache, config: EngineConfig) -> SglangScheduler:
+    return SglangScheduler(
+        cache,
+        config.policy,
+        max_prefill_tokens=config.max_prefill_tokens,
+        clip_max_new_tokens=config.clip_max_new_tokens,
+        schedule_conservativeness=config.schedule_conservativeness,
+        lpm_fallback_queue_len=config.lpm_fallback_queue_len,
+        in_batch_check_threshold=config.in_batch_check_threshold,
+        in_batch_deprioritize_threshold=config.in_batch_deprioritize_threshold,
+        waiting_prefix_refresh=config.waiting_prefix_refresh,
+    )

@@ -1,0 +1,156 @@
+"""`VllmScheduler`: vLLM 0.33's scheduling step (`vllm/v1/core/sched/scheduler.py`) over any cache.
+
+One step: (1) running requests first, each allocating its next tokens and preempting the last
+running request on failure (to the FRONT of waiting); (2) only if nothing was preempted, waiting
+requests in queue order with head-of-line blocking, under one token budget (chunked prefill, so
+prefill and decode mix) and `max_num_seqs`. Async scheduling (the 0.33 default) makes a block
+completed by a generated token matchable one step later, because upstream schedules that token as
+a placeholder before it is known.
+
+On a cache that is matchable at allocation (APC) that is all; on one that is not (radix), every
+step's computed tokens are committed after the step, the earliest point they can be matched.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from engines.cache.base import Allocation, PrefixCache, ScheduledSeq, StepBudget, StepPlan
+from engines.sched.policies import POLICIES, is_active, uncapped_matches
+from engines.sequence import SeqStatus, Sequence
+
+
+class VllmScheduler:
+    def __init__(
+        self,
+        cache: PrefixCache,
+        *,
+        policy: str = "fcfs",
+        reserve_full_prompt: bool = True,
+        async_scheduling: bool = True,
+        stats_at_lookup: bool = False,
+        lpm_fallback_queue_len: int = 128,
+    ) -> None:
+        self.cache = cache
+        self.policy = POLICIES.get(policy)
+        self.reserve_full_prompt = reserve_full_prompt
+        self.async_scheduling = async_scheduling
+        self.stats_at_lookup = stats_at_lookup
+        self.lpm_fallback_queue_len = lpm_fallback_queue_len
+        # async: seq_id -> num_tokens known when its last step was planned (before the sample)
+        self._known_tokens: dict[str, int] = {}
+        # seq_id -> num_computed_tokens when preempted (for num_recomputed_tokens)
+        self._computed_at_preemption: dict[str, int] = {}
+
+    def schedule(self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget) -> StepPlan:
+        plan = StepPlan()
+        self._order(waiting)
+        token_budget = self._schedule_running(plan, waiting, running, budget.max_num_batched_tokens)
+        if not plan.preempted:
+            self._schedule_waiting(plan, waiting, running, budget, token_budget)
+        return plan
+
+    def _order(self, waiting: deque[Sequence]) -> None:
+        if len(waiting) <= 1 or not is_active(self.policy, self.cache, len(waiting), self.lpm_fallback_queue_len):
+            return
+        queue = list(waiting)
+        ranked = self.policy.order(queue, uncapped_matches(self.cache, queue), set(), self.cache)
+        waiting.clear()
+        waiting.extend(ranked)
+
+    def _schedule_running(self, plan: StepPlan, waiting: deque, running: list, token_budget: int) -> int:
+        i = 0
+        while i < len(running) and token_budget > 0:
+            seq = running[i]
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, token_budget)
+            if num_new <= 0:
+                i += 1
+                continue
+            item = Allocation(seq, num_new, matchable_limit=self._known_tokens.pop(seq.seq_id, None))
+            while not (ok := self.cache.allocate([item])):
+                victim = running.pop()  # FCFS: the lowest priority is the last running request
+                self._preempt(victim, waiting)
+                plan.preempted.append(victim)
+                if victim is seq:
+                    break
+            if not ok:
+                break
+            self._add(plan, seq, seq.num_computed_tokens, num_new)
+            token_budget -= num_new
+            i += 1
+        return token_budget
+
+    def _schedule_waiting(
+        self, plan: StepPlan, waiting: deque, running: list, budget: StepBudget, token_budget: int
+    ) -> None:
+        cache = self.cache
+        while waiting and token_budget > 0 and len(running) < budget.max_num_seqs:
+            seq = waiting[0]
+            fresh = seq.num_computed_tokens == 0
+            match = cache.match(seq) if fresh else None
+            num_hit = match.num_tokens if match is not None else 0
+            if fresh and self.stats_at_lookup:
+                self._record(seq, num_hit)
+            num_computed = seq.num_computed_tokens + num_hit
+            num_new = min(seq.num_tokens - num_computed, token_budget)
+            item = Allocation(seq, num_new, adopt=match, whole_sequence_must_fit=self.reserve_full_prompt)
+            if not cache.allocate([item]):
+                break  # head-of-line blocking: nothing behind it is tried this step
+            waiting.popleft()
+            running.append(seq)
+            if seq.status is SeqStatus.PREEMPTED:
+                before = self._computed_at_preemption.pop(seq.seq_id, 0)
+                seq.num_recomputed_tokens += max(before - num_computed, 0)
+            seq.status = SeqStatus.RUNNING
+            seq.num_computed_tokens = num_computed
+            if seq.num_cached_tokens is None:
+                seq.num_cached_tokens = num_computed
+            if fresh and not self.stats_at_lookup:
+                self._record(seq, num_hit)
+            self._add(plan, seq, num_computed, num_new)
+            token_budget -= num_new
+
+    def _record(self, seq: Sequence, num_hit: int) -> None:
+        """vLLM's PrefixCacheStats: whole prompt as the query; preempted requests apart."""
+        if not seq.skip_cache_read:
+            self.cache.record_admission(
+                num_hit, seq.num_tokens - num_hit, new_request=True, retried=seq.num_preemptions > 0
+            )
+
+    def _add(self, plan: StepPlan, seq: Sequence, start: int, num_new: int) -> None:
+        plan.scheduled.append(ScheduledSeq(seq, start, num_new))
+        if self.async_scheduling and start + num_new == seq.num_tokens:
+            # This step samples a token; upstream schedules it next step as a placeholder that
+            # request.num_tokens (the caching cap) does not include yet.
+            self._known_tokens[seq.seq_id] = seq.num_tokens
+
+    def _preempt(self, seq: Sequence, waiting: deque) -> None:
+        self._computed_at_preemption[seq.seq_id] = seq.num_computed_tokens
+        self.cache.release(seq, finished=False)
+        self._known_tokens.pop(seq.seq_id, None)
+        seq.status = SeqStatus.PREEMPTED
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        waiting.appendleft(seq)
+
+    def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
+        """Commit what the step computed where the cache needs it, then release finished requests.
+
+        On a cache matchable at allocation, running requests need nothing here (the async delay
+        is applied at the next allocation through the known-token cap). A finished request's last
+        scheduled token may complete a block the cap held back: vLLM 0.33's
+        `Scheduler.update_from_output` catches up with `cache_blocks(request, num_computed_tokens
+        - num_in_flight_tokens)` before it checks the stop condition and frees, so that block is
+        committed first, then the request is released (a no-op commit in sync mode).
+        """
+        cache = self.cache
+        if not cache.matchable_at_allocation:
+            for item in plan.scheduled:
+                if not item.seq.is_finished:
+                    cache.commit(item.seq, item.seq.num_computed_tokens)
+        for seq in finished:
+            self._known_tokens.pop(seq.seq_id, None)
+            self._computed_at_preemption.pop(seq.seq_id, None)
+            if self.async_scheduling and cache.matchable_at_allocation:
+                cache.commit(seq, seq.num_computed_tokens)
+            cache.release(seq, finished=True)

@@ -1,0 +1,127 @@
+"""Scheduler x cache decomposition: which axis drives the difference between two engines.
+
+From the 2x2 arms (cache apc|radix x scheduler vllm|sglang, caching on, fcfs, upstream
+granularities) of each workload, per metric:
+
+    data-structure effect under scheduler S = metric(radix, S) - metric(apc, S)
+    scheduler effect under cache C          = metric(C, sglang) - metric(C, vllm)
+    shipped difference                      = metric(radix, sglang) - metric(apc, vllm)
+
+The shipped difference is what `apc` vs `radix` measures; it equals one data-structure effect plus
+one scheduler effect either way round the square. As in any 2x2 factorial, the main effects are
+the means of the two simple effects and the interaction is half their difference
+((DS under sglang - DS under vllm) / 2); the driver is the largest of the three in magnitude, and
+"interaction" means the cache's effect depends on the scheduler (e.g. only one pairing reuses). `decomposition_table` gives one row per (workload, metric); the `decomposition` figure
+shows the four arms' means per workload and metric with the effects written under each panel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from engines.config import UPSTREAM_SCHEDULER
+from harness.plots import Inputs, Skip, figure, footnote, main_config, plt, save
+from harness.tables import DEFAULT_GRANULARITY
+
+TIE_TOLERANCE = 0.05  # relative
+CELLS = (("apc", "vllm"), ("radix", "vllm"), ("apc", "sglang"), ("radix", "sglang"))
+METRICS = (("hit_rate", "hit rate"), ("median_ttft_ms", "TTFT p50 (ms)"), ("p99_ttft_ms", "TTFT p99 (ms)"),
+           ("total_token_throughput", "throughput (tok/s, in+out)"))  # fmt: skip
+
+
+def factorial_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Ok runs that belong to a 2x2 square: caching on, fcfs, each cache at its upstream granularity."""
+    if runs.empty or "scheduler" not in runs:
+        return runs.iloc[0:0]
+    df = runs[runs["ok"] & runs["cache_enabled"] & (runs["policy"] == "fcfs")]
+    default_g = df["engine"].map(DEFAULT_GRANULARITY)
+    return df[df["engine"].isin(DEFAULT_GRANULARITY) & (df["granularity"] == default_g)]
+
+
+def cell_means(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean of each metric per (workload, cache, scheduler) over seeds, with the run count."""
+    cols = [m for m, _ in METRICS]
+    df = runs.assign(**{c: pd.to_numeric(runs[c], errors="coerce") for c in cols})
+    out = df.groupby(["workload", "engine", "scheduler"])[cols].mean()
+    return out.assign(n_runs=df.groupby(["workload", "engine", "scheduler"]).size())
+
+
+def decomposition_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (workload, metric) of the workloads that have all four cells."""
+    square = factorial_runs(runs)
+    if square.empty:
+        return pd.DataFrame()
+    square = main_config(square)
+    means = cell_means(square)
+    rows = []
+    for workload in sorted(square["workload"].unique()):
+        if any((workload, c, s) not in means.index for c, s in CELLS):
+            continue
+        for metric, _ in METRICS:
+            v = {cell: float(means.loc[(workload, *cell), metric]) for cell in CELLS}
+            rows.append(_row(workload, metric, v, int(means.loc[(workload, "apc", "vllm"), "n_runs"])))
+    return pd.DataFrame(rows)
+
+
+def _row(workload: str, metric: str, v: dict, n: int) -> dict:
+    ds = {s: v[("radix", s)] - v[("apc", s)] for s in ("vllm", "sglang")}
+    sched = {c: v[(c, "sglang")] - v[(c, "vllm")] for c in ("apc", "radix")}
+    effects = {
+        "data structure": (ds["vllm"] + ds["sglang"]) / 2,
+        "scheduler": (sched["apc"] + sched["radix"]) / 2,
+        "interaction": (ds["sglang"] - ds["vllm"]) / 2,
+    }
+    shipped = v[("radix", UPSTREAM_SCHEDULER["radix"])] - v[("apc", UPSTREAM_SCHEDULER["apc"])]
+    biggest = max(abs(x) for x in effects.values())
+    # When one pairing alone differs, all three effects have the same size: effects within
+    # TIE_TOLERANCE of the largest tie, and a tie that includes the interaction is named so.
+    tied = [name for name, x in effects.items() if abs(x) >= biggest * (1 - TIE_TOLERANCE)]
+    driver = "none" if biggest == 0 else ("interaction" if "interaction" in tied else tied[0])
+    return {
+        "workload": workload, "metric": metric, "n_runs_per_arm": n,
+        **{f"{c}+{s}": v[(c, s)] for c, s in CELLS},
+        "shipped_difference": shipped,
+        "data_structure_effect_under_vllm": ds["vllm"], "data_structure_effect_under_sglang": ds["sglang"],
+        "scheduler_effect_under_apc": sched["apc"], "scheduler_effect_under_radix": sched["radix"],
+        "data_structure_main_effect": effects["data structure"], "scheduler_main_effect": effects["scheduler"],
+        "interaction": effects["interaction"], "driver": driver,
+    }  # fmt: skip
+
+
+EFFECTS = (("data_structure_main_effect", "data structure (radix - apc)"),
+           ("scheduler_main_effect", "scheduler (sglang - vllm)"), ("interaction", "interaction"))  # fmt: skip
+
+
+@figure("decomposition")
+def decomposition(inp: Inputs) -> list[str]:
+    """Per metric: the four arms per workload (left) and the three effects (right)."""
+    table = decomposition_table(inp.runs)
+    if table.empty:
+        raise Skip("no workload with all four scheduler x cache arms (run +suite=factorial)")
+    workloads = sorted(table["workload"].unique())
+    width = max(6.0, 0.9 * len(workloads))
+    fig, axes = plt.subplots(len(METRICS), 2, figsize=(2 * width, 2.8 * len(METRICS)), squeeze=False)
+    for (left, right), (metric, label) in zip(axes, METRICS):
+        sub = table[table["metric"] == metric].set_index("workload").loc[workloads]
+        _bars(left, workloads, [(f"cache {c} + scheduler {s}", sub[f"{c}+{s}"]) for c, s in CELLS])
+        left.set_ylabel(label)
+        _bars(right, workloads, [(name, sub[column]) for column, name in EFFECTS])
+        right.axhline(0, color="0.3", lw=0.8)
+        right.set_ylabel(f"effect on {label}")
+    axes[0][0].set_title("the 2x2 arms (mean over seeds)", pad=28)
+    axes[0][1].set_title("main effects and interaction (2x2 factorial)", pad=28)
+    for ax in axes[0]:  # above the first row, clear of the bars
+        ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    footnote(fig, factorial_runs(inp.runs), "per workload and metric: decomposition.csv (simple effects, driver)")
+    fig.tight_layout()
+    return [save(fig, inp.out_dir, "decomposition")]
+
+
+def _bars(ax, workloads: list[str], series: list[tuple[str, pd.Series]]) -> None:
+    width = 0.8 / len(series)
+    for i, (name, values) in enumerate(series):
+        x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
+        ax.bar(x, values.to_numpy(dtype=float), width, label=name)
+    ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
