@@ -40,7 +40,16 @@ def test_files_hold_the_table(quick):
     out, rows = quick
     table = pd.read_csv(out / "claims.csv")
     assert list(table["verdict"]) == [r.verdict for r in rows]
-    assert {"claim", "source", "setup", "measured", "result", "verdict", "figure", "threshold"} <= set(table.columns)
+    assert {
+        "claim",
+        "source",
+        "setup",
+        "measured",
+        "result",
+        "verdict",
+        "figure",
+        "threshold",
+    } <= set(table.columns)
     md = (out / "claims.md").read_text()
     assert "python -m harness.claims" in md and "--quick" in md
     for claim in ordered():

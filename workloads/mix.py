@@ -32,19 +32,31 @@ class MixParams(WorkloadParams):
 
 def _renamed(requests: list[Request], prefix: str) -> list[Request]:
     return [
-        dataclasses.replace(r, request_id=prefix + r.request_id, after=prefix + r.after if r.after else None,
-                            session_id=prefix + r.session_id if r.session_id else None)
+        dataclasses.replace(
+            r,
+            request_id=prefix + r.request_id,
+            after=prefix + r.after if r.after else None,
+            session_id=prefix + r.session_id if r.session_id else None,
+        )
         for r in requests
-    ]  # fmt: skip
+    ]
 
 
 @register_family("mix", MixParams)
 def generate_mix(p: MixParams, seed: int, space: TokenSpace) -> list[Request]:
     from workloads.bounds import shared_prefix_lens
 
-    parts = [_renamed(generate(p.chat, seed, space), "chat-"), _renamed(generate(p.shared, seed, space), "gsp-")]
+    parts = [
+        _renamed(generate(p.chat, seed, space), "chat-"),
+        _renamed(generate(p.shared, seed, space), "gsp-"),
+    ]
     # Which part each position draws from: a seeded shuffle of the parts' labels.
-    labels = rng(seed, "mix").permutation([i for i, part in enumerate(parts) for _ in part]).tolist()
+    labels = (
+        rng(seed, "mix").permutation([i for i, part in enumerate(parts) for _ in part]).tolist()
+    )
     cursors = [iter(part) for part in parts]
     merged = [next(cursors[i]) for i in labels]
-    return [dataclasses.replace(r, shared_prefix_len=n) for r, n in zip(merged, shared_prefix_lens(merged))]
+    return [
+        dataclasses.replace(r, shared_prefix_len=n)
+        for r, n in zip(merged, shared_prefix_lens(merged))
+    ]

@@ -35,13 +35,28 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
         verdict, result = f"failed: {type(exc).__name__}: {exc}", "the experiment crashed"
         setup = measured = ""
     else:
-        verdict, result, setup, measured = finding.verdict, finding.result, finding.setup, finding.measured
+        verdict, result, setup, measured = (
+            finding.verdict,
+            finding.result,
+            finding.setup,
+            finding.measured,
+        )
     figure = ""
     if finding is not None and finding.figure is not None:
         figure = f"{FIGURES}/claim{claim.number}-{claim.key}.png"
         draw(finding.figure, ctx.out_dir / figure)
-    row = Row(claim.number, claim.statement, claim.source, claim.threshold, setup, measured, result, verdict,
-              figure, time.perf_counter() - start)  # fmt: skip
+    row = Row(
+        claim.number,
+        claim.statement,
+        claim.source,
+        claim.threshold,
+        setup,
+        measured,
+        result,
+        verdict,
+        figure,
+        time.perf_counter() - start,
+    )
     return row, finding
 
 
@@ -55,25 +70,42 @@ def run_claims(out_dir: Path, quick: bool, only: list[str] | None = None) -> lis
     for claim in claims:
         print(f"claim {claim.number} ({claim.key}) ...", file=sys.stderr, flush=True)
         row, finding = check_claim(claim, ctx)
-        print(f"claim {claim.number}: {row.verdict} ({row.seconds:.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"claim {claim.number}: {row.verdict} ({row.seconds:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         rows.append(row)
         details[claim.number] = finding.details if finding else []
-    command = " ".join(["python -m harness.claims", f"--out {out_dir}", *(["--quick"] if quick else []),
-                        *([f"--only {' '.join(only)}"] if only else [])])  # fmt: skip
+    command = " ".join(
+        [
+            "python -m harness.claims",
+            f"--out {out_dir}",
+            *(["--quick"] if quick else []),
+            *([f"--only {' '.join(only)}"] if only else []),
+        ]
+    )
     write_csv(rows, out_dir / "claims.csv")
     write_markdown(rows, details, command, out_dir / "claims.md")
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.claims", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.claims", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--out", type=Path, default=Path("results/claims"), help="output folder")
     parser.add_argument("--quick", action="store_true", help="smaller experiments (about 3 min)")
-    parser.add_argument("--only", nargs="+", metavar="KEY", help=f"claims to run: {', '.join(CLAIMS.names())}")
+    parser.add_argument(
+        "--only", nargs="+", metavar="KEY", help=f"claims to run: {', '.join(CLAIMS.names())}"
+    )
     args = parser.parse_args(argv)
     unknown = [k for k in args.only or [] if k not in CLAIMS]
     if unknown:
-        print(f"error: unknown claim {unknown[0]!r}; valid: {', '.join(CLAIMS.names())}", file=sys.stderr)
+        print(
+            f"error: unknown claim {unknown[0]!r}; valid: {', '.join(CLAIMS.names())}",
+            file=sys.stderr,
+        )
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     rows = run_claims(args.out, args.quick, args.only)

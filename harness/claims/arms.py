@@ -25,12 +25,26 @@ CROSS_ARMS: dict[str, tuple[str, ...]] = {
 }
 GPU_BUDGETS = ("engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256")
 # KV capacity: the preset file's "tokens fit in memory" comment, rounded down to a block of 16.
-H100_8B = ("executor=simulated", "hardware=h100_llama3_8b_bf16", "engine.kv_capacity_tokens=426784", *GPU_BUDGETS)
-H100_70B_FP8 = ("executor=simulated", "hardware=h100_llama3_70b_fp8", "engine.kv_capacity_tokens=447984", *GPU_BUDGETS)
+H100_8B = (
+    "executor=simulated",
+    "hardware=h100_llama3_8b_bf16",
+    "engine.kv_capacity_tokens=426784",
+    *GPU_BUDGETS,
+)
+H100_70B_FP8 = (
+    "executor=simulated",
+    "hardware=h100_llama3_70b_fp8",
+    "engine.kv_capacity_tokens=447984",
+    *GPU_BUDGETS,
+)
 GPU_PRESETS = (
-    "h100_llama3_8b_bf16", "h100_llama3_70b_bf16", "h100_llama3_70b_fp8",
-    "h200_llama3_8b_bf16", "h200_llama3_70b_bf16", "h200_llama3_70b_fp8",
-)  # fmt: skip
+    "h100_llama3_8b_bf16",
+    "h100_llama3_70b_bf16",
+    "h100_llama3_70b_fp8",
+    "h200_llama3_8b_bf16",
+    "h200_llama3_70b_bf16",
+    "h200_llama3_70b_fp8",
+)
 
 
 def cross_arms_missing() -> str | None:

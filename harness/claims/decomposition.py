@@ -18,21 +18,29 @@ POINTS = 0.02  # a data-structure effect of 2 hit-rate points or more is "pays o
 TREE_SHAPED = ("multiturn", "parallel", "agent")
 PLAIN = ("system_prompt", "fewshot")
 # (cache, scheduler) -> arm name
-GRID = {("apc", "vllm"): "apc", ("radix", "vllm"): "radix+vllm", ("apc", "sglang"): "apc+sglang", ("radix", "sglang"): "radix"}
+GRID = {
+    ("apc", "vllm"): "apc",
+    ("radix", "vllm"): "radix+vllm",
+    ("apc", "sglang"): "apc+sglang",
+    ("radix", "sglang"): "radix",
+}
 
 
 @claim(
-    6, "decomposition",
+    6,
+    "decomposition",
     "Tree-shaped reuse (multi-turn, parallel sampling) is where the tree pays off; a plain shared prefix does "
     "not need it.",
     "SGLang RadixAttention (LMSYS blog, January 2024; NeurIPS 2024 paper)",
     "Holds when the data-structure effect (radix cache - apc cache, same scheduler, mean of both schedulers) "
     "is >= 2 hit-rate points on every tree-shaped workload and < 2 points on every plain shared-prefix one; "
     "does not hold when it is < 2 points on every tree-shaped workload; depends on the workload otherwise.",
-)  # fmt: skip
+)
 def measure(ctx: Context) -> Finding:
     setup = "simulated H100 Llama-3.1-8B, burst; workloads " + ", ".join((*PLAIN, *TREE_SHAPED))
-    measured = "hit rate, TTFT p50 and throughput of the 2x2 arms; data-structure and scheduler effects"
+    measured = (
+        "hit rate, TTFT p50 and throughput of the 2x2 arms; data-structure and scheduler effects"
+    )
     missing = cross_arms_missing()
     if missing:
         return Finding(setup, measured, "not run", not_measurable(missing))
@@ -48,29 +56,48 @@ def measure(ctx: Context) -> Finding:
         verdict = depends("the workload (see the per-workload effects)")
     result = "; ".join(
         f"{r['workload']}: data structure {100 * r['data_structure']:+.1f} pts, scheduler {100 * r['scheduler']:+.1f} pts "
-        f"(TTFT p50 {r['ttft_data_structure']:+.0%} / {r['ttft_scheduler']:+.0%})" for r in rows
-    )  # fmt: skip
+        f"(TTFT p50 {r['ttft_data_structure']:+.0%} / {r['ttft_scheduler']:+.0%})"
+        for r in rows
+    )
     return Finding(
         setup=setup.replace(", ".join((*PLAIN, *TREE_SHAPED)), ", ".join(names)),
         measured=measured,
         result=result,
         verdict=verdict,
-        figure=Figure("Data-structure and scheduler effects on hit rate", "hit-rate points",
-                      {r["workload"]: {"data structure": 100 * r["data_structure"], "scheduler": 100 * r["scheduler"]}
-                       for r in rows}, reference=100 * POINTS, reference_label="2 points"),
+        figure=Figure(
+            "Data-structure and scheduler effects on hit rate",
+            "hit-rate points",
+            {
+                r["workload"]: {
+                    "data structure": 100 * r["data_structure"],
+                    "scheduler": 100 * r["scheduler"],
+                }
+                for r in rows
+            },
+            reference=100 * POINTS,
+            reference_label="2 points",
+        ),
         details=rows,
-    )  # fmt: skip
+    )
 
 
 def _effects(ctx: Context, workload: str) -> dict:
-    summaries = {cell: ctx.run(FOLDER, f"{workload}-{name}", (*H100_8B, f"workload={workload}", *arm(name))).summary
-                 for cell, name in GRID.items()}  # fmt: skip
+    summaries = {
+        cell: ctx.run(
+            FOLDER, f"{workload}-{name}", (*H100_8B, f"workload={workload}", *arm(name))
+        ).summary
+        for cell, name in GRID.items()
+    }
     hit = {cell: keys.value(s, keys.HIT_RATE) for cell, s in summaries.items()}
     ttft = {cell: keys.value(s, keys.TTFT_P50) for cell, s in summaries.items()}
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     row = {"workload": workload, **{f"hit_{c}+{s}": v for (c, s), v in hit.items()}}
     row["data_structure"] = mean([hit["radix", s] - hit["apc", s] for s in ("vllm", "sglang")])
     row["scheduler"] = mean([hit[c, "sglang"] - hit[c, "vllm"] for c in ("apc", "radix")])
-    row["ttft_data_structure"] = mean([ttft["radix", s] / ttft["apc", s] - 1 for s in ("vllm", "sglang")])
-    row["ttft_scheduler"] = mean([ttft[c, "sglang"] / ttft[c, "vllm"] - 1 for c in ("apc", "radix")])
+    row["ttft_data_structure"] = mean(
+        [ttft["radix", s] / ttft["apc", s] - 1 for s in ("vllm", "sglang")]
+    )
+    row["ttft_scheduler"] = mean(
+        [ttft[c, "sglang"] / ttft[c, "vllm"] - 1 for c in ("apc", "radix")]
+    )
     return row

@@ -16,22 +16,34 @@ from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
 from harness.claims.registry import claim
 
 FOLDER = "9-isolation"
-WORKLOAD = ("workload=system_prompt", "workload.num_groups=8", "workload.prompts_per_group=4",
-            "workload.system_prompt_len=1024", "workload.question_len=64", "workload.output_len=16",
-            "load.mode=poisson", "load.rate=2")  # fmt: skip
+WORKLOAD = (
+    "workload=system_prompt",
+    "workload.num_groups=8",
+    "workload.prompts_per_group=4",
+    "workload.system_prompt_len=1024",
+    "workload.question_len=64",
+    "workload.output_len=16",
+    "load.mode=poisson",
+    "load.rate=2",
+)
 
 
 @claim(
-    9, "isolation",
+    9,
+    "isolation",
     "A per-tenant cache_salt isolates tenants.",
     "vLLM cache_salt (RFC #16016); SGLang cache_salt",
     "Holds when, for both designs, probe requests reuse 0 tokens with salts while they reuse some "
     "without (the probe is sensitive); does not hold when a salted probe reuses any token.",
-)  # fmt: skip
+)
 def measure(ctx: Context) -> Finding:
     rows = []
     for design in ("apc", "radix"):
-        salted = ctx.run(FOLDER, f"{design}-salted", (*H100_8B, *WORKLOAD, "workload.num_tenants=2", *ARMS[design])).requests
+        salted = ctx.run(
+            FOLDER,
+            f"{design}-salted",
+            (*H100_8B, *WORKLOAD, "workload.num_tenants=2", *ARMS[design]),
+        ).requests
         plain = ctx.run(FOLDER, f"{design}-unsalted", (*H100_8B, *WORKLOAD, *ARMS[design])).requests
         rows.append(_row(design, salted, plain))
     if any(r["salted_probe_cached"] for r in rows):
@@ -43,8 +55,9 @@ def measure(ctx: Context) -> Finding:
     result = "; ".join(
         f"{r['design']}: {r['probes']} probes reuse {r['unsalted_probe_cached']:,} tokens unsalted, "
         f"{r['salted_probe_cached']:,} salted; probe TTFT p50 {r['unsalted_ttft_ms']:.1f} ms unsalted vs "
-        f"{r['salted_ttft_ms']:.1f} ms salted (gap {r['salted_ttft_ms'] - r['unsalted_ttft_ms']:.1f} ms)" for r in rows
-    )  # fmt: skip
+        f"{r['salted_ttft_ms']:.1f} ms salted (gap {r['salted_ttft_ms'] - r['unsalted_ttft_ms']:.1f} ms)"
+        for r in rows
+    )
     return Finding(
         setup="system_prompt: 8 groups x 4 prompts (1,024-token system prompt + 64), tenants assigned round robin "
         "(workload.num_tenants=2) or no salts; Poisson 2 req/s; simulated H100 Llama-3.1-8B",
@@ -52,16 +65,24 @@ def measure(ctx: Context) -> Finding:
         "with and without salts; their median TTFT (the timing gap a probing tenant could observe)",
         result=result,
         verdict=verdict,
-        figure=Figure("Probe TTFT with and without cache_salt", "TTFT p50 (ms)",
-                      {r["design"]: {"no salt": r["unsalted_ttft_ms"], "salted": r["salted_ttft_ms"]} for r in rows}),
+        figure=Figure(
+            "Probe TTFT with and without cache_salt",
+            "TTFT p50 (ms)",
+            {
+                r["design"]: {"no salt": r["unsalted_ttft_ms"], "salted": r["salted_ttft_ms"]}
+                for r in rows
+            },
+        ),
         details=rows,
-    )  # fmt: skip
+    )
 
 
 def _row(design: str, salted: pd.DataFrame, plain: pd.DataFrame) -> dict:
     """Probes: shared with earlier content overall (unsalted truth) but not within their tenant."""
     merged = salted.merge(plain, on="request_id", suffixes=("_salted", "_plain"))
-    probes = merged[(merged["shared_prefix_len_salted"] == 0) & (merged["shared_prefix_len_plain"] > 0)]
+    probes = merged[
+        (merged["shared_prefix_len_salted"] == 0) & (merged["shared_prefix_len_plain"] > 0)
+    ]
     return {
         "design": design,
         "probes": len(probes),

@@ -11,14 +11,28 @@ import pandas as pd
 
 from harness.claims.record import Row
 
-COLUMNS = ("number", "claim", "source", "threshold", "setup", "measured", "result", "verdict", "figure")
+COLUMNS = (
+    "number",
+    "claim",
+    "source",
+    "threshold",
+    "setup",
+    "measured",
+    "result",
+    "verdict",
+    "figure",
+)
 
 
 def write_csv(rows: Sequence[Row], path: Path) -> None:
-    pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(Row)]).to_csv(path, index=False)
+    pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(Row)]).to_csv(
+        path, index=False
+    )
 
 
-def write_markdown(rows: Sequence[Row], details: dict[int, list[dict]], command: str, path: Path) -> None:
+def write_markdown(
+    rows: Sequence[Row], details: dict[int, list[dict]], command: str, path: Path
+) -> None:
     head = ["#", "claim", "source", "verdict", "result", "figure"]
     lines = [
         "# Claims about APC and RadixAttention, re-measured",
@@ -35,12 +49,28 @@ def write_markdown(rows: Sequence[Row], details: dict[int, list[dict]], command:
         cells = [str(r.number), r.claim, r.source, f"**{r.verdict}**", r.result, figure]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     for r in rows:
-        lines += ["", f"## {r.number}. {r.claim}", "", f"- Source: {r.source}", f"- Verdict rule: {r.threshold}",
-                  f"- Setup: {r.setup}", f"- Measured: {r.measured}", f"- Result: {r.result}",
-                  f"- Verdict: **{r.verdict}** ({r.seconds:.0f} s)"]  # fmt: skip
+        lines += [
+            "",
+            f"## {r.number}. {r.claim}",
+            "",
+            f"- Source: {r.source}",
+            f"- Verdict rule: {r.threshold}",
+            f"- Setup: {r.setup}",
+            f"- Measured: {r.measured}",
+            f"- Result: {r.result}",
+            f"- Verdict: **{r.verdict}** ({r.seconds:.0f} s)",
+        ]
         if details.get(r.number):
-            lines += ["", "<details><summary>numbers</summary>", "", "```json",
-                      json.dumps(details[r.number], indent=1, default=_plain), "```", "", "</details>"]  # fmt: skip
+            lines += [
+                "",
+                "<details><summary>numbers</summary>",
+                "",
+                "```json",
+                json.dumps(details[r.number], indent=1, default=_plain),
+                "```",
+                "",
+                "</details>",
+            ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

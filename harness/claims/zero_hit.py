@@ -22,19 +22,22 @@ FOLDER = "1-zero_hit"
 
 
 @claim(
-    1, "zero_hit",
+    1,
+    "zero_hit",
     "Prefix caching costs under 1% throughput at a 0% hit rate.",
     "vLLM V1 alpha release blog, 2025-01-27",
     "Holds when, for both designs on every GPU preset, the 95% interval of the projected added "
     "cost (bookkeeping on - off, over the simulated run time) lies below 1%; does not hold when "
     "one lies above 1%; undecided otherwise. The CPU end-to-end ratio is reported beside it.",
-)  # fmt: skip
+)
 def measure(ctx: Context) -> Finding:
     cpu = _cpu_ratios(ctx)
     projected = _projected(ctx)
     verdict = _verdict(projected)
-    lines = [f"{r.engine}/{r.hardware}: {_pct(r.overhead_share)} [{_pct(r.ci_low)}, {_pct(r.ci_high)}]"
-             for r in projected.itertuples()]  # fmt: skip
+    lines = [
+        f"{r.engine}/{r.hardware}: {_pct(r.overhead_share)} [{_pct(r.ci_low)}, {_pct(r.ci_high)}]"
+        for r in projected.itertuples()
+    ]
     cpu_text = "; ".join(
         f"{r.engine} {1 - r.ratio:+.2%} [{_cost(r.ci_high)}, {_cost(r.ci_low)}] (n={r.n_pairs})"
         for r in cpu[cpu["clock"] == "cpu_s"].itertuples()
@@ -42,9 +45,13 @@ def measure(ctx: Context) -> Finding:
     figure = Figure(
         "Projected 0%-hit cost of prefix caching",
         "added cost (% of run time)",
-        {h: {e: 100 * s for e, s in zip(g["engine"], g["overhead_share"])} for h, g in projected.groupby("hardware")},
-        reference=100 * VLLM_OVERHEAD_CLAIM, reference_label="claim: 1%",
-    )  # fmt: skip
+        {
+            h: {e: 100 * s for e, s in zip(g["engine"], g["overhead_share"])}
+            for h, g in projected.groupby("hardware")
+        },
+        reference=100 * VLLM_OVERHEAD_CLAIM,
+        reference_label="claim: 1%",
+    )
     return Finding(
         setup=f"unique workload ({ctx.size(64, 256)} prompts of 1,024 + 128 tokens, burst) on the simulated "
         f"executor per GPU preset, {len(_seeds(ctx))} seeds; CPU: model {_cpu_model(ctx)}, unique workload, "
@@ -84,12 +91,24 @@ def _cpu_ratios(ctx: Context) -> pd.DataFrame:
 
 def _projected(ctx: Context) -> pd.DataFrame:
     presets = ctx.size(GPU_PRESETS[:1], GPU_PRESETS)
-    workload = ("workload=unique", f"workload.num_prompts={ctx.size(64, 256)}", "workload.prompt_len=1024",
-                "workload.output_len=128", "engine.kv_capacity_tokens=524288", *GPU_BUDGETS)  # fmt: skip
+    workload = (
+        "workload=unique",
+        f"workload.num_prompts={ctx.size(64, 256)}",
+        "workload.prompt_len=1024",
+        "workload.output_len=128",
+        "engine.kv_capacity_tokens=524288",
+        *GPU_BUDGETS,
+    )
     for preset in presets:
         for seed in _seeds(ctx):
             for arm in ("apc", "apc-off", "radix", "radix-off"):
-                overrides = ("executor=simulated", f"hardware={preset}", f"seed={seed}", *workload, *ARMS[arm])
+                overrides = (
+                    "executor=simulated",
+                    f"hardware={preset}",
+                    f"seed={seed}",
+                    *workload,
+                    *ARMS[arm],
+                )
                 ctx.run(FOLDER, f"{preset}-{arm}-seed{seed}", overrides)
     runs, _ = load_runs(ctx.out_dir / "runs" / FOLDER)
     return projected_overhead_table(tidy_runs(runs))
