@@ -7,13 +7,12 @@ block-aligned part of the request's shared prefix; radix at page 1 shows what al
 
 from __future__ import annotations
 
-import pandas as pd
-
 from harness.claims import keys
 from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
 from harness.claims.registry import claim
+from harness.claims.requests import reusable_tokens
 
 FOLDER = "2-alignment"
 BLOCK = 16
@@ -89,8 +88,7 @@ def measure(ctx: Context) -> Finding:
 def _row(workload: str, tables: dict) -> dict:
     apc, _ = tables[workload, "apc"]
     radix, _ = tables[workload, "radix"]
-    # The last prompt token is always computed, so reuse is bounded by prompt_tokens - 1 too.
-    reusable = pd.concat([apc["shared_prefix_len"], apc["prompt_tokens"] - 1], axis=1).min(axis=1)
+    reusable = reusable_tokens(apc)
     aligned = (reusable // BLOCK) * BLOCK
     partial = int(((apc["cached_tokens"] % BLOCK != 0) | (apc["cached_tokens"] > aligned)).sum())
     prompt = int(apc["prompt_tokens"].sum())

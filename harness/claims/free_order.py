@@ -13,6 +13,7 @@ from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
 from harness.claims.registry import claim
+from harness.claims.requests import reusable_tokens
 
 FOLDER = "8-free_order"
 SURVIVAL = 0.9  # the head must survive in >= 90% of the requests that lost part of their prefix
@@ -87,7 +88,7 @@ def measure(ctx: Context) -> Finding:
 
 def _row(variant: str, df: pd.DataFrame) -> dict:
     head = (SYSTEM_LEN // 16) * 16  # block-aligned for apc; radix keeps more, never less
-    reusable = pd.concat([df["shared_prefix_len"], df["prompt_tokens"] - 1], axis=1).min(axis=1)
+    reusable = reusable_tokens(df)
     lost = df[(df["cached_tokens"] < (reusable // 16) * 16) & (reusable >= head)]
     per_turn = df.groupby("turn").apply(
         lambda g: g["cached_tokens"].sum() / g["prompt_tokens"].sum(), include_groups=False
