@@ -83,3 +83,24 @@ def test_mixed_workload_keeps_each_part_in_order():
         if r.after:
             assert ids.index(r.after) < ids.index(r.request_id)
     assert generate(params, 0, space) == requests  # seeded
+
+
+def _projection(rows):
+    cols = ["hardware", "engine", "share", "low", "high"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_overhead_verdict_sums_up_the_presets():
+    from harness.claims.zero_hit import _verdict
+
+    below = [("h100", "apc", 0.002, 0.001, 0.003), ("h100", "radix", 0.001, 0.0, 0.002)]
+    straddles = [("h200", "apc", 0.009, -0.001, 0.02), ("h200", "radix", 0.001, 0.0, 0.002)]
+    above = [("b200", "apc", 0.02, 0.015, 0.03), ("b200", "radix", 0.0, -0.01, 0.01)]
+    assert _verdict(_projection(below)) == HOLDS
+    assert _verdict(_projection(above)) == FAILS
+    assert _verdict(_projection(straddles)).startswith("undecided: ")
+    mixed = _verdict(_projection(below + straddles + above))
+    assert mixed == (
+        "depends on the preset: holds on h100; undecided (interval straddles 1%) on h200; "
+        "does not hold on b200"
+    )
