@@ -39,7 +39,8 @@ GRID = {
 def measure(ctx: Context) -> Finding:
     setup = "simulated H100 Llama-3.1-8B, burst; workloads " + ", ".join((*PLAIN, *TREE_SHAPED))
     measured = (
-        "hit rate, TTFT p50 and throughput of the 2x2 arms; data-structure and scheduler effects"
+        "hit rate and TTFT p50 of the 2x2 arms; data-structure effect (cache swapped, mean over "
+        "schedulers), scheduler effect (scheduler swapped, mean over caches) and their interaction"
     )
     missing = cross_arms_missing()
     if missing:
@@ -55,8 +56,10 @@ def measure(ctx: Context) -> Finding:
     else:
         verdict = depends("the workload (see the per-workload effects)")
     result = "; ".join(
-        f"{r['workload']}: data structure {100 * r['data_structure']:+.1f} pts, scheduler {100 * r['scheduler']:+.1f} pts "
-        f"(TTFT p50 {r['ttft_data_structure']:+.0%} / {r['ttft_scheduler']:+.0%})"
+        f"{r['workload']}: data structure {100 * r['data_structure']:+.1f} pts, scheduler {100 * r['scheduler']:+.1f} pts, "
+        f"interaction {100 * r['interaction']:+.1f} pts (hit rates apc+vllm {r['hit_apc+vllm']:.1%}, radix+vllm "
+        f"{r['hit_radix+vllm']:.1%}, apc+sglang {r['hit_apc+sglang']:.1%}, radix+sglang {r['hit_radix+sglang']:.1%}; "
+        f"TTFT p50 {r['ttft_data_structure']:+.0%} / {r['ttft_scheduler']:+.0%})"
         for r in rows
     )
     return Finding(
@@ -94,6 +97,10 @@ def _effects(ctx: Context, workload: str) -> dict:
     row = {"workload": workload, **{f"hit_{c}+{s}": v for (c, s), v in hit.items()}}
     row["data_structure"] = mean([hit["radix", s] - hit["apc", s] for s in ("vllm", "sglang")])
     row["scheduler"] = mean([hit[c, "sglang"] - hit[c, "vllm"] for c in ("apc", "radix")])
+    # How much the cache swap's effect changes with the scheduler: an effect seen in one cell only.
+    row["interaction"] = (hit["radix", "sglang"] - hit["apc", "sglang"]) - (
+        hit["radix", "vllm"] - hit["apc", "vllm"]
+    )
     row["ttft_data_structure"] = mean(
         [ttft["radix", s] / ttft["apc", s] - 1 for s in ("vllm", "sglang")]
     )
