@@ -1,8 +1,9 @@
 """Claim 8: vLLM frees a finished request's blocks tail first, so shared heads outlive personal tails.
 
-Multi-turn conversations at a KV capacity that holds a few users' contexts: among the requests
-whose reusable prefix was partly evicted, how many still found the shared system prompt; hits per
-turn for apc with both free orders (everything else pinned) and for radix's LRU leaf eviction.
+Multi-turn conversations at KV capacities that hold only a few users' contexts: among the requests
+whose reusable prefix was partly evicted, how many still found the shared system prompt; hit rate
+(overall and per turn) for apc with both free orders (everything else pinned) and for radix's LRU
+leaf eviction, at each capacity.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from harness.claims.requests import reusable_tokens
 FOLDER = "8-free_order"
 SURVIVAL = 0.9  # the head must survive in >= 90% of the requests that lost part of their prefix
 SYSTEM_LEN = 256
+CAPACITIES = (1536, 2048, 3072)  # KV tokens; one user's last turn needs up to ~800
 # Pinned to v024's defaults so that the free order is the only difference between the apc arms.
 PINNED = ("engine.reserve_full_prompt=true", "engine.async_scheduling=true")
 VARIANTS = {
@@ -32,9 +34,9 @@ VARIANTS = {
     "free_order",
     "vLLM frees a finished request's blocks tail first, so shared heads outlive personal tails.",
     "vLLM V1 prefix caching design doc (free_block_queue, reverse order on free)",
-    "Holds when, for apc under both free orders, the shared system prompt is still reused by >= 90% of the "
-    "requests that lost part of their reusable prefix to eviction; does not hold below that; undecided when "
-    "the capacity evicted nothing.",
+    "Holds when, for apc under both free orders and at every capacity, the shared system prompt is still "
+    "reused by >= 90% of the requests that lost part of their reusable prefix to eviction; does not hold "
+    "below that; undecided when no capacity evicted anything a later request needed.",
 )
 def measure(ctx: Context) -> Finding:
     users, rounds = ctx.size(8, 16), ctx.size(4, 6)
@@ -46,59 +48,75 @@ def measure(ctx: Context) -> Finding:
         "workload.user_history_len=128",
         "workload.question_len=32",
         "workload.answer_len=32",
-        "engine.kv_capacity_tokens=2048",
         "engine.max_num_seqs=4",
     )
     rows = [
-        _row(v, ctx.run(FOLDER, v.replace(" ", "-"), (*H100_8B, *workload, *o)).requests)
+        _row(
+            v,
+            capacity,
+            ctx.run(
+                FOLDER,
+                f"{v.replace(' ', '-')}-kv{capacity}",
+                (*H100_8B, *workload, *o, f"engine.kv_capacity_tokens={capacity}"),
+            ).requests,
+        )
+        for capacity in CAPACITIES
         for v, o in VARIANTS.items()
     ]
-    apc = [r for r in rows if r["variant"].startswith("apc")]
-    if any(r["lost_prefix"] == 0 for r in apc):
-        verdict = undecided("the capacity evicted nothing that a later request needed")
-    elif all(r["head_survival"] >= SURVIVAL for r in apc):
-        verdict = HOLDS
-    else:
-        verdict = FAILS
-    result = "; ".join(
-        f"{r['variant']}: head kept in {r['head_survival']:.0%} of {r['lost_prefix']} partial misses, hit rate "
-        f"{r['hit_rate']:.1%}, per turn " + "/".join(f"{h:.0%}" for h in r["per_turn"])
-        for r in rows
-    )
-    diff = rows[0]["hit_rate"] - rows[1]["hit_rate"]
     return Finding(
-        setup=f"multiturn: {users} users x {rounds} rounds, shared {SYSTEM_LEN}-token system prompt, 128-token history, "
-        "32-token questions and answers; KV capacity 2,048 tokens, 4 running requests; simulated H100 Llama-3.1-8B",
-        measured="share of partially-evicted requests that still hit the whole shared system prompt; hit rate per "
-        "turn; apc v024 vs classic (reserve_full_prompt and async_scheduling pinned) and radix",
-        result=result
-        + f". The free order changes the hit rate by {100 * diff:+.1f} points (v024 - classic)",
-        verdict=verdict,
+        setup=f"multiturn: {users} users x {rounds} rounds, shared {SYSTEM_LEN}-token system prompt, 128-token "
+        f"history, 32-token questions and answers; KV capacity {', '.join(map(str, CAPACITIES))} tokens, 4 running "
+        "requests; simulated H100 Llama-3.1-8B",
+        measured="share of partially-evicted requests that still hit the whole shared system prompt; hit rate "
+        "overall and per turn; apc v024 vs classic (reserve_full_prompt and async_scheduling pinned) and radix",
+        result=_describe(rows),
+        verdict=_verdict(rows),
         figure=Figure(
-            "Hit rate per turn at a tight KV capacity",
+            "Hit rate at tight KV capacities",
             "hit rate (%)",
             {
-                f"turn {t}": {r["variant"]: 100 * r["per_turn"][t] for r in rows}
-                for t in range(rounds)
+                f"{c} KV tokens": {
+                    r["variant"]: 100 * r["hit_rate"] for r in rows if r["capacity"] == c
+                }
+                for c in CAPACITIES
             },
         ),
-        details=[{k: v for k, v in r.items() if k != "per_turn"} for r in rows],
+        details=rows,
     )
 
 
-def _row(variant: str, df: pd.DataFrame) -> dict:
+def _verdict(rows: list[dict]) -> str:
+    apc = [r for r in rows if r["variant"].startswith("apc") and r["lost_prefix"]]
+    if not apc:
+        return undecided("no capacity evicted anything that a later request needed")
+    return HOLDS if all(r["head_survival"] >= SURVIVAL for r in apc) else FAILS
+
+
+def _describe(rows: list[dict]) -> str:
+    parts = []
+    for c in CAPACITIES:
+        at = {r["variant"]: r for r in rows if r["capacity"] == c}
+        text = "; ".join(
+            f"{v} head kept in {r['head_survival']:.0%} of {r['lost_prefix']} partial misses, hit rate "
+            f"{r['hit_rate']:.1%} (per turn {'/'.join(f'{h:.0%}' for h in r['per_turn'])})"
+            for v, r in at.items()
+        )
+        diff = at["apc v024"]["hit_rate"] - at["apc classic"]["hit_rate"]
+        parts.append(f"{c} KV tokens: {text}; v024 - classic {100 * diff:+.1f} points")
+    return ". ".join(parts)
+
+
+def _row(variant: str, capacity: int, df: pd.DataFrame) -> dict:
     head = (SYSTEM_LEN // 16) * 16  # block-aligned for apc; radix keeps more, never less
     reusable = reusable_tokens(df)
     lost = df[(df["cached_tokens"] < (reusable // 16) * 16) & (reusable >= head)]
-    per_turn = df.groupby("turn").apply(
-        lambda g: g["cached_tokens"].sum() / g["prompt_tokens"].sum(), include_groups=False
-    )
+    per_turn = df.groupby("turn")[["cached_tokens", "prompt_tokens"]].sum()
+    survival = float((lost["cached_tokens"] >= head).mean()) if len(lost) else float("nan")
     return {
         "variant": variant,
+        "capacity": capacity,
         "lost_prefix": len(lost),
-        "head_survival": float((lost["cached_tokens"] >= head).mean())
-        if len(lost)
-        else float("nan"),
+        "head_survival": survival,
         "hit_rate": float(df["cached_tokens"].sum() / df["prompt_tokens"].sum()),
-        "per_turn": per_turn.tolist(),
+        "per_turn": (per_turn["cached_tokens"] / per_turn["prompt_tokens"]).tolist(),
     }
