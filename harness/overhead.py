@@ -67,7 +67,8 @@ def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) 
     wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
     tokens = sum(len(r.prompt_ids) for r in requests) + sum(r.output_tokens for r in engine.records)
     hit = sum(r.cached_tokens for r in engine.records)
-    return {"wall_s": wall_s, "cpu_s": cpu_s, "tokens": tokens, "cached_tokens": hit,
+    duration_s = max((r.finish_s for r in engine.records), default=0.0)  # virtual when simulated
+    return {"wall_s": wall_s, "cpu_s": cpu_s, "tokens": tokens, "cached_tokens": hit, "duration_s": duration_s,
             "bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6, "num_steps": engine.scheduler.num_steps}  # fmt: skip
 
 

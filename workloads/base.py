@@ -203,6 +203,7 @@ def resolve_data_path(path: str, what: str) -> Path:
 from workloads import (  # noqa: E402, F401
     dataset,
     fewshot,
+    mix,
     multiturn,
     parallel,
     prompts,

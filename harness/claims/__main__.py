@@ -1,0 +1,119 @@
+"""`python -m harness.claims [--out DIR] [--quick] [--only KEY ...]`: every claim's verdict with numbers.
+
+Writes DIR/claims.md, DIR/claims.csv, DIR/figures/claim<N>.png and each claim's runs under
+DIR/runs/ (replaced on every invocation). Exit 0 when every claim was measured (whatever its
+verdict), 1 when a claim's experiment crashed (its row says so), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from harness.claims.experiment import Context
+from harness.claims.figures import draw
+from harness.claims.record import Claim, Finding, Row
+from harness.claims.registry import CLAIMS, ordered
+from harness.claims.writer import write_csv, write_markdown
+
+FIGURES = "figures"
+
+
+def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
+    """Measure one claim; a crash becomes a row saying so (never a verdict)."""
+    start = time.perf_counter()
+    try:
+        finding = claim.measure(ctx)
+    except Exception as exc:  # one claim's crash must not lose the others' results
+        traceback.print_exc()
+        finding = None
+        verdict, result = f"failed: {type(exc).__name__}: {exc}", "the experiment crashed"
+        setup = measured = ""
+    else:
+        verdict, result, setup, measured = (
+            finding.verdict,
+            finding.result,
+            finding.setup,
+            finding.measured,
+        )
+    figure = ""
+    if finding is not None and finding.figure is not None:
+        figure = f"{FIGURES}/claim{claim.number}-{claim.key}.png"
+        draw(finding.figure, ctx.out_dir / figure)
+    row = Row(
+        claim.number,
+        claim.statement,
+        claim.source,
+        claim.threshold,
+        setup,
+        measured,
+        result,
+        verdict,
+        figure,
+        time.perf_counter() - start,
+    )
+    return row, finding
+
+
+def run_claims(out_dir: Path, quick: bool, only: list[str] | None = None) -> list[Row]:
+    """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv."""
+    claims = [CLAIMS.get(k) for k in only] if only else ordered()
+    shutil.rmtree(out_dir / "runs", ignore_errors=True)  # the previous invocation's runs
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = Context(out_dir, quick)
+    rows, details = [], {}
+    for claim in claims:
+        print(f"claim {claim.number} ({claim.key}) ...", file=sys.stderr, flush=True)
+        row, finding = check_claim(claim, ctx)
+        print(
+            f"claim {claim.number}: {row.verdict} ({row.seconds:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        rows.append(row)
+        details[claim.number] = finding.details if finding else []
+    command = " ".join(
+        [
+            "python -m harness.claims",
+            f"--out {out_dir}",
+            *(["--quick"] if quick else []),
+            *([f"--only {' '.join(only)}"] if only else []),
+        ]
+    )
+    write_csv(rows, out_dir / "claims.csv")
+    write_markdown(rows, details, command, out_dir / "claims.md")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.claims", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--out", type=Path, default=Path("results/claims"), help="output folder")
+    parser.add_argument("--quick", action="store_true", help="smaller experiments (about 3 min)")
+    parser.add_argument(
+        "--only", nargs="+", metavar="KEY", help=f"claims to run: {', '.join(CLAIMS.names())}"
+    )
+    args = parser.parse_args(argv)
+    unknown = [k for k in args.only or [] if k not in CLAIMS]
+    if unknown:
+        print(
+            f"error: unknown claim {unknown[0]!r}; valid: {', '.join(CLAIMS.names())}",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    rows = run_claims(args.out, args.quick, args.only)
+    print(f"wrote {args.out / 'claims.md'} and {args.out / 'claims.csv'}", file=sys.stderr)
+    for r in rows:
+        print(f"{r.number}. {r.verdict}: {r.result}")
+    return 1 if any(r.verdict.startswith("failed") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The records of a claim check: the claim as published, what was found, and the verdicts.
+
+A verdict is one of `holds`, `does not hold`, `depends on <what>`, `undecided: <why>` or
+`not measurable here: <why>`; the helpers below are the only way the claim modules spell them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+HOLDS = "holds"
+FAILS = "does not hold"
+
+
+def depends(on: str) -> str:
+    return f"depends on {on}"
+
+
+def undecided(why: str) -> str:
+    return f"undecided: {why}"
+
+
+def not_measurable(why: str) -> str:
+    return f"not measurable here: {why}"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Grouped bars: groups -> series -> value, with an optional reference line (the threshold)."""
+
+    title: str
+    ylabel: str
+    groups: dict[str, dict[str, float]]
+    reference: float | None = None
+    reference_label: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one claim's experiments found. `details` rows go under the table in claims.md."""
+
+    setup: str
+    measured: str
+    result: str
+    verdict: str
+    figure: Figure | None = None
+    details: list[dict[str, object]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A published claim and the rule that turns measurements into its verdict."""
+
+    number: int
+    key: str  # names the claim's runs folder and figure
+    statement: str
+    source: str
+    threshold: str  # the verdict rule, written before measuring
+    measure: Callable[..., Finding]  # (Context) -> Finding
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of claims.csv / claims.md."""
+
+    number: int
+    claim: str
+    source: str
+    threshold: str
+    setup: str
+    measured: str
+    result: str
+    verdict: str
+    figure: str  # path relative to the output folder, or ""
+    seconds: float

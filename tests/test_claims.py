@@ -1,0 +1,106 @@
+"""`python -m harness.claims --quick`: every claim gets a computed verdict with numbers.
+
+The quick run (a few minutes on a 2-core CPU) happens once per session, shared by the tests below.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from harness.claims.__main__ import main, run_claims
+from harness.claims.record import FAILS, HOLDS
+from harness.claims.registry import ordered
+from harness.config import RunConfig  # noqa: F401  (registers the schemas)
+from workloads.base import generate, params_from_mapping
+from workloads.tokens import TokenSpace
+
+VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("claims")
+    return out, run_claims(out, quick=True)
+
+
+def test_every_claim_has_a_computed_verdict(quick):
+    out, rows = quick
+    assert [r.number for r in rows] == list(range(1, 10))
+    for row in rows:
+        assert VERDICT.match(row.verdict), (row.number, row.verdict)
+        if not row.verdict.startswith("not measurable here"):
+            assert re.search(r"\d", row.result), row  # numbers, not prose
+            assert (out / row.figure).is_file()
+
+
+def test_files_hold_the_table(quick):
+    out, rows = quick
+    table = pd.read_csv(out / "claims.csv")
+    assert list(table["verdict"]) == [r.verdict for r in rows]
+    assert {
+        "claim",
+        "source",
+        "setup",
+        "measured",
+        "result",
+        "verdict",
+        "figure",
+        "threshold",
+    } <= set(table.columns)
+    md = (out / "claims.md").read_text()
+    assert "python -m harness.claims" in md and "--quick" in md
+    for claim in ordered():
+        assert claim.threshold in md
+
+
+def test_exactness_claims_hold(quick):
+    """Reuse only at the start, whole blocks for apc, salts isolate, outputs unchanged: the caches
+    are built to these, so any other verdict is a bug."""
+    _, rows = quick
+    verdicts = {r.number: r.verdict for r in rows}
+    for number in (2, 5, 7, 9):
+        assert verdicts[number] == HOLDS, (number, verdicts[number])
+
+
+def test_unknown_claim_is_refused(capsys):
+    assert main(["--only", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: unknown claim 'nope'; valid: ")
+
+
+def test_mixed_workload_keeps_each_part_in_order():
+    space = TokenSpace(vocab_size=32000)
+    params = params_from_mapping({"name": "mixed", "family": "mix"})
+    params.shared.num_groups, params.shared.prompts_per_group = 2, 3
+    requests = generate(params, 0, space)
+    ids = [r.request_id for r in requests]
+    chat = [i for i in ids if i.startswith("chat-")]
+    assert len([i for i in ids if i.startswith("gsp-")]) == 6 and chat
+    for r in requests:  # a turn comes after the turn it follows
+        if r.after:
+            assert ids.index(r.after) < ids.index(r.request_id)
+    assert generate(params, 0, space) == requests  # seeded
+
+
+def _projection(rows):
+    cols = ["hardware", "engine", "share", "low", "high"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_overhead_verdict_sums_up_the_presets():
+    from harness.claims.zero_hit import _verdict
+
+    below = [("h100", "apc", 0.002, 0.001, 0.003), ("h100", "radix", 0.001, 0.0, 0.002)]
+    straddles = [("h200", "apc", 0.009, -0.001, 0.02), ("h200", "radix", 0.001, 0.0, 0.002)]
+    above = [("b200", "apc", 0.02, 0.015, 0.03), ("b200", "radix", 0.0, -0.01, 0.01)]
+    assert _verdict(_projection(below)) == HOLDS
+    assert _verdict(_projection(above)) == FAILS
+    assert _verdict(_projection(straddles)).startswith("undecided: ")
+    mixed = _verdict(_projection(below + straddles + above))
+    assert mixed == (
+        "depends on the preset: holds on h100; undecided (interval straddles 1%) on h200; "
+        "does not hold on b200"
+    )
