@@ -7,7 +7,10 @@ design: vLLM's block size for `apc`, SGLang's page size for `radix` (benchmarkin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from engines.errors import BadInput
 
 
 @dataclass
@@ -41,21 +44,21 @@ class EngineConfig:
     debug_checks: bool = False  # check_integrity() after every step
 
     def validate(self) -> None:
-        """Raise ValueError naming the field for values no design accepts."""
+        """Raise BadInput naming the field for values no design accepts."""
         positive = ("block_size", "kv_capacity_tokens", "max_num_seqs", "max_num_batched_tokens")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"engine.{name} must be a positive integer, got {value!r}")
+                raise BadInput(f"engine.{name} must be a positive integer, got {value!r}")
         for name in ("max_prefill_tokens", "clip_max_new_tokens"):
             _require_int(name, getattr(self, name), minimum=1)
         for name in ("lpm_fallback_queue_len", "in_batch_check_threshold", "in_batch_deprioritize_threshold"):
             _require_int(name, getattr(self, name), minimum=0)
         value = self.schedule_conservativeness
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"engine.schedule_conservativeness must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise BadInput(f"engine.schedule_conservativeness must be a positive number, got {value!r}")
         if self.kv_capacity_tokens % self.block_size:
-            raise ValueError(
+            raise BadInput(
                 f"engine.kv_capacity_tokens ({self.kv_capacity_tokens}) must be a multiple of "
                 f"engine.block_size ({self.block_size})"
             )
@@ -69,4 +72,4 @@ class EngineConfig:
 def _require_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"engine.{name} must be {what}, got {value!r}")
+        raise BadInput(f"engine.{name} must be {what}, got {value!r}")

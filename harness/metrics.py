@@ -69,7 +69,7 @@ def request_table(
     index_of = {rid: i for i, rid in enumerate(requests_by_id)}
     ctx = asdict(context)
     rows = [
-        _row(rec, requests_by_id[rec.parent_id], index_of[rec.parent_id], ctx) for rec in records
+        request_row(rec, requests_by_id[rec.parent_id], index_of[rec.parent_id], ctx) for rec in records
     ]
     df = pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
     release_s = [requests_by_id[pid].arrival_s for pid in df["parent_id"]]
@@ -77,7 +77,8 @@ def request_table(
     return df.iloc[order].reset_index(drop=True)
 
 
-def _row(rec: RequestRecord, req: Request, request_index: int, ctx: dict) -> dict:
+def request_row(rec: RequestRecord, req: Request, request_index: int, ctx: dict) -> dict:
+    """One finished request's row of the table (also appended to the rows file as it finishes)."""
     ttft_ms = (rec.first_token_s - rec.arrival_s) * 1e3
     e2el_ms = (rec.finish_s - rec.arrival_s) * 1e3
     # TPOT excludes the first token and is undefined for a single token (apc.md §13.3).
@@ -175,8 +176,7 @@ def summarize(
     # Measured hit rate (benchmarking.md §5.1): first-admission reuse over client-side prompts.
     hit_rate = num_cached / num_in if num_in else None
     out.update(
-        prompt_tokens_cached=num_cached, hit_rate=hit_rate, hit_rate_tokens=hit_rate,
-        hit_rate_source="per_request",
+        prompt_tokens_cached=num_cached, hit_rate=hit_rate,
         recomputed_tokens=int(df["recomputed_tokens"].sum()),
         num_preemptions=int(df["num_preemptions"].sum()),
     )  # fmt: skip

@@ -24,8 +24,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from engines.build import build_engine
-from harness.config import RunConfig  # noqa: F401  (registers the schemas)
-from harness.errors import CONF_DIR
+from harness.config import CONF_DIR, RunConfig  # noqa: F401  (registers the schemas)
 from harness.load import fan_out, with_arrivals
 from harness.stats import mean_ci
 from harness.tokenspace import token_space_for

@@ -22,12 +22,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+FILE_MODE = 0o644
+
+
 def _atomic_write(
     path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False
 ) -> None:
     """Call `write(file)` on a temporary file next to `path`, then move it into place."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600: unreadable in a shared results folder
     try:
         with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
             write(f)
@@ -83,6 +87,7 @@ class RunDir:
     SUMMARY: ClassVar[str] = "summary.json"
     MANIFEST: ClassVar[str] = "manifest.json"
     TOKENS: ClassVar[str] = "tokens.jsonl"
+    ROWS: ClassVar[str] = "rows.jsonl"  # harness.rowlog: appended while the run is measured
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -102,6 +107,10 @@ class RunDir:
     @property
     def tokens_path(self) -> Path:
         return self.path / self.TOKENS
+
+    @property
+    def rows_path(self) -> Path:
+        return self.path / self.ROWS
 
     def write_requests(self, df: pd.DataFrame) -> None:
         write_parquet(self._ready(self.requests_path), df)

@@ -8,6 +8,7 @@ tokens, a flush that must succeed, then the measured window from an empty cache.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -15,7 +16,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -24,26 +25,30 @@ from tqdm import tqdm
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
 from engines.engine import Engine
+from harness.checks import check_requests
 from harness.config import RunConfig
 from harness.load import fan_out, resolve_mode, with_arrivals
-from harness.manifest import build_manifest
 from harness.metrics import (
     RunContext,
     format_summary,
     itls_ms,
+    request_row,
     request_table,
     summarize,
     token_rows,
 )
 from harness.results import RunDir
+from harness.rowlog import RowLog
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 from workloads.bounds import run_bounds
 from workloads.tokens import warmup_requests
 
+log = logging.getLogger(__name__)
 
-class RunInterrupted(Exception):
-    """SIGINT or SIGTERM arrived during the measured run."""
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived (a KeyboardInterrupt, so no `except Exception` swallows it)."""
 
 
 @dataclass
@@ -52,21 +57,31 @@ class RunOutcome:
     run_dir: Path
 
 
-def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
+def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
+    """Measure one run whose directory is claimed (`rows` is its append-only rows file)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     torch.set_num_threads(cfg.threads)
     space = token_space_for(cfg.model)
     workload_requests = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
+    check_requests(workload_requests, cfg.load)
     gen_requests = fan_out(workload_requests, scripted=cfg.decode == "scripted")
     engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
     engine.check_fits(gen_requests)
     warm = _warm_up(engine, cfg, space)
+    by_id = {r.request_id: r for r in workload_requests}
+    index_of = {rid: i for i, rid in enumerate(by_id)}
+    ctx = asdict(_context(cfg, out.path))
+
+    def on_finish(record) -> None:
+        rows.append(request_row(record, by_id[record.parent_id], index_of[record.parent_id], ctx))
+        bar.update(1)
+
     t_start = time.perf_counter()
     status, error = "ok", None
     bar = tqdm(total=len(gen_requests), desc=f"{cfg.workload.name}/{cfg.engine.cache}", unit="req", leave=False)
     try:
-        engine.run(gen_requests, on_finish=lambda _r: bar.update(1))
+        engine.run(gen_requests, on_finish=on_finish)
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
@@ -75,22 +90,12 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     finally:
         bar.close()
     with interrupts_deferred():  # what was measured is final now: write it whole
-        return _finish(
-            cfg, run_dir, resolved_config, engine, workload_requests, gen_requests, warm, status, error, t_start
-        )
+        wall_s = time.perf_counter() - t_start
+        return _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall_s)
 
 
-def _finish(
-    cfg, run_dir, resolved_config, engine, workload_requests, gen_requests, warm, status, error, t_start
-) -> RunOutcome:
-    """Leak check, tables, summary and files of a run whose measured window has ended."""
-    out = RunDir(run_dir)
-    wall_s = time.perf_counter() - t_start
-    if status == "ok":
-        status, error = _idle_check(engine)
-    records = engine.records
-    duration_s = max((r.finish_s for r in records), default=0.0)
-    ctx = RunContext(
+def _context(cfg: RunConfig, run_dir: Path) -> RunContext:
+    return RunContext(
         workload=cfg.workload.name,
         workload_version=cfg.workload.version,
         engine=cfg.engine.cache,
@@ -99,17 +104,26 @@ def _finish(
         seed=cfg.seed,
         run_id=run_dir.name,
     )
+
+
+def _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall_s) -> RunOutcome:
+    """Leak check, tables, summary and files of a run whose measured window has ended."""
+    if status == "ok":
+        status, error = _idle_check(engine)
+    records = engine.records
+    duration_s = max((r.finish_s for r in records), default=0.0)
     by_id = {r.request_id: r for r in workload_requests}
-    table = request_table(records, by_id, ctx)
-    extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, len(gen_requests))
-    summary = summarize(table, itls_ms(records), duration_s, extra)
+    table = request_table(records, by_id, _context(cfg, out.path))
     out.write_requests(table)
+    rows.close()
+    out.rows_path.unlink()  # the rows are in requests.parquet now
+    extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table)
+    summary = summarize(table, itls_ms(records), duration_s, extra)
     if cfg.save_tokens:
         out.write_tokens(token_rows(table, records, by_id))
-    out.write_manifest(build_manifest(resolved_config, cfg.seed, {"device": str(engine_device(engine))}))
     out.write_summary(summary)
-    print(format_summary(summary))
-    return RunOutcome(summary, run_dir)
+    log.info("%s", format_summary(summary))
+    return RunOutcome(summary, out.path)
 
 
 @contextmanager
@@ -126,10 +140,6 @@ def interrupts_deferred():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-
-
-def engine_device(engine: Engine) -> str:
-    return str(getattr(engine.executor, "device", "virtual"))
 
 
 def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
@@ -161,40 +171,18 @@ def _idle_check(engine: Engine) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_requests) -> dict:
+def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table) -> dict:
+    """Measurements beside the request table's; the configuration is in manifest.json."""
     stats = engine.cache.stats()
-    load_mode = resolve_mode(workload_requests, cfg.load)
-    g = cfg.engine.block_size
-    bounds = _bounds(cfg, workload_requests)
     return {
         "date": time.strftime("%Y%m%d-%H%M%S"),
-        "backend": cfg.engine.cache,
-        "label": cfg.label,
+        "backend": cfg.engine.cache,  # vLLM's and SGLang's summary name the backend and model
         "model_id": cfg.model.name,
-        "dataset_name": cfg.workload.family,
         "workload": cfg.workload.name,
-        "workload_version": cfg.workload.version,
-        "num_prompts": num_requests,
-        "request_rate": "inf" if load_mode == "burst" else cfg.load.rate,
-        "load_mode": load_mode,
-        "executor": cfg.executor,
-        "hardware": getattr(cfg.hardware, "name", None),
-        "decode": cfg.decode,
         "seed": cfg.seed,
-        "cache_enabled": cfg.engine.prefix_caching,
-        "block_size_or_page_size": g,
-        "kv_capacity_tokens": cfg.engine.kv_capacity_tokens,
-        "policy_profile": {
-            "free_order": cfg.engine.free_order,
-            "hash_algo": cfg.engine.hash_algo,
-            "eviction_policy": cfg.engine.eviction_policy,
-            "schedule_policy": cfg.engine.policy,
-            "reserve_full_prompt": getattr(engine.scheduler.admission, "reserve_full_prompt", None),
-            "async_scheduling": getattr(engine.scheduler.admission, "async_scheduling", None),
-        },
-        "n_semantics": "fanout",
-        **bounds,
-        "engine_hit_rate": stats.hit_rate,
+        "num_prompts": sum(r.n for r in workload_requests),
+        "load_mode": resolve_mode(workload_requests, cfg.load),  # what `auto` resolved to
+        **_bounds(cfg, workload_requests),
         "engine_requests": stats.requests,
         "engine_queries": stats.queries,
         "engine_hits": stats.hits,
@@ -203,8 +191,6 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "cache_bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6,
         "num_steps": engine.scheduler.num_steps,
         "wall_s": wall_s,
-        "prime_policy": "none",
-        "prime_validated": False,
         "status": status,
         "error": error,
         **warm,
@@ -224,7 +210,6 @@ def _bounds(cfg: RunConfig, workload_requests) -> dict:
     ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
     return {
         "ideal_hit_rate": ideal.get(g),
-        "theoretical_hit_rate": ideal.get(g),
         "theoretical_hit_rate_capped": lru,
         "belady_hit_rate": belady,
         "theoretical_hit_rate_by_granularity": {str(k): v for k, v in sorted(ideal.items())},

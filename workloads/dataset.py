@@ -22,6 +22,7 @@ from workloads.base import (
     register_family,
     resolve_data_path,
 )
+from workloads.errors import BadInput
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.sessions import ORDERS, interleave
@@ -80,7 +81,7 @@ def load_records(path: Path) -> list[dict]:
                 builder, data_files=str(path), split="train", cache_dir=cache_dir
             )
         except Exception as exc:  # a schema or parse error deep inside datasets/pyarrow
-            raise ValueError(f"{path}: cannot be read as {builder}: {exc}") from exc
+            raise BadInput(f"{path}: cannot be read as {builder}: {exc}") from exc
         return ds.to_list()
 
 
@@ -88,7 +89,7 @@ def parse_conversation(record: object, where: str) -> Conversation:
     """ShareGPT layout: {"id"?, "conversations": [{"from", "value"}, ...]}; an optional leading
     system message, then user/assistant pairs; a trailing unanswered user message is dropped."""
     if not isinstance(record, dict) or not isinstance(record.get("conversations"), list):
-        raise ValueError(
+        raise BadInput(
             f"{where}: missing field 'conversations' (a list of {{from, value}} messages)"
         )
     messages = []
@@ -98,9 +99,9 @@ def parse_conversation(record: object, where: str) -> Conversation:
             or not isinstance(msg.get("from"), str)
             or not isinstance(msg.get("value"), str)
         ):
-            raise ValueError(f"{where}: message {j} needs string fields 'from' and 'value'")
+            raise BadInput(f"{where}: message {j} needs string fields 'from' and 'value'")
         if msg["from"] not in ROLES:
-            raise ValueError(
+            raise BadInput(
                 f"{where}: message {j} is from {msg['from']!r}; valid: {', '.join(sorted(ROLES))}"
             )
         messages.append((ROLES[msg["from"]], msg["value"]))
@@ -109,12 +110,12 @@ def parse_conversation(record: object, where: str) -> Conversation:
     for j in range(0, len(messages) - 1, 2):
         (role_q, question), (role_a, reply) = messages[j], messages[j + 1]
         if (role_q, role_a) != ("user", "assistant"):
-            raise ValueError(
+            raise BadInput(
                 f"{where}: messages {j}, {j + 1} are {role_q}/{role_a}, expected user/assistant"
             )
         exchanges.append((question, reply.strip()))  # a reply's leading space would re-tokenise
     if not exchanges:
-        raise ValueError(f"{where}: no user/assistant exchange")
+        raise BadInput(f"{where}: no user/assistant exchange")
     return Conversation(str(record.get("id") or ""), system, exchanges)
 
 
