@@ -88,14 +88,18 @@ def _identity(cfg: RunConfig, resolved: dict) -> dict:
 
 
 def _close(out: RunDir, rows: RowLog, status: str, error: str) -> int:
-    """End a run that did not finish: its rows (if any) become requests.parquet; returns how many."""
+    """End a run that did not finish: its rows become requests.parquet (if that write fails too,
+    the rows file stays for the report to count); returns how many rows were kept."""
     rows.close()
     table = rows_table(out.rows_path) if out.rows_path.exists() else None
-    if table is not None and len(table):
-        out.write_requests(table)
-    out.rows_path.unlink(missing_ok=True)
-    date = time.strftime("%Y%m%d-%H%M%S")
     completed = 0 if table is None else len(table)
+    try:
+        if completed:
+            out.write_requests(table)
+        out.rows_path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    date = time.strftime("%Y%m%d-%H%M%S")
     out.write_summary({"status": status, "error": error, "date": date, "completed": completed})
     return completed
 

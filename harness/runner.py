@@ -115,13 +115,13 @@ def _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall
     by_id = {r.request_id: r for r in workload_requests}
     table = request_table(records, by_id, _context(cfg, out.path))
     out.write_requests(table)
-    rows.close()
-    out.rows_path.unlink()  # the rows are in requests.parquet now
     extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table)
     summary = summarize(table, itls_ms(records), duration_s, extra)
     if cfg.save_tokens:
         out.write_tokens(token_rows(table, records, by_id))
     out.write_summary(summary)
+    rows.close()
+    out.rows_path.unlink()  # the rows are in requests.parquet now
     log.info("%s", format_summary(summary))
     return RunOutcome(summary, out.path)
 
