@@ -84,7 +84,7 @@ def _varying_keys(df: pd.DataFrame) -> pd.Series:
     config = [c for c in df.columns if c.startswith("config.") and c not in NOT_VARYING]
     out = pd.Series("", index=df.index, dtype=object)
     for _, group in df.groupby("sweep", dropna=False, sort=False):
-        keys = [c for c in config if group[c].astype(str).nunique(dropna=False) > 1]
+        keys = [c for c in config if group[c].dropna().astype(str).nunique() > 1]
         out[group.index] = ", ".join(k.removeprefix("config.") for k in keys)
     return out
 
