@@ -290,3 +290,17 @@ def test_leak_fails_the_step_in_debug_mode(cache, tmp_path, monkeypatch, capsys)
     # The run stopped at the leaking step; the rows finished before it are kept, marked failed.
     assert summary["completed"] < 6
     assert "error: run failed: CacheIntegrityError: " in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_during_start_up_is_a_clean_interrupted_exit(sig, tmp_path):
+    """Imports and the preflight take seconds: an interrupt there ends like one during the run."""
+    run_dir, log = tmp_path / "run", tmp_path / "stderr.txt"
+    proc = start_harness(BASE, run_dir, log)
+    time.sleep(1.0)  # still importing torch and hydra
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == EXIT_INTERRUPTED, log.read_text()[-2000:]
+    lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
+    assert lines == [f"error: {sig.name} during start-up; nothing was run"], lines
+    assert not run_dir.exists()
