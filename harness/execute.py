@@ -76,8 +76,16 @@ def _outcome(summary: dict, run_dir: Path, job: str) -> int:
 
 def _say(line: str, code: int) -> int:
     print(f"error: {line}", file=sys.stderr)
-    log.debug("error: %s", line)  # harness.log (Hydra's file handler); the console has it already
+    _to_log_files(f"error: {line}")
     return code
+
+
+def _to_log_files(line: str) -> None:
+    """The outcome into harness.log too (Hydra's file handler); stderr has it already, once."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, line, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def _identity(cfg: RunConfig, resolved: dict) -> dict:

@@ -206,9 +206,9 @@ CASES: list[tuple[list[str], str]] = [
     ([*TRACE, "workload.path={d}/missing.jsonl"], "trace file '{d}/missing.jsonl' not found"),
     (trace("bad_json.jsonl"), "{d}/bad_json.jsonl:2: not valid JSON"),
     (trace("no_field.jsonl"), "{d}/no_field.jsonl:1: missing field 'output_length'"),
-    (trace("nan_time.jsonl"), "{d}/nan_time.jsonl:2: timestamp must be a finite number of ms >= 0, got nan"),
-    (trace("inf_time.jsonl"), "{d}/inf_time.jsonl:1: timestamp must be a finite number"),
-    (trace("neg_time.jsonl"), "{d}/neg_time.jsonl:1: timestamp must be a finite number"),
+    (trace("nan_time.jsonl"), "{d}/nan_time.jsonl:2: timestamp must be a non-negative number of ms (finite), got nan"),
+    (trace("inf_time.jsonl"), "{d}/inf_time.jsonl:1: timestamp must be a non-negative number of ms"),
+    (trace("neg_time.jsonl"), "{d}/neg_time.jsonl:1: timestamp must be a non-negative number of ms"),
     (trace("late.jsonl"), "the last request would be released 100,000 s after the start"),
     (trace("huge_hash.jsonl"), "{d}/huge_hash.jsonl:1: hash_ids must be a non-empty list of integers in [0, 2**63)"),
     (trace("no_hash.jsonl"), "{d}/no_hash.jsonl:1: hash_ids must be"),
@@ -371,7 +371,7 @@ def test_cli_nan_timestamp_records_a_failed_run(tmp_path):
     prepare(tmp_path)
     run_dir = tmp_path / "bad"
     proc = harness(with_base([*TRACE, f"workload.path={tmp_path}/nan_time.jsonl"]), run_dir, timeout=120)
-    _assert_one_error_line(proc, "nan_time.jsonl:2: timestamp must be a finite number")
+    _assert_one_error_line(proc, "nan_time.jsonl:2: timestamp must be a non-negative number of ms")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     assert_failed_run_dir(run_dir)
 

@@ -81,7 +81,7 @@ def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> Tr
         raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
     timestamp = obj.get("timestamp")
     if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not 0 <= timestamp < math.inf:
-        raise BadInput(f"{where}: timestamp must be a finite number of ms >= 0, got {timestamp!r}")
+        raise BadInput(f"{where}: timestamp must be a non-negative number of ms (finite), got {timestamp!r}")
     input_length = _int_field(obj, "input_length", where, 1)
     output_length = _int_field(obj, "output_length", where, 1)
     hash_ids = obj.get("hash_ids")
