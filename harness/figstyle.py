@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 # Upstream arms keep their colour in every figure; other arms (labels) get one from their name.
 ARM_COLOURS = {
@@ -65,6 +65,14 @@ def plain_ms_axis(ax, axis: str = "y") -> None:
     target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
     target.set_minor_formatter(NullFormatter())
+
+
+def ratio_axis(ax) -> None:
+    """Log-scale ratio axis with a handful of plain labels (0.9x, 1x, 1.2x) even near 1."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def series_style(runs: pd.DataFrame) -> dict[str, dict]:

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.figstyle import colour, plain_ms_axis, platform_title, platforms, series_style
+from harness.figstyle import colour, plain_ms_axis, platform_title, platforms, ratio_axis, series_style
 from harness.plots import Inputs, Skip, arm_label, figure, footnote, legend_outside, main_config, save
 from harness.stats import bounded_ci, ratio_ci
 
@@ -100,8 +100,7 @@ def speedup(inp: Inputs) -> list[str]:
                        [0 if ci is None or ci.high is None else ci.high - ci.mean for ci in cis]]  # fmt: skip
                 ax.bar(x, means, width, yerr=err, capsize=2, label=arm_label(runs, name), edgecolor="0.2", linewidth=0.4, **style[name])
             ax.axhline(1.0, color="k", lw=0.8)
-            ax.set_yscale("log")
-            plain_ms_axis(ax)
+            ratio_axis(ax)
             ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
             ax.set(ylabel=label, title=label)
             ax.grid(axis="y", alpha=0.3)
