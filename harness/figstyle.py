@@ -68,9 +68,12 @@ def plain_ms_axis(ax, axis: str = "y") -> None:
 
 
 def ratio_axis(ax) -> None:
-    """Log-scale ratio axis with a handful of plain labels (0.9x, 1x, 1.2x) even near 1."""
+    """Log-scale ratio axis with plain labels (0.5x, 1x, 2x; 0.9x, 1x, 1.1x near 1). Call it after
+    drawing: the tick choice depends on the data's range."""
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+    low, high = ax.get_ylim()
+    wide = high / low > 3
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)) if wide else MaxNLocator(nbins=6))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
     ax.yaxis.set_minor_formatter(NullFormatter())
 

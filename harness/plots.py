@@ -108,6 +108,7 @@ def _grouped_bars(ax, df: pd.DataFrame, column: str, scale: float = 1.0) -> dict
     positions = {}
     series = sorted(style, key=lambda s: (s.split(" ")[0], s))
     width = 0.8 / len(series)
+    marks = []
     for i, name in enumerate(series):
         means, errs, single = [], [[], []], []
         for w in workloads:
@@ -123,12 +124,23 @@ def _grouped_bars(ax, df: pd.DataFrame, column: str, scale: float = 1.0) -> dict
         x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
         ax.bar(x, means, width, yerr=errs, capsize=2, label=arm_label(df, name), edgecolor="0.2", linewidth=0.4,
                **style[name])  # fmt: skip
+        positions[name] = x
+        marks.append((x, means, single))
+    _mark_single_runs(ax, marks)
+    ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
+    return positions
+
+
+def _mark_single_runs(ax, marks) -> None:
+    """Say n=1 where a bar is one run: once for the axes when all are, else over those bars."""
+    flags = [one for _, _, single in marks for one in single]
+    if flags and all(flags):
+        ax.text(0.99, 0.98, "n=1 per bar: no interval", transform=ax.transAxes, ha="right", va="top", fontsize=7)
+        return
+    for x, means, single in marks:
         for xi, m, one in zip(x, means, single):
             if one:
                 ax.annotate("n=1", (xi, m), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=5, rotation=90)
-        positions[name] = x
-    ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
-    return positions
 
 
 def legend_outside(ax, fontsize: int = 7) -> None:

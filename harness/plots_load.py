@@ -100,10 +100,10 @@ def speedup(inp: Inputs) -> list[str]:
                        [0 if ci is None or ci.high is None else ci.high - ci.mean for ci in cis]]  # fmt: skip
                 ax.bar(x, means, width, yerr=err, capsize=2, label=arm_label(runs, name), edgecolor="0.2", linewidth=0.4, **style[name])
             ax.axhline(1.0, color="k", lw=0.8)
-            ratio_axis(ax)
             ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
             ax.set(ylabel=label, title=label)
             ax.grid(axis="y", alpha=0.3)
+            ratio_axis(ax)
         legend_outside(axes[1])
         fig.suptitle(f"Speed-up over caching off ({platform_title(runs)}; geometric mean of per-seed ratios, 95% t-interval on the log scale)")
         fig.tight_layout()
