@@ -75,7 +75,10 @@ def footnote(fig, df: pd.DataFrame, extra: str = "") -> None:
     seeds = df["seed"].nunique()
     text = (f"model {_values(df, 'model')} | executor {_values(df, 'executor')} | KV capacity {cap} tokens"
             f" | n = {len(df)} runs ({seeds} seeds)" + (f" | {extra}" if extra else ""))  # fmt: skip
-    fig.text(0.01, -0.02, text, fontsize=7, color="0.3", ha="left", va="top", wrap=True)
+    # Below everything already drawn (rotated tick labels reach under the axes), never over it.
+    lowest_in = fig.get_tightbbox(fig.canvas.get_renderer()).y0
+    fig.text(0.01, min(-0.02, lowest_in / fig.get_figheight() - 0.02), text, fontsize=7, color="0.3",
+             ha="left", va="top", wrap=True)  # fmt: skip
 
 
 def arm_label(df: pd.DataFrame, arm: str) -> str:
@@ -88,10 +91,14 @@ def arm_label(df: pd.DataFrame, arm: str) -> str:
 
 
 def main_config(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per workload, the runs of its most common KV capacity (a capacity sweep has its own figure);
-    call it on one platform's runs (figstyle.platforms)."""
+    """Per workload, the runs of its most common KV capacity, load sweeps left out when other runs
+    exist (capacity and load sweeps have figures of their own); call it on one platform's runs."""
     parts = []
     for _, group in runs.groupby("workload", sort=True):
+        # A load sweep has its own figure (metric_vs_load); bars show the other runs when any.
+        swept = group["varies"].astype(str).str.contains(r"\bload\.", regex=True) if "varies" in group else None
+        if swept is not None and (~swept).any():
+            group = group[~swept]
         caps = group["kv_capacity_tokens"]
         if caps.notna().any():
             group = group[caps == caps.value_counts().idxmax()]
