@@ -32,6 +32,9 @@ GROUP_COLUMNS = (
     "workload", "arm", "engine", "cache_enabled", "policy", "granularity", "kv_capacity_tokens",
     "model", "executor", "hardware",
 )  # fmt: skip
+# Varying config keys that summary.csv already shows in a column of its own (GROUP_COLUMNS).
+SHOWN_KEYS = ("engine.cache", "engine.prefix_caching", "engine.policy", "engine.block_size",
+              "engine.kv_capacity_tokens", "workload.name", "executor")  # fmt: skip
 # Config keys never listed as varying: the seed varies inside a group; the rest are shown as arm.
 NOT_VARYING = ("config.seed", "config.label", "config.save_tokens", "config.overwrite")
 # Pairs of the overhead arm: same everything but cache_enabled, matched on seed.
@@ -119,7 +122,8 @@ def summary_table(tidy: pd.DataFrame) -> pd.DataFrame:
     counts = ["n_runs", "n_ok", "n_incomplete", "n_not_ok"]
     if tidy.empty:
         return pd.DataFrame(columns=[*GROUP_COLUMNS, "fingerprint", "varies", *counts, *MEAN_COLUMNS])
-    varying = sorted({k for v in tidy["varies"] for k in str(v).split(", ") if k})
+    varying = sorted({k for v in tidy["varies"] for k in str(v).split(", ") if k and k not in SHOWN_KEYS
+                      and not k.startswith(("hardware.", "model."))})  # fmt: skip
     rows = []
     for _, group in tidy.groupby(list(KEY_COLUMNS), dropna=False, sort=False):
         ok = group[group["ok"]]
