@@ -10,7 +10,10 @@ Capacity is set in usable tokens, identically for both.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
+
+from engines.errors import BadInput
 
 UPSTREAM_SCHEDULER = {"apc": "vllm", "radix": "sglang"}  # the pairing each upstream ships
 
@@ -20,10 +23,14 @@ DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
     "radix": ("eviction_policy",),
     "vllm": ("stats_timing", "reserve_full_prompt", "async_scheduling"),
     "sglang": (
-        "max_prefill_tokens", "clip_max_new_tokens", "schedule_conservativeness",
-        "in_batch_check_threshold", "in_batch_deprioritize_threshold", "waiting_prefix_refresh",
+        "max_prefill_tokens",
+        "clip_max_new_tokens",
+        "schedule_conservativeness",
+        "in_batch_check_threshold",
+        "in_batch_deprioritize_threshold",
+        "waiting_prefix_refresh",
     ),
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -67,37 +74,41 @@ class EngineConfig:
     def design_knobs(self) -> dict[str, object]:
         """The chosen cache's and scheduler's own knobs with their values (policy_profile)."""
         names = DESIGN_KNOBS.get(self.cache, ()) + DESIGN_KNOBS.get(self.scheduler_design, ())
-        return {"cache": self.cache, "scheduler": self.scheduler_design, "schedule_policy": self.policy,
-                **{name: getattr(self, name) for name in names}}  # fmt: skip
+        chosen = {
+            "cache": self.cache,
+            "scheduler": self.scheduler_design,
+            "schedule_policy": self.policy,
+        }
+        return {**chosen, **{name: getattr(self, name) for name in names}}
 
     def validate(self) -> None:
-        """Raise ValueError naming the field for values no design accepts, and for a design knob
+        """Raise BadInput naming the field for values no design accepts, and for a design knob
         set away from its default when its design is not the chosen cache or scheduler."""
         self._validate_designs()
         positive = ("block_size", "kv_capacity_tokens", "max_num_seqs", "max_num_batched_tokens")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"engine.{name} must be a positive integer, got {value!r}")
+                raise BadInput(f"engine.{name} must be a positive integer, got {value!r}")
         for name in ("max_prefill_tokens", "clip_max_new_tokens"):
             _require_int(name, getattr(self, name), minimum=1)
         for name in ("lpm_fallback_queue_len", "in_batch_check_threshold", "in_batch_deprioritize_threshold"):
             _require_int(name, getattr(self, name), minimum=0)
         value = self.schedule_conservativeness
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"engine.schedule_conservativeness must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise BadInput(f"engine.schedule_conservativeness must be a positive number, got {value!r}")
         if self.kv_capacity_tokens % self.block_size:
-            raise ValueError(
+            raise BadInput(
                 f"engine.kv_capacity_tokens ({self.kv_capacity_tokens}) must be a multiple of "
                 f"engine.block_size ({self.block_size})"
             )
 
     def _validate_designs(self) -> None:
         if self.cache not in UPSTREAM_SCHEDULER:
-            raise ValueError(f"engine.cache must be one of {sorted(UPSTREAM_SCHEDULER)}, got {self.cache!r}")
+            raise BadInput(f"engine.cache must be one of {sorted(UPSTREAM_SCHEDULER)}, got {self.cache!r}")
         schedulers = sorted(set(UPSTREAM_SCHEDULER.values()))
         if self.scheduler_design not in schedulers:
-            raise ValueError(f"engine.scheduler must be one of {schedulers}, got {self.scheduler!r}")
+            raise BadInput(f"engine.scheduler must be one of {schedulers}, got {self.scheduler!r}")
         chosen = {self.cache, self.scheduler_design}
         defaults = {f.name: f.default for f in fields(EngineConfig)}
         for design, names in DESIGN_KNOBS.items():
@@ -105,7 +116,7 @@ class EngineConfig:
                 continue
             for name in names:
                 if getattr(self, name) != defaults[name]:
-                    raise ValueError(
+                    raise BadInput(
                         f"engine.{name} is a knob of the {design} design, which this run does not use "
                         f"(cache {self.cache}, scheduler {self.scheduler_design})"
                     )
@@ -119,4 +130,4 @@ class EngineConfig:
 def _require_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"engine.{name} must be {what}, got {value!r}")
+        raise BadInput(f"engine.{name} must be {what}, got {value!r}")

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engines.cache.base import PrefixCache
+from engines.errors import BadInput
 from engines.records import RequestRecord
 from engines.request import GenerationRequest
 from engines.scheduler import Scheduler
 from engines.sequence import Sequence
 
 
-class CapacityError(ValueError):
+class CapacityError(BadInput):
     """A request can never run: it needs more KV than the engine has."""
 
 

@@ -9,6 +9,7 @@ Code below the CLI receives these dataclasses, never a DictConfig.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -16,6 +17,9 @@ from omegaconf import MISSING
 
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
+from harness.identity import register_resolver
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 @dataclass
@@ -96,6 +100,7 @@ class RunConfig:
     threads: int = 1  # torch CPU threads (2 collapse when anything else runs on a 2-core box)
     save_tokens: bool = False
     label: str | None = None
+    overwrite: bool = False  # write into a run directory that holds another run's results
 
 
 def register_configs() -> None:
@@ -120,3 +125,4 @@ def _register_hardware(cs: ConfigStore) -> None:
 
 
 register_configs()
+register_resolver()

@@ -13,6 +13,7 @@ import numpy as np
 from engines.registry import Registry
 from engines.request import GenerationRequest
 from harness.config import LoadConfig
+from harness.errors import BadInput
 from workloads.request import Request
 
 ARRIVALS: Registry = Registry("load.mode")
@@ -31,9 +32,9 @@ def _trace(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
 @ARRIVALS.register("poisson")
 def _poisson(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
     if load.rate is None or load.rate <= 0:
-        raise ValueError(f"load.rate must be a positive number of requests/s for load.mode=poisson, got {load.rate}")
+        raise BadInput(f"load.rate must be a positive number of requests/s for load.mode=poisson, got {load.rate}")
     if load.burstiness <= 0:
-        raise ValueError(f"load.burstiness must be positive, got {load.burstiness}")
+        raise BadInput(f"load.burstiness must be positive, got {load.burstiness}")
     n = len(requests)
     rng = np.random.default_rng([seed, 0x10AD])
     gaps = rng.gamma(shape=load.burstiness, scale=1.0 / (load.rate * load.burstiness), size=n)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from engines.records import RequestRecord
 from harness.config import MetricsConfig
+from harness.errors import BadInput
 from workloads.request import Request
 
 
@@ -70,7 +71,7 @@ def request_table(
     index_of = {rid: i for i, rid in enumerate(requests_by_id)}
     ctx = asdict(context)
     rows = [
-        _row(rec, requests_by_id[rec.parent_id], index_of[rec.parent_id], ctx) for rec in records
+        request_row(rec, requests_by_id[rec.parent_id], index_of[rec.parent_id], ctx) for rec in records
     ]
     df = pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
     release_s = [requests_by_id[pid].arrival_s for pid in df["parent_id"]]
@@ -78,7 +79,8 @@ def request_table(
     return df.iloc[order].reset_index(drop=True)
 
 
-def _row(rec: RequestRecord, req: Request, request_index: int, ctx: dict) -> dict:
+def request_row(rec: RequestRecord, req: Request, request_index: int, ctx: dict) -> dict:
+    """One finished request's row of the table (also appended to the rows file as it finishes)."""
     ttft_ms = (rec.first_token_s - rec.arrival_s) * 1e3
     e2el_ms = (rec.finish_s - rec.arrival_s) * 1e3
     # TPOT excludes the first token and is undefined for a single token (docs/apc.md §13.3).
@@ -181,8 +183,7 @@ def summarize(
     # Measured hit rate (docs/benchmarking.md §5.1): first-admission reuse over client-side prompts.
     hit_rate = num_cached / num_in if num_in else None
     out.update(
-        prompt_tokens_cached=num_cached, hit_rate=hit_rate, hit_rate_tokens=hit_rate,
-        hit_rate_source="per_request",
+        prompt_tokens_cached=num_cached, hit_rate=hit_rate,
         recomputed_tokens=int(df["recomputed_tokens"].sum()),
         num_preemptions=int(df["num_preemptions"].sum()),
     )  # fmt: skip
@@ -216,16 +217,16 @@ def parse_slos(text: str | None) -> dict[str, float]:
             continue
         key, sep, value = item.partition(":")
         if not sep or key not in SLO_METRICS:
-            raise ValueError(
+            raise BadInput(
                 f"metrics.goodput: {item!r} is not <metric>:<ms> with metric one of "
                 f"{', '.join(SLO_METRICS)} (e.g. metrics.goodput=\"ttft:200,tpot:50\")"
             )
         try:
             slos[key] = float(value)
         except ValueError:
-            raise ValueError(f"metrics.goodput: {value!r} in {item!r} is not a number of ms") from None
-        if not slos[key] > 0:
-            raise ValueError(f"metrics.goodput: the {key} SLO must be positive ms, got {value}")
+            raise BadInput(f"metrics.goodput: {value!r} in {item!r} is not a number of ms") from None
+        if not 0 < slos[key] < math.inf:
+            raise BadInput(f"metrics.goodput: the {key} SLO must be a positive finite number of ms, got {value}")
     return slos
 
 
@@ -241,11 +242,11 @@ def _goodput(df: pd.DataFrame, slos: Mapping[str, float], duration_s: float) -> 
 
 
 def check_metrics(metrics: MetricsConfig) -> None:
-    """Raise ValueError naming the first bad field of `metrics` (before anything is built)."""
+    """Raise BadInput naming the first bad field of `metrics` (before anything is built)."""
     parse_slos(metrics.goodput)
     for p in metrics.percentiles:
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100:
-            raise ValueError(f"metrics.percentiles: each must be a number in [0, 100], got {p!r}")
+            raise BadInput(f"metrics.percentiles: each must be a number in [0, 100], got {p!r}")
 
 
 def _peaks(df: pd.DataFrame, itl_lists: list[list[float]] | None) -> tuple[float | None, int]:

@@ -2,7 +2,8 @@
 
 The overhead suite measures the end-to-end on/off throughput ratio on the wall clock, which on a
 shared 2-core box carries other processes' load. This tool repeats the same measured window
-(unique workload, warm-up, flush, `Engine.run`) in one process, interleaved on/off per engine, and
+(unique workload, warm-up, flush, `Engine.run`) in one process, on/off pairs per engine in ABBA
+order (on-off for even seeds, off-on for odd ones), and
 records both clocks: wall time and this process's CPU time (immune to other processes' load), plus
 the scheduler's cache-bookkeeping time. One extra cProfile pass per arm attributes the run's time to
 code areas (cache package, scheduler, executor/model, torch), so an on/off difference has an address.
@@ -24,10 +25,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from engines.build import build_engine
-from harness.config import RunConfig  # noqa: F401  (registers the schemas)
-from harness.errors import CONF_DIR
+from harness.config import CONF_DIR, RunConfig  # noqa: F401  (registers the schemas)
 from harness.load import fan_out, with_arrivals
-from harness.stats import mean_ci
+from harness.stats import ratio_ci
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 from workloads.tokens import warmup_requests
@@ -82,12 +82,22 @@ def area_seconds(profile: cProfile.Profile) -> dict[str, float]:
     return out
 
 
+def abba_order(seed: int) -> list[tuple[str, bool]]:
+    """The arms of one seed, the on/off order of each engine's pair alternating with the seed (ABBA):
+    a drift in machine speed then biases no arm, as it would if on always ran first."""
+    order = []
+    for engine in dict.fromkeys(e for e, _ in ARMS):
+        pair = [(engine, True), (engine, False)]
+        order += pair if seed % 2 == 0 else pair[::-1]
+    return order
+
+
 def run(repeats: int, overrides: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     configs = {(e, on): config(e, on, overrides) for e, on in ARMS}
     rows = []
-    for seed in range(repeats):  # interleaved: apc on, apc off, radix on, radix off, next seed
-        for (engine, on), cfg in configs.items():
-            rows.append({"engine": engine, "cache_on": on, "seed": seed, **measure(cfg, seed)})
+    for seed in range(repeats):
+        for engine, on in abba_order(seed):
+            rows.append({"engine": engine, "cache_on": on, "seed": seed, **measure(configs[engine, on], seed)})
     profiles = []
     for (engine, on), cfg in configs.items():
         prof = cProfile.Profile()
@@ -97,14 +107,15 @@ def run(repeats: int, overrides: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]
 
 
 def ratios(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per engine and clock: mean of paired on/off throughput ratios with a 95% t-interval."""
+    """Per engine and clock: geometric mean of paired on/off throughput ratios, 95% t-interval on
+    the log scale."""
     out = []
     for engine, g in runs.groupby("engine"):
         on = g[g["cache_on"]].set_index("seed")
         off = g[~g["cache_on"]].set_index("seed")
         for clock in ("wall_s", "cpu_s"):
             r = (on["tokens"] / on[clock]) / (off["tokens"] / off[clock])
-            ci = mean_ci(r.dropna().tolist())
+            ci = ratio_ci(r.dropna().tolist())
             out.append({"engine": engine, "clock": clock, "n_pairs": ci.n, "ratio": ci.mean, "ci_low": ci.low, "ci_high": ci.high})
         extra_ms = (on["bookkeeping_ms"] - off["bookkeeping_ms"]) / (off["wall_s"] * 1e3)
         out.append({"engine": engine, "clock": "bookkeeping_share_added", "n_pairs": len(extra_ms),

@@ -16,7 +16,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.stats import mean_ci
+from harness.figstyle import (
+    colour,
+    inside,
+    plain_ms_axis,
+    platform_title,
+    platforms,
+    safe_stem,
+    series_style,
+)
+from harness.stats import bounded_ci
 from harness.tables import PAIR_COLUMNS, overhead_table
 
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
@@ -44,10 +53,12 @@ def figure(name: str):
     return register
 
 
-def save(fig, out_dir: Path, stem: str) -> str:
+def save(fig, out_dir: Path, *name: object) -> str:
+    """Write `name` (joined and sanitised: names come from results) as PNG and SVG in out_dir."""
+    stem = safe_stem(*name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_dir / f"{stem}.png", dpi=90, bbox_inches="tight")
-    fig.savefig(out_dir / f"{stem}.svg", bbox_inches="tight")
+    fig.savefig(inside(out_dir, stem, "png"), dpi=90, bbox_inches="tight")
+    fig.savefig(inside(out_dir, stem, "svg"), bbox_inches="tight")
     plt.close(fig)
     return stem
 
@@ -63,112 +74,159 @@ def footnote(fig, df: pd.DataFrame, extra: str = "") -> None:
     seeds = df["seed"].nunique()
     text = (f"model {_values(df, 'model')} | executor {_values(df, 'executor')} | KV capacity {cap} tokens"
             f" | n = {len(df)} runs ({seeds} seeds)" + (f" | {extra}" if extra else ""))  # fmt: skip
-    fig.text(0.01, -0.02, text, fontsize=7, color="0.3", ha="left", va="top", wrap=True)
+    # Below everything already drawn (rotated tick labels reach under the axes), never over it.
+    lowest_in = fig.get_tightbbox(fig.canvas.get_renderer()).y0
+    fig.text(0.01, min(-0.02, lowest_in / fig.get_figheight() - 0.02), text, fontsize=7, color="0.3",
+             ha="left", va="top", wrap=True)  # fmt: skip
 
 
 def arm_label(df: pd.DataFrame, arm: str) -> str:
-    row = df[df["arm"] == arm].iloc[0]
+    """`apc (block 16, fcfs)`, or for a series with varying keys `apc load.rate=8 (block 16, fcfs)`."""
+    column = "series" if "series" in df and (df["series"] == arm).any() else "arm"
+    row = df[df[column] == arm].iloc[0]
     unit = "page" if row["engine"] == "radix" else "block"
     g = "?" if pd.isna(row["granularity"]) else int(row["granularity"])
     return f"{arm} ({unit} {g}, {row['policy']})"
 
 
 def main_config(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per workload, the runs of its most common (model, executor, capacity) configuration."""
-    keys = ["model", "executor", "kv_capacity_tokens"]
+    """Per workload, the runs of its most common KV capacity, load sweeps left out when other runs
+    exist (capacity and load sweeps have figures of their own); call it on one platform's runs."""
     parts = []
     for _, group in runs.groupby("workload", sort=True):
-        top = group.groupby(keys, dropna=False).size().idxmax()
-        mask = np.logical_and.reduce([group[k].eq(v) | (group[k].isna() & pd.isna(v)) for k, v in zip(keys, top)])
-        parts.append(group[mask])
+        # A load sweep has its own figure (metric_vs_load); bars show the other runs when any.
+        swept = group["varies"].astype(str).str.contains(r"\bload\.", regex=True) if "varies" in group else None
+        if swept is not None and (~swept).any():
+            group = group[~swept]
+        caps = group["kv_capacity_tokens"]
+        if caps.notna().any():
+            group = group[caps == caps.value_counts().idxmax()]
+        parts.append(group)
     return pd.concat(parts) if parts else runs
 
 
 def _grouped_bars(ax, df: pd.DataFrame, column: str, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """Bars of the mean per workload (x) and arm (colour) with 95% t-intervals; arm -> bar x."""
+    """Bars of the mean per workload (x) and series (colour by arm, hatch by variant) with 95%
+    t-intervals clipped at 0 (every barred quantity is non-negative); n=1 bars are marked, not
+    given an interval. Returns series -> bar x."""
     workloads = sorted(df["workload"].unique())
+    style = series_style(df)
     positions = {}
-    arms = sorted(df["arm"].unique())
-    width = 0.8 / len(arms)
-    for i, arm in enumerate(arms):
-        means, errs = [], [[], []]
+    series = sorted(style, key=lambda s: (s.split(" ")[0], s))
+    width = 0.8 / len(series)
+    marks = []
+    for i, name in enumerate(series):
+        means, errs, single = [], [[], []], []
         for w in workloads:
-            vals = pd.to_numeric(df[(df["workload"] == w) & (df["arm"] == arm)][column], errors="coerce").dropna()
+            vals = pd.to_numeric(df[(df["workload"] == w) & (df["series"] == name)][column], errors="coerce").dropna()
             if vals.empty:
-                means.append(np.nan), errs[0].append(0), errs[1].append(0)
+                means.append(np.nan), errs[0].append(0), errs[1].append(0), single.append(False)
                 continue
-            ci = mean_ci((vals * scale).tolist())
+            ci = bounded_ci((vals * scale).tolist(), non_negative=True)
             means.append(ci.mean)
             errs[0].append(0 if ci.low is None else ci.mean - ci.low)
             errs[1].append(0 if ci.high is None else ci.high - ci.mean)
-        x = np.arange(len(workloads)) + (i - (len(arms) - 1) / 2) * width
-        ax.bar(x, means, width, yerr=errs, capsize=2, label=arm_label(df, arm))
-        positions[arm] = x
+            single.append(ci.n == 1)
+        x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
+        ax.bar(x, means, width, yerr=errs, capsize=2, label=arm_label(df, name), edgecolor="0.2", linewidth=0.4,
+               **style[name])  # fmt: skip
+        positions[name] = x
+        marks.append((x, means, single))
+    _mark_single_runs(ax, marks)
     ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
     return positions
+
+
+def _mark_single_runs(ax, marks) -> None:
+    """Say n=1 where a bar is one run: once for the axes when all are, else over those bars."""
+    flags = [one for _, _, single in marks for one in single]
+    if flags and all(flags):
+        ax.text(0.99, 0.98, "n=1 per bar: no interval", transform=ax.transAxes, ha="right", va="top", fontsize=7)
+        return
+    for x, means, single in marks:
+        for xi, m, one in zip(x, means, single):
+            if one:
+                ax.annotate("n=1", (xi, m), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=5, rotation=90)
+
+
+def legend_outside(ax, fontsize: int = 7) -> None:
+    """The legend right of the axes, where it cannot cover bars or other labels."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 @figure("ttft_cdf")
 def ttft_cdf(inp: Inputs) -> list[str]:
     if inp.requests.empty or "ttft_ms" not in inp.requests:
         raise Skip("no request tables")
-    runs = main_config(inp.runs)
-    reqs = inp.requests.merge(runs[["run_id", "workload", "arm"]], on="run_id", suffixes=("_req", ""))
     written = []
-    for workload, group in reqs.groupby("workload", sort=True):
-        sub = runs[runs["workload"] == workload]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for arm, g in group.groupby("arm", sort=True):
-            ttft = np.sort(pd.to_numeric(g["ttft_ms"], errors="coerce").dropna().to_numpy())
-            if ttft.size:
-                ax.step(ttft, np.arange(1, ttft.size + 1) / ttft.size, where="post", label=arm_label(sub, arm))
-        ax.set(xlabel="TTFT (ms)", ylabel="fraction of requests", title=f"TTFT CDF: {workload}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        footnote(fig, sub, "requests pooled over seeds")
-        written.append(save(fig, inp.out_dir, f"ttft_cdf_{workload}"))
+    for suffix, platform_runs in platforms(inp.runs):
+        runs = main_config(platform_runs)
+        reqs = inp.requests.merge(runs[["run_id", "workload", "arm", "series"]], on="run_id", suffixes=("_req", ""))
+        for workload, group in reqs.groupby("workload", sort=True):
+            sub = runs[runs["workload"] == workload]
+            fig, ax = plt.subplots(figsize=(7, 4))
+            for series, g in group.groupby("series", sort=True):
+                ttft = np.sort(pd.to_numeric(g["ttft_ms"], errors="coerce").dropna().to_numpy())
+                if ttft.size:
+                    ax.step(ttft, np.arange(1, ttft.size + 1) / ttft.size, where="post",
+                            color=colour(g["arm"].iloc[0]), label=arm_label(sub, series))  # fmt: skip
+            ax.set(xlabel="TTFT (ms)", ylabel="fraction of requests", title=f"TTFT CDF: {workload}")
+            ax.grid(alpha=0.3)
+            legend_outside(ax, 8)
+            footnote(fig, sub, "requests pooled over seeds")
+            written.append(save(fig, inp.out_dir, "ttft_cdf", workload, suffix))
     return written
 
 
 @figure("latency_throughput")
 def latency_throughput(inp: Inputs) -> list[str]:
-    runs = main_config(inp.runs)
     panels = (("median_ttft_ms", "TTFT p50 (ms)"), ("p99_ttft_ms", "TTFT p99 (ms)"),
               ("request_throughput", "throughput (req/s)"), ("total_token_throughput", "throughput (tok/s, in+out)"))  # fmt: skip
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    for ax, (column, label) in zip(axes.flat, panels):
-        _grouped_bars(ax, runs, column)
-        ax.set(ylabel=label, title=label)
-        if "ttft" in column:  # workloads span milliseconds to minutes
-            ax.set_yscale("log")
-        ax.grid(axis="y", alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle("Latency and throughput by workload and arm (mean over seeds, 95% t-interval)")
-    fig.tight_layout()
-    footnote(fig, runs)
-    return [save(fig, inp.out_dir, "latency_throughput")]
+    written = []
+    for suffix, platform_runs in platforms(inp.runs):
+        runs = main_config(platform_runs)
+        fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
+        for ax, (column, label) in zip(axes.flat, panels):
+            _grouped_bars(ax, runs, column)
+            ax.set(ylabel=label, title=label)
+            if "ttft" in column:  # workloads span milliseconds to minutes
+                ax.set_yscale("log")
+                plain_ms_axis(ax)
+            ax.grid(axis="y", alpha=0.3)
+        legend_outside(axes.flat[1])
+        fig.suptitle(f"Latency and throughput by workload and arm ({platform_title(runs)}; mean over seeds, 95% t-interval)")
+        fig.tight_layout()
+        footnote(fig, runs)
+        written.append(save(fig, inp.out_dir, "latency_throughput", suffix))
+    return written
 
 
 @figure("hit_rate")
 def hit_rate(inp: Inputs) -> list[str]:
-    runs = main_config(inp.runs[inp.runs["cache_enabled"]])
-    if runs.empty:
+    written = []
+    for suffix, platform_runs in platforms(inp.runs[inp.runs["cache_enabled"]]):
+        runs = main_config(platform_runs)
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        positions = _grouped_bars(ax, runs, "hit_rate", scale=100)
+        workloads = sorted(runs["workload"].unique())
+        width = 0.8 / max(len(positions), 1)
+        # Beside each other on the bar, so neither hides the other when they are equal.
+        refs = (("ideal_hit_rate", "_", 90, "k", -width / 4, "ideal (unbounded cache)"),
+                ("belady_hit_rate", "x", 25, "crimson", width / 4, "Belady (at capacity)"))  # fmt: skip
+        for column, marker, size, mcolour, dx, label in refs:
+            for i, (series, x) in enumerate(positions.items()):
+                sub = runs[runs["series"] == series]
+                vals = [pd.to_numeric(sub[sub["workload"] == w][column], errors="coerce").mean() * 100 for w in workloads]
+                ax.scatter(x + dx, vals, marker=marker, s=size, color=mcolour, zorder=3, label=label if i == 0 else None)
+        ax.set(ylabel="prompt tokens served from cache (%)", ylim=(0, 105),
+               title=f"Achieved hit rate against the ideal and the Belady reference ({platform_title(runs)})")  # fmt: skip
+        ax.grid(axis="y", alpha=0.3)
+        legend_outside(ax)
+        footnote(fig, runs, "ideal and Belady at each arm's block/page size, drawn on its bar")
+        written.append(save(fig, inp.out_dir, "hit_rate", suffix))
+    if not written:
         raise Skip("no cache-on runs")
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    positions = _grouped_bars(ax, runs, "hit_rate", scale=100)
-    workloads = sorted(runs["workload"].unique())
-    refs = (("ideal_hit_rate", "_", 120, "ideal (unbounded cache)"), ("belady_hit_rate", "x", 30, "Belady (at capacity)"))
-    for column, marker, size, label in refs:
-        for i, (arm, x) in enumerate(positions.items()):
-            sub = runs[runs["arm"] == arm]
-            vals = [pd.to_numeric(sub[sub["workload"] == w][column], errors="coerce").mean() * 100 for w in workloads]
-            ax.scatter(x, vals, marker=marker, s=size, color="k", zorder=3, label=label if i == 0 else None)
-    ax.set(ylabel="prompt tokens served from cache (%)", ylim=(0, 105),
-           title="Achieved hit rate against the ideal and the Belady reference")  # fmt: skip
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    footnote(fig, runs, "ideal and Belady at each arm's block/page size, drawn on its bar")
-    return [save(fig, inp.out_dir, "hit_rate")]
+    return written
 
 
 @figure("capacity")
@@ -183,19 +241,20 @@ def capacity(inp: Inputs) -> list[str]:
         fig, (ax_hit, ax_ttft) = plt.subplots(1, 2, figsize=(11, 4))
         for arm, g in runs.groupby("arm", sort=True):
             by_cap = g.groupby("kv_capacity_tokens")
-            line = ax_hit.plot(by_cap["hit_rate"].mean() * 100, marker="o", label=f"{arm_label(runs, arm)} measured")[0]
+            line = ax_hit.plot(by_cap["hit_rate"].mean() * 100, marker="o", color=colour(arm), label=f"{arm_label(runs, arm)} measured")[0]
             ax_hit.plot(by_cap["belady_hit_rate"].mean() * 100, ls=":", color=line.get_color(), label=f"{arm} Belady")
             ax_hit.plot(by_cap["theoretical_hit_rate_capped"].mean() * 100, ls="--", color=line.get_color(), label=f"{arm} LRU simulator")
             ax_ttft.plot(by_cap["median_ttft_ms"].mean(), marker="o", color=line.get_color(), label=f"{arm} p50")
             ax_ttft.plot(by_cap["p99_ttft_ms"].mean(), marker="s", ls="--", color=line.get_color(), label=f"{arm} p99")
         ax_hit.set(xscale="log", xlabel="KV capacity (tokens)", ylabel="hit rate (%)", ylim=(0, 105), title="Hit rate against capacity")
-        ax_ttft.set(xscale="log", xlabel="KV capacity (tokens)", ylabel="TTFT (ms)", title="TTFT against capacity")
+        ax_ttft.set(xscale="log", yscale="log", xlabel="KV capacity (tokens)", ylabel="TTFT (ms)", title="TTFT against capacity")
+        plain_ms_axis(ax_ttft)
         caps = sorted(runs["kv_capacity_tokens"].dropna().unique())
         capacity_axes((ax_hit, ax_ttft), caps, legend_size=6)
         fig.suptitle(f"Capacity sweep: {workload}")
         fig.tight_layout()
         footnote(fig, runs)
-        written.append(save(fig, inp.out_dir, f"capacity_{workload}_{model}_{executor}"))
+        written.append(save(fig, inp.out_dir, "capacity", workload, model, executor))
     if not written:
         raise Skip("no workload was run at two or more KV capacities")
     return written
@@ -225,7 +284,7 @@ def overhead(inp: Inputs) -> list[str]:
             x = np.arange(len(shown)) + (i - (len(configs) - 1) / 2) * width
             err = [(g["ratio"] - g["ci_low"]).fillna(0), (g["ci_high"] - g["ratio"]).fillna(0)]
             n = int(g["n_pairs"].max())
-            ax.bar(x, g["ratio"] - 1, width, bottom=1, yerr=err, capsize=3, label=f"{engine} on/off ({workload}, n={n} pairs)")
+            ax.bar(x, g["ratio"] - 1, width, bottom=1, yerr=err, capsize=3, color=colour(engine), label=f"{engine} on/off ({workload}, n={n} pairs)")
             for xi, r in zip(x, g["ratio"]):
                 ax.annotate(f"{(r - 1) * 100:+.2f}%", (xi, r), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
         ax.axhline(1.0, color="k", lw=0.8)
@@ -240,7 +299,7 @@ def overhead(inp: Inputs) -> list[str]:
     hi = float(np.nanmax(table["ci_high"].fillna(table["ratio"])))
     for ax in axes:
         ax.set_ylim(min(lo, 0.98) - 0.01, max(hi, 1.02) + 0.02)
-    fig.suptitle("0%-hit overhead: mean of paired on/off ratios, 95% Student-t interval over interleaved seeds")
+    fig.suptitle("0%-hit overhead: geometric mean of paired on/off ratios, 95% t-interval on the log scale")
     fig.tight_layout()
     keys = [*PAIR_COLUMNS, "sweep", "seed"]  # the runs that formed the pairs, nothing else
     runs = inp.runs.merge(inp.pairs[keys].drop_duplicates(), on=keys)
@@ -250,13 +309,19 @@ def overhead(inp: Inputs) -> list[str]:
 
 @figure("bookkeeping")
 def bookkeeping(inp: Inputs) -> list[str]:
-    runs = main_config(inp.runs)
-    if runs["bookkeeping_share"].notna().sum() == 0:
+    written = []
+    for suffix, platform_runs in platforms(inp.runs):
+        runs = main_config(platform_runs)
+        if runs["bookkeeping_share"].notna().sum() == 0:
+            continue
+        fig, ax = plt.subplots(figsize=(11, 4))
+        _grouped_bars(ax, runs, "bookkeeping_share", scale=100)
+        ax.set(ylabel="cache bookkeeping / duration (%)",
+               title="Share of run time spent in cache bookkeeping (scheduler admission + finish)")  # fmt: skip
+        ax.grid(axis="y", alpha=0.3)
+        legend_outside(ax)
+        footnote(fig, runs, "bookkeeping is wall time; duration is virtual time for simulated runs")
+        written.append(save(fig, inp.out_dir, "bookkeeping", suffix))
+    if not written:
         raise Skip("no run recorded cache_bookkeeping_ms and duration")
-    fig, ax = plt.subplots(figsize=(10, 4))
-    _grouped_bars(ax, runs, "bookkeeping_share", scale=100)
-    ax.set(ylabel="cache bookkeeping / duration (%)", title="Share of run time spent in cache bookkeeping (scheduler admission + finish)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
-    footnote(fig, runs, "bookkeeping is wall time; duration is virtual time for simulated runs")
-    return [save(fig, inp.out_dir, "bookkeeping")]
+    return written

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from harness.figstyle import colour
 from harness.plots import Inputs, Skip, arm_label, capacity_axes, figure, footnote, save
 from harness.tables import VLLM_OVERHEAD_CLAIM, projected_overhead_table
 
@@ -51,7 +52,7 @@ def trace_capacity(inp: Inputs) -> list[str]:
             g = g.set_index("kv_capacity_tokens")
             # Arms often coincide: earlier arms are drawn wider so later ones stay visible on top.
             style = {"lw": 3.5 - 1.2 * min(i, 2), "ms": 9 - 2.5 * min(i, 2)}
-            p50 = ax_ttft.plot(g["median_ttft_ms"] / 1e3, marker="o", label=f"{arm_label(group, arm)} p50", **style)[0]
+            p50 = ax_ttft.plot(g["median_ttft_ms"] / 1e3, marker="o", color=colour(arm), label=f"{arm_label(group, arm)} p50", **style)[0]
             color = p50.get_color()
             ax_ttft.plot(g["p99_ttft_ms"] / 1e3, marker="s", ls="--", color=color, label=f"{arm} p99", **style)
             ax_hit.plot(g["hit_rate"] * 100, marker="o", color=color, label=arm_label(group, arm), **style)
@@ -68,7 +69,7 @@ def trace_capacity(inp: Inputs) -> list[str]:
         fig.suptitle(f"Whole-trace replay: {workload} ({completed:,} requests) on {hardware}")
         fig.tight_layout()
         footnote(fig, group, f"hardware {hardware} | arrivals = trace timestamps x {_slowdown(group)}")
-        written.append(save(fig, inp.out_dir, f"trace_capacity_{workload}_{hardware}"))
+        written.append(save(fig, inp.out_dir, "trace_capacity", workload, hardware))
     if not written:
         raise Skip("no simulated run with a hardware preset at two or more KV capacities")
     return written
@@ -89,7 +90,7 @@ def projected_overhead(inp: Inputs) -> list[str]:
         x = np.arange(len(presets)) + (i - (len(engines) - 1) / 2) * width
         share = rows["overhead_share"] * 100
         err = [(share - rows["ci_low"] * 100).fillna(0), (rows["ci_high"] * 100 - share).fillna(0)]
-        ax.bar(x, share, width, yerr=err, capsize=2, label=f"{engine}: cache on minus cache off")
+        ax.bar(x, share, width, yerr=err, capsize=2, color=colour(engine), label=f"{engine}: cache on minus cache off")
         ax.scatter(x, rows["gross_share"] * 100, marker="x", color="k", s=20, zorder=3,
                    label="gross: cache-on bookkeeping alone" if i == 0 else None)  # fmt: skip
         for xi, s, top in zip(x, share, (rows["ci_high"] * 100).fillna(share)):

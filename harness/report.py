@@ -5,7 +5,8 @@ Loads every run below RESULTS_DIR (default results/) with `harness.results.load_
 0%-hit on/off ratios with their 95% t-intervals), `projected_overhead.csv` (simulated 0%-hit
 bookkeeping / duration per hardware preset), `decomposition.csv` (the scheduler x cache effects per
 workload, harness/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
-status is not `ok` are counted, never plotted; a figure whose runs are absent is skipped with one
+status is not `ok` are counted, never plotted; runs killed before writing a summary are listed
+as `incomplete` with their row counts; a figure whose runs are absent is skipped with one
 log line, so a partial results tree always gives a report.
 
 From Python, `build_report(root)` only reads: pass `out_dir` to write the tables and figures
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import harness.plots_load  # noqa: F401  (registers the load and speed-up figures)
 import harness.plots_sim  # noqa: F401  (registers the simulated-executor figures)
 from harness.decomposition import decomposition_table
 from harness.plots import FIGURES, Inputs, Skip
@@ -112,9 +114,21 @@ def describe(report: Report) -> str:
     """A short human summary: counts, files, and the overhead ratios."""
     runs = report.runs
     n_ok = int(runs["ok"].sum()) if not runs.empty else 0
-    lines = [f"{len(runs)} runs ({n_ok} ok, {len(runs) - n_ok} not ok) below {report.root}"]
+    incomplete = runs[runs["status"] == "incomplete"] if not runs.empty else runs
+    num_other = len(runs) - n_ok - len(incomplete)
+    lines = [
+        f"{len(runs)} runs ({n_ok} ok, {len(incomplete)} incomplete, {num_other} failed or "
+        f"interrupted) below {report.root}"
+    ]
+    lines += [
+        f"incomplete: {row['run_dir']} ({int(row['completed'])} finished rows, no summary: killed?)"
+        for _, row in incomplete.iterrows()
+    ]
     if report.out_dir is not None:
-        lines.append(f"wrote {report.out_dir / 'summary.csv'} and {len(report.figures)} figures in {report.out_dir / FIGURE_DIR}")
+        lines.append(
+            f"wrote {report.out_dir / 'summary.csv'} and {len(report.figures)} figures in "
+            f"{report.out_dir / FIGURE_DIR}"
+        )
     tput = report.overhead[report.overhead.get("metric", pd.Series(dtype=str)) == "total_token_throughput"]
     for _, row in tput.iterrows():
         ci = "" if pd.isna(row["ci_low"]) else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"

@@ -21,7 +21,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.identity import fingerprint
+from harness.rowlog import count_rows
 from workloads.progress import progress
+
+FILE_MODE = 0o644
 
 
 def _atomic_write(
@@ -30,6 +34,7 @@ def _atomic_write(
     """Call `write(file)` on a temporary file next to `path`, then move it into place."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600: unreadable in a shared results folder
     try:
         with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
             write(f)
@@ -85,6 +90,7 @@ class RunDir:
     SUMMARY: ClassVar[str] = "summary.json"
     MANIFEST: ClassVar[str] = "manifest.json"
     TOKENS: ClassVar[str] = "tokens.jsonl"
+    ROWS: ClassVar[str] = "rows.jsonl"  # harness.rowlog: appended while the run is measured
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -104,6 +110,10 @@ class RunDir:
     @property
     def tokens_path(self) -> Path:
         return self.path / self.TOKENS
+
+    @property
+    def rows_path(self) -> Path:
+        return self.path / self.ROWS
 
     def write_requests(self, df: pd.DataFrame) -> None:
         write_parquet(self._ready(self.requests_path), df)
@@ -154,7 +164,7 @@ def _read_object(path: Path) -> dict:
 # Manifest fields copied onto each run's row (the resolved config is flattened as config.*).
 MANIFEST_FIELDS = (
     "created_utc", "git_sha", "git_dirty", "device", "cpu_model", "cuda_device", "platform",
-    "torch_num_threads",
+    "torch_num_threads", "config_fingerprint",
 )  # fmt: skip
 
 
@@ -165,7 +175,9 @@ def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     dicts flattened with dots), MANIFEST_FIELDS, `packages.*` and the resolved config as `config.*`
     (summary fields win over manifest ones of the same name).
     requests: every request table with its run's `run_id`. Directories whose files cannot be read
-    are skipped with one warning naming them.
+    are skipped with one warning naming them. Runs that never finished (a rows file, no summary)
+    are rows with status `incomplete` and `completed` = their row count; `fingerprint` is the
+    manifest's config fingerprint (computed from the config for runs without one).
     """
     root = Path(root)
     runs, tables, bad = [], [], []
@@ -183,12 +195,15 @@ def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
             row.setdefault(key, manifest.get(key))
         row.setdefault("seed", manifest.get("seed"))
         row.update(_flatten(manifest.get("packages") or {}, "packages."))
-        row.update(_flatten(manifest.get("config") or _hydra_config(run_dir), "config."))
+        config = manifest.get("config") or _hydra_config(run_dir)
+        row["fingerprint"] = manifest.get("config_fingerprint") or fingerprint(config)
+        row.update(_flatten(config, "config."))
         runs.append(row)
         if not requests.empty:
             tables.append(
                 requests.assign(run_id=pd.Series(run_id, index=requests.index, dtype="string"))
             )
+    runs.extend(_incomplete_runs(root))
     if bad:
         warnings.warn(
             f"skipped {len(bad)} unreadable run directories: {', '.join(bad)}", stacklevel=2
@@ -196,6 +211,26 @@ def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs_df = pd.DataFrame(runs)
     requests_df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     return runs_df, requests_df
+
+
+def _incomplete_runs(root: Path) -> list[dict]:
+    """Directories whose run never finished (killed: a rows file and no summary), with row counts."""
+    out = []
+    for rows_path in sorted(root.rglob(RunDir.ROWS)):
+        run_dir = rows_path.parent
+        if (run_dir / RunDir.SUMMARY).exists():
+            continue
+        try:
+            manifest = _read_object(run_dir / RunDir.MANIFEST) if (run_dir / RunDir.MANIFEST).exists() else {}
+        except (OSError, ValueError):
+            manifest = {}
+        config = manifest.get("config") or _hydra_config(run_dir)
+        rel = run_dir.relative_to(root).as_posix()
+        row = {"run_id": rel, "run_dir": rel, "status": "incomplete", "completed": count_rows(rows_path),
+               "fingerprint": manifest.get("config_fingerprint") or fingerprint(config)}  # fmt: skip
+        row.update(_flatten(config, "config."))
+        out.append(row)
+    return out
 
 
 def _hydra_config(run_dir: Path) -> dict:

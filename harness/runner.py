@@ -2,12 +2,13 @@
 
     workload ─▶ arrivals ─▶ fan-out ─▶ Engine (warm-up ▸ flush ▸ measured run) ─▶ rows ─▶ files
 
-The cache-state protocol of docs/benchmarking.md §4 is followed and recorded: warm-up on unrelated
+The cache-state protocol of benchmarking.md §4 is followed and recorded: warm-up on unrelated
 tokens, a flush that must succeed, then the measured window from an empty cache.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -15,7 +16,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -23,27 +24,31 @@ import torch
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
 from engines.engine import Engine
+from harness.checks import check_requests
 from harness.config import RunConfig
 from harness.load import fan_out, resolve_mode, with_arrivals
-from harness.manifest import build_manifest
 from harness.metrics import (
     RunContext,
     format_summary,
     itls_ms,
+    request_row,
     request_table,
     summarize,
     token_rows,
 )
 from harness.results import RunDir
+from harness.rowlog import RowLog
 from harness.tokenspace import token_space_for
 from workloads.base import generate_with_notes
 from workloads.bounds import run_bounds
 from workloads.progress import progress
 from workloads.tokens import warmup_requests
 
+log = logging.getLogger(__name__)
 
-class RunInterrupted(Exception):
-    """SIGINT or SIGTERM arrived during the measured run."""
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived (a KeyboardInterrupt, so no `except Exception` swallows it)."""
 
 
 @dataclass
@@ -52,22 +57,32 @@ class RunOutcome:
     run_dir: Path
 
 
-def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
+def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
+    """Measure one run whose directory is claimed (`rows` is its append-only rows file)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     torch.set_num_threads(cfg.threads)
     space = token_space_for(cfg.model)
     generated = generate_with_notes(cfg.workload, cfg.seed, space)
     workload_requests = with_arrivals(generated.requests, cfg.load, cfg.seed)
+    check_requests(workload_requests, cfg.load)
     gen_requests = fan_out(workload_requests, scripted=cfg.decode == "scripted")
     engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
     engine.check_fits(gen_requests)
     warm = {**_warm_up(engine, cfg, space), **generated.notes}  # both go into the summary
+    by_id = {r.request_id: r for r in workload_requests}
+    index_of = {rid: i for i, rid in enumerate(by_id)}
+    ctx = asdict(_context(cfg, out.path))
+
+    def on_finish(record) -> None:
+        rows.append(request_row(record, by_id[record.parent_id], index_of[record.parent_id], ctx))
+        bar.update(1)
+
     t_start = time.perf_counter()
     status, error = "ok", None
     bar = progress(None, f"{cfg.workload.name}/{cfg.engine.cache}", "req", total=len(gen_requests))
     try:
-        engine.run(gen_requests, on_finish=lambda _r: bar.update(1), max_concurrency=cfg.load.max_concurrency)
+        engine.run(gen_requests, on_finish=on_finish, max_concurrency=cfg.load.max_concurrency)
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
@@ -76,22 +91,12 @@ def run(cfg: RunConfig, run_dir: Path, resolved_config: dict) -> RunOutcome:
     finally:
         bar.close()
     with interrupts_deferred():  # what was measured is final now: write it whole
-        return _finish(
-            cfg, run_dir, resolved_config, engine, workload_requests, gen_requests, warm, status, error, t_start
-        )
+        wall_s = time.perf_counter() - t_start
+        return _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall_s)
 
 
-def _finish(
-    cfg, run_dir, resolved_config, engine, workload_requests, gen_requests, warm, status, error, t_start
-) -> RunOutcome:
-    """Leak check, tables, summary and files of a run whose measured window has ended."""
-    out = RunDir(run_dir)
-    wall_s = time.perf_counter() - t_start
-    if status == "ok":
-        status, error = _idle_check(engine)
-    records = engine.records
-    duration_s = max((r.finish_s for r in records), default=0.0)
-    ctx = RunContext(
+def _context(cfg: RunConfig, run_dir: Path) -> RunContext:
+    return RunContext(
         workload=cfg.workload.name,
         workload_version=cfg.workload.version,
         engine=cfg.engine.cache,
@@ -100,17 +105,26 @@ def _finish(
         seed=cfg.seed,
         run_id=run_dir.name,
     )
+
+
+def _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall_s) -> RunOutcome:
+    """Leak check, tables, summary and files of a run whose measured window has ended."""
+    if status == "ok":
+        status, error = _idle_check(engine)
+    records = engine.records
+    duration_s = max((r.finish_s for r in records), default=0.0)
     by_id = {r.request_id: r for r in workload_requests}
-    table = request_table(records, by_id, ctx)
-    extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, len(gen_requests))
-    summary = summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
+    table = request_table(records, by_id, _context(cfg, out.path))
     out.write_requests(table)
+    extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table)
+    summary = summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
     if cfg.save_tokens:
         out.write_tokens(token_rows(table, records, by_id))
-    out.write_manifest(build_manifest(resolved_config, cfg.seed, {"device": str(engine_device(engine))}))
     out.write_summary(summary)
-    print(format_summary(summary))
-    return RunOutcome(summary, run_dir)
+    rows.close()
+    out.rows_path.unlink()  # the rows are in requests.parquet now
+    log.info("%s", format_summary(summary))
+    return RunOutcome(summary, out.path)
 
 
 @contextmanager
@@ -129,12 +143,8 @@ def interrupts_deferred():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-def engine_device(engine: Engine) -> str:
-    return str(getattr(engine.executor, "device", "virtual"))
-
-
 def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
-    """Run unrelated requests, then flush; the flush must succeed (docs/benchmarking.md §4)."""
+    """Run unrelated requests, then flush; the flush must succeed (benchmarking.md §4)."""
     info = {"warmup_policy": "none", "warmup_requests": 0}
     if cfg.warmup.enabled and cfg.warmup.num_requests > 0:
         reqs = warmup_requests(space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len)
@@ -162,34 +172,19 @@ def _idle_check(engine: Engine) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_requests) -> dict:
+def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table) -> dict:
+    """Measurements beside the request table's; the configuration is in manifest.json."""
     stats = engine.cache.stats()
-    load_mode = resolve_mode(workload_requests, cfg.load)
-    g = cfg.engine.block_size
-    bounds = _bounds(cfg, workload_requests)
     return {
         "date": time.strftime("%Y%m%d-%H%M%S"),
-        "backend": cfg.engine.cache,
-        "label": cfg.label,
+        "backend": cfg.engine.cache,  # vLLM's and SGLang's summary name the backend and model
         "model_id": cfg.model.name,
-        "dataset_name": cfg.workload.family,
         "workload": cfg.workload.name,
-        "workload_version": cfg.workload.version,
-        "num_prompts": num_requests,
-        "request_rate": "inf" if load_mode == "burst" else cfg.load.rate,
-        "max_concurrency": cfg.load.max_concurrency,
-        "load_mode": load_mode,
-        "executor": cfg.executor,
-        "hardware": getattr(cfg.hardware, "name", None),
-        "decode": cfg.decode,
         "seed": cfg.seed,
-        "cache_enabled": cfg.engine.prefix_caching,
-        "block_size_or_page_size": g,
-        "kv_capacity_tokens": cfg.engine.kv_capacity_tokens,
-        "policy_profile": _policy_profile(cfg, engine),
-        "n_semantics": "fanout",
-        **bounds,
-        "engine_hit_rate": stats.hit_rate,
+        "num_prompts": sum(r.n for r in workload_requests),
+        "load_mode": resolve_mode(workload_requests, cfg.load),  # what `auto` resolved to
+        "policy_profile": _policy_profile(cfg, engine),  # the knobs in effect, resolved
+        **_bounds(cfg, workload_requests),
         "engine_requests": stats.requests,
         "engine_queries": stats.queries,
         "engine_hits": stats.hits,
@@ -198,8 +193,6 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, num_req
         "cache_bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6,
         "num_steps": engine.scheduler.num_steps,
         "wall_s": wall_s,
-        "prime_policy": "none",
-        "prime_validated": False,
         "status": status,
         "error": error,
         **warm,
@@ -228,7 +221,6 @@ def _bounds(cfg: RunConfig, workload_requests) -> dict:
     ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
     return {
         "ideal_hit_rate": ideal.get(g),
-        "theoretical_hit_rate": ideal.get(g),
         "theoretical_hit_rate_capped": lru,
         "belady_hit_rate": belady,
         "theoretical_hit_rate_by_granularity": {str(k): v for k, v in sorted(ideal.items())},

@@ -1,9 +1,10 @@
-"""Confidence intervals for the report: Student-t intervals of a mean, and the paired on/off ratio.
+"""Confidence intervals for the report: Student-t intervals of a mean, and of a ratio on the log scale.
 
 The 0%-hit overhead (docs/benchmarking.md §6) is measured on interleaved pairs: the cache-on and the
 cache-off run of one engine with the same seed, run back to back. Each pair gives one ratio
 on/off; the interval is the two-sided 95% Student-t interval of the mean ratio over the pairs
-(n - 1 degrees of freedom). With 5-20 pairs a t-interval covers better than a percentile bootstrap.
+(n - 1 degrees of freedom), taken on the log scale (`ratio_ci`) so it stays positive. With 5-20
+pairs a t-interval covers better than a percentile bootstrap. One value gets no interval (n=1).
 """
 
 from __future__ import annotations
@@ -51,3 +52,22 @@ def mean_ci(values: Sequence[float]) -> MeanCI:
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
     half = t_quantile_975(n - 1) * sd / math.sqrt(n)
     return MeanCI(mean, mean - half, mean + half, n)
+
+
+def bounded_ci(values: Sequence[float], non_negative: bool) -> MeanCI:
+    """mean_ci, with the bounds of a quantity that cannot be negative (a rate, a share, a latency)
+    clipped at zero: the t-interval is symmetric, the quantity is not."""
+    ci = mean_ci(values)
+    if not non_negative or ci.low is None:
+        return ci
+    return MeanCI(ci.mean, max(ci.low, 0.0), ci.high, ci.n)
+
+
+def ratio_ci(values: Sequence[float]) -> MeanCI:
+    """Geometric mean of positive ratios with the t-interval taken on the log scale, so the bounds
+    are positive and a ratio r and its inverse 1/r get mirror-image intervals."""
+    logs = [math.log(float(v)) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
+    ci = mean_ci(logs)
+    if ci.low is None:
+        return MeanCI(math.exp(ci.mean), None, None, ci.n)
+    return MeanCI(math.exp(ci.mean), math.exp(ci.low), math.exp(ci.high), ci.n)

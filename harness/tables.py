@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from engines.config import UPSTREAM_SCHEDULER
-from harness.stats import mean_ci
+from harness.stats import mean_ci, ratio_ci
 
 DEFAULT_GRANULARITY = {"apc": 16, "radix": 1}  # upstream defaults: vLLM block 16, SGLang page 1
 
@@ -24,10 +24,20 @@ MEAN_COLUMNS = (
     "theoretical_hit_rate_capped", "belady_hit_rate", "cache_bookkeeping_ms", "bookkeeping_share",
     "evictions", "duration",
 )  # fmt: skip
+# summary.csv has one row per configuration: runs are grouped by the fingerprint of their resolved
+# config (harness.identity) and the platform, never across configurations (a load sweep gives one
+# row per rate). The other columns describe the group; `varies` names the config keys that differ
+# between the configurations of one sweep, whose values get columns of their own.
+KEY_COLUMNS = ("fingerprint", "model", "executor", "hardware")
 GROUP_COLUMNS = (
     "workload", "arm", "engine", "cache_enabled", "policy", "granularity", "kv_capacity_tokens",
-    "model", "executor",
+    "model", "executor", "hardware",
 )  # fmt: skip
+# Varying config keys that summary.csv already shows in a column of its own (GROUP_COLUMNS).
+SHOWN_KEYS = ("engine.cache", "engine.prefix_caching", "engine.policy", "engine.block_size",
+              "engine.kv_capacity_tokens", "workload.name", "executor")  # fmt: skip
+# Config keys never listed as varying: the seed varies inside a group; the rest are shown as arm.
+NOT_VARYING = ("config.seed", "config.label", "config.save_tokens", "config.overwrite")
 # Pairs of the overhead arm: same everything but cache_enabled, matched on seed.
 PAIR_COLUMNS = ("workload", "engine", "policy", "granularity", "kv_capacity_tokens", "model", "executor")
 OVERHEAD_METRICS = ("total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")
@@ -45,7 +55,7 @@ def _coalesce(runs: pd.DataFrame, *names: str) -> pd.Series:
 def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """`runs` from load_runs plus the grouping columns, `ok` and `bookkeeping_share`."""
     if runs.empty:
-        return runs.assign(**{c: pd.Series(dtype=object) for c in (*GROUP_COLUMNS, "ok")})
+        return runs.assign(**{c: pd.Series(dtype=object) for c in (*GROUP_COLUMNS, "ok", "fingerprint", "varies", "series")})
     df = runs.copy()
     df["workload"] = _coalesce(df, "workload", "config.workload.name").fillna("unknown")
     df["engine"] = _coalesce(df, "config.engine.cache", "backend").fillna("unknown")
@@ -69,7 +79,32 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     duration_ms = pd.to_numeric(_coalesce(df, "duration"), errors="coerce") * 1e3
     bookkeeping = pd.to_numeric(_coalesce(df, "cache_bookkeeping_ms"), errors="coerce")
     df["bookkeeping_share"] = bookkeeping / duration_ms.where(duration_ms > 0)
+    df["fingerprint"] = _coalesce(df, "fingerprint").fillna("unknown")
+    df["varies"] = _varying_keys(df)
+    df["series"] = [_series(row) for _, row in df.iterrows()]
     return df
+
+
+def _varying_keys(df: pd.DataFrame) -> pd.Series:
+    """Per run, the config keys whose values differ between the configurations of its sweep."""
+    config = [c for c in df.columns if c.startswith("config.") and c not in NOT_VARYING]
+    out = pd.Series("", index=df.index, dtype=object)
+    for _, group in df.groupby("sweep", dropna=False, sort=False):
+        keys = [c for c in config if group[c].dropna().astype(str).nunique() > 1]
+        out[group.index] = ", ".join(k.removeprefix("config.") for k in keys)
+    return out
+
+
+def _series(row: pd.Series) -> str:
+    """The arm, plus the values of the varying keys that the arm and workload do not already say:
+    `apc load.rate=8`. One series is one configuration within a figure."""
+    shown = ("engine.", "workload.", "hardware.", "model.", "executor")
+    keys = [k for k in str(row["varies"]).split(", ") if k and not k.startswith(shown)]
+    return " ".join([str(row["arm"]), *(f"{k}={_plain(row.get(f'config.{k}'))}" for k in keys)])
+
+
+def _plain(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _arm(row: pd.Series) -> str:
@@ -87,20 +122,29 @@ def _arm(row: pd.Series) -> str:
 
 
 def summary_table(tidy: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: run counts (all, ok, not ok) and means over the ok runs."""
+    """One row per configuration (KEY_COLUMNS): what it is, the values of the keys that vary in
+    its sweep, run counts (all, ok, incomplete, other) and means over the ok runs."""
+    counts = ["n_runs", "n_ok", "n_incomplete", "n_not_ok"]
     if tidy.empty:
-        return pd.DataFrame(columns=[*GROUP_COLUMNS, "n_runs", "n_ok", "n_not_ok", *MEAN_COLUMNS])
+        return pd.DataFrame(columns=[*GROUP_COLUMNS, "fingerprint", "varies", *counts, *MEAN_COLUMNS])
+    varying = sorted({k for v in tidy["varies"] for k in str(v).split(", ") if k and k not in SHOWN_KEYS
+                      and not k.startswith(("hardware.", "model."))})  # fmt: skip
     rows = []
-    keys = list(GROUP_COLUMNS)
-    for key, group in tidy.groupby(keys, dropna=False, sort=True):
+    for _, group in tidy.groupby(list(KEY_COLUMNS), dropna=False, sort=False):
         ok = group[group["ok"]]
-        row = dict(zip(keys, key))
-        row.update(n_runs=len(group), n_ok=len(ok), n_not_ok=len(group) - len(ok))
+        first = group.iloc[0]
+        row = {c: first[c] for c in (*GROUP_COLUMNS, "fingerprint", "varies")}
+        row.update({k: first.get(f"config.{k}") for k in varying})
+        incomplete = int((group["status"] == "incomplete").sum())
+        row.update(n_runs=len(group), n_ok=len(ok), n_incomplete=incomplete, n_not_ok=len(group) - len(ok) - incomplete)
         for col in MEAN_COLUMNS:
             values = pd.to_numeric(ok[col], errors="coerce") if col in ok else pd.Series(dtype=float)
             row[col] = values.mean() if values.notna().any() else np.nan
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    order = ["workload", "arm", *varying]
+    numeric = lambda s: pd.to_numeric(s, errors="coerce") if s.name in varying else s.astype(str)  # noqa: E731
+    return table.sort_values(order, key=numeric, kind="stable").reset_index(drop=True)
 
 
 def overhead_pairs(tidy: pd.DataFrame) -> pd.DataFrame:
@@ -129,7 +173,8 @@ def overhead_pairs(tidy: pd.DataFrame) -> pd.DataFrame:
 
 
 def overhead_table(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration and metric: n pairs, mean on/off ratio and its 95% t-interval."""
+    """Per configuration and metric: n pairs, the geometric mean on/off ratio and its 95%
+    t-interval on the log scale (harness.stats.ratio_ci)."""
     if pairs.empty:
         return pd.DataFrame(columns=[*PAIR_COLUMNS, "metric", "n_pairs", "ratio", "ci_low", "ci_high"])
     rows = []
@@ -139,7 +184,7 @@ def overhead_table(pairs: pd.DataFrame) -> pd.DataFrame:
             ratios = ratios[np.isfinite(ratios)]
             if ratios.empty:
                 continue
-            ci = mean_ci(ratios.tolist())
+            ci = ratio_ci(ratios.tolist())
             rows.append({**dict(zip(PAIR_COLUMNS, key)), "metric": metric, "n_pairs": ci.n,
                          "ratio": ci.mean, "ci_low": ci.low, "ci_high": ci.high})  # fmt: skip
     return pd.DataFrame(rows)

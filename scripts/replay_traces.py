@@ -31,7 +31,7 @@ ENGINE_KNOBS = ("engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256")
 # token model, prices them, so the token model's context limit is lifted.
 MODEL_KNOBS = ("model.max_position_embeddings=262144",)
 SUMMARY_FIELDS = (
-    "status", "completed", "duration", "hit_rate", "engine_hit_rate", "ideal_hit_rate",
+    "status", "completed", "duration", "hit_rate", "ideal_hit_rate",
     "theoretical_hit_rate_capped", "median_ttft_ms", "p90_ttft_ms", "median_tpot_ms",
     "request_throughput", "output_throughput", "evictions", "num_steps", "cache_bookkeeping_ms", "wall_s",
 )  # fmt: skip

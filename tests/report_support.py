@@ -36,6 +36,7 @@ def write_run(
     hardware: str | None = None,
     slowdown: float = 1.0,
     completed: int | None = None,
+    rate: float | None = None,
 ) -> Path:
     g = GRANULARITY[engine]
     config = {
@@ -45,7 +46,7 @@ def write_run(
         "model": {"name": "tiny"},
         "executor": executor,
         "hardware": None if hardware is None else {"name": hardware, "kind": "roofline"},
-        "load": {"mode": "auto", "slowdown": slowdown},
+        "load": {"mode": "auto" if rate is None else "poisson", "slowdown": slowdown, "rate": rate},
         "seed": seed,
         "label": None,
     }

@@ -1,25 +1,32 @@
 """Bad input never runs and never leaves results that look real: one `error: ` line, exit 2.
 
-Static problems (names, types, ranges) are caught by `harness.errors.preflight` before Hydra makes
-a run directory; problems that need data (a trace line, a dataset record, a request longer than the
-context or the KV capacity) fail inside the run through `harness.__main__.execute`, which records a
-`failed` summary and writes no request table. Both are tested in-process; a few subprocesses check
-the CLI end to end. tests/test_cli.py holds the first, basic cases.
+A table of bad inputs, each run the way the CLI runs it, in-process: `harness.preflight.preflight`
+(every check that needs no data, before Hydra makes a directory), then `harness.execute.execute`
+(problems that need the data: trace lines, dataset records, a request longer than the context or
+the KV capacity). Each case must exit 2 with exactly one `error: ` line naming the field, no
+traceback, within seconds (a watchdog fails a case that spins), and no run marked ok. A few
+cases go through the real command line at the end.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from harness.__main__ import EXIT_BAD_INPUT, execute
-from harness.errors import CONF_DIR, preflight
-from tests.test_cli import SMALL, SYSTEM_PROMPT_SMALL, harness, merged
+from harness.config import CONF_DIR
+from harness.execute import EXIT_BAD_INPUT, execute
+from harness.preflight import preflight
+from tests.test_cli import ROOT, SMALL, SYSTEM_PROMPT_SMALL, harness, merged
 
 BASE = merged(SYSTEM_PROMPT_SMALL, SMALL)
+WATCHDOG_S = 60  # a hang guard, not a speed test: the bad inputs below used to spin forever
 
 
 def with_base(args: list[str]) -> list[str]:
@@ -28,121 +35,261 @@ def with_base(args: list[str]) -> list[str]:
     return merged(SMALL if other_workload else BASE, args)
 
 
-# (overrides, text the one error line must contain)
-PREFLIGHT_CASES = [
-    # unknown names list the valid ones
+def compose_config(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"):
+        return compose(config_name="config", overrides=overrides)
+
+
+GOOD_LINE = '{"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [0, 1]}'
+
+
+def line(**fields) -> str:
+    obj = {"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [0, 1], **fields}
+    return json.dumps(obj)
+
+
+DATA_FILES = {  # written into each test's tmp_path; {d} in the cases is that directory
+    "bad_json.jsonl": f'{GOOD_LINE}\n{{"timestamp": 1, oops\n',
+    "no_field.jsonl": '{"timestamp": 0, "input_length": 20, "hash_ids": [0, 1]}\n',
+    "nan_time.jsonl": GOOD_LINE + '\n{"timestamp": NaN, "input_length": 20, "output_length": 2, "hash_ids": [0, 1]}\n',
+    "inf_time.jsonl": '{"timestamp": Infinity, "input_length": 20, "output_length": 2, "hash_ids": [0]}\n',
+    "neg_time.jsonl": line(timestamp=-5) + "\n",
+    "late.jsonl": GOOD_LINE + "\n" + line(timestamp=1e8) + "\n",
+    "huge_hash.jsonl": line(hash_ids=[0, 2**64]) + "\n",
+    "no_hash.jsonl": line(hash_ids=[]) + "\n",
+    "too_long.jsonl": line(input_length=100) + "\n",
+    "zero_out.jsonl": line(output_length=0) + "\n",
+    "huge_len.jsonl": line(input_length=10**12, hash_ids=[0]) + "\n",
+    "str_len.jsonl": line(input_length="20") + "\n",
+    "not_object.jsonl": "[1, 2, 3]\n",
+    "empty.jsonl": "",
+    "blank.jsonl": "\n\n",
+    "no_conversations.jsonl": '{"id": "r1", "turns": []}\n',
+    "no_value.jsonl": '{"id": "r2", "conversations": [{"from": "human"}]}\n',
+}
+TRACE = ["workload=mooncake_conversation", "workload.name=user_trace", "workload.block_size=16", "workload.max_requests=null"]
+DATASET = ["workload=dataset_sharegpt"]
+MULTITURN = ["workload=multiturn", "workload.num_users=2", "workload.num_rounds=2",
+             "workload.system_prompt_len=16", "workload.user_history_len=8", "workload.answer_len=4"]  # fmt: skip
+SIM = ["executor=simulated", "hardware=cpu_measured"]
+
+
+def trace(name: str) -> list[str]:
+    return [*TRACE, f"workload.path={{d}}/{name}"]
+
+
+# (overrides, text the one error line must contain: it names the field or the file)
+CASES: list[tuple[list[str], str]] = [
+    # ---- unknown names list the valid ones
     (["workload=nope"], "unknown workload 'nope'; valid: dataset_sharegpt, fewshot,"),
     (["engine=nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
     (["model=nope"], "unknown model 'nope'; valid: s, smollm2-135m, tiny"),
+    (["hardware=nope"], "unknown hardware 'nope'; valid:"),
     (["workload.nope=3"], "unknown field workload.nope; valid: family, group_distribution,"),
-    (["engine.hash_algo=nope"], None),  # a registry name: checked when built (RUN_CASES)
+    (["engine.nope=1"], "unknown field engine.nope"),
+    (["load.nope=1"], "unknown field load.nope"),
+    (["bounds.nope=1"], "unknown field bounds.nope"),
     (["load.mode=nope"], "unknown load.mode 'nope'; valid: auto, burst, poisson, trace"),
     (["decode=nope"], "decode must be one of greedy, scripted, got 'nope'"),
-    # negative or zero lengths and counts (workload fields, several families)
+    (["executor=nope"], "unknown executor 'nope'; valid: real, simulated"),
+    (["engine.hash_algo=nope"], "unknown hash_algo 'nope'; valid: builtin, sha256,"),
+    (["engine.policy=nope"], "unknown policy 'nope'; valid: dfs-weight, fcfs, lpm"),
+    (["engine=radix", "engine.eviction_policy=nope"], "unknown eviction policy 'nope'; valid:"),
+    (["engine.backend=nope"], "'nope'; valid:"),
+    (["workload.group_distribution=nope"], "workload.group_distribution must be one of"),
+    ([*MULTITURN, "workload.order=nope"], "workload.order must be one of"),
+    (["workload=rag", "workload.layout=nope"], "workload.layout must be one of"),
+    (["workload=fewshot", "workload.order_policy=nope"], "workload.order_policy must be one of"),
+    (["model.dtype=nope"], "model.dtype must be one of"),
+    (["model.weights=nope"], "model.weights must be one of"),
+    # ---- integers: sign, zero, type
     (["workload.output_len=-1"], "workload.output_len must be a positive integer, got -1"),
-    (
-        ["workload.system_prompt_len=0"],
-        "workload.system_prompt_len must be a positive integer, got 0",
-    ),
+    (["workload.system_prompt_len=0"], "workload.system_prompt_len must be a positive integer, got 0"),
     (["workload.prompts_per_group=0"], "workload.prompts_per_group must be a positive integer"),
     (["workload=parallel", "workload.n=0"], "workload.n must be a positive integer, got 0"),
-    (
-        ["workload=multiturn", "workload.num_rounds=-2"],
-        "workload.num_rounds must be a positive integer",
-    ),
-    (
-        ["workload=unique", "workload.prompt_len=0"],
-        "workload.prompt_len must be a positive integer",
-    ),
+    ([*MULTITURN, "workload.num_rounds=-2"], "workload.num_rounds must be a positive integer"),
+    (["workload=unique", "workload.prompt_len=0"], "workload.prompt_len must be a positive integer"),
     (["workload=rag", "workload.docs_per_request=-1"], "workload.docs_per_request"),
-    (
-        ["workload=mooncake_conversation", "workload.max_requests=0"],
-        "workload.max_requests must be",
-    ),
-    (
-        ["workload.num_groups=1.5"],
-        "workload.num_groups: Value '1.5' of type 'float' could not be converted",
-    ),
-    # engine counts and capacities
+    (["workload=mooncake_conversation", "workload.max_requests=0"], "workload.max_requests must be"),
+    (["workload.num_groups=1.5"], "workload.num_groups: Value '1.5' of type 'float' could not be converted"),
+    (["workload.num_groups=abc"], "workload.num_groups: Value 'abc'"),
+    (["workload.version=0"], "workload.version must be a positive integer"),
+    (["workload.seed_offset=-1"], "workload.seed_offset must be a non-negative integer"),
+    (["workload.num_tenants=-1"], "workload.num_tenants must be a non-negative integer"),
     (["engine.max_num_seqs=0"], "engine.max_num_seqs must be a positive integer, got 0"),
-    (
-        ["engine.max_num_batched_tokens=-5"],
-        "engine.max_num_batched_tokens must be a positive integer",
-    ),
-    (
-        ["engine.kv_capacity_tokens=0"],
-        "engine.kv_capacity_tokens must be a positive integer, got 0",
-    ),
-    (
-        ["engine=radix", "engine.max_prefill_tokens=0"],
-        "engine.max_prefill_tokens must be a positive integer",
-    ),
-    (
-        ["engine=radix", "engine.schedule_conservativeness=-1"],
-        "engine.schedule_conservativeness must be",
-    ),
+    (["engine.max_num_batched_tokens=-5"], "engine.max_num_batched_tokens must be a positive integer"),
+    (["engine.kv_capacity_tokens=0"], "engine.kv_capacity_tokens must be a positive integer, got 0"),
+    (["engine=radix", "engine.max_prefill_tokens=0"], "engine.max_prefill_tokens must be a positive integer"),
+    (["engine=radix", "engine.schedule_conservativeness=-1"], "engine.schedule_conservativeness must be"),
+    (["engine.schedule_conservativeness=nan"], "engine.schedule_conservativeness must be"),
+    (["engine.schedule_conservativeness=inf"], "engine.schedule_conservativeness must be"),
     (["engine.lpm_fallback_queue_len=-1"], "engine.lpm_fallback_queue_len must be an integer >= 0"),
-    # block / page size: a positive integer that divides the capacity
     (["engine.block_size=0"], "engine.block_size must be a positive integer, got 0"),
     (["engine.block_size=-16"], "engine.block_size must be a positive integer, got -16"),
-    (
-        ["engine.block_size=1.5"],
-        "engine.block_size: Value '1.5' of type 'float' could not be converted",
-    ),
-    (
-        ["engine.block_size=abc"],
-        "engine.block_size: Value 'abc' of type 'str' could not be converted",
-    ),
-    (
-        ["engine=radix", "engine.block_size=0"],
-        "engine.block_size must be a positive integer, got 0",
-    ),
-    (
-        ["engine.block_size=48"],
-        "engine.kv_capacity_tokens (4096) must be a multiple of engine.block_size (48)",
-    ),
-    # model shape
-    (
-        ["model.max_position_embeddings=0"],
-        "model.max_position_embeddings must be a positive integer",
-    ),
+    (["engine.block_size=1.5"], "engine.block_size: Value '1.5' of type 'float' could not be converted"),
+    (["engine.block_size=abc"], "engine.block_size: Value 'abc' of type 'str' could not be converted"),
+    (["engine=radix", "engine.block_size=0"], "engine.block_size must be a positive integer, got 0"),
+    (["engine.block_size=48"], "engine.kv_capacity_tokens (4096) must be a multiple of engine.block_size (48)"),
+    (["engine.debug_checks=maybe"], "engine.debug_checks: Value 'maybe' is not a valid bool"),
+    (["engine.prefix_caching=maybe"], "engine.prefix_caching: Value 'maybe' is not a valid bool"),
+    # ---- model shape and numbers
+    (["model.max_position_embeddings=0"], "model.max_position_embeddings must be a positive integer"),
     (["model.num_layers=-1"], "model.num_layers must be a positive integer"),
-    # load mode and rate
-    (
-        ["load.mode=poisson"],
-        "load.rate must be a positive number of requests/s for load.mode=poisson",
-    ),
-    (["load.mode=poisson", "load.rate=-1"], "load.rate must be a positive number, got -1.0"),
-    (["load.mode=poisson", "load.rate=0"], "load.rate must be a positive number, got 0.0"),
+    (["model.rope_theta=nan"], "model.rope_theta must be a positive number"),
+    (["model.rope_theta=inf"], "model.rope_theta must be a positive number"),
+    (["model.rms_norm_eps=-1"], "model.rms_norm_eps must be a positive number"),
+    (["model.head_dim=3"], "model.head_dim must be even"),
+    (["model.num_kv_heads=3"], "must be a multiple of model.num_kv_heads (3)"),
+    (["model.seed=-1"], "model.seed must be an integer in [0,"),
+    (["model.seed=18446744073709551616"], "model.seed must be an integer in [0,"),
+    # ---- load: NaN, infinity, sign, absurd sizes
+    (["load.mode=poisson"], "load.rate must be a positive number of requests/s for load.mode=poisson"),
+    (["load.mode=poisson", "load.rate=-1"], "load.rate must be a positive finite number"),
+    (["load.mode=poisson", "load.rate=0"], "load.rate must be a positive finite number"),
     (["load.rate=abc"], "load.rate: Value 'abc' of type 'str' could not be converted to Float"),
-    (
-        ["load.mode=poisson", "load.rate=2", "load.burstiness=0"],
-        "load.burstiness must be a positive",
-    ),
-    (["load.mode=trace", "load.slowdown=-1"], "load.slowdown must be a positive number, got -1.0"),
-    # run-level fields
-    (["warmup.num_requests=-1"], "warmup.num_requests must be an integer >= 0, got -1"),
-    (["warmup.prompt_len=0"], "warmup.prompt_len must be a positive integer, got 0"),
-    (["threads=0"], "threads must be a positive integer, got 0"),
+    (["load.mode=poisson", "load.rate=nan"], "load.rate must be a positive finite number"),
+    (["load.mode=poisson", "load.rate=inf"], "load.rate must be a positive finite number"),
+    (["load.mode=poisson", "load.rate=1e12"], "load.rate must be a positive finite number <= 1e+06"),
+    (["load.mode=poisson", "load.rate=2", "load.burstiness=0"], "load.burstiness must be a positive"),
+    (["load.burstiness=nan"], "load.burstiness must be a positive finite number"),
+    (["load.burstiness=inf"], "load.burstiness must be a positive finite number"),
+    (["load.mode=trace", "load.slowdown=-1"], "load.slowdown must be a positive finite number"),
+    (["load.slowdown=inf"], "load.slowdown must be a positive finite number"),
+    (["load.slowdown=nan"], "load.slowdown must be a positive finite number"),
+    (["load.slowdown=0"], "load.slowdown must be a positive finite number"),
+    # ---- run-level fields, seeds, names that become paths
+    (["warmup.num_requests=-1"], "warmup.num_requests must be an integer in [0,"),
+    (["warmup.prompt_len=0"], "warmup.prompt_len must be an integer in [1,"),
+    (["warmup.output_len=0"], "warmup.output_len must be an integer in [1,"),
+    (["warmup.prompt_len=1000000"], "warmup.prompt_len must be an integer in [1, 4096]"),
+    (["threads=0"], "threads must be an integer in [1, 1024], got 0"),
+    (["threads=-3"], "threads must be an integer in [1, 1024], got -3"),
     (["device=nope"], "device must be auto, cpu or cuda[:N], got 'nope'"),
     (["seed=abc"], "seed: Value 'abc' of type 'str' could not be converted to Integer"),
-    (["engine.debug_checks=maybe"], "engine.debug_checks: Value 'maybe' is not a valid bool"),
-]
+    (["seed=-1"], "seed must be an integer in [0,"),
+    (["seed=1180591620717411303424"], "seed must be an integer in [0,"),
+    (["workload.seed_offset=9223372036854775807", "seed=5"], "seed + workload.seed_offset must be below 2**63"),
+    (["label=../escape"], "label must be 1-100 letters, digits"),
+    (["label=a/b"], "label must be 1-100 letters, digits"),
+    (["workload.name=../../evil"], "workload.name must be 1-100 letters, digits"),
+    (["workload.name=.hidden"], "workload.name must be 1-100 letters, digits"),
+    (["save_tokens=maybe"], "save_tokens: Value 'maybe' is not a valid bool"),
+    (["overwrite=maybe"], "overwrite: Value 'maybe' is not a valid bool"),
+    # ---- workload numbers: NaN, infinity, ranges, think times
+    (["workload.zipf_alpha=inf"], "workload.zipf_alpha must be a non-negative number, got inf"),
+    (["workload.zipf_alpha=nan"], "workload.zipf_alpha must be a non-negative number, got nan"),
+    (["workload.range_ratio=nan"], "workload.range_ratio"),
+    (["workload.range_ratio=2"], "workload.range_ratio"),
+    ([*MULTITURN, "workload.think_s=nan"], "workload.think_s must be a non-negative number, got nan"),
+    ([*MULTITURN, "workload.think_s=inf"], "workload.think_s must be a non-negative number, got inf"),
+    ([*MULTITURN, "workload.think_s=-1"], "workload.think_s must be a non-negative number"),
+    ([*MULTITURN, "workload.think_s=100000"], "the last request would be released 100,000 s after the start"),
+    (["workload=rag", "workload.zipf_alpha=inf"], "workload.zipf_alpha must be a non-negative number"),
+    (["workload=mooncake_conversation", "workload.slowdown=nan"], "workload.slowdown must be a positive number"),
+    ([*DATASET, "workload.think_s=nan"], "workload.think_s must be a non-negative number"),
+    # ---- bounds, checked before the run
+    (["bounds.granularities=[0]"], "bounds.granularities[0] must be an integer in [1,"),
+    (["bounds.granularities=[16,-16]"], "bounds.granularities[1] must be an integer in [1,"),
+    (["bounds.granularities=[abc]"], "bounds.granularities"),
+    (["bounds.max_fine_prompt_tokens=0"], "bounds.max_fine_prompt_tokens must be an integer"),
+    # ---- memory: refused with the estimate before anything is generated or allocated
+    (["engine.kv_capacity_tokens=1000000000"], "engine.kv_capacity_tokens: this run needs an estimated"),
+    ([*MULTITURN, "workload.num_users=1000", "workload.num_rounds=1000"], "workload: this run needs an estimated"),
+    ([*SIM, "engine.kv_capacity_tokens=160000000000"], "engine.kv_capacity_tokens: this run needs an estimated"),
+    # ---- the simulated executor
+    (["executor=simulated"], "executor=simulated needs a cost model: select one with hardware=<preset>"),
+    ([*SIM, "decode=greedy"], "decode must be scripted for executor=simulated"),
+    ([*SIM, "hardware.num_gpus=0"], "hardware.num_gpus must be a positive integer"),
+    ([*SIM, "hardware.step_overhead_s=nan"], "hardware.step_overhead_s must be a finite number >= 0"),
+    ([*SIM, "hardware.step_overhead_s=-1"], "hardware.step_overhead_s must be a finite number >= 0"),
+    # ---- traces (need the data: caught inside the run)
+    ([*TRACE, "workload.path={d}/missing.jsonl"], "trace file '{d}/missing.jsonl' not found"),
+    (trace("bad_json.jsonl"), "{d}/bad_json.jsonl:2: not valid JSON"),
+    (trace("no_field.jsonl"), "{d}/no_field.jsonl:1: missing field 'output_length'"),
+    (trace("nan_time.jsonl"), "{d}/nan_time.jsonl:2: timestamp must be a non-negative number of ms (finite), got nan"),
+    (trace("inf_time.jsonl"), "{d}/inf_time.jsonl:1: timestamp must be a non-negative number of ms"),
+    (trace("neg_time.jsonl"), "{d}/neg_time.jsonl:1: timestamp must be a non-negative number of ms"),
+    (trace("late.jsonl"), "the last request would be released 100,000 s after the start"),
+    (trace("huge_hash.jsonl"), "{d}/huge_hash.jsonl:1: hash_ids must be a non-empty list of integers in [0, 2**63)"),
+    (trace("no_hash.jsonl"), "{d}/no_hash.jsonl:1: hash_ids must be"),
+    (trace("too_long.jsonl"), "{d}/too_long.jsonl:1: input_length 100 does not fit 2 hash_ids of 16 tokens"),
+    (trace("zero_out.jsonl"), "{d}/zero_out.jsonl:1: output_length must be an integer in [1,"),
+    (trace("huge_len.jsonl"), "{d}/huge_len.jsonl:1: input_length must be an integer in [1,"),
+    (trace("str_len.jsonl"), "{d}/str_len.jsonl:1: input_length must be an integer"),
+    (trace("not_object.jsonl"), "{d}/not_object.jsonl:1: expected a JSON object, got list"),
+    (trace("empty.jsonl"), "the workload produced no requests"),
+    (trace("blank.jsonl"), "the workload produced no requests"),
+    # ---- datasets
+    ([*DATASET, "workload.path={d}/no_conversations.jsonl"], "no_conversations.jsonl: record 0 (id 'r1'): missing field 'conversations'"),
+    ([*DATASET, "workload.path={d}/no_value.jsonl"], "no_value.jsonl: record 0 (id 'r2'): message 0 needs string fields 'from' and 'value'"),
+    ([*DATASET, "workload.path={d}/none.jsonl"], "dataset file '{d}/none.jsonl' not found"),
+    # ---- requests that can never run
+    (["engine.kv_capacity_tokens=48"], "request g1-q0 needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 48"),
+    (["engine=radix", "engine.kv_capacity_tokens=50"], "needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 50"),
+    (["model.max_position_embeddings=32"], "request g1-q0 needs 60 tokens (prompt 56 + output 4) but the model's context is 32"),
+    # ---- output directories (the preflight reads them from the command line)
+    (["hydra.run.dir="], "hydra.run.dir: an empty path would write into the current directory"),
+    (["hydra.run.dir={d}/a_file"], "hydra.run.dir: '{d}/a_file' exists and is not a directory"),
+    (["hydra.run.dir={d}/a_file/below"], "hydra.run.dir: cannot create or write '{d}/a_file/below'"),
+    (["hydra.sweep.dir={d}/a_file"], "hydra.sweep.dir: '{d}/a_file' exists and is not a directory"),
+    (["hydra.run.dir={d}/finished"], "hydra.run.dir: '{d}/finished' holds another run's results (summary.json)"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "args,needle", PREFLIGHT_CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else None
-)
-def test_preflight_names_the_problem(args, needle):
-    problem = preflight(with_base(args))
-    if needle is None:
-        assert problem is None
-        return
-    assert problem is not None and needle in problem, problem
-    assert "\n" not in problem
+def case_id(case) -> str:
+    return " ".join(case[0]).replace("{d}/", "")
 
 
-def test_preflight_accepts_the_defaults_and_the_small_config():
+def prepare(tmp_path: Path) -> None:
+    for name, text in DATA_FILES.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "a_file").write_text("not a directory\n")
+    (tmp_path / "finished").mkdir()
+    (tmp_path / "finished" / "summary.json").write_text('{"status": "ok"}\n')
+
+
+@pytest.fixture
+def watchdog():
+    def expire(signum, frame):
+        raise TimeoutError(f"a bad input ran for more than {WATCHDOG_S} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(WATCHDOG_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def run_like_the_cli(overrides: list[str], run_dir: Path, capsys) -> tuple[int, list[str], str]:
+    """(exit code, non-blank stderr lines, stderr) of preflight + execute, as `python -m harness`."""
+    problem = preflight(overrides)
+    if problem is not None:
+        return EXIT_BAD_INPUT, [f"error: {problem}"], f"error: {problem}\n"
+    hydra_free = [o for o in overrides if not o.startswith("hydra.")]
+    code = execute(compose_config(hydra_free), run_dir)
+    err = capsys.readouterr().err
+    return code, [ln for ln in err.splitlines() if ln.strip()], err
+
+
+def test_the_table_is_large():
+    assert len(CASES) >= 100
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_bad_input_is_one_line_exit_2(case, tmp_path, capsys, watchdog):
+    prepare(tmp_path)
+    args, needle = case
+    overrides = with_base([a.format(d=tmp_path) for a in args])
+    run_dir = tmp_path / "run"
+    code, lines, err = run_like_the_cli(overrides, run_dir, capsys)
+    assert code == EXIT_BAD_INPUT, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert needle.format(d=tmp_path) in lines[0], lines[0]
+    assert "Traceback" not in err
+    assert_failed_run_dir(run_dir)
+
+
+def test_defaults_and_the_small_config_pass_the_preflight():
     assert preflight([]) is None
     assert preflight(BASE) is None
 
@@ -161,98 +308,36 @@ def test_preflight_of_a_sweep_checks_names_and_types_of_every_value(argv, needle
     assert problem is None if needle is None else needle in problem, problem
 
 
-# ---------------------------------------------------------------- data-dependent, inside the run
+@pytest.fixture
+def custom_workload():
+    """A user's workload file in conf/workload/, removed afterwards."""
+    written = []
+
+    def write(name: str, text: str) -> str:
+        path = CONF_DIR / "workload" / f"{name}.yaml"
+        path.write_text(text)
+        written.append(path)
+        return name
+
+    yield write
+    for path in written:
+        path.unlink()
 
 
-def compose_config(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"):
-        return compose(config_name="config", overrides=overrides)
-
-
-def trace_file(tmp_path: Path, lines: list[str]) -> Path:
-    path = tmp_path / "trace.jsonl"
-    path.write_text("".join(f"{line}\n" for line in lines))
-    return path
-
-
-GOOD_LINE = '{"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [0, 1]}'
-TRACE = ["workload=mooncake_conversation", "workload.name=user_trace", "workload.block_size=16", "workload.max_requests=null"]
-DATASET = ["workload=dataset_sharegpt"]
-DATA_FILES = {  # written into each test's tmp_path; {d} below is that directory
-    "bad_json.jsonl": f'{GOOD_LINE}\n{{"timestamp": 1, oops\n',
-    "no_field.jsonl": '{"timestamp": 0, "input_length": 20, "hash_ids": [0, 1]}\n',
-    "no_conversations.jsonl": '{"id": "r1", "turns": []}\n',
-    "no_value.jsonl": '{"id": "r2", "conversations": [{"from": "human"}]}\n',
-}
-# name -> (overrides, text the one error line must contain)
-RUN_CASES = {
-    "kv too small (apc)": (
-        ["engine.kv_capacity_tokens=48"],
-        "request g1-q0 needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 48",
-    ),
-    "kv too small (radix)": (
-        ["engine=radix", "engine.kv_capacity_tokens=50"],
-        "needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 50",
-    ),
-    "prompt beyond context": (
-        ["model.max_position_embeddings=32"],
-        "request g1-q0 needs 60 tokens (prompt 56 + output 4) but the model's context is 32",
-    ),
-    "unknown hash": (
-        ["engine.hash_algo=nope"],
-        "unknown hash_algo 'nope'; valid: builtin, sha256,",
-    ),
-    "unknown eviction policy": (
-        ["engine=radix", "engine.eviction_policy=nope"],
-        "unknown eviction policy 'nope'; valid:",
-    ),
-    "unknown policy": (
-        ["engine.policy=nope"],
-        "unknown policy 'nope'; valid: dfs-weight, fcfs, lpm",
-    ),
-    "missing trace": (
-        [*TRACE, "workload.path={d}/missing.jsonl"],
-        "trace file '{d}/missing.jsonl' not found",
-    ),
-    "malformed trace line": (
-        [*TRACE, "workload.path={d}/bad_json.jsonl"],
-        "{d}/bad_json.jsonl:2: not valid JSON",
-    ),
-    "trace line missing a field": (
-        [*TRACE, "workload.path={d}/no_field.jsonl"],
-        "{d}/no_field.jsonl:1: missing field 'output_length'",
-    ),
-    "dataset missing conversations": (
-        [*DATASET, "workload.path={d}/no_conversations.jsonl"],
-        "no_conversations.jsonl: record 0 (id 'r1'): missing field 'conversations'",
-    ),
-    "dataset message missing a field": (
-        [*DATASET, "workload.path={d}/no_value.jsonl"],
-        "no_value.jsonl: record 0 (id 'r2'): message 0 needs string fields 'from' and 'value'",
-    ),
-    "missing dataset": (
-        [*DATASET, "workload.path={d}/none.jsonl"],
-        "dataset file '{d}/none.jsonl' not found",
-    ),
-}
-
-
-@pytest.mark.parametrize("name", list(RUN_CASES))
-def test_data_problems_fail_the_run_with_one_line(name, tmp_path, capsys):
-    for file_name, text in DATA_FILES.items():
-        (tmp_path / file_name).write_text(text)
-    args, needle = RUN_CASES[name]
-    overrides = with_base([a.format(d=tmp_path) for a in args])
-    assert preflight(overrides) is None  # nothing static is wrong: the run itself must catch it
-    run_dir = tmp_path / "run"
-    code = execute(compose_config(overrides), run_dir)
-    err = capsys.readouterr().err
-    assert code == EXIT_BAD_INPUT, err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert needle.format(d=tmp_path) in lines[0]
-    assert "Traceback" not in err
-    assert_failed_run_dir(run_dir)
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("defaults:\n  - base_unique\nnum_prompts: [1, 2\n", "is not valid YAML: line 4"),
+        ("name: custom\nfamily: unique\nnum_prompts: 2\n", "needs `defaults: [<one of base_dataset,"),
+        ("defaults:\n  - base_unique\n  - _self_\nname: c\nfamily: unique\nnum_groups: 3\n", "unknown field workload.num_groups"),
+        ("- just\n- a list\n", "must hold a mapping of fields"),
+    ],
+    ids=["syntax", "no defaults", "another family's field", "not a mapping"],
+)
+def test_custom_workload_files_are_checked_up_front(text, needle, custom_workload):
+    name = custom_workload("zz_custom_test", text)
+    problem = preflight(merged(SMALL, [f"workload={name}"]))
+    assert problem is not None and needle in problem and "\n" not in problem, problem
 
 
 def assert_failed_run_dir(run_dir: Path) -> None:
@@ -262,6 +347,7 @@ def assert_failed_run_dir(run_dir: Path) -> None:
         data = json.loads(summary.read_text())
         assert data["status"] == "failed" and data["completed"] == 0, data
     assert not (run_dir / "requests.parquet").exists()
+    assert not (run_dir / "rows.jsonl").exists()
 
 
 # ---------------------------------------------------------------- the CLI end to end (subprocesses)
@@ -276,16 +362,16 @@ def _assert_one_error_line(proc, needle: str) -> None:
 
 def test_cli_static_problem_makes_no_run_directory(tmp_path):
     run_dir = tmp_path / "bad"
-    proc = harness(merged(BASE, ["engine.block_size=1.5"]), run_dir, timeout=120)
-    _assert_one_error_line(proc, "engine.block_size: Value '1.5' of type 'float'")
+    proc = harness(merged(BASE, ["load.slowdown=inf"]), run_dir, timeout=120)
+    _assert_one_error_line(proc, "load.slowdown must be a positive finite number")
     assert not run_dir.exists()
 
 
-def test_cli_malformed_trace_line_records_a_failed_run(tmp_path):
-    path = trace_file(tmp_path, [GOOD_LINE, GOOD_LINE, "not json"])
+def test_cli_nan_timestamp_records_a_failed_run(tmp_path):
+    prepare(tmp_path)
     run_dir = tmp_path / "bad"
-    proc = harness(with_base([*TRACE, f"workload.path={path}"]), run_dir, timeout=120)
-    _assert_one_error_line(proc, f"{path}:3: not valid JSON")
+    proc = harness(with_base([*TRACE, f"workload.path={tmp_path}/nan_time.jsonl"]), run_dir, timeout=120)
+    _assert_one_error_line(proc, "nan_time.jsonl:2: timestamp must be a non-negative number of ms")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     assert_failed_run_dir(run_dir)
 
@@ -296,3 +382,11 @@ def test_cli_sweep_with_a_value_of_the_wrong_type_runs_nothing(tmp_path):
     proc = harness(args, tmp_path / "unused", timeout=120)
     _assert_one_error_line(proc, "engine.block_size: Value 'abc' of type 'str'")
     assert not sweep_dir.exists()
+
+
+def test_cli_empty_output_dir_writes_nothing():
+    cmd = [sys.executable, "-m", "harness", *BASE, "hydra.run.dir="]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    _assert_one_error_line(proc, "hydra.run.dir: an empty path would write into the current directory")
+    assert not (ROOT / "harness.log").exists() and not (ROOT / "summary.json").exists()

@@ -75,6 +75,15 @@ def test_run_writes_results(apc_run):
     lines = (run_dir / "tokens.jsonl").read_text().splitlines()
     assert len(lines) == 6 and set(json.loads(lines[0])) >= {"request_id", "prompt_ids", "output_ids"}
     assert (run_dir / ".hydra" / "config.yaml").exists()
+    assert len(manifest["config_fingerprint"]) == 12 and not (run_dir / "rows.jsonl").exists()
+    for path in run_dir.iterdir():
+        if path.is_file():
+            assert path.stat().st_mode & 0o777 == 0o644, path  # readable in a shared folder
+    err_lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert err_lines[-1].split("\r")[-1].strip() == f"run directory: {run_dir}"
+    assert "Serving Benchmark Result" in (run_dir / "harness.log").read_text()
+    for duplicate in ("hit_rate_tokens", "engine_hit_rate", "theoretical_hit_rate", "prime_policy", "prime_validated"):
+        assert duplicate not in summary
 
 
 def test_same_seed_same_requests_table(apc_run, tmp_path):
@@ -92,6 +101,22 @@ def test_radix_run(tmp_path):
     summary = json.loads((tmp_path / "radix" / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["backend"] == "radix"
     assert 0 < summary["hit_rate"] <= summary["ideal_hit_rate"] + 1e-9
+
+
+def test_two_runs_at_once_with_default_directories_both_complete(tmp_path):
+    """Same workload, engine and seed, started together: two directories, two finished runs."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "harness", *SYSTEM_PROMPT_SMALL, *SMALL]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for e in errs]
+    runs = sorted((tmp_path / "results").iterdir())
+    assert len(runs) == 2 and all(r.name.endswith("-system_prompt-apc-seed0") for r in runs), runs
+    for run in runs:
+        assert json.loads((run / "summary.json").read_text())["status"] == "ok"
+    named = {e.strip().splitlines()[-1].split("\r")[-1].strip() for e in errs}
+    assert named == {f"run directory: {r}" for r in runs}
 
 
 @pytest.mark.parametrize(

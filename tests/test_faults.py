@@ -25,8 +25,11 @@ import pytest
 from engines.cache.apc.block_pool import BlockPool
 from engines.cache.radix.allocator import TokenToKVPoolAllocator
 from engines.engine import Engine
-from harness.__main__ import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _on_signal, execute
+from harness.__main__ import _on_signal
+from harness.execute import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, execute
+from harness.metrics import TIMING_COLUMNS
 from harness.results import RunDir
+from harness.rowlog import rows_table
 from harness.runner import RunInterrupted
 from tests.test_bad_input import BASE, assert_failed_run_dir, compose_config, with_base
 from tests.test_cli import ROOT, harness, merged
@@ -84,15 +87,18 @@ def test_signal_during_run_writes_finished_rows_as_interrupted(sig, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_mid_run_leaves_nothing_that_looks_finished(tmp_path):
+def test_sigkill_keeps_the_finished_rows(tmp_path):
     run_dir, log = tmp_path / "run", tmp_path / "stderr.txt"
     proc = start_harness(STAGGERED, run_dir, log)
     wait_for_progress(proc, log)
     proc.kill()  # SIGKILL: no handler runs, as in a crash or an OOM kill
     proc.wait(timeout=60)
-    summary = run_dir / "summary.json"
-    assert not summary.exists() or summary_of(run_dir)["status"] != "ok"
+    assert not (run_dir / "summary.json").exists()  # nothing that looks finished
     assert not (run_dir / "requests.parquet").exists()
+    rows = rows_table(run_dir / "rows.jsonl")
+    finished = int(PROGRESS.findall(log.read_text())[-1])
+    assert 1 <= finished <= len(rows) < 8  # every request the bar counted has its row
+    assert rows["output_tokens"].eq(4).all() and rows["request_id"].is_unique
 
 
 def test_sweep_with_one_bad_job_keeps_the_good_one(tmp_path):
@@ -152,6 +158,40 @@ def test_interrupt_keeps_exactly_the_finished_rows(tmp_path, monkeypatch, capsys
     assert "finished rows were written" in capsys.readouterr().err
 
 
+def test_rows_file_matches_the_request_table(tmp_path, monkeypatch):
+    kept = {}
+    original = RunDir.write_requests
+
+    def write_requests(self, df):
+        kept["rows"] = rows_table(self.rows_path)  # still there: removed after the parquet
+        original(self, df)
+
+    monkeypatch.setattr(RunDir, "write_requests", write_requests)
+    code, run_dir = run_in_process(tmp_path)
+    assert code == EXIT_OK and not (run_dir / "rows.jsonl").exists()
+    table = pd.read_parquet(run_dir / "requests.parquet")
+    key = ["request_id", "cached_tokens", "prompt_tokens", "output_tokens"]
+    pd.testing.assert_frame_equal(
+        kept["rows"][key].sort_values("request_id").reset_index(drop=True),
+        table[key].sort_values("request_id").reset_index(drop=True),
+    )
+    assert set(kept["rows"].columns) >= set(TIMING_COLUMNS)
+
+
+def test_crash_after_measuring_keeps_the_rows_and_prints_the_traceback(tmp_path, monkeypatch, capsys):
+    def boom(*args, **kwargs):
+        raise ValueError("a bug in the summary, not bad input")
+
+    monkeypatch.setattr("harness.runner.summarize", boom)
+    code, run_dir = run_in_process(tmp_path)
+    assert code == EXIT_FAILED
+    summary = summary_of(run_dir)
+    assert summary["status"] == "failed" and summary["completed"] == NUM_REQUESTS
+    assert len(pd.read_parquet(run_dir / "requests.parquet")) == NUM_REQUESTS
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "error: ValueError: a bug in the summary" in err
+
+
 def test_interrupt_before_measuring_records_no_rows(tmp_path, monkeypatch, capsys):
     def warm_up_interrupted(self, requests, on_finish=None, **kwargs):
         raise RunInterrupted("SIGTERM")
@@ -163,7 +203,7 @@ def test_interrupt_before_measuring_records_no_rows(tmp_path, monkeypatch, capsy
     assert summary["status"] == "interrupted" and summary["completed"] == 0
     assert not (run_dir / "requests.parquet").exists()
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert lines == ["error: SIGTERM outside the measured run; no request rows were kept"]
+    assert lines == ["error: SIGTERM outside the measured run; 0 finished rows were written"]
 
 
 def test_signal_while_writing_waits_for_the_files(tmp_path, monkeypatch):
@@ -197,6 +237,7 @@ def test_crash_while_writing_leaves_no_truncated_parquet(tmp_path, monkeypatch, 
     assert not (run_dir / "requests.parquet").exists()
     assert not list(run_dir.glob(".*.tmp"))  # the temporary file is gone too
     assert "error: OSError" in capsys.readouterr().err
+    assert len(rows_table(run_dir / "rows.jsonl")) == NUM_REQUESTS  # the rows are still on disk
 
 
 # ------------------------------------------------------------------ leak checks
@@ -250,3 +291,17 @@ def test_leak_fails_the_step_in_debug_mode(cache, tmp_path, monkeypatch, capsys)
     # The run stopped at the leaking step; the rows finished before it are kept, marked failed.
     assert summary["completed"] < 6
     assert "error: run failed: CacheIntegrityError: " in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_during_start_up_is_a_clean_interrupted_exit(sig, tmp_path):
+    """Imports and the preflight take seconds: an interrupt there ends like one during the run."""
+    run_dir, log = tmp_path / "run", tmp_path / "stderr.txt"
+    proc = start_harness(BASE, run_dir, log)
+    time.sleep(1.0)  # still importing torch and hydra
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == EXIT_INTERRUPTED, log.read_text()[-2000:]
+    lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
+    assert lines == [f"error: {sig.name} during start-up; nothing was run"], lines
+    assert not run_dir.exists()

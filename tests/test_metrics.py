@@ -167,12 +167,11 @@ def test_summary_hit_rate_and_cache_fields(table):
         "ideal_hit_rate": 0.5,
         "evictions": 3,
         "status": "ok",
-        "hit_rate_source": "per_request",
     }
     s = summarize(table, itls_ms(RECORDS), 2.0, extra)
     assert s["prompt_tokens_cached"] == 80
-    assert s["hit_rate"] == s["hit_rate_tokens"] == pytest.approx(80 / 180)
-    assert s["hit_rate_source"] == "per_request"
+    assert s["hit_rate"] == pytest.approx(80 / 180)
+    assert "hit_rate_tokens" not in s and "hit_rate_source" not in s  # one quantity, one name
     assert (s["recomputed_tokens"], s["num_preemptions"]) == (5, 1)
     assert (s["ideal_hit_rate"], s["evictions"], s["status"]) == (0.5, 3, "ok")
     # the measured window is whatever rows are passed: here only b and c
@@ -211,13 +210,13 @@ def test_summary_is_json_safe_even_when_empty():
         empty,
         {},
         0.0,
-        {"engine_hit_rate": np.float64("nan"), "evictions": np.int64(2), "request_rate": math.inf},
+        {"belady_hit_rate": np.float64("nan"), "evictions": np.int64(2), "request_rate": math.inf},
     )
     assert _plain(s)
     json.dumps(s, allow_nan=False)
     assert s["completed"] == 0 and s["hit_rate"] is None and s["request_throughput"] is None
     assert s["mean_ttft_ms"] == 0.0 and s["p99_itl_ms"] == 0.0  # an empty list counts as 0
-    assert (s["engine_hit_rate"], s["evictions"], s["request_rate"]) == (None, 2, "inf")
+    assert (s["belady_hit_rate"], s["evictions"], s["request_rate"]) == (None, 2, "inf")
 
 
 def test_single_token_requests_give_zero_tpot_stats():

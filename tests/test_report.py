@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import statistics
@@ -71,13 +72,13 @@ def test_overhead_ratio_and_interval(report):
     table = pd.read_csv(report.root / "overhead.csv")
     tput = table[table["metric"] == "total_token_throughput"].set_index("engine")
     for engine, pairs in (("apc", APC_PAIRS), ("radix", RADIX_PAIRS)):
-        ratios = [on / off for on, off in pairs]
-        half = 2.776 * statistics.stdev(ratios) / math.sqrt(5)
+        logs = [math.log(on / off) for on, off in pairs]  # the interval is taken on the log scale
+        half = 2.776 * statistics.stdev(logs) / math.sqrt(5)
         row = tput.loc[engine]
         assert row["n_pairs"] == 5
-        assert row["ratio"] == pytest.approx(statistics.mean(ratios))
-        assert row["ci_low"] == pytest.approx(statistics.mean(ratios) - half)
-        assert row["ci_high"] == pytest.approx(statistics.mean(ratios) + half)
+        assert row["ratio"] == pytest.approx(math.exp(statistics.mean(logs)))
+        assert row["ci_low"] == pytest.approx(math.exp(statistics.mean(logs) - half))
+        assert row["ci_high"] == pytest.approx(math.exp(statistics.mean(logs) + half))
     # PR #2762's pair alone: 8.55 / 8.71 req/s with APC on / off is a 1.84% loss.
     assert APC_PAIRS[0][0] / APC_PAIRS[0][1] == pytest.approx(1 - 0.0184, abs=1e-4)
 
@@ -85,10 +86,10 @@ def test_overhead_ratio_and_interval(report):
 def test_every_figure_written_as_png_and_svg(report):
     figures = report.root / FIGURE_DIR
     expected = {"ttft_cdf_unique", "ttft_cdf_system_prompt", "latency_throughput", "hit_rate",
-                "capacity_system_prompt_tiny_real", "overhead", "bookkeeping"}  # fmt: skip
+                "capacity_system_prompt_tiny_real", "overhead", "bookkeeping", "speedup", "ttft_hit_miss"}  # fmt: skip
     assert set(report.figures) == expected
-    # no simulated runs and no scheduler x cache square here
-    assert set(report.skipped) == {"trace_capacity", "projected_overhead", "decomposition"}
+    # no simulated runs, no load sweep and no scheduler x cache square here
+    assert set(report.skipped) == {"trace_capacity", "projected_overhead", "metric_vs_load", "decomposition"}
     for stem in expected:
         assert (figures / f"{stem}.png").stat().st_size > 1000
         assert (figures / f"{stem}.svg").read_text().lstrip().startswith("<?xml")
@@ -98,7 +99,7 @@ def test_figure_text_names_configuration(report):
     """Titles, units, legends and the footnote are readable without the code."""
     svg = (report.root / FIGURE_DIR / "overhead.svg").read_text()
     for needle in ("0%-hit throughput ratio", "cache on / cache off", "apc on/off (unique, n=5 pairs)",
-                   "model tiny", "KV capacity 4,096 tokens", "n = 20 runs (5 seeds)", "Student-t"):  # fmt: skip
+                   "model tiny", "KV capacity 4,096 tokens", "n = 20 runs (5 seeds)", "log scale"):  # fmt: skip
         assert needle in svg, needle
     cap = (report.root / FIGURE_DIR / "capacity_system_prompt_tiny_real.svg").read_text()
     for needle in ("KV capacity (tokens)", "hit rate (%)", "TTFT (ms)", "radix-lpm (page 1, lpm)",
@@ -134,7 +135,7 @@ def test_cli(tmp_path, capsys):
     write_results_tree(tmp_path / "r")
     assert main([str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
-    assert "30 runs (29 ok, 1 not ok)" in out and "0%-hit throughput ratio apc on/off" in out
+    assert "30 runs (29 ok, 0 incomplete, 1 failed or interrupted)" in out and "0%-hit throughput ratio apc on/off" in out
 
 
 def test_pairs_stay_within_a_sweep_and_pool_across_sweeps(tmp_path):
@@ -144,7 +145,7 @@ def test_pairs_stay_within_a_sweep_and_pool_across_sweeps(tmp_path):
         write_run(tmp_path, f"{sweep}/1-apc_off", seed=0, cache=False, throughput=off)
     table = build_report(tmp_path, figures=False).overhead
     row = table[table["metric"] == "total_token_throughput"].iloc[0]
-    assert row["n_pairs"] == 2 and row["ratio"] == pytest.approx((0.99 + 1.01) / 2)
+    assert row["n_pairs"] == 2 and row["ratio"] == pytest.approx(math.sqrt(0.99 * 1.01))  # geometric mean
 
 
 @pytest.fixture(scope="module")
@@ -205,3 +206,79 @@ def test_projected_overhead_without_cache_off_is_gross(tmp_path):
     assert (row["hardware"], row["n_runs"], row["n_off_pairs"]) == ("h200_llama3_8b_bf16", 1, 0)
     assert row["overhead_share"] == row["gross_share"] == pytest.approx(12.0 / 3000.0)
     assert pd.isna(row["ci_low"])
+
+
+# ------------------------------------------------------------------ grouping, names, incomplete runs
+
+
+def test_a_rate_sweep_gives_one_summary_row_per_rate_and_a_load_figure(tmp_path):
+    for rate in (2.0, 8.0, 32.0):
+        for engine in ("apc", "radix"):
+            for seed in (0, 1):
+                ttft = 10.0 * rate  # latency grows with load
+                write_run(tmp_path, f"rate/{engine}-r{rate:g}-s{seed}", engine=engine, seed=seed, rate=rate,
+                          ttfts_ms=(ttft, ttft + 1, ttft + 2))  # fmt: skip
+    report = build_report(tmp_path)
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert len(summary) == 6 and set(summary["n_ok"]) == {2}
+    assert "load.rate" in summary.columns and all("load.rate" in v for v in summary["varies"])
+    apc = summary[summary["arm"] == "apc"].sort_values("load.rate")
+    assert list(apc["load.rate"]) == [2.0, 8.0, 32.0]
+    assert list(apc["median_ttft_ms"]) == [21.0, 81.0, 321.0]  # never averaged across rates
+    assert "metric_vs_load_unique" in report.figures
+    svg = (tmp_path / FIGURE_DIR / "metric_vs_load_unique.svg").read_text()
+    assert "load.rate (req/s)" in svg and "apc (block 16, fcfs)" in svg
+
+
+def test_runs_of_two_models_never_share_a_figure(tmp_path):
+    write_run(tmp_path, "a/apc", engine="apc")
+    run = write_run(tmp_path, "b/apc", engine="apc")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["model"]["name"] = "s"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    report = build_report(tmp_path)
+    assert {"latency_throughput_s_real", "latency_throughput_tiny_real"} <= set(report.figures)
+    assert len(pd.read_csv(tmp_path / "summary.csv")) == 2
+
+
+def test_names_from_results_never_leave_the_results_folder(tmp_path):
+    root = tmp_path / "deep" / "results"
+    write_run(root, "x/evil", workload="../../../escaped")
+    write_run(root, "x/slash", workload="a/b")
+    before = {p for p in tmp_path.rglob("*") if p.is_file() and root not in p.parents}
+    report = build_report(root)
+    after = {p for p in tmp_path.rglob("*") if p.is_file() and root not in p.parents}
+    assert after == before  # nothing written outside root
+    figures = {p.name for p in (root / FIGURE_DIR).iterdir()}
+    assert "ttft_cdf_escaped.png" in figures and "ttft_cdf_a-b.png" in figures
+    assert all("/" not in stem and not stem.startswith(".") for stem in report.figures)
+
+
+def test_killed_runs_are_listed_as_incomplete_with_their_rows(tmp_path):
+    write_run(tmp_path, "s/0-apc", engine="apc")
+    killed = tmp_path / "s" / "1-radix"
+    killed.mkdir(parents=True)
+    (killed / "manifest.json").write_text(json.dumps({"config": {"engine": {"cache": "radix"}, "workload": {"name": "unique"}}}))
+    (killed / "rows.jsonl").write_text('{"request_id": "a"}\n{"request_id": "b"}\n{"request_id": "c", "trunc')
+    report = build_report(tmp_path)
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert summary["n_incomplete"].sum() == 1 and summary["n_ok"].sum() == 1
+    assert "incomplete: s/1-radix (2 finished rows, no summary: killed?)" in describe(report)
+
+
+def test_arm_colours_are_fixed_across_figures(report):
+    from harness.figstyle import ARM_COLOURS
+
+    for stem in ("latency_throughput", "overhead", "bookkeeping"):
+        svg = (report.root / FIGURE_DIR / f"{stem}.svg").read_text()
+        assert ARM_COLOURS["apc"] in svg and ARM_COLOURS["radix"] in svg, stem
+
+
+def test_intervals_never_go_below_zero_and_single_runs_get_none():
+    from harness.stats import bounded_ci, ratio_ci
+
+    assert bounded_ci([0.1, 5.0, 0.2], non_negative=True).low == 0.0
+    assert bounded_ci([3.0], non_negative=True)[1:] == (None, None, 1)
+    ci = ratio_ci([0.5, 2.0, 1.0])
+    assert ci.mean == pytest.approx(1.0) and 0 < ci.low < 1 < ci.high
+    assert ci.low * ci.high == pytest.approx(1.0)  # r and 1/r: mirror images on the log scale

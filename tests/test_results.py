@@ -163,3 +163,38 @@ def test_git_state(tmp_path):
     assert git_state(tmp_path) == (head, True)
     (tmp_path / "sub").mkdir()
     assert git_state(tmp_path / "sub") == (None, None)  # inside someone else's checkout
+
+
+# ------------------------------------------------------------------ run identity
+
+
+def test_fresh_dir_never_reuses_a_name(tmp_path):
+    from harness.identity import fresh_dir
+
+    base = str(tmp_path / "results" / "20261201-120000.123456-unique-apc-seed0")
+    names = [fresh_dir(base) for _ in range(3)]
+    assert names == [base, f"{base}-1", f"{base}-2"]
+
+
+def test_a_claimed_or_finished_directory_is_refused_unless_overwrite(tmp_path):
+    from harness.errors import BAD_INPUT
+    from harness.identity import claim
+
+    run = tmp_path / "run"
+    claim(run, "rows.jsonl", overwrite=False)
+    with pytest.raises(BAD_INPUT, match=r"holds another run's results \(rows.jsonl\)"):
+        claim(run, "rows.jsonl", overwrite=False)  # a second run pointed at a running one
+    (run / "rows.jsonl").unlink()
+    write_json(run / "summary.json", {"status": "ok"})
+    with pytest.raises(BAD_INPUT, match=r"holds another run's results \(summary.json\); .*overwrite=true"):
+        claim(run, "rows.jsonl", overwrite=False)
+    claim(run, "rows.jsonl", overwrite=True)
+    assert not (run / "summary.json").exists() and (run / "rows.jsonl").exists()
+
+
+def test_fingerprint_ignores_seed_and_output_settings_only():
+    from harness.identity import fingerprint
+
+    base = {"seed": 0, "engine": {"cache": "apc"}, "load": {"rate": 8.0}, "save_tokens": False}
+    assert fingerprint(base) == fingerprint({**base, "seed": 7, "save_tokens": True, "overwrite": True})
+    assert fingerprint(base) != fingerprint({**base, "load": {"rate": 64.0}})

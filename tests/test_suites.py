@@ -128,3 +128,35 @@ def test_capacity_smoke_end_to_end_with_report(tmp_path):
     big = summary[summary["kv_capacity_tokens"] == 256]
     assert (big["hit_rate"] > summary[summary["kv_capacity_tokens"] == 64]["hit_rate"].max() - 1e-9).all()
     assert (tmp_path / "sweep" / "figures" / "capacity_system_prompt_tiny_real.png").exists()
+
+
+def test_rate_sweeps_the_request_rate_with_both_engines():
+    cfg = compose_suite("rate")
+    assert (cfg.load.mode, cfg.workload.name) == ("poisson", "system_prompt")
+    batch = jobs(cfg)
+    rates = {float(o.split("=")[1]) for job in batch for o in job if o.startswith("load.rate=")}
+    arms = {o.split("=")[1] for job in batch for o in job if o.startswith("+suite/arm=")}
+    assert len(rates) >= 4 and arms == {"apc", "radix"}
+
+
+def test_overhead_tool_alternates_the_order_within_pairs():
+    from harness.overhead import abba_order
+
+    assert abba_order(0) == [("apc", True), ("apc", False), ("radix", True), ("radix", False)]
+    assert abba_order(1) == [("apc", False), ("apc", True), ("radix", False), ("radix", True)]
+
+
+def test_a_rate_sweep_runs_in_process_with_one_summary_row_per_rate(tmp_path):
+    """rate_smoke's jobs through harness.execute (what the CLI runs), then the report."""
+    from harness.execute import EXIT_OK, execute
+    from harness.report import build_report
+
+    cfg = compose_suite("rate_smoke")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
+        for i, job in enumerate(jobs(cfg)):
+            job_cfg = compose(config_name="config", overrides=["+suite=rate_smoke", *job])
+            assert execute(job_cfg, tmp_path / "sweep" / str(i)) == EXIT_OK
+    build_report(tmp_path, figures=False)
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert sorted(summary["load.rate"]) == [4.0, 4.0, 64.0, 64.0]  # apc and radix at each rate
+    assert set(summary["n_ok"]) == {1}

@@ -185,7 +185,7 @@ def test_a_local_tokenizer_json(tmp_path):
 
 
 def test_missing_file_and_unknown_suffix(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nothere.jsonl"):
+    with pytest.raises(ValueError, match="nothere.jsonl"):  # workloads.errors.BadInput
         generate(Params(path="nothere.jsonl"), 0, SMOL)
     (tmp_path / "c.txt").write_text("x")
     with pytest.raises(

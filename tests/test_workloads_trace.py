@@ -73,7 +73,7 @@ def test_malformed_line_is_reported_as_file_and_line(tmp_path, line, problem):
 
 
 def test_missing_file_names_the_path():
-    with pytest.raises(FileNotFoundError, match="no/such/trace.jsonl"):
+    with pytest.raises(ValueError, match="no/such/trace.jsonl"):  # workloads.errors.BadInput
         generate(params("trace", path="no/such/trace.jsonl"), 0, SPACE)
 
 

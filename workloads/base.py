@@ -8,11 +8,13 @@ each schema in Hydra's ConfigStore as `workload/base_<family>`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
+from workloads.errors import BadInput
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.tokens import TokenSpace
@@ -32,12 +34,17 @@ __all__ = [
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
-def fail(field: str, must: str, value: object) -> ValueError:
-    return ValueError(f"workload.{field} must be {must}, got {value!r}")
+def fail(field: str, must: str, value: object) -> BadInput:
+    return BadInput(f"workload.{field} must be {must}, got {value!r}")
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    """A finite int or float: NaN and infinity are refused everywhere (they spin or overflow)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
@@ -58,7 +65,7 @@ class WorkloadParams:
     choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def validate(self) -> None:
-        """Raise one ValueError naming the first bad field (`workload.<field> must be ...`)."""
+        """Raise one BadInput naming the first bad field (`workload.<field> must be ...`)."""
         for name in ("version", *self.positive):
             value = getattr(self, name)
             if not _is_int(value) or value <= 0:
@@ -80,11 +87,16 @@ class WorkloadParams:
     def check(self) -> None:
         """Family-specific checks beyond the declarative ones."""
 
+    def prompt_tokens_estimate(self) -> int | None:
+        """Total prompt tokens the generator will produce, computed from the parameters alone (so
+        a run can refuse a workload too large for memory before generating it); None if unknown."""
+        return None
+
 
 def check_fraction(params: WorkloadParams, name: str, low_open: bool = True) -> None:
     """`name` must lie in (0, 1] (or [0, 1] with low_open=False)."""
     value = getattr(params, name)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 1
+    ok = _is_number(value) and value <= 1
     ok = ok and (value > 0 if low_open else value >= 0)
     if not ok:
         raise fail(name, "in (0, 1]" if low_open else "in [0, 1]", value)
@@ -92,15 +104,14 @@ def check_fraction(params: WorkloadParams, name: str, low_open: bool = True) -> 
 
 def check_non_negative_number(params: WorkloadParams, name: str, positive: bool = False) -> None:
     value = getattr(params, name)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or value < 0 or (positive and value == 0):
+    if not _is_number(value) or value < 0 or (positive and value == 0):
         raise fail(name, "a positive number" if positive else "a non-negative number", value)
 
 
 def check_distinct(field: str, count: int, space: TokenSpace, what: str) -> None:
     """Pieces that must diverge at their first token need that many distinct ids."""
     if count > space.num_workload_ids:
-        raise ValueError(
+        raise BadInput(
             f"workload.{field} asks for {count} {what}, each with its own first token, but the model "
             f"has only {space.num_workload_ids} workload ids"
         )
@@ -138,7 +149,7 @@ def params_from_mapping(values: Mapping[str, object]) -> WorkloadParams:
     known = {f.name for f in fields(family.params_cls)}
     extra = sorted(set(values) - known)
     if extra:
-        raise ValueError(
+        raise BadInput(
             f"workload.{extra[0]} is not a parameter of family {values['family']!r}; valid: {', '.join(sorted(known))}"
         )
     return family.params_cls(**values)
@@ -196,7 +207,7 @@ def resolve_data_path(path: str, what: str) -> Path:
         if candidate.is_file():
             return candidate
     looked = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(f"{what} {path!r} not found (looked at {looked})")
+    raise BadInput(f"{what} {path!r} not found (looked at {looked})")
 
 
 # The family modules register themselves on import; they import this module, so this comes last.

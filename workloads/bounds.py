@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from workloads.bound_caches import POLICIES
+from workloads.errors import BadInput
 from workloads.progress import progress
 from workloads.registry import Registry
 from workloads.request import Request
@@ -166,7 +167,7 @@ def _run(
     items: list[_Item], g: int, policy: str, capacity: int | None, accounting: str
 ) -> HitBound:
     if policy != "unbounded" and (capacity is None or capacity <= 0):
-        raise ValueError(f"policy {policy!r} needs a positive capacity in blocks, got {capacity!r}")
+        raise BadInput(f"policy {policy!r} needs a positive capacity in blocks, got {capacity!r}")
     cache = POLICIES.get(policy)(capacity, items)
     hit_tokens = prompt_tokens = hit_blocks = total_blocks = 0
     per_request, t = [], 0
@@ -205,7 +206,7 @@ def simulate(
 ) -> list[HitBound]:
     """One replay per capacity (None = unbounded); the block keys are hashed once."""
     if not isinstance(granularity, int) or granularity <= 0:
-        raise ValueError(f"granularity must be a positive integer, got {granularity!r}")
+        raise BadInput(f"granularity must be a positive integer, got {granularity!r}")
     items = _items(source, [granularity], accounting)[granularity]
     return [
         _run(items, granularity, "unbounded" if c is None else policy, c, accounting)
@@ -221,7 +222,7 @@ def ideal_hit_rate(
     """The unbounded-cache hit rate at each granularity (§5.3 theoretical_hit_rate_by_granularity)."""
     gs = sorted(set(granularities))
     if any(not isinstance(g, int) or g <= 0 for g in gs):
-        raise ValueError(f"granularities must be positive integers, got {list(granularities)}")
+        raise BadInput(f"granularities must be positive integers, got {list(granularities)}")
     items = _items(source, gs, accounting)
     bounds = {g: _run(items[g], g, "unbounded", None, accounting) for g in gs}
     return IdealHitRates({g: b.hit_rate for g, b in bounds.items()}, bounds)
@@ -246,7 +247,7 @@ def run_bounds(
     tokens (which must be one of `granularities`; None skips the capped references)."""
     gs = sorted(set(granularities))
     if any(not isinstance(g, int) or g <= 0 for g in gs):
-        raise ValueError(f"granularities must be positive integers, got {list(granularities)}")
+        raise BadInput(f"granularities must be positive integers, got {list(granularities)}")
     if not gs:
         return RunBounds({}, {})
     items = _items(source, gs, accounting)

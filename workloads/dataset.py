@@ -25,6 +25,7 @@ from workloads.base import (
     register_family,
     resolve_data_path,
 )
+from workloads.errors import BadInput
 from workloads.progress import progress
 from workloads.registry import Registry
 from workloads.request import Request
@@ -84,7 +85,7 @@ def load_records(path: Path) -> list[dict]:
             )
         except Exception as exc:  # a schema or parse error deep inside datasets/pyarrow
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ValueError(f"{path}: cannot be read as {builder}: {first}") from exc
+            raise BadInput(f"{path}: cannot be read as {builder}: {first}") from exc
         return ds.to_list()
 
 
@@ -167,7 +168,7 @@ def generate_dataset(p: DatasetParams, seed: int, space: TokenSpace) -> Generate
         elif turns:
             sessions.append(turns)
     if not sessions:
-        raise ValueError(f"{path}: no usable conversation among {len(records)} records ({_counts(skipped)})")
+        raise BadInput(f"{path}: no usable conversation among {len(records)} records ({_counts(skipped)})")
     requests = interleave(sessions, p.order)
     # Conversations share the template's system turn, so the ground truth is measured, not known.
     requests = [

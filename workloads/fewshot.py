@@ -63,6 +63,10 @@ class FewshotParams(WorkloadParams):
     optional_positive = ("pool_size",)
     choices = {"order_policy": tuple(SHOT_ORDERS.names())}
 
+    def prompt_tokens_estimate(self) -> int:
+        shots = self.instruction_len + self.k_shots * self.shot_len + self.question_len
+        return self.num_tasks * self.questions_per_task * shots
+
     def check(self) -> None:
         if self.pool_size is not None and self.pool_size < self.k_shots:
             raise fail("pool_size", f"at least k_shots ({self.k_shots})", self.pool_size)

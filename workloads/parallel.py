@@ -26,6 +26,9 @@ class ParallelParams(WorkloadParams):
 
     positive = ("n", "prompt_len", "output_len", "num_prompts")
 
+    def prompt_tokens_estimate(self) -> int:
+        return self.num_prompts * self.n * self.prompt_len  # one engine sequence per sample
+
 
 @register_family("parallel", ParallelParams)
 def generate_parallel(p: ParallelParams, seed: int, space: TokenSpace) -> list[Request]:

@@ -28,6 +28,7 @@ from workloads.base import (
     resolve_data_path,
 )
 from workloads.dataset import fold_ids
+from workloads.errors import BadInput
 from workloads.progress import progress
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, token_ids
@@ -76,32 +77,32 @@ def parse_line(line: str, path: str | Path, line_no: int) -> PromptLine:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+        raise BadInput(f"{where}: not valid JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
     unknown = sorted(set(obj) - set(FIELDS))
     if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r}; valid: {', '.join(FIELDS)}")
+        raise BadInput(f"{where}: unknown field {unknown[0]!r}; valid: {', '.join(FIELDS)}")
     prompt, ids = obj.get("prompt"), obj.get("prompt_ids")
     if (prompt is None) == (ids is None):
-        raise ValueError(f"{where}: needs exactly one of 'prompt' (text) and 'prompt_ids' (ids)")
+        raise BadInput(f"{where}: needs exactly one of 'prompt' (text) and 'prompt_ids' (ids)")
     if prompt is not None and (not isinstance(prompt, str) or not prompt):
-        raise ValueError(f"{where}: prompt must be a non-empty string, got {prompt!r:.40}")
+        raise BadInput(f"{where}: prompt must be a non-empty string, got {prompt!r:.40}")
     if ids is not None and (
         not isinstance(ids, list) or not ids or not all(_is_int(i) and i >= 0 for i in ids)
     ):
-        raise ValueError(f"{where}: prompt_ids must be a non-empty list of non-negative integers")
+        raise BadInput(f"{where}: prompt_ids must be a non-empty list of non-negative integers")
     output_len = obj.get("output_len")
     if output_len is not None and (not _is_int(output_len) or output_len <= 0):
-        raise ValueError(f"{where}: output_len must be a positive integer, got {output_len!r}")
+        raise BadInput(f"{where}: output_len must be a positive integer, got {output_len!r}")
     session = obj.get("session")
     if session is not None and not isinstance(session, (str, int)):
-        raise ValueError(f"{where}: session must be a string or an integer, got {session!r}")
+        raise BadInput(f"{where}: session must be a string or an integer, got {session!r}")
     arrival_s = obj.get("arrival_s")
     if arrival_s is not None and (
         isinstance(arrival_s, bool) or not isinstance(arrival_s, (int, float)) or arrival_s < 0
     ):
-        raise ValueError(f"{where}: arrival_s must be a non-negative number, got {arrival_s!r}")
+        raise BadInput(f"{where}: arrival_s must be a non-negative number, got {arrival_s!r}")
     return PromptLine(
         line_no, prompt, tuple(ids) if ids is not None else None, output_len,
         None if session is None else str(session),
@@ -126,14 +127,14 @@ def read_prompts(path: str, max_requests: int | None = None) -> tuple[Path, list
                 continue
             row = parse_line(line, resolved, line_no)
             if row.arrival_s is not None and row.arrival_s < last_s:
-                raise ValueError(
+                raise BadInput(
                     f"{resolved}:{line_no}: arrival_s {row.arrival_s} is earlier than the line "
                     f"before ({last_s}); sort the file by arrival_s"
                 )
             last_s = row.arrival_s if row.arrival_s is not None else last_s
             rows.append(row)
     if not rows:
-        raise ValueError(f"{resolved}: no prompt lines")
+        raise BadInput(f"{resolved}: no prompt lines")
     return resolved, rows
 
 
@@ -159,7 +160,7 @@ def generate_prompts(p: PromptsParams, seed: int, space: TokenSpace) -> Generate
     for row in progress(rows, "encoding prompts", "prompt"):
         ids = fold_ids(_encode(row, p, tok), space)
         if not ids:
-            raise ValueError(f"{path}:{row.line_no}: prompt encodes to no tokens")
+            raise BadInput(f"{path}:{row.line_no}: prompt encodes to no tokens")
         output_len = row.output_len or p.output_len
         previous = last_turn.get(row.session) if row.session is not None else None
         req = Request(

@@ -93,6 +93,9 @@ class RagParams(WorkloadParams):
         "layout": tuple(LAYOUTS.names()),
     }
 
+    def prompt_tokens_estimate(self) -> int:
+        return self.num_prompts * (self.system_prompt_len + self.docs_per_request * self.doc_len + self.question_len)
+
     def check(self) -> None:
         check_non_negative_number(self, "zipf_alpha")
         if self.docs_per_request > self.num_docs:

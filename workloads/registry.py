@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
+from workloads.errors import BadInput
+
 T = TypeVar("T")
 
 
-class UnknownNameError(ValueError):
+class UnknownNameError(BadInput):
     """A configuration named something no registry entry provides."""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple
+from workloads.errors import BadInput
 
 ROLES = {
     "human": "user",
@@ -43,7 +44,7 @@ def parse_conversation(record: object, where: str) -> Conversation | Skipped:
     system message, then user/assistant pairs. Exchanges stop at the first message that breaks
     the alternation; a trailing unanswered question is dropped."""
     if not isinstance(record, dict) or not isinstance(record.get("conversations"), list):
-        raise ValueError(
+        raise BadInput(
             f"{where}: missing field 'conversations' (a list of {{from, value}} messages)"
         )
     messages = []
@@ -53,7 +54,7 @@ def parse_conversation(record: object, where: str) -> Conversation | Skipped:
             or not isinstance(msg.get("from"), str)
             or not isinstance(msg.get("value"), str)
         ):
-            raise ValueError(f"{where}: message {j} needs string fields 'from' and 'value'")
+            raise BadInput(f"{where}: message {j} needs string fields 'from' and 'value'")
         if msg["from"] not in ROLES:
             return Skipped("unknown_role")
         messages.append((ROLES[msg["from"]], msg["value"]))

@@ -13,6 +13,7 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from workloads.errors import BadInput
 
 SETUP_HINT = "run `bash scripts/setup.sh`"
 TOKEN_TYPE_NORMAL = 1  # llama.cpp token types: 1 normal, 3 control (special), 4 user-defined
@@ -115,11 +116,11 @@ def _load_file(path: Path) -> LoadedTokenizer:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # a Rust-side parse error: name the file, keep one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"tokenizer {str(path)!r} cannot be read as a tokenizer.json: {first}") from None
+        raise BadInput(f"tokenizer {str(path)!r} cannot be read as a tokenizer.json: {first}") from None
     special = frozenset(i for i, t in tok.get_added_tokens_decoder().items() if t.special)
     vocab_ids = sorted(set(range(tok.get_vocab_size(with_added_tokens=True))) - special)
     if not vocab_ids:
-        raise ValueError(f"tokenizer {str(path)!r} has no ordinary tokens")
+        raise BadInput(f"tokenizer {str(path)!r} has no ordinary tokens")
     specials = {tok.id_to_token(i): i for i in special}
     return LoadedTokenizer(
         name=str(path),
@@ -146,7 +147,7 @@ def load(name: str = "smollm2-135m") -> LoadedTokenizer:
         path = path / "tokenizer.json"
     if path.suffix == ".json" and path.is_file():
         return _load_file(path.resolve())
-    raise ValueError(
+    raise BadInput(
         f"unknown tokenizer {name!r}; valid: {', '.join(sorted(_LOADERS))}, "
         "or the path of a local tokenizer.json (or of its folder)"
     )

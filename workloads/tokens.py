@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workloads.errors import BadInput
 from workloads.request import Request
 
 MASK64 = (1 << 64) - 1
@@ -36,7 +37,7 @@ class TokenSpace:
 
     def __post_init__(self) -> None:
         if self.first_ordinary_id < 0 or self.vocab_size - self.first_ordinary_id < 2:
-            raise ValueError(
+            raise BadInput(
                 f"token space needs at least 2 ordinary ids, got vocab_size={self.vocab_size}, "
                 f"first_ordinary_id={self.first_ordinary_id}"
             )
@@ -117,7 +118,7 @@ def rng(*key: int | str) -> np.random.Generator:
 def distinct_heads(space: TokenSpace, count: int, *key: int | str) -> np.ndarray:
     """`count` distinct workload ids (first tokens that make pieces diverge immediately)."""
     if count > space.num_workload_ids:
-        raise ValueError(
+        raise BadInput(
             f"cannot draw {count} distinct first tokens from {space.num_workload_ids} workload ids"
         )
     picks = rng(*key, "heads").choice(space.num_workload_ids, size=count, replace=False)

@@ -11,6 +11,7 @@ input_length (the last block is partial):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from workloads.errors import BadInput
 from workloads.base import (
     WorkloadParams,
     check_non_negative_number,
@@ -62,10 +64,14 @@ class TraceParams(WorkloadParams):
         shipped = SHIPPED.get(self.name)
         if shipped is not None and Path(self.path) != Path(shipped):
             # Results would carry the shipped trace's name (and its max_requests) for other data.
-            raise ValueError(
+            raise BadInput(
                 f"workload.path {self.path!r} is not the trace of workload {self.name}; for your "
                 "own trace set workload.name too, or write a workload YAML (workloads/README.md)"
             )
+
+
+MAX_HASH_ID = 2**63  # ids become uint64 stream keys; larger ones overflow
+MAX_LENGTH = 2**31  # tokens of one prompt or output: far beyond any context, and fits int32
 
 
 class TraceRow(NamedTuple):
@@ -78,39 +84,37 @@ class TraceRow(NamedTuple):
 
 def _int_field(obj: dict, key: str, where: str, minimum: int) -> int:
     if key not in obj:
-        raise ValueError(f"{where}: missing field {key!r}")
+        raise BadInput(f"{where}: missing field {key!r}")
     value = obj[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_LENGTH:
+        raise BadInput(f"{where}: {key} must be an integer in [{minimum}, {MAX_LENGTH}], got {value!r}")
     return value
 
 
 def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> TraceRow:
-    """One trace line; every problem raises ValueError starting with `file:line:`."""
+    """One trace line; every problem raises BadInput starting with `file:line:`."""
     where = f"{path}:{line_no}"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+        raise BadInput(f"{where}: not valid JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
     timestamp = obj.get("timestamp")
-    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or timestamp < 0:
-        raise ValueError(
-            f"{where}: timestamp must be a non-negative number of ms, got {timestamp!r}"
-        )
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not 0 <= timestamp < math.inf:
+        raise BadInput(f"{where}: timestamp must be a non-negative number of ms (finite), got {timestamp!r}")
     input_length = _int_field(obj, "input_length", where, 1)
     output_length = _int_field(obj, "output_length", where, 1)
     hash_ids = obj.get("hash_ids")
     if (
         not isinstance(hash_ids, list)
         or not hash_ids
-        or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hash_ids)
+        or not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h < MAX_HASH_ID for h in hash_ids)
     ):
-        raise ValueError(f"{where}: hash_ids must be a non-empty list of non-negative integers")
+        raise BadInput(f"{where}: hash_ids must be a non-empty list of integers in [0, 2**63)")
     k = len(hash_ids)
     if not (k - 1) * block_size < input_length <= k * block_size:
-        raise ValueError(
+        raise BadInput(
             f"{where}: input_length {input_length} does not fit {k} hash_ids of {block_size} tokens"
         )
     return TraceRow(line_no, float(timestamp), input_length, output_length, tuple(hash_ids))

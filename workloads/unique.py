@@ -24,6 +24,9 @@ class UniqueParams(WorkloadParams):
 
     positive = ("num_prompts", "prompt_len", "output_len")
 
+    def prompt_tokens_estimate(self) -> int:
+        return self.num_prompts * self.prompt_len
+
 
 @register_family("unique", UniqueParams)
 def generate_unique(p: UniqueParams, seed: int, space: TokenSpace) -> list[Request]:

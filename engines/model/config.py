@@ -7,9 +7,12 @@ random source. Presets live in `engines.model.presets` and, identically, in `har
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+from engines.errors import BadInput
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -37,7 +40,7 @@ class ModelConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        """Raise ValueError naming the first field no model accepts."""
+        """Raise BadInput naming the first field no model accepts."""
         positive = (
             "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
             "num_kv_heads", "head_dim", "max_position_embeddings",
@@ -45,31 +48,31 @@ class ModelConfig:
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
+                raise BadInput(f"model.{name} must be a positive integer, got {value!r}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
+            raise BadInput(
                 f"model.num_heads ({self.num_heads}) must be a multiple of "
                 f"model.num_kv_heads ({self.num_kv_heads})"
             )
         if self.head_dim % 2:
-            raise ValueError(f"model.head_dim must be even for RoPE, got {self.head_dim}")
+            raise BadInput(f"model.head_dim must be even for RoPE, got {self.head_dim}")
         for name in ("rope_theta", "rms_norm_eps"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"model.{name} must be a positive number, got {value!r}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise BadInput(f"model.{name} must be a positive number, got {value!r}")
         if not isinstance(self.tie_word_embeddings, bool):
-            raise ValueError(
+            raise BadInput(
                 f"model.tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}"
             )
         if self.dtype not in DTYPES:
-            raise ValueError(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+            raise BadInput(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"model.seed must be an integer, got {self.seed!r}")
+            raise BadInput(f"model.seed must be an integer, got {self.seed!r}")
         # Imported here: the weight sources import the model, which imports this module.
         from engines.model.weights import WEIGHTS
 
         if self.weights not in WEIGHTS:
-            raise ValueError(
+            raise BadInput(
                 f"model.weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}"
             )
 

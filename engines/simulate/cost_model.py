@@ -8,11 +8,13 @@ constant; it is the Hydra schema of the `hardware` group (`harness/conf/hardware
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import NamedTuple, Protocol
 
 from engines.cache.base import StepPlan
+from engines.errors import BadInput
 from engines.registry import Registry
 
 
@@ -73,26 +75,26 @@ class HardwareConfig:
         usable = self.num_gpus * self.gpu_memory_bytes * self.memory_fraction
         free = usable - self.num_params * self.bytes_per_param
         if free <= 0:
-            raise ValueError(
+            raise BadInput(
                 f"hardware {self.name}: the weights do not fit in {self.num_gpus} GPU(s)"
             )
         return int(free // self.kv_bytes_per_token)
 
     def validate(self) -> None:
-        """Raise ValueError naming the field for a kind that lacks a constant it needs."""
+        """Raise BadInput naming the field for a kind that lacks a constant it needs."""
         COST_MODELS.get(self.kind)  # unknown kind lists the valid ones
         if not isinstance(self.num_gpus, int) or self.num_gpus <= 0:
-            raise ValueError(f"hardware.num_gpus must be a positive integer, got {self.num_gpus!r}")
+            raise BadInput(f"hardware.num_gpus must be a positive integer, got {self.num_gpus!r}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise ValueError(f"hardware.{f.name} must not be negative, got {value!r}")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < math.inf:
+                raise BadInput(f"hardware.{f.name} must be a finite number >= 0, got {value!r}")
 
     def _require(self, *names: str) -> None:
         for name in names:
             value = getattr(self, name)
             if value is None or value <= 0:
-                raise ValueError(
+                raise BadInput(
                     f"hardware {self.name} (kind {self.kind}) needs hardware.{name} > 0"
                 )
 
@@ -243,7 +245,7 @@ class FittedCostModel:
         self._coefs = [float(getattr(hardware, name)) for name, _ in FITTED_TERMS]
         self._knee = hardware.fit_cache_kv_tokens
         if not any(self._coefs):
-            raise ValueError(f"hardware {hardware.name} (kind fitted) has every coefficient at 0")
+            raise BadInput(f"hardware {hardware.name} (kind fitted) has every coefficient at 0")
 
     def shape_time_s(self, shape: StepShape) -> float:
         # A fit may dip below zero far outside its grid; a step never takes negative time.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from engines.build import EXECUTORS, ExecutorContext
 from engines.cache.base import PrefixCache, StepPlan
 from engines.clock import VirtualClock
+from engines.errors import BadInput
 from engines.executor import next_token
 from engines.simulate.cost_model import CostModel, HardwareConfig, build_cost_model
 
@@ -59,7 +60,7 @@ class SimulatedExecutor:
             if it.end != seq.num_tokens:
                 continue  # a prefill chunk that has not reached the last known token
             if seq.scripted_output_ids is None:
-                raise ValueError(
+                raise BadInput(
                     f"executor=simulated has no model to sample from: request {seq.seq_id} has no "
                     "scripted output (use decode=scripted)"
                 )
@@ -74,7 +75,7 @@ class SimulatedExecutor:
 
 def as_hardware_config(hardware: HardwareConfig | Mapping | None) -> HardwareConfig:
     if hardware is None:
-        raise ValueError(
+        raise BadInput(
             "executor=simulated needs a cost model: select one with hardware=<preset> "
             "(harness/conf/hardware/*.yaml, e.g. hardware=cpu_measured or hardware=h100_llama3_70b_fp8)"
         )

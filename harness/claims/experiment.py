@@ -1,8 +1,8 @@
 """Runs for the claims: compose a configuration like the CLI does and run it in-process.
 
-`run_arm` composes Hydra overrides over harness/conf/config.yaml (through harness.errors.CONF_DIR, so the
-configs are found wherever they live), checks them like the CLI, and calls harness.runner.run
-into its own run directory under the claims output. The result keeps the summary, the per-request
+`run_arm` composes Hydra overrides over harness/conf/config.yaml (through harness.config.CONF_DIR,
+so the configs are found wherever they live), checks them like the CLI, claims its own run
+directory under the claims output, writes the manifest and calls harness.runner.run. The result keeps the summary, the per-request
 table and, when asked, the generated token ids.
 """
 
@@ -19,9 +19,12 @@ import pandas as pd
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness.config import RunConfig  # noqa: F401  (registers the schemas)
-from harness.errors import CONF_DIR, check_run_config
+from harness.checks import check_run_config
+from harness.config import CONF_DIR, RunConfig
+from harness.identity import claim, fingerprint
+from harness.manifest import build_manifest
 from harness.results import RunDir
+from harness.rowlog import RowLog
 from harness.runner import run
 
 
@@ -48,14 +51,16 @@ def run_arm(name: str, overrides: list[str], out_dir: Path, save_tokens: bool = 
     """Run one configuration into out_dir/name; a run that is not ok raises RuntimeError."""
     args = [*overrides, f"save_tokens={str(save_tokens).lower()}"]
     cfg, resolved = compose_config(args)
-    run_dir = out_dir / name
+    files = RunDir(out_dir / name)
+    rows = RowLog(claim(files.path, RunDir.ROWS, overwrite=False))
+    extra = {"device": "virtual" if cfg.executor != "real" else cfg.device, "config_fingerprint": fingerprint(resolved)}
+    files.write_manifest(build_manifest(resolved, cfg.seed, extra))
     # The runner prints vLLM's result block and a progress bar; a failure is raised below.
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        outcome = run(cfg, run_dir, resolved)
+        outcome = run(cfg, files, rows)
     summary = outcome.summary
     if summary.get("status") != "ok":
         raise RuntimeError(f"claims run {name} ({' '.join(overrides)}): {summary.get('error')}")
-    files = RunDir(run_dir)
     outputs = _read_outputs(files.tokens_path) if save_tokens else {}
     return ArmResult(name, summary, pd.read_parquet(files.requests_path), outputs)
 

@@ -1,0 +1,87 @@
+"""What every report figure shares: a fixed colour per arm, safe file names, one figure per
+platform (model, executor, hardware), plain millisecond tick labels.
+
+File names are built from names read back from results (workloads, models, presets), so they are
+sanitised here and `save` refuses any path that would leave the figures folder.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+# Upstream arms keep their colour in every figure; other arms (labels) get one from their name.
+ARM_COLOURS = {
+    "apc": "#1f77b4", "apc-off": "#aec7e8", "radix": "#ff7f0e", "radix-off": "#ffbb78",
+    "radix-lpm": "#2ca02c", "radix-p16": "#d62728", "radix-dfs-weight": "#9467bd",
+}  # fmt: skip
+PALETTE = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#843c39")
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
+PLATFORM = ("model", "executor", "hardware")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def colour(arm: str) -> str:
+    base = str(arm).split(" ")[0]
+    return ARM_COLOURS.get(base) or PALETTE[zlib.crc32(base.encode()) % len(PALETTE)]
+
+
+def safe_stem(*parts: object) -> str:
+    """A file stem from names read out of results: only letters, digits and . _ + -, never a path."""
+    text = "_".join(_UNSAFE.sub("-", str(p)).strip(".-") for p in parts if str(p) not in ("", "None", "nan"))
+    return text[:150] or "figure"
+
+
+def inside(out_dir: Path, stem: str, suffix: str) -> Path:
+    """out_dir/stem.suffix, refusing anything that resolves outside out_dir."""
+    path = (out_dir / f"{stem}.{suffix}").resolve()
+    if path.parent != out_dir.resolve():
+        raise ValueError(f"figure name {stem!r} leaves {out_dir}")
+    return path
+
+
+def platforms(runs: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
+    """(stem suffix, runs) per platform: '' when all runs share one, else model_executor[_hw]."""
+    keys = [k for k in PLATFORM if k in runs]
+    groups = list(runs.groupby(keys, dropna=False, sort=True)) if keys else [((), runs)]
+    for key, group in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        yield ("" if len(groups) == 1 else safe_stem(*key)), group
+
+
+def platform_title(runs: pd.DataFrame) -> str:
+    parts = [f"{k} {runs[k].dropna().iloc[0]}" for k in PLATFORM if k in runs and runs[k].notna().any()]
+    return ", ".join(parts)
+
+
+def plain_ms_axis(ax, axis: str = "y") -> None:
+    """Log axis labelled 1, 2, 5, 10, 20, ... in plain numbers (no 10^x)."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def ratio_axis(ax) -> None:
+    """Log-scale ratio axis with plain labels (0.5x, 1x, 2x; 0.9x, 1x, 1.1x near 1). Call it after
+    drawing: the tick choice depends on the data's range."""
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    wide = high / low > 3
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)) if wide else MaxNLocator(nbins=6))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def series_style(runs: pd.DataFrame) -> dict[str, dict]:
+    """Colour by arm, hatch by the series' position among its arm's series (e.g. load.rate values)."""
+    style = {}
+    for arm, group in runs.groupby("arm", sort=True):
+        for i, series in enumerate(sorted(group["series"].unique())):
+            style[series] = {"color": colour(arm), "hatch": HATCHES[i % len(HATCHES)]}
+    return style

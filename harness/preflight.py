@@ -1,0 +1,171 @@
+"""The command-line preflight: every check that needs no data, before Hydra makes a directory.
+
+Composes the configuration as Hydra would and applies `check_run_config`, so an unknown config
+name, a value of the wrong type or out of range, or an unusable output directory is one line
+(what, where, what is allowed) and no run directory. Problems that need data (trace lines,
+dataset fields, a request longer than the context) fail inside the run, also as one line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.config import CONF_DIR
+from harness.errors import config_errors, describe
+from harness.identity import holds_results
+
+GROUPS = ("workload", "engine", "model", "hardware", "suite")
+SWEEP_FLAGS = ("-m", "--multirun")
+SKIP_FLAGS = ("--help", "-h", "--cfg", "-c", "--info", "--hydra-help", "--shell-completion")
+OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def options(group: str, search_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """Config names of `group`: the packaged ones plus those in `hydra.searchpath` folders."""
+    return sorted({p.stem for d in (CONF_DIR, *search_dirs) for p in (d / group).glob("*.yaml")})
+
+
+def search_dirs(argv: list[str]) -> tuple[Path, ...]:
+    """The `file://` folders of a `hydra.searchpath=[...]` override (users' own configs)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    found: list[Path] = []
+    for arg in argv:
+        if arg.startswith("hydra.searchpath="):
+            try:
+                values = OverridesParser.create().parse_overrides([arg])[0].value()
+            except HydraException:  # composing reports the syntax error as one line
+                continue
+            found += [Path(v[len("file://") :]) for v in values if str(v).startswith("file://")]
+    return tuple(found)
+
+
+def preflight(argv: list[str]) -> str | None:
+    """Return one line describing the first problem with the command line, or None.
+
+    A sweep (`-m`) is checked for names and types only, value by value: a value of the wrong type
+    would stop Hydra mid-sweep, while a job whose value is merely out of range runs and is recorded
+    as failed next to the others.
+    """
+    if any(a in SKIP_FLAGS for a in argv):
+        return None
+    problem = output_dir_problem(argv)
+    if problem:
+        return problem
+    dirs = search_dirs(argv)
+    # hydra.searchpath stays: composing a user's own config needs it.
+    argv = [a for a in argv if a.startswith("hydra.searchpath=") or not a.startswith(("hydra.", "hydra/"))]
+    # A suite is a multirun by configuration (hydra.mode: MULTIRUN), even without -m.
+    if any(a in SWEEP_FLAGS or a.lstrip("+").startswith("suite=") for a in argv):
+        return _sweep_problem([a for a in argv if a not in SWEEP_FLAGS], dirs)
+    return _group_problem(argv, dirs) or _compose_problem(argv, check=True)
+
+
+def output_dir_problem(argv: list[str]) -> str | None:
+    """An output directory given on the command line that no run could write into."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key in OUTPUT_KEYS:
+            problem = unusable_dir(value)
+            if problem:
+                return f"{key}: {problem}"
+        if sep and key == "hydra.run.dir" and "overwrite=true" not in argv:
+            found = holds_results(Path(value).expanduser())  # refused before Hydra writes .hydra/
+            if found:
+                return (
+                    f"{key}: {value!r} holds another run's results ({', '.join(found)}); "
+                    "choose another directory or pass overwrite=true"
+                )
+    return None
+
+
+def unusable_dir(value: str) -> str | None:
+    """Why `value` cannot hold a run directory, or None."""
+    if not value.strip():
+        return "an empty path would write into the current directory; give a directory"
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{value!r} exists and is not a directory"
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot create or write {value!r}: {str(existing)!r} is not writable"
+    return None
+
+
+def _group_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | None:
+    for arg in overrides:
+        key, sep, value = arg.partition("=")
+        if sep and key in GROUPS and value not in options(key, dirs):
+            return f"unknown {key} {value!r}; valid: {', '.join(options(key, dirs))}"
+        if sep and key in GROUPS:
+            problem = group_file_problem(key, value, dirs)
+            if problem:
+                return problem
+    return None
+
+
+def group_file_problem(group: str, name: str, dirs: tuple[Path, ...] = ()) -> str | None:
+    """A config file (a custom workload, say) that is not YAML, or a workload file that does not
+    start from its family's schema: `defaults: [base_<family>, _self_]`. A user's search-path
+    folder comes before the packaged configs, as in Hydra's search order."""
+    import yaml
+
+    candidates = [d / group / f"{name}.yaml" for d in (*dirs, CONF_DIR)]
+    path = next((c for c in candidates if c.is_file()), candidates[-1])
+    try:
+        body = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        return f"{group}={name}: {path} is not valid YAML:{where} {getattr(exc, 'problem', exc)}"
+    if body is not None and not isinstance(body, dict):
+        return f"{group}={name}: {path} must hold a mapping of fields"
+    if group != "workload":
+        return None
+    from workloads.base import FAMILIES
+
+    bases = [d for d in (body or {}).get("defaults") or [] if isinstance(d, str) and d.startswith("base_")]
+    valid = ", ".join(f"base_{f}" for f in FAMILIES.names())
+    if len(bases) != 1 or bases[0].removeprefix("base_") not in FAMILIES:
+        return f"workload={name}: {path} needs `defaults: [<one of {valid}>, _self_]` naming its family's schema"
+    return None
+
+
+def _sweep_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        return describe(exc)
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    problem = _group_problem(fixed, dirs) or _compose_problem(fixed, check=False)
+    for o in (o for o in parsed if o.is_sweep_override()):
+        for value in o.sweep_string_iterator():
+            single = [*fixed, f"{o.get_key_element()}={value}"]
+            problem = (
+                problem
+                or _group_problem(single[-1:], dirs)
+                or _compose_problem(single, check=False)
+            )
+    return problem
+
+
+def _compose_problem(overrides: list[str], check: bool) -> str | None:
+    """Compose like Hydra would; with `check`, also apply check_run_config."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from harness.checks import check_run_config
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"):
+            cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+        if check:
+            check_run_config(cfg)
+    except config_errors() as exc:
+        return describe(exc)
+    return None
