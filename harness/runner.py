@@ -183,6 +183,7 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table) 
         "seed": cfg.seed,
         "num_prompts": sum(r.n for r in workload_requests),
         "load_mode": resolve_mode(workload_requests, cfg.load),  # what `auto` resolved to
+        "max_concurrency": cfg.load.max_concurrency,  # vLLM's result field of the same name
         "policy_profile": _policy_profile(cfg, engine),  # the knobs in effect, resolved
         **_bounds(cfg, workload_requests),
         "engine_requests": stats.requests,

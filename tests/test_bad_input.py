@@ -81,7 +81,7 @@ def trace(name: str) -> list[str]:
 # (overrides, text the one error line must contain: it names the field or the file)
 CASES: list[tuple[list[str], str]] = [
     # ---- unknown names list the valid ones
-    (["workload=nope"], "unknown workload 'nope'; valid: dataset_sharegpt, fewshot,"),
+    (["workload=nope"], "unknown workload 'nope'; valid: agent, dataset_sharegpt, fewshot,"),
     (["engine=nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
     (["model=nope"], "unknown model 'nope'; valid: s, smollm2-135m, tiny"),
     (["hardware=nope"], "unknown hardware 'nope'; valid:"),
@@ -121,8 +121,8 @@ CASES: list[tuple[list[str], str]] = [
     (["engine.kv_capacity_tokens=0"], "engine.kv_capacity_tokens must be a positive integer, got 0"),
     (["engine=radix", "engine.max_prefill_tokens=0"], "engine.max_prefill_tokens must be a positive integer"),
     (["engine=radix", "engine.schedule_conservativeness=-1"], "engine.schedule_conservativeness must be"),
-    (["engine.schedule_conservativeness=nan"], "engine.schedule_conservativeness must be"),
-    (["engine.schedule_conservativeness=inf"], "engine.schedule_conservativeness must be"),
+    (["engine=radix", "engine.schedule_conservativeness=nan"], "engine.schedule_conservativeness must be"),
+    (["engine=radix", "engine.schedule_conservativeness=inf"], "engine.schedule_conservativeness must be"),
     (["engine.lpm_fallback_queue_len=-1"], "engine.lpm_fallback_queue_len must be an integer >= 0"),
     (["engine.block_size=0"], "engine.block_size must be a positive integer, got 0"),
     (["engine.block_size=-16"], "engine.block_size must be a positive integer, got -16"),

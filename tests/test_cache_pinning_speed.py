@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from engines.build import build_engine
 from harness.config import RunConfig  # noqa: F401  (registers the schemas)
-from harness.errors import CONF_DIR
+from harness.config import CONF_DIR
 from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
 from workloads.base import generate

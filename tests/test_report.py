@@ -218,7 +218,7 @@ def test_a_rate_sweep_gives_one_summary_row_per_rate_and_a_load_figure(tmp_path)
                 ttft = 10.0 * rate  # latency grows with load
                 write_run(tmp_path, f"rate/{engine}-r{rate:g}-s{seed}", engine=engine, seed=seed, rate=rate,
                           ttfts_ms=(ttft, ttft + 1, ttft + 2))  # fmt: skip
-    report = build_report(tmp_path)
+    report = build_report(tmp_path, out_dir=tmp_path)
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert len(summary) == 6 and set(summary["n_ok"]) == {2}
     assert "load.rate" in summary.columns and all("load.rate" in v for v in summary["varies"])
@@ -236,7 +236,7 @@ def test_runs_of_two_models_never_share_a_figure(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["config"]["model"]["name"] = "s"
     (run / "manifest.json").write_text(json.dumps(manifest))
-    report = build_report(tmp_path)
+    report = build_report(tmp_path, out_dir=tmp_path)
     assert {"latency_throughput_s_real", "latency_throughput_tiny_real"} <= set(report.figures)
     assert len(pd.read_csv(tmp_path / "summary.csv")) == 2
 
@@ -246,7 +246,7 @@ def test_names_from_results_never_leave_the_results_folder(tmp_path):
     write_run(root, "x/evil", workload="../../../escaped")
     write_run(root, "x/slash", workload="a/b")
     before = {p for p in tmp_path.rglob("*") if p.is_file() and root not in p.parents}
-    report = build_report(root)
+    report = build_report(root, out_dir=root)
     after = {p for p in tmp_path.rglob("*") if p.is_file() and root not in p.parents}
     assert after == before  # nothing written outside root
     figures = {p.name for p in (root / FIGURE_DIR).iterdir()}
@@ -260,7 +260,7 @@ def test_killed_runs_are_listed_as_incomplete_with_their_rows(tmp_path):
     killed.mkdir(parents=True)
     (killed / "manifest.json").write_text(json.dumps({"config": {"engine": {"cache": "radix"}, "workload": {"name": "unique"}}}))
     (killed / "rows.jsonl").write_text('{"request_id": "a"}\n{"request_id": "b"}\n{"request_id": "c", "trunc')
-    report = build_report(tmp_path)
+    report = build_report(tmp_path, out_dir=tmp_path)
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert summary["n_incomplete"].sum() == 1 and summary["n_ok"].sum() == 1
     assert "incomplete: s/1-radix (2 finished rows, no summary: killed?)" in describe(report)

@@ -11,7 +11,7 @@ from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
 from engines.config import DESIGN_KNOBS, EngineConfig
 from engines.sequence import Sequence
-from harness.errors import preflight
+from harness.preflight import preflight
 from tests.engine_util import by_id, shared_prompt_requests, tiny_model
 from tests.test_engine_fuzz import FUZZ, build_requests, outputs_and_idle_check, pressure, reference, streams
 from tests.pin_support import SIM, run_overrides

@@ -156,7 +156,7 @@ def test_a_rate_sweep_runs_in_process_with_one_summary_row_per_rate(tmp_path):
         for i, job in enumerate(jobs(cfg)):
             job_cfg = compose(config_name="config", overrides=["+suite=rate_smoke", *job])
             assert execute(job_cfg, tmp_path / "sweep" / str(i)) == EXIT_OK
-    build_report(tmp_path, figures=False)
+    build_report(tmp_path, figures=False, out_dir=tmp_path)
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert sorted(summary["load.rate"]) == [4.0, 4.0, 64.0, 64.0]  # apc and radix at each rate
     assert set(summary["n_ok"]) == {1}
