@@ -78,6 +78,7 @@ class Engine:
                 heapq.heappush(ready, (req.arrival_s, order, req.request_id))
         order_of = {r.request_id: i for i, r in enumerate(requests)}
         timelines: dict[str, _Timeline] = {}
+        unscheduled: set[str] = set()  # released, never scheduled yet (scheduled_s unset)
         sched = self.scheduler
         idle_steps = 0
         while ready or sched.has_work:
@@ -86,6 +87,7 @@ class Engine:
                 t_s, _, rid = heapq.heappop(ready)
                 req = by_id[rid]
                 timelines[rid] = _Timeline(arrival_s=t_s)
+                unscheduled.add(rid)
                 sched.add(_sequence(req))
             if not sched.has_work:
                 self.clock.wait_until(ready[0][0])
@@ -107,12 +109,14 @@ class Engine:
             idle_steps = 0
             tokens = self.executor.execute(plan)
             end = self.clock.now()
-            for item in plan.scheduled:
-                tl = timelines[item.seq.seq_id]
-                if tl.scheduled_s is None:
-                    tl.scheduled_s = step_start
-                if item.seq.seq_id in tokens:
-                    tl.token_times_s.append(end)
+            if unscheduled:  # skipped in decode-only stretches: no per-sequence work here
+                for item in plan.scheduled:
+                    rid = item.seq.seq_id
+                    if rid in unscheduled:
+                        unscheduled.discard(rid)
+                        timelines[rid].scheduled_s = step_start
+            for rid in tokens:
+                timelines[rid].token_times_s.append(end)
             for seq in sched.complete(plan, tokens):
                 # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
                 record = _record(seq, by_id[seq.seq_id], timelines.pop(seq.seq_id))

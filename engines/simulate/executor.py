@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from engines.build import EXECUTORS, ExecutorContext
 from engines.cache.base import PrefixCache, StepPlan
 from engines.clock import VirtualClock
-from engines.executor import next_token
 from engines.simulate.cost_model import CostModel, HardwareConfig, build_cost_model
 
 
@@ -55,16 +54,18 @@ class SimulatedExecutor:
             self.clock.advance(host_s)
             self.host_s += host_s
         out: dict[str, int] = {}
-        for it in items:
+        for it in items:  # `next_token` inlined: this loop runs once per sequence per step
             seq = it.seq
-            if it.end != seq.num_tokens:
+            num_tokens = len(seq.token_ids)
+            if it.start + it.num_new_tokens != num_tokens:
                 continue  # a prefill chunk that has not reached the last known token
-            if seq.scripted_output_ids is None:
+            script = seq.scripted_output_ids
+            if script is None:
                 raise ValueError(
                     f"executor=simulated has no model to sample from: request {seq.seq_id} has no "
                     "scripted output (use decode=scripted)"
                 )
-            out[seq.seq_id] = next_token(seq, None)
+            out[seq.seq_id] = script[num_tokens - seq.num_prompt_tokens]
         dt_s = self.cost_model.step_time_s(plan)
         self.clock.advance(dt_s)
         self.busy_s += dt_s
