@@ -15,7 +15,8 @@ from hydra import compose, initialize_config_dir
 
 import harness.config  # noqa: F401  (registers the schemas)
 from harness.__main__ import execute
-from tests.conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # A small model and cache for runs that check behaviour, not scale.
 SMALL = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import asdict
+from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -18,9 +19,10 @@ import harness.config  # noqa: F401  (registers the schemas)
 from engines.build import build_engine
 from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
-from tests.conftest import ROOT
 from workloads.base import generate
 from workloads.tokens import warmup_requests
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # conf/suite/trace_h100.yaml, minus the sweep.
 TRACE_H100 = (
