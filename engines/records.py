@@ -6,6 +6,7 @@ clock for the simulated one). The harness joins these rows with the workload's R
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -23,5 +24,5 @@ class RequestRecord:
     scheduled_s: float  # first admission
     first_token_s: float
     finish_s: float
-    token_times_s: tuple[float, ...]  # emission time of every output token (ITL source)
+    token_times_s: Sequence[float]  # emission time of every output token (ITL source), array('d')
     output_ids: tuple[int, ...]

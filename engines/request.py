@@ -5,13 +5,14 @@ The harness turns workload Requests into these; the engine never sees workload o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
     request_id: str
-    prompt_ids: tuple[int, ...]
+    prompt_ids: Sequence[int]  # a tuple, or a compact array('i') (whole-trace replays)
     max_new_tokens: int
     scripted_output_ids: tuple[int, ...] | None = None  # None: sample (greedy)
     arrival_s: float = 0.0

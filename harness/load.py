@@ -72,7 +72,7 @@ def fan_out(requests: list[Request], scripted: bool) -> list[GenerationRequest]:
             out.append(
                 GenerationRequest(
                     request_id=rid,
-                    prompt_ids=tuple(req.prompt_ids),
+                    prompt_ids=req.prompt_ids,  # shared, never copied (a trace holds ~1e8)
                     max_new_tokens=req.output_len,
                     scripted_output_ids=script if scripted else None,
                     arrival_s=req.arrival_s,

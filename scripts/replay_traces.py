@@ -34,7 +34,7 @@ SUMMARY_FIELDS = (
     "status", "completed", "duration", "hit_rate", "ideal_hit_rate",
     "theoretical_hit_rate_capped", "median_ttft_ms", "p90_ttft_ms", "median_tpot_ms",
     "request_throughput", "output_throughput", "evictions", "num_steps", "cache_bookkeeping_ms", "wall_s",
-)  # fmt: skip
+)
 
 
 def kv_capacity_of(hardware: str) -> int:
@@ -63,7 +63,7 @@ def main() -> None:
         "--bound-granularities", default="512",
         help="granularities of the runner's hit-rate bounds ('all' = unrestricted; at g=1 a whole "
         "trace needs ~25 GB and minutes, see the report)",
-    )  # fmt: skip
+    )
     ap.add_argument("overrides", nargs="*", help="extra harness overrides for every run")
     args = ap.parse_args()
 
@@ -92,11 +92,11 @@ def main() -> None:
                     f"engine.kv_capacity_tokens={capacity}", *ENGINE_KNOBS, *MODEL_KNOBS,
                     "label=replay_traces", f"hydra.run.dir={out_dir}/{trace}-{engine}-kv{capacity}",
                     *args.overrides,
-                ]  # fmt: skip
+                ]
                 run = run_harness(overrides, bound_granularities=bounds)
                 row = {"trace": trace, "engine": engine, "kv_capacity_tokens": capacity,
                        "kv_capacity_blocks_512": capacity // 512, "child_wall_s": run.wall_s,
-                       "peak_rss_mib": run.peak_rss_mib, "returncode": run.returncode}  # fmt: skip
+                       "peak_rss_mib": run.peak_rss_mib, "returncode": run.returncode}
                 summary = run.summary or {}
                 row.update({k: summary.get(k) for k in SUMMARY_FIELDS})
                 if run.summary is None:
@@ -105,7 +105,7 @@ def main() -> None:
                 print(_line(row), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {"hardware": args.hardware, "hbm_kv_tokens": base, "slowdown": args.slowdown,
-              "engine_knobs": list(ENGINE_KNOBS), "bound_granularities": bounds, "rows": rows}  # fmt: skip
+              "engine_knobs": list(ENGINE_KNOBS), "bound_granularities": bounds, "rows": rows}
     (out_dir / "replay.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out_dir / 'replay.json'}")
 

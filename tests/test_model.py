@@ -90,6 +90,13 @@ def tiny():
     return build_model(get_preset("tiny"))
 
 
+def reference_logits(model, block_size: int, ids: list[int]) -> torch.Tensor:
+    """A one-step full prefill on the torch backend: the reference both backends' prefix, extend
+    and decode steps must reproduce (torch equals the dense reference, tested below; Triton's CPU
+    interpreter is slow, so it runs only the steps under test)."""
+    return Session(model, get_attention_backend("torch"), block_size, seed=1).step({0: ids})
+
+
 # ------------------------------------------------------------------------------- tiny exactness
 
 
@@ -99,7 +106,7 @@ def tiny():
 def test_prefix_then_extend_equals_full_prefill(tiny, backend, block_size, k):
     ids = random_ids(40, tiny.cfg.vocab_size, seed=k)
     attn = get_attention_backend(backend)
-    full = Session(tiny, attn, block_size, seed=1).step({0: ids})
+    full = reference_logits(tiny, block_size, ids)
     cached = Session(tiny, attn, block_size, seed=2)
     prefix = cached.step({0: ids[:k]}) if k else None
     extend = cached.step({0: ids[k:]})
@@ -122,7 +129,7 @@ def test_paged_prefill_equals_dense_reference(tiny, backend):
 def test_decode_steps_equal_full_recompute(tiny, backend, block_size):
     ids = random_ids(20, tiny.cfg.vocab_size, seed=7)
     attn = get_attention_backend(backend)
-    full = Session(tiny, attn, block_size, seed=3).step({0: ids})
+    full = reference_logits(tiny, block_size, ids)
     sess = Session(tiny, attn, block_size, seed=4)
     sess.step({0: ids[:15]})
     for i in range(15, 20):  # crosses the block boundary at 16

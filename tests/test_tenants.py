@@ -3,11 +3,9 @@ and tenants never share cached KV, in either engine."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.test_cli import SMALL, SYSTEM_PROMPT_SMALL, harness, merged
+from tests.harness_util import SMALL, SYSTEM_PROMPT_SMALL, merged, run_harness
 from workloads.base import TokenSpace, generate
 from workloads.system_prompt import SystemPromptParams
 
@@ -25,10 +23,10 @@ def test_tenants_get_round_robin_salts_and_share_only_within_a_tenant():
 def test_harness_run_with_tenants_hits_only_within_tenants(engine, tmp_path):
     args = merged(SYSTEM_PROMPT_SMALL, SMALL, [f"engine={engine}", "workload.num_tenants=3",
                                                "workload.ordered=true", "engine.max_num_seqs=1"])
-    proc = harness(args, tmp_path / engine)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((tmp_path / engine / "summary.json").read_text())
+    run = run_harness(args, tmp_path / engine)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = run.summary
     # One request at a time: the measured hit rate is exactly the (salt-aware) ideal.
     assert summary["hit_rate"] == pytest.approx(summary["ideal_hit_rate"])
-    unsalted = json.loads(harness(merged(args, ["workload.num_tenants=0"]), tmp_path / "plain").stdout.splitlines()[-1])
+    unsalted = run_harness(merged(args, ["workload.num_tenants=0"]), tmp_path / "plain").summary
     assert summary["hit_rate"] < unsalted["hit_rate"]

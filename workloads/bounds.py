@@ -13,7 +13,7 @@ prompt, plus the reply minus its final token for a turn that a later turn names 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -66,20 +66,23 @@ class IdealHitRates:
 
 
 def replays(requests: Sequence[Request]) -> list[Replay]:
+    return list(iter_replays(requests))
+
+
+def iter_replays(requests: Sequence[Request]) -> Iterator[Replay]:
+    """One request at a time: a whole trace's prompts as int64 arrays at once would be ~1.2 GB."""
     chained = {r.after for r in requests if r.after is not None}
-    out = []
     for r in requests:
         prompt = np.asarray(r.prompt_ids, dtype=np.int64)
         cached = prompt
         if r.request_id in chained and r.output_ids:
             cached = np.concatenate([prompt, np.asarray(r.output_ids[:-1], dtype=np.int64)])
-        out.append(Replay(prompt, cached, r.n, r.salt))
-    return out
+        yield Replay(prompt, cached, r.n, r.salt)
 
 
 def _as_replays(source: Sequence[Request] | Iterable[Replay]) -> Iterable[Replay]:
     if isinstance(source, Sequence) and source and isinstance(source[0], Request):
-        return replays(source)
+        return iter_replays(source)
     return source
 
 

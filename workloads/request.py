@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 class Request:
     """One benchmark request, as token ids.
 
+    prompt_ids: a tuple of ints, or (trace replays, for memory) an `array('i')`; consumers read it
+      as a sequence of ints and never mutate it.
     output_ids: the scripted reply (scripted decoding emits these tokens one per decode step, so
       every engine sees the same stream); its length is the output length. max_new_tokens must
       equal len(output_ids) when both are given.
@@ -26,7 +29,7 @@ class Request:
     """
 
     request_id: str
-    prompt_ids: tuple[int, ...]
+    prompt_ids: Sequence[int]
     output_ids: tuple[int, ...] | None = None
     max_new_tokens: int | None = None
     arrival_s: float = 0.0

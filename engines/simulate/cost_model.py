@@ -114,9 +114,18 @@ class StepShape(NamedTuple):
     def of(
         cls, contexts: Iterable[int], new_tokens: Iterable[int], block_size: int = 1
     ) -> StepShape:
+        return cls.of_pairs(zip(contexts, new_tokens), block_size)
+
+    @classmethod
+    def of_plan(cls, plan: StepPlan, block_size: int = 1) -> StepShape:
+        return cls.of_pairs(((it.start, it.num_new_tokens) for it in plan.scheduled), block_size)
+
+    @classmethod
+    def of_pairs(cls, pairs_cn: Iterable[tuple[int, int]], block_size: int = 1) -> StepShape:
+        """One pass over (context, new tokens) pairs (once per simulated step: no copies)."""
         num_seqs = num_new = num_prefill = num_kv = num_blocks = 0
         pairs = 0.0
-        for c, n in zip(contexts, new_tokens):
+        for c, n in pairs_cn:
             num_seqs += 1
             num_new += n
             num_prefill += n > 1
@@ -124,11 +133,6 @@ class StepShape(NamedTuple):
             num_kv += c + n
             num_blocks += -(-(c + n) // block_size)
         return cls(num_seqs, num_new, num_prefill, pairs, num_kv, num_blocks)
-
-    @classmethod
-    def of_plan(cls, plan: StepPlan, block_size: int = 1) -> StepShape:
-        items = plan.scheduled
-        return cls.of([it.start for it in items], [it.num_new_tokens for it in items], block_size)
 
 
 class CostModel(Protocol):

@@ -1,0 +1,121 @@
+"""Time whole-trace replays: wall time and peak RSS of each (trace, engine) run, one child each.
+
+    python scripts/bench_trace.py [--traces conversation synthetic] [--engines apc radix]
+                                  [--kv-capacity-tokens 1791488] [--repeats 1]
+
+Every run is the trace_h100 suite's setting (conf/suite/trace_h100.yaml: H100 / Llama-3.3-70B fp8
+roofline, 8,192-token chunks, 256 running, 8x slowdown, bounds at 512 only) through
+`python -m harness` in a child process, so peak RSS is the replay's own (getrusage of the child).
+Prints per run: the child's wall time (imports, trace expansion, replay, bounds, files), the
+engine loop's own time (`wall_s` of summary.json), peak RSS, and a digest of every request's
+cached tokens, preemptions, recomputed tokens and simulated times, so two code versions can be
+compared request by request. With --repeats > 1 the runs of each arm interleave (A, B, A, B) and
+the median is reported. Writes JSON to results/bench_trace/<stamp>/bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness_child import ROOT, run_harness  # noqa: E402
+
+# conf/suite/trace_h100.yaml (and its _synthetic variant's context), one capacity, one arm.
+SUITE_KNOBS = {
+    "conversation": ("workload=mooncake_conversation", "model.max_position_embeddings=131072"),
+    "synthetic": ("workload=mooncake_synthetic", "model.max_position_embeddings=262144"),
+}
+COMMON_KNOBS = (
+    "workload.max_requests=null",
+    "executor=simulated",
+    "hardware=h100_llama3_70b_fp8",
+    "load.slowdown=8.0",
+    "engine.max_num_batched_tokens=8192",
+    "engine.max_num_seqs=256",
+    "label=bench_trace",
+)
+# Outcome columns of requests.parquet that must not change between code versions.
+PINNED_COLUMNS = (
+    "request_id", "cached_tokens", "num_preemptions", "recomputed_tokens",
+    "scheduled_s", "first_token_s", "finish_s",
+)
+
+
+def outcome_digest(run_dir: Path) -> str | None:
+    """sha1 over every request's pinned outcome columns (bit-exact floats), in table order."""
+    import pandas as pd
+
+    path = run_dir / "requests.parquet"
+    if not path.exists():
+        return None
+    df = pd.read_parquet(path, columns=list(PINNED_COLUMNS))
+    h = hashlib.sha1()
+    for row in df.itertuples(index=False):
+        h.update(repr(tuple(row)).encode())
+    return h.hexdigest()[:16]
+
+
+def run_one(trace: str, engine: str, capacity: int, out_dir: Path, rep: int) -> dict:
+    run_dir = out_dir / f"{trace}-{engine}-kv{capacity}-r{rep}"
+    overrides = [*SUITE_KNOBS[trace], *COMMON_KNOBS, f"engine={engine}",
+                 f"engine.kv_capacity_tokens={capacity}", f"hydra.run.dir={run_dir}"]
+    run = run_harness(overrides, bound_granularities=[512])
+    summary = run.summary or {}
+    return {
+        "trace": trace, "engine": engine, "kv_capacity_tokens": capacity, "repeat": rep,
+        "child_wall_s": run.wall_s, "engine_wall_s": summary.get("wall_s"),
+        "peak_rss_mib": run.peak_rss_mib, "status": summary.get("status"),
+        "completed": summary.get("completed"), "hit_rate": summary.get("hit_rate"),
+        "evictions": summary.get("evictions"), "num_steps": summary.get("num_steps"),
+        "median_ttft_ms": summary.get("median_ttft_ms"), "digest": outcome_digest(run_dir),
+        "stderr_tail": None if run.returncode == 0 else run.stderr_tail,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", nargs="+", default=["conversation", "synthetic"], choices=list(SUITE_KNOBS))
+    ap.add_argument("--engines", nargs="+", default=["apc", "radix"])
+    ap.add_argument("--kv-capacity-tokens", type=int, default=1_791_488)
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args()
+    out_dir = ROOT / "results/bench_trace" / time.strftime("%Y%m%d-%H%M%S")
+    arms = [(t, e) for t in args.traces for e in args.engines]
+    rows = []
+    for rep in range(args.repeats):  # interleaved: every arm once per repeat
+        for trace, engine in arms:
+            row = run_one(trace, engine, args.kv_capacity_tokens, out_dir, rep)
+            rows.append(row)
+            print(_line(row), flush=True)
+    if args.repeats > 1:
+        for trace, engine in arms:
+            mine = [r for r in rows if (r["trace"], r["engine"]) == (trace, engine)]
+            wall = statistics.median(r["child_wall_s"] for r in mine)
+            rss = statistics.median(r["peak_rss_mib"] or 0.0 for r in mine)
+            print(f"median {trace:12s} {engine:5s} wall {wall:6.1f} s  rss {rss:7.0f} MiB")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench.json").write_text(json.dumps({"rows": rows}, indent=1))
+    print(f"wrote {out_dir / 'bench.json'}")
+
+
+def _line(r: dict) -> str:
+    engine_s = r["engine_wall_s"]
+    rss = r["peak_rss_mib"]
+    return (
+        f"{r['trace']:12s} {r['engine']:5s} kv {r['kv_capacity_tokens']:,d} | "
+        f"wall {r['child_wall_s']:6.1f} s (engine loop {'-' if engine_s is None else f'{engine_s:.1f}'} s) | "
+        f"peak rss {'-' if rss is None else f'{rss:.0f}'} MiB | steps {r['num_steps']} | "
+        f"evictions {r['evictions']} | hit {r['hit_rate']} | digest {r['digest']} | {r['status']}"
+        + (f"\n  {r['stderr_tail']}" if r["stderr_tail"] else "")
+    )
+
+
+if __name__ == "__main__":
+    main()
