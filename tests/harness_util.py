@@ -14,7 +14,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import harness.config  # noqa: F401  (registers the schemas)
-from harness.__main__ import execute
+from harness.execute import execute
 
 ROOT = Path(__file__).resolve().parents[1]
 

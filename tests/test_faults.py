@@ -4,7 +4,7 @@ Signals keep the rows finished so far (status `interrupted`, exit 130); a bad jo
 recorded as failed next to the good one; a crash or a kill mid-run leaves no truncated file and no
 `ok` summary; an injected KV leak fails the run at idle and, with engine.debug_checks, at the
 step that leaked. Real signals and sweeps run as subprocesses; the rest goes through
-`harness.__main__.execute` in-process, the same code the CLI runs.
+`harness.execute.execute` in-process, the same code the CLI runs.
 """
 
 from __future__ import annotations
