@@ -59,6 +59,27 @@ def check_run_config(cfg) -> None:
     check_footprint(cfg)
 
 
+def check_known_keys(node, path: str = "") -> None:
+    """Refuse a key that no schema has (`+engine.blocksize=32`): Hydra's `+` adds it to the
+    structured config, and converting to the dataclass would then drop it without a word."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(node, DictConfig):
+        return
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        valid = {f.name for f in dataclasses.fields(schema)}
+        unknown = sorted(str(k) for k in node.keys() if k not in valid)
+        if unknown:
+            where = f"{path}.{unknown[0]}" if path else unknown[0]
+            raise BadInput(f"unknown field {where}; valid: {', '.join(sorted(valid))}")
+    for key, child in node.items_ex(resolve=False):
+        if key != "hydra":
+            check_known_keys(child, f"{path}.{key}" if path else str(key))
+
+
 def check_requests(requests, load) -> None:
     """What only the generated workload shows: no requests at all, or a day-long schedule."""
     if not requests:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.checks import check_run_config
+from harness.checks import check_known_keys, check_run_config
 from harness.config import RunConfig
 from harness.errors import BAD_INPUT, config_errors, describe
 from harness.identity import claim, fingerprint
@@ -38,6 +38,7 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
     out = RunDir(Path(run_dir))
     job = f"job {out.path.name}: " if multirun else ""
     try:
+        check_known_keys(dcfg)
         cfg: RunConfig = OmegaConf.to_object(dcfg)
         rows = RowLog(claim(out.path, RunDir.ROWS, bool(cfg.overwrite)))
     except (KeyboardInterrupt, RunInterrupted) as exc:  # nothing of ours is in the directory yet

@@ -159,11 +159,13 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.checks import check_run_config
+    from harness.checks import check_known_keys, check_run_config
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"):
-            cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+            dcfg = compose(config_name="config", overrides=overrides)
+            check_known_keys(dcfg)
+            cfg = OmegaConf.to_object(dcfg)
         if check:
             check_run_config(cfg)
     except config_errors() as exc:

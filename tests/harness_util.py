@@ -14,6 +14,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import harness.config  # noqa: F401  (registers the schemas)
+from harness.config import CONF_DIR
 from harness.execute import execute
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ class InProcessRun:
 
 def run_harness(overrides: list[str], run_dir: Path) -> InProcessRun:
     """One single-run job of `python -m harness <overrides>` writing into `run_dir`."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         dcfg = compose("config", overrides=list(overrides))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

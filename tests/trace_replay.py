@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 import harness.config  # noqa: F401  (registers the schemas)
 from engines.build import build_engine
+from harness.config import CONF_DIR
 from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
 from workloads.base import generate
@@ -39,7 +40,7 @@ TRACE_H100 = (
 def trace_config(engine: str, kv_capacity_tokens: int, max_requests: int | None, *extra: str):
     overrides = [*TRACE_H100, f"engine={engine}", f"engine.kv_capacity_tokens={kv_capacity_tokens}",
                  f"workload.max_requests={'null' if max_requests is None else max_requests}", *extra]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return OmegaConf.to_object(compose("config", overrides=overrides))
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness.checks import check_run_config
+from harness.checks import check_known_keys, check_run_config
 from harness.config import CONF_DIR, RunConfig
 from harness.identity import claim, fingerprint
 from harness.manifest import build_manifest
@@ -42,6 +42,7 @@ def compose_config(overrides: list[str]) -> tuple[RunConfig, dict]:
     """(RunConfig, resolved dict) for the overrides, as `python -m harness` would compose them."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="claims"):
         dcfg = compose(config_name="config", overrides=overrides)
+    check_known_keys(dcfg)
     cfg = OmegaConf.to_object(dcfg)
     check_run_config(cfg)
     return cfg, OmegaConf.to_container(dcfg, resolve=True)
