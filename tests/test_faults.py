@@ -251,20 +251,22 @@ LEAKY = {
     ],
 }  # fmt: skip
 # Where a free happens: (class, method); the injected leak drops one block or slot per call.
-FREES = {"apc": (BlockPool, "free_blocks"), "radix": (TokenToKVPoolAllocator, "free")}
+# The tree frees a node's value and a request's row segment through free_segment (page 1: the
+# same function as free).
+FREES = {"apc": (BlockPool, "free_blocks"), "radix": (TokenToKVPoolAllocator, "free_segment")}
 
 
 def inject_leak(monkeypatch, cache: str) -> None:
     cls, name = FREES[cache]
     original = getattr(cls, name)
-    monkeypatch.setattr(cls, name, lambda self, items: original(self, list(items)[:-1]))
+    monkeypatch.setattr(cls, name, lambda self, items, *rest: original(self, list(items)[:-1], *rest))
 
 
 @pytest.mark.parametrize("cache", list(LEAKY))
 def test_no_leak_without_injection(cache, tmp_path, monkeypatch):
     cls, name = FREES[cache]
     original, calls = getattr(cls, name), []
-    monkeypatch.setattr(cls, name, lambda self, items: (calls.append(1), original(self, items))[1])
+    monkeypatch.setattr(cls, name, lambda self, items, *rest: (calls.append(1), original(self, items, *rest))[1])
     code, run_dir = run_in_process(tmp_path, [*LEAKY[cache], "engine.debug_checks=true"])
     summary = summary_of(run_dir)
     assert code == EXIT_OK and summary["status"] == "ok", summary.get("error")

@@ -37,7 +37,8 @@ def summaries(sweep_dir: Path) -> dict[int, dict]:
     """Job number -> summary.json of every job folder (`<num>-<overrides>`)."""
     out = {}
     for path in sweep_dir.glob("*/summary.json"):
-        out[int(path.parent.name.split("-")[0])] = json.loads(path.read_text())
+        summary = json.loads(path.read_text())
+        out[int(path.parent.name.split("-")[0])] = {**summary, "run_dir": path.parent.name}
     return out
 
 
@@ -45,7 +46,9 @@ def assert_one_good_one_bad(proc: subprocess.CompletedProcess, sweep_dir: Path, 
     assert proc.returncode in codes, proc.stderr[-3000:]
     jobs = summaries(sweep_dir)
     assert sorted(jobs) == [0, 1]
-    assert jobs[0]["status"] == "ok" and jobs[0]["completed"] == 2 and jobs[0]["kv_capacity_tokens"] == 4096
+    assert jobs[0]["status"] == "ok" and jobs[0]["completed"] == 2
+    manifest = json.loads((sweep_dir / jobs[0]["run_dir"] / "manifest.json").read_text())
+    assert manifest["config"]["engine"]["kv_capacity_tokens"] == 4096
     assert jobs[1]["status"] == "failed" and "KV tokens" in jobs[1]["error"] and jobs[1]["completed"] == 0
 
 

@@ -36,7 +36,7 @@ def test_compare_notebook_runs(tmp_path, monkeypatch):
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-    assert "30 runs (29 ok, 1 not ok)" in text and "overhead" in text
+    assert "30 runs (29 ok, 0 incomplete, 1 failed or interrupted)" in text and "overhead" in text
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     assert "radix-lpm" in html and "n_not_ok" in html
     assert any("image/svg+xml" in o.get("data", {}) for o in outputs)

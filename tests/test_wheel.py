@@ -73,7 +73,7 @@ def test_the_default_benchmark_runs_from_another_folder(venv_python, tmp_path):
     summary = harness(venv_python, tmp_path, TINY)
     assert summary["status"] == "ok" and summary["workload"] == "system_prompt"
     assert summary["backend"] == "apc" and summary["completed"] > 0
-    assert list((tmp_path / "results").glob("*-system_prompt-apc/summary.json"))
+    assert list((tmp_path / "results").glob("*-system_prompt-apc-seed0/summary.json"))
 
 
 def test_a_user_workload_yaml_from_its_own_folder(venv_python, tmp_path):

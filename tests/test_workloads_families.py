@@ -246,6 +246,7 @@ def test_every_family_has_a_dataclass_schema_with_common_fields():
     assert set(FAMILIES.names()) == {
         "dataset",
         "fewshot",
+        "mix",
         "multiturn",
         "parallel",
         "prompts",

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from workloads.errors import BadInput
+
 from tests.workload_util import brute_shared
 from workloads.base import FAMILIES, TokenSpace, generate, generate_with_notes
 
@@ -69,5 +71,5 @@ def test_a_bad_line_is_one_error_naming_file_line_and_field(tmp_path, line, prob
 def test_an_empty_file_and_a_missing_one(tmp_path):
     with pytest.raises(ValueError, match="no prompt lines"):
         generate(Params(path=write(tmp_path, ["", ""])), 0, SPACE)
-    with pytest.raises(FileNotFoundError, match="prompt file 'nope.jsonl' not found"):
+    with pytest.raises(BadInput, match="prompt file 'nope.jsonl' not found"):
         generate(Params(path="nope.jsonl"), 0, SPACE)
