@@ -71,7 +71,7 @@ def check_known_keys(node, path: str = "") -> None:
     schema = OmegaConf.get_type(node)
     if dataclasses.is_dataclass(schema):
         valid = {f.name for f in dataclasses.fields(schema)}
-        unknown = sorted(str(k) for k in node.keys() if k not in valid)
+        unknown = sorted(str(k) for k in node if k not in valid)
         if unknown:
             where = f"{path}.{unknown[0]}" if path else unknown[0]
             raise BadInput(f"unknown field {where}; valid: {', '.join(sorted(valid))}")

@@ -26,8 +26,12 @@ from harness.tables import DEFAULT_GRANULARITY
 
 TIE_TOLERANCE = 0.05  # relative
 CELLS = (("apc", "vllm"), ("radix", "vllm"), ("apc", "sglang"), ("radix", "sglang"))
-METRICS = (("hit_rate", "hit rate"), ("median_ttft_ms", "TTFT p50 (ms)"), ("p99_ttft_ms", "TTFT p99 (ms)"),
-           ("total_token_throughput", "throughput (tok/s, in+out)"))  # fmt: skip
+METRICS = (
+    ("hit_rate", "hit rate"),
+    ("median_ttft_ms", "TTFT p50 (ms)"),
+    ("p99_ttft_ms", "TTFT p99 (ms)"),
+    ("total_token_throughput", "throughput (tok/s, in+out)"),
+)
 
 
 def factorial_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -60,7 +64,9 @@ def decomposition_table(runs: pd.DataFrame) -> pd.DataFrame:
             continue
         for metric, _ in METRICS:
             v = {cell: float(means.loc[(workload, *cell), metric]) for cell in CELLS}
-            rows.append(_row(workload, metric, v, int(means.loc[(workload, "apc", "vllm"), "n_runs"])))
+            rows.append(
+                _row(workload, metric, v, int(means.loc[(workload, "apc", "vllm"), "n_runs"]))
+            )
     return pd.DataFrame(rows)
 
 
@@ -79,18 +85,27 @@ def _row(workload: str, metric: str, v: dict, n: int) -> dict:
     tied = [name for name, x in effects.items() if abs(x) >= biggest * (1 - TIE_TOLERANCE)]
     driver = "none" if biggest == 0 else ("interaction" if "interaction" in tied else tied[0])
     return {
-        "workload": workload, "metric": metric, "n_runs_per_arm": n,
+        "workload": workload,
+        "metric": metric,
+        "n_runs_per_arm": n,
         **{f"{c}+{s}": v[(c, s)] for c, s in CELLS},
         "shipped_difference": shipped,
-        "data_structure_effect_under_vllm": ds["vllm"], "data_structure_effect_under_sglang": ds["sglang"],
-        "scheduler_effect_under_apc": sched["apc"], "scheduler_effect_under_radix": sched["radix"],
-        "data_structure_main_effect": effects["data structure"], "scheduler_main_effect": effects["scheduler"],
-        "interaction": effects["interaction"], "driver": driver,
-    }  # fmt: skip
+        "data_structure_effect_under_vllm": ds["vllm"],
+        "data_structure_effect_under_sglang": ds["sglang"],
+        "scheduler_effect_under_apc": sched["apc"],
+        "scheduler_effect_under_radix": sched["radix"],
+        "data_structure_main_effect": effects["data structure"],
+        "scheduler_main_effect": effects["scheduler"],
+        "interaction": effects["interaction"],
+        "driver": driver,
+    }
 
 
-EFFECTS = (("data_structure_main_effect", "data structure (radix - apc)"),
-           ("scheduler_main_effect", "scheduler (sglang - vllm)"), ("interaction", "interaction"))  # fmt: skip
+EFFECTS = (
+    ("data_structure_main_effect", "data structure (radix - apc)"),
+    ("scheduler_main_effect", "scheduler (sglang - vllm)"),
+    ("interaction", "interaction"),
+)
 
 
 @figure("decomposition")
@@ -101,7 +116,9 @@ def decomposition(inp: Inputs) -> list[str]:
         raise Skip("no workload with all four scheduler x cache arms (run +suite=factorial)")
     workloads = sorted(table["workload"].unique())
     width = max(6.0, 0.9 * len(workloads))
-    fig, axes = plt.subplots(len(METRICS), 2, figsize=(2 * width, 2.8 * len(METRICS)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(METRICS), 2, figsize=(2 * width, 2.8 * len(METRICS)), squeeze=False
+    )
     for (left, right), (metric, label) in zip(axes, METRICS):
         sub = table[table["metric"] == metric].set_index("workload").loc[workloads]
         _bars(left, workloads, [(f"cache {c} + scheduler {s}", sub[f"{c}+{s}"]) for c, s in CELLS])
@@ -113,7 +130,11 @@ def decomposition(inp: Inputs) -> list[str]:
     axes[0][1].set_title("main effects and interaction (2x2 factorial)", pad=28)
     for ax in axes[0]:  # above the first row, clear of the bars
         ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    footnote(fig, factorial_runs(inp.runs), "per workload and metric: decomposition.csv (simple effects, driver)")
+    footnote(
+        fig,
+        factorial_runs(inp.runs),
+        "per workload and metric: decomposition.csv (simple effects, driver)",
+    )
     fig.tight_layout()
     return [save(fig, inp.out_dir, "decomposition")]
 

@@ -17,9 +17,14 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 
 # Upstream arms keep their colour in every figure; other arms (labels) get one from their name.
 ARM_COLOURS = {
-    "apc": "#1f77b4", "apc-off": "#aec7e8", "radix": "#ff7f0e", "radix-off": "#ffbb78",
-    "radix-lpm": "#2ca02c", "radix-p16": "#d62728", "radix-dfs-weight": "#9467bd",
-}  # fmt: skip
+    "apc": "#1f77b4",
+    "apc-off": "#aec7e8",
+    "radix": "#ff7f0e",
+    "radix-off": "#ffbb78",
+    "radix-lpm": "#2ca02c",
+    "radix-p16": "#d62728",
+    "radix-dfs-weight": "#9467bd",
+}
 PALETTE = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#843c39")
 HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
 PLATFORM = ("model", "executor", "hardware")
@@ -33,7 +38,9 @@ def colour(arm: str) -> str:
 
 def safe_stem(*parts: object) -> str:
     """A file stem from names read out of results: only letters, digits and . _ + -, never a path."""
-    text = "_".join(_UNSAFE.sub("-", str(p)).strip(".-") for p in parts if str(p) not in ("", "None", "nan"))
+    text = "_".join(
+        _UNSAFE.sub("-", str(p)).strip(".-") for p in parts if str(p) not in ("", "None", "nan")
+    )
     return text[:150] or "figure"
 
 
@@ -55,7 +62,9 @@ def platforms(runs: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
 
 
 def platform_title(runs: pd.DataFrame) -> str:
-    parts = [f"{k} {runs[k].dropna().iloc[0]}" for k in PLATFORM if k in runs and runs[k].notna().any()]
+    parts = [
+        f"{k} {runs[k].dropna().iloc[0]}" for k in PLATFORM if k in runs and runs[k].notna().any()
+    ]
     return ", ".join(parts)
 
 
@@ -73,7 +82,9 @@ def ratio_axis(ax) -> None:
     ax.set_yscale("log")
     low, high = ax.get_ylim()
     wide = high / low > 3
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)) if wide else MaxNLocator(nbins=6))
+    ax.yaxis.set_major_locator(
+        LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)) if wide else MaxNLocator(nbins=6)
+    )
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
     ax.yaxis.set_minor_formatter(NullFormatter())
 

@@ -28,7 +28,9 @@ class Footprint:
 
     @property
     def host_bytes(self) -> int:
-        return self.workload_bytes + self.bookkeeping_bytes + (0 if self.kv_on_gpu else self.kv_bytes)
+        return (
+            self.workload_bytes + self.bookkeeping_bytes + (0 if self.kv_on_gpu else self.kv_bytes)
+        )
 
 
 def estimate(cfg) -> Footprint:
@@ -40,19 +42,32 @@ def estimate(cfg) -> Footprint:
         from engines.kv_pool import KVPoolShape
 
         m = cfg.model
-        shape = KVPoolShape(m.num_layers, num_blocks, cfg.engine.block_size, m.num_kv_heads, m.head_dim, m.torch_dtype)
+        shape = KVPoolShape(
+            m.num_layers,
+            num_blocks,
+            cfg.engine.block_size,
+            m.num_kv_heads,
+            m.head_dim,
+            m.torch_dtype,
+        )
         kv_bytes, on_gpu = shape.total_bytes, resolve_device(cfg.device).type == "cuda"
-    return Footprint(tokens * BYTES_PER_PROMPT_TOKEN, num_blocks * BOOKKEEPING_BYTES_PER_BLOCK, kv_bytes, on_gpu)
+    return Footprint(
+        tokens * BYTES_PER_PROMPT_TOKEN, num_blocks * BOOKKEEPING_BYTES_PER_BLOCK, kv_bytes, on_gpu
+    )
 
 
 def check_footprint(cfg) -> None:
     """Raise BadInput when the estimate does not fit the host (or GPU) memory available now."""
     need = estimate(cfg)
-    parts = (f"workload {need.workload_bytes / GIB:.1f} GiB, cache bookkeeping {need.bookkeeping_bytes / GIB:.1f} GiB, "
-             f"KV pool {need.kv_bytes / GIB:.1f} GiB")  # fmt: skip
+    parts = (
+        f"workload {need.workload_bytes / GIB:.1f} GiB, cache bookkeeping {need.bookkeeping_bytes / GIB:.1f} GiB, "
+        f"KV pool {need.kv_bytes / GIB:.1f} GiB"
+    )
     free = available_host_bytes()
     if free is not None and need.host_bytes > free:
-        field = "workload" if need.workload_bytes > need.host_bytes / 2 else "engine.kv_capacity_tokens"
+        field = (
+            "workload" if need.workload_bytes > need.host_bytes / 2 else "engine.kv_capacity_tokens"
+        )
         raise BadInput(
             f"{field}: this run needs an estimated {need.host_bytes / GIB:.1f} GiB of memory ({parts}) "
             f"but {free / GIB:.1f} GiB are available"

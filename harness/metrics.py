@@ -38,22 +38,48 @@ _INT = "int64"
 _FLOAT = "float64"
 
 COLUMNS: dict[str, object] = {
-    "request_id": _STR, "parent_id": _STR, "request_index": _INT, "sample_index": _INT,
-    "session_id": _STR, "turn": _INT, "salt": _STR,
-    "workload": _STR, "workload_version": _INT, "engine": _STR, "policy": _STR,
-    "block_size": _INT, "seed": _INT, "run_id": _STR,
-    "prompt_tokens": _INT, "cached_tokens": _INT, "output_tokens": _INT,
-    "recomputed_tokens": _INT, "num_preemptions": _INT, "shared_prefix_len": _INT,
-    "arrival_s": _FLOAT, "scheduled_s": _FLOAT, "first_token_s": _FLOAT, "finish_s": _FLOAT,
-    "queue_delay_ms": _FLOAT, "ttft_ms": _FLOAT, "tpot_ms": _FLOAT, "e2el_ms": _FLOAT,
-}  # fmt: skip
+    "request_id": _STR,
+    "parent_id": _STR,
+    "request_index": _INT,
+    "sample_index": _INT,
+    "session_id": _STR,
+    "turn": _INT,
+    "salt": _STR,
+    "workload": _STR,
+    "workload_version": _INT,
+    "engine": _STR,
+    "policy": _STR,
+    "block_size": _INT,
+    "seed": _INT,
+    "run_id": _STR,
+    "prompt_tokens": _INT,
+    "cached_tokens": _INT,
+    "output_tokens": _INT,
+    "recomputed_tokens": _INT,
+    "num_preemptions": _INT,
+    "shared_prefix_len": _INT,
+    "arrival_s": _FLOAT,
+    "scheduled_s": _FLOAT,
+    "first_token_s": _FLOAT,
+    "finish_s": _FLOAT,
+    "queue_delay_ms": _FLOAT,
+    "ttft_ms": _FLOAT,
+    "tpot_ms": _FLOAT,
+    "e2el_ms": _FLOAT,
+}
 
 # Columns that legitimately differ between two runs of the same config and seed. (Under wall-clock
 # arrivals the batching, and so cached/recomputed tokens and preemptions, can differ too.)
 TIMING_COLUMNS: tuple[str, ...] = (
-    "arrival_s", "scheduled_s", "first_token_s", "finish_s",
-    "queue_delay_ms", "ttft_ms", "tpot_ms", "e2el_ms",
-)  # fmt: skip
+    "arrival_s",
+    "scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "queue_delay_ms",
+    "ttft_ms",
+    "tpot_ms",
+    "e2el_ms",
+)
 
 SLO_METRICS = ("ttft", "tpot", "e2el")  # the keys `vllm bench serve --goodput` accepts
 
@@ -71,7 +97,8 @@ def request_table(
     index_of = {rid: i for i, rid in enumerate(requests_by_id)}
     ctx = asdict(context)
     rows = [
-        request_row(rec, requests_by_id[rec.parent_id], index_of[rec.parent_id], ctx) for rec in records
+        request_row(rec, requests_by_id[rec.parent_id], index_of[rec.parent_id], ctx)
+        for rec in records
     ]
     df = pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
     release_s = [requests_by_id[pid].arrival_s for pid in df["parent_id"]]
@@ -87,17 +114,28 @@ def request_row(rec: RequestRecord, req: Request, request_index: int, ctx: dict)
     tpot_ms = (e2el_ms - ttft_ms) / (rec.output_tokens - 1) if rec.output_tokens > 1 else math.nan
     return {
         **ctx,
-        "request_id": rec.request_id, "parent_id": rec.parent_id,
-        "request_index": request_index, "sample_index": rec.sample_index,
-        "session_id": req.session_id, "turn": req.turn, "salt": req.salt,
-        "prompt_tokens": rec.prompt_tokens, "cached_tokens": rec.cached_tokens,
-        "output_tokens": rec.output_tokens, "recomputed_tokens": rec.recomputed_tokens,
-        "num_preemptions": rec.num_preemptions, "shared_prefix_len": req.shared_prefix_len,
-        "arrival_s": rec.arrival_s, "scheduled_s": rec.scheduled_s,
-        "first_token_s": rec.first_token_s, "finish_s": rec.finish_s,
+        "request_id": rec.request_id,
+        "parent_id": rec.parent_id,
+        "request_index": request_index,
+        "sample_index": rec.sample_index,
+        "session_id": req.session_id,
+        "turn": req.turn,
+        "salt": req.salt,
+        "prompt_tokens": rec.prompt_tokens,
+        "cached_tokens": rec.cached_tokens,
+        "output_tokens": rec.output_tokens,
+        "recomputed_tokens": rec.recomputed_tokens,
+        "num_preemptions": rec.num_preemptions,
+        "shared_prefix_len": req.shared_prefix_len,
+        "arrival_s": rec.arrival_s,
+        "scheduled_s": rec.scheduled_s,
+        "first_token_s": rec.first_token_s,
+        "finish_s": rec.finish_s,
         "queue_delay_ms": (rec.scheduled_s - rec.arrival_s) * 1e3,
-        "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "e2el_ms": e2el_ms,
-    }  # fmt: skip
+        "ttft_ms": ttft_ms,
+        "tpot_ms": tpot_ms,
+        "e2el_ms": e2el_ms,
+    }
 
 
 def itls_ms(records: Iterable[RequestRecord]) -> dict[str, tuple[float, ...]]:
@@ -158,14 +196,18 @@ def summarize(
     if context is not None:
         out.update(asdict(context), backend=context.engine)
     out.update(
-        duration=duration_s, completed=len(ids), failed=num_failed,
-        total_input_tokens=num_in, total_output_tokens=num_out,
+        duration=duration_s,
+        completed=len(ids),
+        failed=num_failed,
+        total_input_tokens=num_in,
+        total_output_tokens=num_out,
         request_throughput=_rate(len(ids), duration_s),
         request_goodput=_goodput(df, parse_slos(metrics.goodput), duration_s),
         output_throughput=_rate(num_out, duration_s),
         total_token_throughput=_rate(num_in + num_out, duration_s),
-        max_output_tokens_per_s=peak_tokens, max_concurrent_requests=peak_requests,
-    )  # fmt: skip
+        max_output_tokens_per_s=peak_tokens,
+        max_concurrent_requests=peak_requests,
+    )
     out.update(_stats("ttft_ms", df["ttft_ms"].tolist(), percentiles))
     out.update(_stats("tpot_ms", df["tpot_ms"].dropna().tolist(), percentiles))
     out.update(_stats("itl_ms", pooled_itl, (*percentiles, 95)))
@@ -183,10 +225,11 @@ def summarize(
     # Measured hit rate (docs/benchmarking.md §5.1): first-admission reuse over client-side prompts.
     hit_rate = num_cached / num_in if num_in else None
     out.update(
-        prompt_tokens_cached=num_cached, hit_rate=hit_rate,
+        prompt_tokens_cached=num_cached,
+        hit_rate=hit_rate,
         recomputed_tokens=int(df["recomputed_tokens"].sum()),
         num_preemptions=int(df["num_preemptions"].sum()),
-    )  # fmt: skip
+    )
     out.update(extra or {})
     return json_safe(out)
 
@@ -210,7 +253,7 @@ def percentile_name(p: float) -> str:
 
 
 def parse_slos(text: str | None) -> dict[str, float]:
-    """"ttft:200,tpot:50" -> {"ttft": 200.0, "tpot": 50.0} (ms); None or "" -> {}."""
+    """ "ttft:200,tpot:50" -> {"ttft": 200.0, "tpot": 50.0} (ms); None or "" -> {}."""
     slos: dict[str, float] = {}
     for item in (text or "").replace(" ", ",").split(","):
         if not item:
@@ -219,14 +262,18 @@ def parse_slos(text: str | None) -> dict[str, float]:
         if not sep or key not in SLO_METRICS:
             raise BadInput(
                 f"metrics.goodput: {item!r} is not <metric>:<ms> with metric one of "
-                f"{', '.join(SLO_METRICS)} (e.g. metrics.goodput=\"ttft:200,tpot:50\")"
+                f'{", ".join(SLO_METRICS)} (e.g. metrics.goodput="ttft:200,tpot:50")'
             )
         try:
             slos[key] = float(value)
         except ValueError:
-            raise BadInput(f"metrics.goodput: {value!r} in {item!r} is not a number of ms") from None
+            raise BadInput(
+                f"metrics.goodput: {value!r} in {item!r} is not a number of ms"
+            ) from None
         if not 0 < slos[key] < math.inf:
-            raise BadInput(f"metrics.goodput: the {key} SLO must be a positive finite number of ms, got {value}")
+            raise BadInput(
+                f"metrics.goodput: the {key} SLO must be a positive finite number of ms, got {value}"
+            )
     return slos
 
 
@@ -266,10 +313,12 @@ def _peaks(df: pd.DataFrame, itl_lists: list[list[float]] | None) -> tuple[float
     if itl_lists is None:
         return None, peak_requests
     # One float64 array, not a list of numpy scalars (~40 bytes a token: +300 MB for a whole trace).
-    token_s = np.concatenate([
-        first + np.concatenate(([0.0], np.cumsum(gaps) / 1e3))
-        for first, gaps in zip(df["first_token_s"], itl_lists, strict=True)
-    ])
+    token_s = np.concatenate(
+        [
+            first + np.concatenate(([0.0], np.cumsum(gaps) / 1e3))
+            for first, gaps in zip(df["first_token_s"], itl_lists, strict=True)
+        ]
+    )
     buckets = np.floor(token_s - start_s).astype(int)
     tokens = np.bincount(buckets[(buckets >= 0) & (buckets < num_buckets)], minlength=num_buckets)
     return float(tokens.max()), peak_requests

@@ -35,10 +35,15 @@ from workloads.tokens import warmup_requests
 ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
 # Code areas for the profile, first match wins (paths relative to the repository).
 AREAS = (
-    ("cache/apc", "engines/cache/apc/"), ("cache/radix", "engines/cache/radix/"), ("cache/base", "engines/cache/"),
-    ("scheduler", "engines/scheduler.py"), ("engine loop", "engines/engine.py"),
-    ("executor+model", "engines/"), ("torch (python)", "torch/"), ("C builtins (torch ops)", "~"),
-)  # fmt: skip
+    ("cache/apc", "engines/cache/apc/"),
+    ("cache/radix", "engines/cache/radix/"),
+    ("cache/base", "engines/cache/"),
+    ("scheduler", "engines/scheduler.py"),
+    ("engine loop", "engines/engine.py"),
+    ("executor+model", "engines/"),
+    ("torch (python)", "torch/"),
+    ("C builtins (torch ops)", "~"),
+)
 
 
 def config(engine: str, cache_on: bool, overrides: list[str]) -> RunConfig:
@@ -51,9 +56,15 @@ def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) 
     """One measured window, as harness.runner runs it: warm up, flush, run the workload."""
     torch.set_num_threads(cfg.threads)
     space = token_space_for(cfg.model)
-    requests = fan_out(with_arrivals(generate(cfg.workload, seed, space), cfg.load, seed), scripted=True)
-    engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
-    warm = warmup_requests(space, seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len)
+    requests = fan_out(
+        with_arrivals(generate(cfg.workload, seed, space), cfg.load, seed), scripted=True
+    )
+    engine = build_engine(
+        cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
+    )
+    warm = warmup_requests(
+        space, seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len
+    )
     engine.run(fan_out(warm, scripted=True))
     engine.records.clear()
     assert engine.cache.reset(), "the cache refused to flush"
@@ -68,8 +79,15 @@ def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) 
     tokens = sum(len(r.prompt_ids) for r in requests) + sum(r.output_tokens for r in engine.records)
     hit = sum(r.cached_tokens for r in engine.records)
     duration_s = max((r.finish_s for r in engine.records), default=0.0)  # virtual when simulated
-    return {"wall_s": wall_s, "cpu_s": cpu_s, "tokens": tokens, "cached_tokens": hit, "duration_s": duration_s,
-            "bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6, "num_steps": engine.scheduler.num_steps}  # fmt: skip
+    return {
+        "wall_s": wall_s,
+        "cpu_s": cpu_s,
+        "tokens": tokens,
+        "cached_tokens": hit,
+        "duration_s": duration_s,
+        "bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6,
+        "num_steps": engine.scheduler.num_steps,
+    }
 
 
 def area_seconds(profile: cProfile.Profile) -> dict[str, float]:
@@ -97,12 +115,21 @@ def run(repeats: int, overrides: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     rows = []
     for seed in range(repeats):
         for engine, on in abba_order(seed):
-            rows.append({"engine": engine, "cache_on": on, "seed": seed, **measure(configs[engine, on], seed)})
+            rows.append(
+                {
+                    "engine": engine,
+                    "cache_on": on,
+                    "seed": seed,
+                    **measure(configs[engine, on], seed),
+                }
+            )
     profiles = []
     for (engine, on), cfg in configs.items():
         prof = cProfile.Profile()
         m = measure(cfg, 0, prof)
-        profiles.append({"engine": engine, "cache_on": on, "wall_s": m["wall_s"], **area_seconds(prof)})
+        profiles.append(
+            {"engine": engine, "cache_on": on, "wall_s": m["wall_s"], **area_seconds(prof)}
+        )
     return pd.DataFrame(rows), pd.DataFrame(profiles)
 
 
@@ -116,18 +143,39 @@ def ratios(runs: pd.DataFrame) -> pd.DataFrame:
         for clock in ("wall_s", "cpu_s"):
             r = (on["tokens"] / on[clock]) / (off["tokens"] / off[clock])
             ci = ratio_ci(r.dropna().tolist())
-            out.append({"engine": engine, "clock": clock, "n_pairs": ci.n, "ratio": ci.mean, "ci_low": ci.low, "ci_high": ci.high})
+            out.append(
+                {
+                    "engine": engine,
+                    "clock": clock,
+                    "n_pairs": ci.n,
+                    "ratio": ci.mean,
+                    "ci_low": ci.low,
+                    "ci_high": ci.high,
+                }
+            )
         extra_ms = (on["bookkeeping_ms"] - off["bookkeeping_ms"]) / (off["wall_s"] * 1e3)
-        out.append({"engine": engine, "clock": "bookkeeping_share_added", "n_pairs": len(extra_ms),
-                    "ratio": 1 - extra_ms.mean(), "ci_low": None, "ci_high": None})  # fmt: skip
+        out.append(
+            {
+                "engine": engine,
+                "clock": "bookkeeping_share_added",
+                "n_pairs": len(extra_ms),
+                "ratio": 1 - extra_ms.mean(),
+                "ci_low": None,
+                "ci_high": None,
+            }
+        )
     return pd.DataFrame(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.overhead", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.overhead", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--repeats", type=int, default=5, help="interleaved seeds per arm (>= 2)")
     parser.add_argument("--out", type=Path, default=Path("results/overhead-profile"))
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=tiny workload.num_prompts=4")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides, e.g. model=tiny workload.num_prompts=4"
+    )
     args = parser.parse_args(argv)
     if args.repeats < 2:
         print("error: --repeats must be >= 2 for an interval", file=sys.stderr)
@@ -141,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     pd.set_option("display.width", 200)
     print(table.to_string(index=False))
     print(profiles.round(4).to_string(index=False))
-    (args.out / "overrides.json").write_text(json.dumps({"repeats": args.repeats, "overrides": args.overrides}) + "\n")
+    (args.out / "overrides.json").write_text(
+        json.dumps({"repeats": args.repeats, "overrides": args.overrides}) + "\n"
+    )
     return 0
 
 

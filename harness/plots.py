@@ -72,12 +72,22 @@ def footnote(fig, df: pd.DataFrame, extra: str = "") -> None:
     caps = sorted({int(c) for c in df["kv_capacity_tokens"].dropna()})
     cap = ", ".join(f"{c:,}" for c in caps) if caps else "n/a"
     seeds = df["seed"].nunique()
-    text = (f"model {_values(df, 'model')} | executor {_values(df, 'executor')} | KV capacity {cap} tokens"
-            f" | n = {len(df)} runs ({seeds} seeds)" + (f" | {extra}" if extra else ""))  # fmt: skip
+    text = (
+        f"model {_values(df, 'model')} | executor {_values(df, 'executor')} | KV capacity {cap} tokens"
+        f" | n = {len(df)} runs ({seeds} seeds)" + (f" | {extra}" if extra else "")
+    )
     # Below everything already drawn (rotated tick labels reach under the axes), never over it.
     lowest_in = fig.get_tightbbox(fig.canvas.get_renderer()).y0
-    fig.text(0.01, min(-0.02, lowest_in / fig.get_figheight() - 0.02), text, fontsize=7, color="0.3",
-             ha="left", va="top", wrap=True)  # fmt: skip
+    fig.text(
+        0.01,
+        min(-0.02, lowest_in / fig.get_figheight() - 0.02),
+        text,
+        fontsize=7,
+        color="0.3",
+        ha="left",
+        va="top",
+        wrap=True,
+    )
 
 
 def arm_label(df: pd.DataFrame, arm: str) -> str:
@@ -95,7 +105,11 @@ def main_config(runs: pd.DataFrame) -> pd.DataFrame:
     parts = []
     for _, group in runs.groupby("workload", sort=True):
         # A load sweep has its own figure (metric_vs_load); bars show the other runs when any.
-        swept = group["varies"].astype(str).str.contains(r"\bload\.", regex=True) if "varies" in group else None
+        swept = (
+            group["varies"].astype(str).str.contains(r"\bload\.", regex=True)
+            if "varies" in group
+            else None
+        )
         if swept is not None and (~swept).any():
             group = group[~swept]
         caps = group["kv_capacity_tokens"]
@@ -118,7 +132,9 @@ def _grouped_bars(ax, df: pd.DataFrame, column: str, scale: float = 1.0) -> dict
     for i, name in enumerate(series):
         means, errs, single = [], [[], []], []
         for w in workloads:
-            vals = pd.to_numeric(df[(df["workload"] == w) & (df["series"] == name)][column], errors="coerce").dropna()
+            vals = pd.to_numeric(
+                df[(df["workload"] == w) & (df["series"] == name)][column], errors="coerce"
+            ).dropna()
             if vals.empty:
                 means.append(np.nan), errs[0].append(0), errs[1].append(0), single.append(False)
                 continue
@@ -128,8 +144,17 @@ def _grouped_bars(ax, df: pd.DataFrame, column: str, scale: float = 1.0) -> dict
             errs[1].append(0 if ci.high is None else ci.high - ci.mean)
             single.append(ci.n == 1)
         x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
-        ax.bar(x, means, width, yerr=errs, capsize=2, label=arm_label(df, name), edgecolor="0.2", linewidth=0.4,
-               **style[name])  # fmt: skip
+        ax.bar(
+            x,
+            means,
+            width,
+            yerr=errs,
+            capsize=2,
+            label=arm_label(df, name),
+            edgecolor="0.2",
+            linewidth=0.4,
+            **style[name],
+        )
         positions[name] = x
         marks.append((x, means, single))
     _mark_single_runs(ax, marks)
@@ -141,12 +166,28 @@ def _mark_single_runs(ax, marks) -> None:
     """Say n=1 where a bar is one run: once for the axes when all are, else over those bars."""
     flags = [one for _, _, single in marks for one in single]
     if flags and all(flags):
-        ax.text(0.99, 0.98, "n=1 per bar: no interval", transform=ax.transAxes, ha="right", va="top", fontsize=7)
+        ax.text(
+            0.99,
+            0.98,
+            "n=1 per bar: no interval",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=7,
+        )
         return
     for x, means, single in marks:
         for xi, m, one in zip(x, means, single):
             if one:
-                ax.annotate("n=1", (xi, m), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=5, rotation=90)
+                ax.annotate(
+                    "n=1",
+                    (xi, m),
+                    textcoords="offset points",
+                    xytext=(0, 2),
+                    ha="center",
+                    fontsize=5,
+                    rotation=90,
+                )
 
 
 def legend_outside(ax, fontsize: int = 7) -> None:
@@ -161,15 +202,22 @@ def ttft_cdf(inp: Inputs) -> list[str]:
     written = []
     for suffix, platform_runs in platforms(inp.runs):
         runs = main_config(platform_runs)
-        reqs = inp.requests.merge(runs[["run_id", "workload", "arm", "series"]], on="run_id", suffixes=("_req", ""))
+        reqs = inp.requests.merge(
+            runs[["run_id", "workload", "arm", "series"]], on="run_id", suffixes=("_req", "")
+        )
         for workload, group in reqs.groupby("workload", sort=True):
             sub = runs[runs["workload"] == workload]
             fig, ax = plt.subplots(figsize=(7, 4))
             for series, g in group.groupby("series", sort=True):
                 ttft = np.sort(pd.to_numeric(g["ttft_ms"], errors="coerce").dropna().to_numpy())
                 if ttft.size:
-                    ax.step(ttft, np.arange(1, ttft.size + 1) / ttft.size, where="post",
-                            color=colour(g["arm"].iloc[0]), label=arm_label(sub, series))  # fmt: skip
+                    ax.step(
+                        ttft,
+                        np.arange(1, ttft.size + 1) / ttft.size,
+                        where="post",
+                        color=colour(g["arm"].iloc[0]),
+                        label=arm_label(sub, series),
+                    )
             ax.set(xlabel="TTFT (ms)", ylabel="fraction of requests", title=f"TTFT CDF: {workload}")
             ax.grid(alpha=0.3)
             legend_outside(ax, 8)
@@ -180,8 +228,12 @@ def ttft_cdf(inp: Inputs) -> list[str]:
 
 @figure("latency_throughput")
 def latency_throughput(inp: Inputs) -> list[str]:
-    panels = (("median_ttft_ms", "TTFT p50 (ms)"), ("p99_ttft_ms", "TTFT p99 (ms)"),
-              ("request_throughput", "throughput (req/s)"), ("total_token_throughput", "throughput (tok/s, in+out)"))  # fmt: skip
+    panels = (
+        ("median_ttft_ms", "TTFT p50 (ms)"),
+        ("p99_ttft_ms", "TTFT p99 (ms)"),
+        ("request_throughput", "throughput (req/s)"),
+        ("total_token_throughput", "throughput (tok/s, in+out)"),
+    )
     written = []
     for suffix, platform_runs in platforms(inp.runs):
         runs = main_config(platform_runs)
@@ -194,7 +246,9 @@ def latency_throughput(inp: Inputs) -> list[str]:
                 plain_ms_axis(ax)
             ax.grid(axis="y", alpha=0.3)
         legend_outside(axes.flat[1])
-        fig.suptitle(f"Latency and throughput by workload and arm ({platform_title(runs)}; mean over seeds, 95% t-interval)")
+        fig.suptitle(
+            f"Latency and throughput by workload and arm ({platform_title(runs)}; mean over seeds, 95% t-interval)"
+        )
         fig.tight_layout()
         footnote(fig, runs)
         written.append(save(fig, inp.out_dir, "latency_throughput", suffix))
@@ -211,15 +265,31 @@ def hit_rate(inp: Inputs) -> list[str]:
         workloads = sorted(runs["workload"].unique())
         width = 0.8 / max(len(positions), 1)
         # Beside each other on the bar, so neither hides the other when they are equal.
-        refs = (("ideal_hit_rate", "_", 90, "k", -width / 4, "ideal (unbounded cache)"),
-                ("belady_hit_rate", "x", 25, "crimson", width / 4, "Belady (at capacity)"))  # fmt: skip
+        refs = (
+            ("ideal_hit_rate", "_", 90, "k", -width / 4, "ideal (unbounded cache)"),
+            ("belady_hit_rate", "x", 25, "crimson", width / 4, "Belady (at capacity)"),
+        )
         for column, marker, size, mcolour, dx, label in refs:
             for i, (series, x) in enumerate(positions.items()):
                 sub = runs[runs["series"] == series]
-                vals = [pd.to_numeric(sub[sub["workload"] == w][column], errors="coerce").mean() * 100 for w in workloads]
-                ax.scatter(x + dx, vals, marker=marker, s=size, color=mcolour, zorder=3, label=label if i == 0 else None)
-        ax.set(ylabel="prompt tokens served from cache (%)", ylim=(0, 105),
-               title=f"Achieved hit rate against the ideal and the Belady reference ({platform_title(runs)})")  # fmt: skip
+                vals = [
+                    pd.to_numeric(sub[sub["workload"] == w][column], errors="coerce").mean() * 100
+                    for w in workloads
+                ]
+                ax.scatter(
+                    x + dx,
+                    vals,
+                    marker=marker,
+                    s=size,
+                    color=mcolour,
+                    zorder=3,
+                    label=label if i == 0 else None,
+                )
+        ax.set(
+            ylabel="prompt tokens served from cache (%)",
+            ylim=(0, 105),
+            title=f"Achieved hit rate against the ideal and the Belady reference ({platform_title(runs)})",
+        )
         ax.grid(axis="y", alpha=0.3)
         legend_outside(ax)
         footnote(fig, runs, "ideal and Belady at each arm's block/page size, drawn on its bar")
@@ -234,20 +304,60 @@ def capacity(inp: Inputs) -> list[str]:
     written = []
     # Runs of a hardware preset have their own figure (plots_sim.trace_capacity), one per preset.
     generic = inp.runs[inp.runs["hardware"].isna()] if "hardware" in inp.runs else inp.runs
-    for (workload, model, executor), runs in generic.groupby(["workload", "model", "executor"], sort=True):
+    for (workload, model, executor), runs in generic.groupby(
+        ["workload", "model", "executor"], sort=True
+    ):
         runs = runs[runs["cache_enabled"]]
         if runs["kv_capacity_tokens"].nunique() < 2:
             continue
         fig, (ax_hit, ax_ttft) = plt.subplots(1, 2, figsize=(11, 4))
         for arm, g in runs.groupby("arm", sort=True):
             by_cap = g.groupby("kv_capacity_tokens")
-            line = ax_hit.plot(by_cap["hit_rate"].mean() * 100, marker="o", color=colour(arm), label=f"{arm_label(runs, arm)} measured")[0]
-            ax_hit.plot(by_cap["belady_hit_rate"].mean() * 100, ls=":", color=line.get_color(), label=f"{arm} Belady")
-            ax_hit.plot(by_cap["theoretical_hit_rate_capped"].mean() * 100, ls="--", color=line.get_color(), label=f"{arm} LRU simulator")
-            ax_ttft.plot(by_cap["median_ttft_ms"].mean(), marker="o", color=line.get_color(), label=f"{arm} p50")
-            ax_ttft.plot(by_cap["p99_ttft_ms"].mean(), marker="s", ls="--", color=line.get_color(), label=f"{arm} p99")
-        ax_hit.set(xscale="log", xlabel="KV capacity (tokens)", ylabel="hit rate (%)", ylim=(0, 105), title="Hit rate against capacity")
-        ax_ttft.set(xscale="log", yscale="log", xlabel="KV capacity (tokens)", ylabel="TTFT (ms)", title="TTFT against capacity")
+            line = ax_hit.plot(
+                by_cap["hit_rate"].mean() * 100,
+                marker="o",
+                color=colour(arm),
+                label=f"{arm_label(runs, arm)} measured",
+            )[0]
+            ax_hit.plot(
+                by_cap["belady_hit_rate"].mean() * 100,
+                ls=":",
+                color=line.get_color(),
+                label=f"{arm} Belady",
+            )
+            ax_hit.plot(
+                by_cap["theoretical_hit_rate_capped"].mean() * 100,
+                ls="--",
+                color=line.get_color(),
+                label=f"{arm} LRU simulator",
+            )
+            ax_ttft.plot(
+                by_cap["median_ttft_ms"].mean(),
+                marker="o",
+                color=line.get_color(),
+                label=f"{arm} p50",
+            )
+            ax_ttft.plot(
+                by_cap["p99_ttft_ms"].mean(),
+                marker="s",
+                ls="--",
+                color=line.get_color(),
+                label=f"{arm} p99",
+            )
+        ax_hit.set(
+            xscale="log",
+            xlabel="KV capacity (tokens)",
+            ylabel="hit rate (%)",
+            ylim=(0, 105),
+            title="Hit rate against capacity",
+        )
+        ax_ttft.set(
+            xscale="log",
+            yscale="log",
+            xlabel="KV capacity (tokens)",
+            ylabel="TTFT (ms)",
+            title="TTFT against capacity",
+        )
         plain_ms_axis(ax_ttft)
         caps = sorted(runs["kv_capacity_tokens"].dropna().unique())
         capacity_axes((ax_hit, ax_ttft), caps, legend_size=6)
@@ -275,18 +385,40 @@ def overhead(inp: Inputs) -> list[str]:
     if table.empty:
         raise Skip("no matched cache-on (0% hit) / cache-off pairs")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 2]})
-    metrics = sorted(table["metric"].unique(), key=["total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms"].index)
+    metrics = sorted(
+        table["metric"].unique(),
+        key=["total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms"].index,
+    )
     configs = table.groupby(["workload", "engine", "model", "executor"], sort=True)
-    for ax, shown in ((axes[0], ["total_token_throughput"]), (axes[1], [m for m in metrics if m != "total_token_throughput"])):
+    for ax, shown in (
+        (axes[0], ["total_token_throughput"]),
+        (axes[1], [m for m in metrics if m != "total_token_throughput"]),
+    ):
         width = 0.8 / max(len(configs), 1)
         for i, ((workload, engine, _model, _executor), g) in enumerate(configs):
             g = g.set_index("metric").reindex(shown)
             x = np.arange(len(shown)) + (i - (len(configs) - 1) / 2) * width
             err = [(g["ratio"] - g["ci_low"]).fillna(0), (g["ci_high"] - g["ratio"]).fillna(0)]
             n = int(g["n_pairs"].max())
-            ax.bar(x, g["ratio"] - 1, width, bottom=1, yerr=err, capsize=3, color=colour(engine), label=f"{engine} on/off ({workload}, n={n} pairs)")
+            ax.bar(
+                x,
+                g["ratio"] - 1,
+                width,
+                bottom=1,
+                yerr=err,
+                capsize=3,
+                color=colour(engine),
+                label=f"{engine} on/off ({workload}, n={n} pairs)",
+            )
             for xi, r in zip(x, g["ratio"]):
-                ax.annotate(f"{(r - 1) * 100:+.2f}%", (xi, r), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
+                ax.annotate(
+                    f"{(r - 1) * 100:+.2f}%",
+                    (xi, r),
+                    textcoords="offset points",
+                    xytext=(0, 8),
+                    ha="center",
+                    fontsize=7,
+                )
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(np.arange(len(shown)), shown, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
@@ -299,7 +431,9 @@ def overhead(inp: Inputs) -> list[str]:
     hi = float(np.nanmax(table["ci_high"].fillna(table["ratio"])))
     for ax in axes:
         ax.set_ylim(min(lo, 0.98) - 0.01, max(hi, 1.02) + 0.02)
-    fig.suptitle("0%-hit overhead: geometric mean of paired on/off ratios, 95% t-interval on the log scale")
+    fig.suptitle(
+        "0%-hit overhead: geometric mean of paired on/off ratios, 95% t-interval on the log scale"
+    )
     fig.tight_layout()
     keys = [*PAIR_COLUMNS, "sweep", "seed"]  # the runs that formed the pairs, nothing else
     runs = inp.runs.merge(inp.pairs[keys].drop_duplicates(), on=keys)
@@ -316,8 +450,10 @@ def bookkeeping(inp: Inputs) -> list[str]:
             continue
         fig, ax = plt.subplots(figsize=(11, 4))
         _grouped_bars(ax, runs, "bookkeeping_share", scale=100)
-        ax.set(ylabel="cache bookkeeping / duration (%)",
-               title="Share of run time spent in cache bookkeeping (scheduler admission + finish)")  # fmt: skip
+        ax.set(
+            ylabel="cache bookkeeping / duration (%)",
+            title="Share of run time spent in cache bookkeeping (scheduler admission + finish)",
+        )
         ax.grid(axis="y", alpha=0.3)
         legend_outside(ax)
         footnote(fig, runs, "bookkeeping is wall time; duration is virtual time for simulated runs")

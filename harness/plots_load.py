@@ -11,8 +11,24 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.figstyle import colour, plain_ms_axis, platform_title, platforms, ratio_axis, series_style
-from harness.plots import Inputs, Skip, arm_label, figure, footnote, legend_outside, main_config, save
+from harness.figstyle import (
+    colour,
+    plain_ms_axis,
+    platform_title,
+    platforms,
+    ratio_axis,
+    series_style,
+)
+from harness.plots import (
+    Inputs,
+    Skip,
+    arm_label,
+    figure,
+    footnote,
+    legend_outside,
+    main_config,
+    save,
+)
 from harness.stats import bounded_ci, ratio_ci
 
 LOAD_KEYS = ("load.rate", "load.max_concurrency")  # the x axis of a load sweep, first found
@@ -23,28 +39,61 @@ SPEEDUP_KEYS = ("workload", "engine", "kv_capacity_tokens", "model", "executor",
 @figure("metric_vs_load")
 def metric_vs_load(inp: Inputs) -> list[str]:
     """Per workload of a load sweep: TTFT p50, p99 and throughput against the load, a line per arm."""
-    panels = (("median_ttft_ms", "TTFT p50 (ms)"), ("p99_ttft_ms", "TTFT p99 (ms)"),
-              ("request_throughput", "throughput (req/s)"))  # fmt: skip
+    panels = (
+        ("median_ttft_ms", "TTFT p50 (ms)"),
+        ("p99_ttft_ms", "TTFT p99 (ms)"),
+        ("request_throughput", "throughput (req/s)"),
+    )
     written = []
     for suffix, runs in platforms(inp.runs):
         for workload, group in runs.groupby("workload", sort=True):
             key = next((k for k in LOAD_KEYS if k in " ".join(group["varies"]).split(", ")), None)
             if key is None or f"config.{key}" not in group:
                 continue
-            group = group.assign(load=pd.to_numeric(group[f"config.{key}"], errors="coerce")).dropna(subset=["load"])
+            group = group.assign(
+                load=pd.to_numeric(group[f"config.{key}"], errors="coerce")
+            ).dropna(subset=["load"])
             if group["load"].nunique() < 2:
                 continue
             fig, axes = plt.subplots(1, 3, figsize=(14, 4))
             for ax, (column, label) in zip(axes, panels):
                 for arm, g in group.groupby("arm", sort=True):
-                    points = [(x, bounded_ci(pd.to_numeric(v[column], errors="coerce").dropna().tolist(), True))
-                              for x, v in g.groupby("load", sort=True) if pd.to_numeric(v[column], errors="coerce").notna().any()]  # fmt: skip
+                    points = [
+                        (
+                            x,
+                            bounded_ci(
+                                pd.to_numeric(v[column], errors="coerce").dropna().tolist(), True
+                            ),
+                        )
+                        for x, v in g.groupby("load", sort=True)
+                        if pd.to_numeric(v[column], errors="coerce").notna().any()
+                    ]
                     xs = [x for x, _ in points]
                     means = np.array([ci.mean for _, ci in points])
-                    low = np.array([ci.mean - (ci.low if ci.low is not None else ci.mean) for _, ci in points])
-                    high = np.array([(ci.high if ci.high is not None else ci.mean) - ci.mean for _, ci in points])
-                    ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=2, color=colour(arm), label=arm_label(g, arm))
-                ax.set(xscale="log", xlabel=key + (" (req/s)" if key == "load.rate" else ""), ylabel=label, title=label)
+                    low = np.array(
+                        [ci.mean - (ci.low if ci.low is not None else ci.mean) for _, ci in points]
+                    )
+                    high = np.array(
+                        [
+                            (ci.high if ci.high is not None else ci.mean) - ci.mean
+                            for _, ci in points
+                        ]
+                    )
+                    ax.errorbar(
+                        xs,
+                        means,
+                        yerr=[low, high],
+                        marker="o",
+                        capsize=2,
+                        color=colour(arm),
+                        label=arm_label(g, arm),
+                    )
+                ax.set(
+                    xscale="log",
+                    xlabel=key + (" (req/s)" if key == "load.rate" else ""),
+                    ylabel=label,
+                    title=label,
+                )
                 loads = sorted(group["load"].unique())
                 ax.set_xticks(loads, [f"{v:g}" for v in loads], fontsize=7)
                 ax.minorticks_off()
@@ -53,7 +102,9 @@ def metric_vs_load(inp: Inputs) -> list[str]:
                     plain_ms_axis(ax)
                 ax.grid(alpha=0.3)
             legend_outside(axes[-1])
-            fig.suptitle(f"Latency and throughput against load: {workload} ({platform_title(group)}; mean over seeds, 95% t-interval)")
+            fig.suptitle(
+                f"Latency and throughput against load: {workload} ({platform_title(group)}; mean over seeds, 95% t-interval)"
+            )
             fig.tight_layout()
             footnote(fig, group)
             written.append(save(fig, inp.out_dir, "metric_vs_load", workload, suffix))
@@ -72,8 +123,12 @@ def speedup_pairs(runs: pd.DataFrame) -> pd.DataFrame:
     on = runs[runs["cache_enabled"]][cols]
     off = runs[~runs["cache_enabled"]][cols].drop_duplicates(keys)
     pairs = on.merge(off, on=keys, how="inner", suffixes=("", "_off"))
-    pairs["ttft_speedup"] = pd.to_numeric(pairs["mean_ttft_ms_off"]) / pd.to_numeric(pairs["mean_ttft_ms"])
-    pairs["throughput_gain"] = pd.to_numeric(pairs["total_token_throughput"]) / pd.to_numeric(pairs["total_token_throughput_off"])
+    pairs["ttft_speedup"] = pd.to_numeric(pairs["mean_ttft_ms_off"]) / pd.to_numeric(
+        pairs["mean_ttft_ms"]
+    )
+    pairs["throughput_gain"] = pd.to_numeric(pairs["total_token_throughput"]) / pd.to_numeric(
+        pairs["total_token_throughput_off"]
+    )
     return pairs
 
 
@@ -90,24 +145,47 @@ def speedup(inp: Inputs) -> list[str]:
         style = series_style(pairs)
         width = 0.8 / len(series)
         fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-        for ax, column, label in ((axes[0], "ttft_speedup", "mean TTFT speed-up (off / on)"),
-                                  (axes[1], "throughput_gain", "throughput gain (on / off, tok/s)")):  # fmt: skip
+        for ax, column, label in (
+            (axes[0], "ttft_speedup", "mean TTFT speed-up (off / on)"),
+            (axes[1], "throughput_gain", "throughput gain (on / off, tok/s)"),
+        ):
             for i, name in enumerate(series):
-                cis = [_ratio(pairs[(pairs["workload"] == w) & (pairs["series"] == name)][column]) for w in workloads]
+                cis = [
+                    _ratio(pairs[(pairs["workload"] == w) & (pairs["series"] == name)][column])
+                    for w in workloads
+                ]
                 x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
                 means = np.array([np.nan if ci is None else ci.mean for ci in cis])
-                err = [[0 if ci is None or ci.low is None else ci.mean - ci.low for ci in cis],
-                       [0 if ci is None or ci.high is None else ci.high - ci.mean for ci in cis]]  # fmt: skip
-                ax.bar(x, means, width, yerr=err, capsize=2, label=arm_label(runs, name), edgecolor="0.2", linewidth=0.4, **style[name])
+                err = [
+                    [0 if ci is None or ci.low is None else ci.mean - ci.low for ci in cis],
+                    [0 if ci is None or ci.high is None else ci.high - ci.mean for ci in cis],
+                ]
+                ax.bar(
+                    x,
+                    means,
+                    width,
+                    yerr=err,
+                    capsize=2,
+                    label=arm_label(runs, name),
+                    edgecolor="0.2",
+                    linewidth=0.4,
+                    **style[name],
+                )
             ax.axhline(1.0, color="k", lw=0.8)
             ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
             ax.set(ylabel=label, title=label)
             ax.grid(axis="y", alpha=0.3)
             ratio_axis(ax)
         legend_outside(axes[1])
-        fig.suptitle(f"Speed-up over caching off ({platform_title(runs)}; geometric mean of per-seed ratios, 95% t-interval on the log scale)")
+        fig.suptitle(
+            f"Speed-up over caching off ({platform_title(runs)}; geometric mean of per-seed ratios, 95% t-interval on the log scale)"
+        )
         fig.tight_layout()
-        footnote(fig, runs[runs["workload"].isin(workloads)], "pairs: same engine, workload, capacity, sweep and seed")
+        footnote(
+            fig,
+            runs[runs["workload"].isin(workloads)],
+            "pairs: same engine, workload, capacity, sweep and seed",
+        )
         written.append(save(fig, inp.out_dir, "speedup", suffix))
     if not written:
         raise Skip("no cache-on run has a cache-off run of the same engine, workload and seed")
@@ -130,10 +208,14 @@ def ttft_hit_miss(inp: Inputs) -> list[str]:
     written = []
     for suffix, runs in platforms(inp.runs[inp.runs["cache_enabled"]]):
         runs = main_config(runs)
-        reqs = inp.requests[list(need)].merge(runs[["run_id", "workload", "series", "arm"]], on="run_id")
+        reqs = inp.requests[list(need)].merge(
+            runs[["run_id", "workload", "series", "arm"]], on="run_id"
+        )
         if reqs.empty:
             continue
-        reqs = reqs.assign(hit=pd.to_numeric(reqs["cached_tokens"]) > 0, ttft=pd.to_numeric(reqs["ttft_ms"]))
+        reqs = reqs.assign(
+            hit=pd.to_numeric(reqs["cached_tokens"]) > 0, ttft=pd.to_numeric(reqs["ttft_ms"])
+        )
         workloads = sorted(reqs["workload"].unique())
         series = sorted(reqs["series"].unique())
         width = 0.8 / (2 * len(series))
@@ -141,19 +223,45 @@ def ttft_hit_miss(inp: Inputs) -> list[str]:
         for i, name in enumerate(series):
             arm = reqs[reqs["series"] == name]["arm"].iloc[0]
             for j, hit in enumerate((True, False)):
-                stats = [_spread(reqs[(reqs["workload"] == w) & (reqs["series"] == name) & (reqs["hit"] == hit)]["ttft"]) for w in workloads]
+                stats = [
+                    _spread(
+                        reqs[
+                            (reqs["workload"] == w)
+                            & (reqs["series"] == name)
+                            & (reqs["hit"] == hit)
+                        ]["ttft"]
+                    )
+                    for w in workloads
+                ]
                 x = np.arange(len(workloads)) + ((2 * i + j) - (2 * len(series) - 1) / 2) * width
                 med = np.array([s[1] for s in stats])
                 err = [med - np.array([s[0] for s in stats]), np.array([s[2] for s in stats]) - med]
-                ax.bar(x, med, width, yerr=err, capsize=1.5, color=colour(arm), hatch="" if hit else "//",
-                       edgecolor="0.2", linewidth=0.4, label=f"{arm_label(runs, name)}: {'hit' if hit else 'miss'}")  # fmt: skip
+                ax.bar(
+                    x,
+                    med,
+                    width,
+                    yerr=err,
+                    capsize=1.5,
+                    color=colour(arm),
+                    hatch="" if hit else "//",
+                    edgecolor="0.2",
+                    linewidth=0.4,
+                    label=f"{arm_label(runs, name)}: {'hit' if hit else 'miss'}",
+                )
         ax.set_yscale("log")
         plain_ms_axis(ax)
         ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
-        ax.set(ylabel="TTFT (ms)", title=f"TTFT of requests that hit the cache (solid) and missed it (hatched) ({platform_title(runs)})")
+        ax.set(
+            ylabel="TTFT (ms)",
+            title=f"TTFT of requests that hit the cache (solid) and missed it (hatched) ({platform_title(runs)})",
+        )
         ax.grid(axis="y", alpha=0.3)
         legend_outside(ax)
-        footnote(fig, runs, "median per group, whiskers p10-p90; a hit reused at least one cached prompt token")
+        footnote(
+            fig,
+            runs,
+            "median per group, whiskers p10-p90; a hit reused at least one cached prompt token",
+        )
         written.append(save(fig, inp.out_dir, "ttft_hit_miss", suffix))
     if not written:
         raise Skip("no cache-on run with a request table")

@@ -25,7 +25,9 @@ def simulated(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _slowdown(runs: pd.DataFrame) -> str:
-    values = sorted({float(v) for v in runs.get("config.load.slowdown", pd.Series(dtype=float)).dropna()})
+    values = sorted(
+        {float(v) for v in runs.get("config.load.slowdown", pd.Series(dtype=float)).dropna()}
+    )
     return ", ".join(f"{v:g}x" for v in values) if values else "1x"
 
 
@@ -35,7 +37,11 @@ def capacity_points(runs: pd.DataFrame) -> pd.DataFrame:
     runs = simulated(runs)
     runs = runs[runs["cache_enabled"]]
     keys = ["workload", "hardware", "arm", "kv_capacity_tokens"]
-    points = runs.groupby(keys, sort=True)[["median_ttft_ms", "p99_ttft_ms", "hit_rate"]].mean().reset_index()
+    points = (
+        runs.groupby(keys, sort=True)[["median_ttft_ms", "p99_ttft_ms", "hit_rate"]]
+        .mean()
+        .reset_index()
+    )
     num_caps = points.groupby(["workload", "hardware"])["kv_capacity_tokens"].transform("nunique")
     return points[num_caps >= 2]
 
@@ -45,30 +51,62 @@ def trace_capacity(inp: Inputs) -> list[str]:
     """Per (workload, preset) run at >= 2 capacities: TTFT p50/p99 and hit rate against capacity."""
     written = []
     runs = simulated(inp.runs)
-    for (workload, hardware), points in capacity_points(inp.runs).groupby(["workload", "hardware"], sort=True):
-        group = runs[(runs["workload"] == workload) & (runs["hardware"] == hardware) & runs["cache_enabled"]]
-        fig, (ax_ttft, ax_hit) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    for (workload, hardware), points in capacity_points(inp.runs).groupby(
+        ["workload", "hardware"], sort=True
+    ):
+        group = runs[
+            (runs["workload"] == workload) & (runs["hardware"] == hardware) & runs["cache_enabled"]
+        ]
+        fig, (ax_ttft, ax_hit) = plt.subplots(
+            1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]}
+        )
         for i, (arm, g) in enumerate(points.groupby("arm", sort=True)):
             g = g.set_index("kv_capacity_tokens")
             # Arms often coincide: earlier arms are drawn wider so later ones stay visible on top.
             style = {"lw": 3.5 - 1.2 * min(i, 2), "ms": 9 - 2.5 * min(i, 2)}
-            p50 = ax_ttft.plot(g["median_ttft_ms"] / 1e3, marker="o", color=colour(arm), label=f"{arm_label(group, arm)} p50", **style)[0]
+            p50 = ax_ttft.plot(
+                g["median_ttft_ms"] / 1e3,
+                marker="o",
+                color=colour(arm),
+                label=f"{arm_label(group, arm)} p50",
+                **style,
+            )[0]
             color = p50.get_color()
-            ax_ttft.plot(g["p99_ttft_ms"] / 1e3, marker="s", ls="--", color=color, label=f"{arm} p99", **style)
-            ax_hit.plot(g["hit_rate"] * 100, marker="o", color=color, label=arm_label(group, arm), **style)
-        ax_ttft.set(xscale="log", yscale="log", xlabel="KV capacity (tokens)", ylabel="TTFT (s, virtual)",
-                    title="TTFT p50 / p99 against KV capacity")  # fmt: skip
+            ax_ttft.plot(
+                g["p99_ttft_ms"] / 1e3,
+                marker="s",
+                ls="--",
+                color=color,
+                label=f"{arm} p99",
+                **style,
+            )
+            ax_hit.plot(
+                g["hit_rate"] * 100, marker="o", color=color, label=arm_label(group, arm), **style
+            )
+        ax_ttft.set(
+            xscale="log",
+            yscale="log",
+            xlabel="KV capacity (tokens)",
+            ylabel="TTFT (s, virtual)",
+            title="TTFT p50 / p99 against KV capacity",
+        )
         # Log TTFT with 1-2-5 labels: p50 and p99 differ by an order of magnitude.
         ax_ttft.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax_ttft.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-        ax_hit.set(xscale="log", xlabel="KV capacity (tokens)", ylabel="prompt tokens served from cache (%)",
-                   title="Hit rate against KV capacity")  # fmt: skip
+        ax_hit.set(
+            xscale="log",
+            xlabel="KV capacity (tokens)",
+            ylabel="prompt tokens served from cache (%)",
+            title="Hit rate against KV capacity",
+        )
         caps = sorted(group["kv_capacity_tokens"].dropna().unique())
         capacity_axes((ax_ttft, ax_hit), caps, legend_size=7)
         completed = int(pd.to_numeric(group["completed"], errors="coerce").max())
         fig.suptitle(f"Whole-trace replay: {workload} ({completed:,} requests) on {hardware}")
         fig.tight_layout()
-        footnote(fig, group, f"hardware {hardware} | arrivals = trace timestamps x {_slowdown(group)}")
+        footnote(
+            fig, group, f"hardware {hardware} | arrivals = trace timestamps x {_slowdown(group)}"
+        )
         written.append(save(fig, inp.out_dir, "trace_capacity", workload, hardware))
     if not written:
         raise Skip("no simulated run with a hardware preset at two or more KV capacities")
@@ -90,19 +128,49 @@ def projected_overhead(inp: Inputs) -> list[str]:
         x = np.arange(len(presets)) + (i - (len(engines) - 1) / 2) * width
         share = rows["overhead_share"] * 100
         err = [(share - rows["ci_low"] * 100).fillna(0), (rows["ci_high"] * 100 - share).fillna(0)]
-        ax.bar(x, share, width, yerr=err, capsize=2, color=colour(engine), label=f"{engine}: cache on minus cache off")
-        ax.scatter(x, rows["gross_share"] * 100, marker="x", color="k", s=20, zorder=3,
-                   label="gross: cache-on bookkeeping alone" if i == 0 else None)  # fmt: skip
+        ax.bar(
+            x,
+            share,
+            width,
+            yerr=err,
+            capsize=2,
+            color=colour(engine),
+            label=f"{engine}: cache on minus cache off",
+        )
+        ax.scatter(
+            x,
+            rows["gross_share"] * 100,
+            marker="x",
+            color="k",
+            s=20,
+            zorder=3,
+            label="gross: cache-on bookkeeping alone" if i == 0 else None,
+        )
         for xi, s, top in zip(x, share, (rows["ci_high"] * 100).fillna(share)):
             if pd.notna(s):  # above the error bar, where it cannot be overdrawn
-                ax.annotate(f"{s:.2f}%", (xi, max(s, top)), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=6)
+                ax.annotate(
+                    f"{s:.2f}%",
+                    (xi, max(s, top)),
+                    textcoords="offset points",
+                    xytext=(0, 3),
+                    ha="center",
+                    fontsize=6,
+                )
     ax.axhline(0, color="k", lw=0.6)
-    ax.axhline(VLLM_OVERHEAD_CLAIM * 100, color="r", ls=":", lw=1, label="1% (vLLM V1: < 1% at a 0% hit)")
+    ax.axhline(
+        VLLM_OVERHEAD_CLAIM * 100, color="r", ls=":", lw=1, label="1% (vLLM V1: < 1% at a 0% hit)"
+    )
     ax.set_xticks(np.arange(len(presets)), presets, rotation=20, ha="right", fontsize=8)
-    ax.set(ylabel="cache bookkeeping / run duration (%)",
-           title="Projected 0%-hit overhead per hardware preset (bookkeeping timed on this CPU, duration simulated)")  # fmt: skip
+    ax.set(
+        ylabel="cache bookkeeping / run duration (%)",
+        title="Projected 0%-hit overhead per hardware preset (bookkeeping timed on this CPU, duration simulated)",
+    )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     runs = simulated(inp.runs)
-    footnote(fig, runs[runs["workload"] == "unique"], "mean over seeds, 95% t-interval | see projected_overhead.csv")
+    footnote(
+        fig,
+        runs[runs["workload"] == "unique"],
+        "mean over seeds, 95% t-interval | see projected_overhead.csv",
+    )
     return [save(fig, inp.out_dir, "projected_overhead")]

@@ -67,7 +67,9 @@ def load(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return tidy_runs(runs), requests
 
 
-def build_report(root: str | Path, figures: bool = True, out_dir: str | Path | None = None) -> Report:
+def build_report(
+    root: str | Path, figures: bool = True, out_dir: str | Path | None = None
+) -> Report:
     """The report of the runs below `root` (relative paths: the current directory). Nothing is
     written unless `out_dir` is given: then summary.csv, overhead.csv, projected_overhead.csv and,
     with `figures`, figures/ go there."""
@@ -75,7 +77,9 @@ def build_report(root: str | Path, figures: bool = True, out_dir: str | Path | N
     runs, requests = load(root)
     summary = summary_table(runs)
     pairs = overhead_pairs(runs)
-    report = Report(root, runs, requests, summary, overhead_table(pairs), projected_overhead_table(runs))
+    report = Report(
+        root, runs, requests, summary, overhead_table(pairs), projected_overhead_table(runs)
+    )
     report.decomposition = decomposition_table(runs)
     if out_dir is None:
         return report
@@ -129,23 +133,41 @@ def describe(report: Report) -> str:
             f"wrote {report.out_dir / 'summary.csv'} and {len(report.figures)} figures in "
             f"{report.out_dir / FIGURE_DIR}"
         )
-    tput = report.overhead[report.overhead.get("metric", pd.Series(dtype=str)) == "total_token_throughput"]
+    tput = report.overhead[
+        report.overhead.get("metric", pd.Series(dtype=str)) == "total_token_throughput"
+    ]
     for _, row in tput.iterrows():
-        ci = "" if pd.isna(row["ci_low"]) else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
-        lines.append(f"0%-hit throughput ratio {row['engine']} on/off: {row['ratio']:.4f}{ci} "
-                     f"({row['workload']}, {row['model']}, {row['n_pairs']} pairs)")  # fmt: skip
+        ci = (
+            ""
+            if pd.isna(row["ci_low"])
+            else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
+        )
+        lines.append(
+            f"0%-hit throughput ratio {row['engine']} on/off: {row['ratio']:.4f}{ci} "
+            f"({row['workload']}, {row['model']}, {row['n_pairs']} pairs)"
+        )
     for _, row in report.projected.iterrows():
-        lines.append(f"projected 0%-hit overhead {row['engine']} on {row['hardware']}: "
-                     f"{row['overhead_share'] * 100:.3f}% of {row['duration_s']:.2f} s ({row['n_runs']} runs)")  # fmt: skip
-    for _, row in report.decomposition[report.decomposition.get("metric", pd.Series(dtype=str)) == "hit_rate"].iterrows():
+        lines.append(
+            f"projected 0%-hit overhead {row['engine']} on {row['hardware']}: "
+            f"{row['overhead_share'] * 100:.3f}% of {row['duration_s']:.2f} s ({row['n_runs']} runs)"
+        )
+    for _, row in report.decomposition[
+        report.decomposition.get("metric", pd.Series(dtype=str)) == "hit_rate"
+    ].iterrows():
         why = "no arm differs" if row["driver"] == "none" else f"driven by the {row['driver']}"
-        lines.append(f"{row['workload']}: apc vs radix hit rate differ by {row['shipped_difference']:+.3f}, {why}")
+        lines.append(
+            f"{row['workload']}: apc vs radix hit rate differ by {row['shipped_difference']:+.3f}, {why}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.splitlines()[0])
-    parser.add_argument("results_dir", nargs="?", default="results", help="folder holding run directories")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.report", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "results_dir", nargs="?", default="results", help="folder holding run directories"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = Path(args.results_dir)

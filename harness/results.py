@@ -163,9 +163,16 @@ def _read_object(path: Path) -> dict:
 
 # Manifest fields copied onto each run's row (the resolved config is flattened as config.*).
 MANIFEST_FIELDS = (
-    "created_utc", "git_sha", "git_dirty", "device", "cpu_model", "cuda_device", "platform",
-    "torch_num_threads", "config_fingerprint",
-)  # fmt: skip
+    "created_utc",
+    "git_sha",
+    "git_dirty",
+    "device",
+    "cpu_model",
+    "cuda_device",
+    "platform",
+    "torch_num_threads",
+    "config_fingerprint",
+)
 
 
 def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -221,13 +228,22 @@ def _incomplete_runs(root: Path) -> list[dict]:
         if (run_dir / RunDir.SUMMARY).exists():
             continue
         try:
-            manifest = _read_object(run_dir / RunDir.MANIFEST) if (run_dir / RunDir.MANIFEST).exists() else {}
+            manifest = (
+                _read_object(run_dir / RunDir.MANIFEST)
+                if (run_dir / RunDir.MANIFEST).exists()
+                else {}
+            )
         except (OSError, ValueError):
             manifest = {}
         config = manifest.get("config") or _hydra_config(run_dir)
         rel = run_dir.relative_to(root).as_posix()
-        row = {"run_id": rel, "run_dir": rel, "status": "incomplete", "completed": count_rows(rows_path),
-               "fingerprint": manifest.get("config_fingerprint") or fingerprint(config)}  # fmt: skip
+        row = {
+            "run_id": rel,
+            "run_dir": rel,
+            "status": "incomplete",
+            "completed": count_rows(rows_path),
+            "fingerprint": manifest.get("config_fingerprint") or fingerprint(config),
+        }
         row.update(_flatten(config, "config."))
         out.append(row)
     return out

@@ -15,10 +15,37 @@ from typing import NamedTuple
 
 # Two-sided 95% Student-t quantiles t(0.975, df) for df = 1..30 (standard table values).
 _T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 _Z975 = 1.959964
 
 
@@ -66,7 +93,11 @@ def bounded_ci(values: Sequence[float], non_negative: bool) -> MeanCI:
 def ratio_ci(values: Sequence[float]) -> MeanCI:
     """Geometric mean of positive ratios with the t-interval taken on the log scale, so the bounds
     are positive and a ratio r and its inverse 1/r get mirror-image intervals."""
-    logs = [math.log(float(v)) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
+    logs = [
+        math.log(float(v))
+        for v in values
+        if v is not None and math.isfinite(float(v)) and float(v) > 0
+    ]
     ci = mean_ci(logs)
     if ci.low is None:
         return MeanCI(math.exp(ci.mean), None, None, ci.n)

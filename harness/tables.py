@@ -19,27 +19,61 @@ DEFAULT_GRANULARITY = {"apc": 16, "radix": 1}  # upstream defaults: vLLM block 1
 
 # Columns of summary.csv, averaged over the ok runs of a group.
 MEAN_COLUMNS = (
-    "median_ttft_ms", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms", "request_throughput",
-    "output_throughput", "total_token_throughput", "hit_rate", "ideal_hit_rate",
-    "theoretical_hit_rate_capped", "belady_hit_rate", "cache_bookkeeping_ms", "bookkeeping_share",
-    "evictions", "duration",
-)  # fmt: skip
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "hit_rate",
+    "ideal_hit_rate",
+    "theoretical_hit_rate_capped",
+    "belady_hit_rate",
+    "cache_bookkeeping_ms",
+    "bookkeeping_share",
+    "evictions",
+    "duration",
+)
 # summary.csv has one row per configuration: runs are grouped by the fingerprint of their resolved
 # config (harness.identity) and the platform, never across configurations (a load sweep gives one
 # row per rate). The other columns describe the group; `varies` names the config keys that differ
 # between the configurations of one sweep, whose values get columns of their own.
 KEY_COLUMNS = ("fingerprint", "model", "executor", "hardware")
 GROUP_COLUMNS = (
-    "workload", "arm", "engine", "cache_enabled", "policy", "granularity", "kv_capacity_tokens",
-    "model", "executor", "hardware",
-)  # fmt: skip
+    "workload",
+    "arm",
+    "engine",
+    "cache_enabled",
+    "policy",
+    "granularity",
+    "kv_capacity_tokens",
+    "model",
+    "executor",
+    "hardware",
+)
 # Varying config keys that summary.csv already shows in a column of its own (GROUP_COLUMNS).
-SHOWN_KEYS = ("engine.cache", "engine.prefix_caching", "engine.policy", "engine.block_size",
-              "engine.kv_capacity_tokens", "workload.name", "executor")  # fmt: skip
+SHOWN_KEYS = (
+    "engine.cache",
+    "engine.prefix_caching",
+    "engine.policy",
+    "engine.block_size",
+    "engine.kv_capacity_tokens",
+    "workload.name",
+    "executor",
+)
 # Config keys never listed as varying: the seed varies inside a group; the rest are shown as arm.
 NOT_VARYING = ("config.seed", "config.label", "config.save_tokens", "config.overwrite")
 # Pairs of the overhead arm: same everything but cache_enabled, matched on seed.
-PAIR_COLUMNS = ("workload", "engine", "policy", "granularity", "kv_capacity_tokens", "model", "executor")
+PAIR_COLUMNS = (
+    "workload",
+    "engine",
+    "policy",
+    "granularity",
+    "kv_capacity_tokens",
+    "model",
+    "executor",
+)
 OVERHEAD_METRICS = ("total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")
 
 
@@ -55,15 +89,28 @@ def _coalesce(runs: pd.DataFrame, *names: str) -> pd.Series:
 def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """`runs` from load_runs plus the grouping columns, `ok` and `bookkeeping_share`."""
     if runs.empty:
-        return runs.assign(**{c: pd.Series(dtype=object) for c in (*GROUP_COLUMNS, "ok", "fingerprint", "varies", "series")})
+        return runs.assign(
+            **{
+                c: pd.Series(dtype=object)
+                for c in (*GROUP_COLUMNS, "ok", "fingerprint", "varies", "series")
+            }
+        )
     df = runs.copy()
     df["workload"] = _coalesce(df, "workload", "config.workload.name").fillna("unknown")
     df["engine"] = _coalesce(df, "config.engine.cache", "backend").fillna("unknown")
     upstream = df["engine"].map(UPSTREAM_SCHEDULER)
-    df["scheduler"] = _coalesce(df, "config.engine.scheduler", "policy_profile.scheduler").fillna(upstream)
-    df["cache_enabled"] = _coalesce(df, "config.engine.prefix_caching", "cache_enabled").fillna(True).astype(bool)
-    df["policy"] = _coalesce(df, "config.engine.policy", "policy_profile.schedule_policy").fillna("fcfs")
-    df["granularity"] = pd.to_numeric(_coalesce(df, "config.engine.block_size", "block_size_or_page_size"))
+    df["scheduler"] = _coalesce(df, "config.engine.scheduler", "policy_profile.scheduler").fillna(
+        upstream
+    )
+    df["cache_enabled"] = (
+        _coalesce(df, "config.engine.prefix_caching", "cache_enabled").fillna(True).astype(bool)
+    )
+    df["policy"] = _coalesce(df, "config.engine.policy", "policy_profile.schedule_policy").fillna(
+        "fcfs"
+    )
+    df["granularity"] = pd.to_numeric(
+        _coalesce(df, "config.engine.block_size", "block_size_or_page_size")
+    )
     df["kv_capacity_tokens"] = pd.to_numeric(
         _coalesce(df, "kv_capacity_tokens", "config.engine.kv_capacity_tokens")
     )
@@ -73,7 +120,10 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     df["hardware"] = _coalesce(df, "config.hardware.name")
     df["sweep"] = df["run_dir"].map(lambda d: str(d).rpartition("/")[0]) if "run_dir" in df else ""
     labels = _coalesce(df, "config.label", "label")
-    df["arm"] = [lab if isinstance(lab, str) and lab else _arm(r) for lab, (_, r) in zip(labels, df.iterrows())]
+    df["arm"] = [
+        lab if isinstance(lab, str) and lab else _arm(r)
+        for lab, (_, r) in zip(labels, df.iterrows())
+    ]
     df["status"] = _coalesce(df, "status").fillna("unknown")
     df["ok"] = df["status"] == "ok"
     duration_ms = pd.to_numeric(_coalesce(df, "duration"), errors="coerce") * 1e3
@@ -126,9 +176,17 @@ def summary_table(tidy: pd.DataFrame) -> pd.DataFrame:
     its sweep, run counts (all, ok, incomplete, other) and means over the ok runs."""
     counts = ["n_runs", "n_ok", "n_incomplete", "n_not_ok"]
     if tidy.empty:
-        return pd.DataFrame(columns=[*GROUP_COLUMNS, "fingerprint", "varies", *counts, *MEAN_COLUMNS])
-    varying = sorted({k for v in tidy["varies"] for k in str(v).split(", ") if k and k not in SHOWN_KEYS
-                      and not k.startswith(("hardware.", "model."))})  # fmt: skip
+        return pd.DataFrame(
+            columns=[*GROUP_COLUMNS, "fingerprint", "varies", *counts, *MEAN_COLUMNS]
+        )
+    varying = sorted(
+        {
+            k
+            for v in tidy["varies"]
+            for k in str(v).split(", ")
+            if k and k not in SHOWN_KEYS and not k.startswith(("hardware.", "model."))
+        }
+    )
     rows = []
     for _, group in tidy.groupby(list(KEY_COLUMNS), dropna=False, sort=False):
         ok = group[group["ok"]]
@@ -136,9 +194,16 @@ def summary_table(tidy: pd.DataFrame) -> pd.DataFrame:
         row = {c: first[c] for c in (*GROUP_COLUMNS, "fingerprint", "varies")}
         row.update({k: first.get(f"config.{k}") for k in varying})
         incomplete = int((group["status"] == "incomplete").sum())
-        row.update(n_runs=len(group), n_ok=len(ok), n_incomplete=incomplete, n_not_ok=len(group) - len(ok) - incomplete)
+        row.update(
+            n_runs=len(group),
+            n_ok=len(ok),
+            n_incomplete=incomplete,
+            n_not_ok=len(group) - len(ok) - incomplete,
+        )
         for col in MEAN_COLUMNS:
-            values = pd.to_numeric(ok[col], errors="coerce") if col in ok else pd.Series(dtype=float)
+            values = (
+                pd.to_numeric(ok[col], errors="coerce") if col in ok else pd.Series(dtype=float)
+            )
             row[col] = values.mean() if values.notna().any() else np.nan
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -176,7 +241,9 @@ def overhead_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and metric: n pairs, the geometric mean on/off ratio and its 95%
     t-interval on the log scale (harness.stats.ratio_ci)."""
     if pairs.empty:
-        return pd.DataFrame(columns=[*PAIR_COLUMNS, "metric", "n_pairs", "ratio", "ci_low", "ci_high"])
+        return pd.DataFrame(
+            columns=[*PAIR_COLUMNS, "metric", "n_pairs", "ratio", "ci_low", "ci_high"]
+        )
     rows = []
     for key, group in pairs.groupby(list(PAIR_COLUMNS), dropna=False, sort=True):
         for metric in OVERHEAD_METRICS:
@@ -185,8 +252,16 @@ def overhead_table(pairs: pd.DataFrame) -> pd.DataFrame:
             if ratios.empty:
                 continue
             ci = ratio_ci(ratios.tolist())
-            rows.append({**dict(zip(PAIR_COLUMNS, key)), "metric": metric, "n_pairs": ci.n,
-                         "ratio": ci.mean, "ci_low": ci.low, "ci_high": ci.high})  # fmt: skip
+            rows.append(
+                {
+                    **dict(zip(PAIR_COLUMNS, key)),
+                    "metric": metric,
+                    "n_pairs": ci.n,
+                    "ratio": ci.mean,
+                    "ci_low": ci.low,
+                    "ci_high": ci.high,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -203,13 +278,28 @@ def projected_overhead_table(tidy: pd.DataFrame, workload: str = "unique") -> pd
     same sweep and seed exists, its bookkeeping (the scheduler's calls that stay without caching)
     is subtracted: `overhead_share` = (on - off) / duration; else it is the gross on / duration.
     """
-    columns = [*PROJECTED_KEYS, "n_runs", "n_off_pairs", "duration_s", "bookkeeping_ms",
-               "bookkeeping_off_ms", "gross_share", "overhead_share", "ci_low", "ci_high", "claim_share"]  # fmt: skip
+    columns = [
+        *PROJECTED_KEYS,
+        "n_runs",
+        "n_off_pairs",
+        "duration_s",
+        "bookkeeping_ms",
+        "bookkeeping_off_ms",
+        "gross_share",
+        "overhead_share",
+        "ci_low",
+        "ci_high",
+        "claim_share",
+    ]
     need = {"hardware", "executor", "duration", "cache_bookkeeping_ms", "ok"}
     if tidy.empty or not need <= set(tidy.columns):
         return pd.DataFrame(columns=columns)
-    runs = tidy[tidy["ok"] & (tidy["executor"] == "simulated") & tidy["hardware"].notna()
-                & (tidy["workload"] == workload)].copy()  # fmt: skip
+    runs = tidy[
+        tidy["ok"]
+        & (tidy["executor"] == "simulated")
+        & tidy["hardware"].notna()
+        & (tidy["workload"] == workload)
+    ].copy()
     runs["duration_ms"] = pd.to_numeric(runs["duration"], errors="coerce") * 1e3
     runs["bookkeeping_ms"] = pd.to_numeric(runs["cache_bookkeeping_ms"], errors="coerce")
     keys = [*PROJECTED_KEYS, "sweep", "seed"]
@@ -217,17 +307,28 @@ def projected_overhead_table(tidy: pd.DataFrame, workload: str = "unique") -> pd
     off = runs[~runs["cache_enabled"]].drop_duplicates(keys)[[*keys, "bookkeeping_ms"]]
     pairs = on.merge(off, on=keys, how="left", suffixes=("", "_off"))
     pairs["gross"] = pairs["bookkeeping_ms"] / pairs["duration_ms"]
-    pairs["net"] = (pairs["bookkeeping_ms"] - pairs["bookkeeping_ms_off"].fillna(0)) / pairs["duration_ms"]
+    pairs["net"] = (pairs["bookkeeping_ms"] - pairs["bookkeeping_ms_off"].fillna(0)) / pairs[
+        "duration_ms"
+    ]
     rows = []
     for key, group in pairs.groupby(list(PROJECTED_KEYS), dropna=False, sort=True):
         shares = group["net"].dropna()
         if shares.empty:
             continue
         ci = mean_ci(shares.tolist())
-        rows.append({**dict(zip(PROJECTED_KEYS, key)), "n_runs": len(group),
-                     "n_off_pairs": int(group["bookkeeping_ms_off"].notna().sum()),
-                     "duration_s": group["duration_ms"].mean() / 1e3, "bookkeeping_ms": group["bookkeeping_ms"].mean(),
-                     "bookkeeping_off_ms": group["bookkeeping_ms_off"].mean(), "gross_share": group["gross"].mean(),
-                     "overhead_share": ci.mean, "ci_low": ci.low, "ci_high": ci.high,
-                     "claim_share": VLLM_OVERHEAD_CLAIM})  # fmt: skip
+        rows.append(
+            {
+                **dict(zip(PROJECTED_KEYS, key)),
+                "n_runs": len(group),
+                "n_off_pairs": int(group["bookkeeping_ms_off"].notna().sum()),
+                "duration_s": group["duration_ms"].mean() / 1e3,
+                "bookkeeping_ms": group["bookkeeping_ms"].mean(),
+                "bookkeeping_off_ms": group["bookkeeping_ms_off"].mean(),
+                "gross_share": group["gross"].mean(),
+                "overhead_share": ci.mean,
+                "ci_low": ci.low,
+                "ci_high": ci.high,
+                "claim_share": VLLM_OVERHEAD_CLAIM,
+            }
+        )
     return pd.DataFrame(rows, columns=columns)

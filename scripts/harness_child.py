@@ -51,13 +51,21 @@ def run_harness(
     if bound_granularities is not None:
         # Token-granular bounds of a whole trace need tens of GB (see harness.config.BoundsConfig).
         gs = ",".join(str(g) for g in bound_granularities)
-        overrides = [*overrides, f"bounds.granularities=[{gs}]",
-                     "bounds.include_engine_granularity=false", "bounds.capped=false"]
+        overrides = [
+            *overrides,
+            f"bounds.granularities=[{gs}]",
+            "bounds.include_engine_granularity=false",
+            "bounds.capped=false",
+        ]
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", _BOOT, *overrides],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=env,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+    )
     wall_s = time.perf_counter() - t0
     rss = None
     for line in reversed(proc.stderr.splitlines()):

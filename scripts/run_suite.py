@@ -38,13 +38,23 @@ def simulated_available() -> bool:
 def command(name: str, sweep_dir: Path, extra: list[str]) -> list[str]:
     # -m although the suite sets hydra.mode: MULTIRUN, so the CLI's preflight (a single-run
     # compose) leaves comma sweeps given on the command line to the sweeper.
-    return [sys.executable, "-m", "harness", "-m", f"+suite={name}", f"hydra.sweep.dir={sweep_dir}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "harness",
+        "-m",
+        f"+suite={name}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *extra,
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", help=f"suite name: {', '.join(suites())}")
-    parser.add_argument("--out", type=Path, default=None, help="sweep dir (default results/suite-<name>/<time>)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="sweep dir (default results/suite-<name>/<time>)"
+    )
     parser.add_argument("--no-report", action="store_true", help="skip python -m harness.report")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args(argv)
@@ -52,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown suite {args.name!r}; valid: {', '.join(suites())}", file=sys.stderr)
         return 2
     if args.name.startswith("trace_sim") and not simulated_available():
-        print("error: suite trace_sim needs the simulated executor (engines/simulate, harness/conf/hardware)", file=sys.stderr)
+        print(
+            "error: suite trace_sim needs the simulated executor (engines/simulate, harness/conf/hardware)",
+            file=sys.stderr,
+        )
         return 2
     sweep_dir = args.out or ROOT / "results" / f"suite-{args.name}" / time.strftime("%Y%m%d-%H%M%S")
     cmd = command(args.name, sweep_dir.resolve(), args.overrides)
@@ -61,13 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     proc = subprocess.run(cmd, cwd=ROOT)
     wall_s = time.perf_counter() - t0
     statuses = [json.loads(p.read_text()).get("status") for p in sweep_dir.rglob("summary.json")]
-    record = {"suite": args.name, "command": cmd[1:], "returncode": proc.returncode, "wall_s": round(wall_s, 1),
-              "num_runs": len(statuses), "num_ok": statuses.count("ok")}  # fmt: skip
+    record = {
+        "suite": args.name,
+        "command": cmd[1:],
+        "returncode": proc.returncode,
+        "wall_s": round(wall_s, 1),
+        "num_runs": len(statuses),
+        "num_ok": statuses.count("ok"),
+    }
     if sweep_dir.is_dir():
         (sweep_dir / "suite.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record))
     if not args.no_report and sweep_dir.is_dir():
-        subprocess.run([sys.executable, "-m", "harness.report", str(sweep_dir)], cwd=ROOT, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "harness.report", str(sweep_dir)], cwd=ROOT, check=False
+        )
     return proc.returncode
 
 

@@ -67,11 +67,14 @@ def main() -> None:
             for executor, num_runs in (("real", args.repeats), ("simulated", 1)):
                 for i in range(num_runs):
                     overrides = [
-                        f"workload={workload}", f"engine={engine}", f"model={args.model}",
-                        f"executor={executor}", "label=validate_simulator",
+                        f"workload={workload}",
+                        f"engine={engine}",
+                        f"model={args.model}",
+                        f"executor={executor}",
+                        "label=validate_simulator",
                         f"hydra.run.dir=results/validation/{stamp}/{workload}-{engine}-{executor}-{i}",
                         *args.overrides,
-                    ]  # fmt: skip
+                    ]
                     if executor == "simulated":
                         overrides.append(hardware_override(args.hardware))
                     if executor == "real":
@@ -106,9 +109,15 @@ def main() -> None:
 
     worst = _worst(rows, "err_")
     worst_cpu = _worst(rows, "cpu_err_")
-    report = {"stamp": stamp, "hardware": args.hardware, "model": args.model, "goal": 0.15,
-              "worst_abs_error_ttft_throughput": worst,
-              "worst_abs_error_ttft_throughput_cpu_clock": worst_cpu, "rows": rows}  # fmt: skip
+    report = {
+        "stamp": stamp,
+        "hardware": args.hardware,
+        "model": args.model,
+        "goal": 0.15,
+        "worst_abs_error_ttft_throughput": worst,
+        "worst_abs_error_ttft_throughput_cpu_clock": worst_cpu,
+        "rows": rows,
+    }
     out = Path(args.out) if args.out else ROOT / f"results/validation/{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))

@@ -42,10 +42,17 @@ def _cases() -> dict[str, Case]:
         cases[f"{engine}-fewshot-burst-sim"] = Case((e, "workload=fewshot", *SIM))
         cases[f"{engine}-parallel-sim"] = Case((e, "workload=parallel", *SIM))
         cases[f"{engine}-system_prompt-real-greedy"] = Case(
-            (e, "workload=system_prompt", "decode=greedy", "workload.num_groups=2",
-             "workload.prompts_per_group=3", "workload.system_prompt_len=48",
-             "workload.question_len=8", "workload.output_len=4")
-        )  # fmt: skip
+            (
+                e,
+                "workload=system_prompt",
+                "decode=greedy",
+                "workload.num_groups=2",
+                "workload.prompts_per_group=3",
+                "workload.system_prompt_len=48",
+                "workload.question_len=8",
+                "workload.output_len=4",
+            )
+        )
         # Tight KV: vLLM preempts, SGLang retracts; the same traffic exercises both paths.
         cases[f"{engine}-fewshot-tight-sim"] = Case(
             (e, "workload=fewshot", "engine.kv_capacity_tokens=1024", *SIM)
@@ -55,18 +62,40 @@ def _cases() -> dict[str, Case]:
         )
     for engine in ("apc", "radix"):
         cases[f"{engine}-system_prompt-retract-sim"] = Case(
-            (f"engine={engine}", "workload=system_prompt", "workload.num_groups=2",
-             "workload.system_prompt_len=128", "workload.question_len=16", "workload.output_len=96",
-             "engine.kv_capacity_tokens=768", *SIM)
-        )  # fmt: skip
+            (
+                f"engine={engine}",
+                "workload=system_prompt",
+                "workload.num_groups=2",
+                "workload.system_prompt_len=128",
+                "workload.question_len=16",
+                "workload.output_len=96",
+                "engine.kv_capacity_tokens=768",
+                *SIM,
+            )
+        )
         cases[f"{engine}-unique-retract-sim"] = Case(
-            (f"engine={engine}", "workload=unique", "workload.num_prompts=16", "workload.prompt_len=48",
-             "workload.output_len=96", "engine.kv_capacity_tokens=512", *SIM)
-        )  # fmt: skip
-    cases["apc-lpm-system_prompt-sim"] = Case(("engine=apc", "engine.policy=lpm", "workload=system_prompt", *SIM))
-    cases["radix-lpm-system_prompt-sim"] = Case(("engine=radix", "engine.policy=lpm", "workload=system_prompt", *SIM))
-    cases["radix-p16-multiturn-sim"] = Case(("engine=radix", "engine.block_size=16", "workload=multiturn", *SIM))
-    cases["apc-sync-multiturn-sim"] = Case(("engine=apc", "engine.async_scheduling=false", "workload=multiturn", *SIM))
+            (
+                f"engine={engine}",
+                "workload=unique",
+                "workload.num_prompts=16",
+                "workload.prompt_len=48",
+                "workload.output_len=96",
+                "engine.kv_capacity_tokens=512",
+                *SIM,
+            )
+        )
+    cases["apc-lpm-system_prompt-sim"] = Case(
+        ("engine=apc", "engine.policy=lpm", "workload=system_prompt", *SIM)
+    )
+    cases["radix-lpm-system_prompt-sim"] = Case(
+        ("engine=radix", "engine.policy=lpm", "workload=system_prompt", *SIM)
+    )
+    cases["radix-p16-multiturn-sim"] = Case(
+        ("engine=radix", "engine.block_size=16", "workload=multiturn", *SIM)
+    )
+    cases["apc-sync-multiturn-sim"] = Case(
+        ("engine=apc", "engine.async_scheduling=false", "workload=multiturn", *SIM)
+    )
     return cases
 
 
@@ -85,11 +114,18 @@ def run_overrides(overrides: tuple[str, ...]) -> tuple[dict, list]:
     space = token_space_for(cfg.model)
     reqs = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
     gen = fan_out(reqs, scripted=cfg.decode == "scripted")
-    engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device="cpu", hardware=cfg.hardware)
+    engine = build_engine(
+        cfg.engine, cfg.model, executor=cfg.executor, device="cpu", hardware=cfg.hardware
+    )
     records = engine.run(gen)
     stats = engine.cache.stats()
-    run = {"evictions": stats.num_evictions, "evicted_tokens": stats.evicted_tokens,
-           "hits": stats.hits, "queries": stats.queries, "num_steps": engine.scheduler.num_steps}  # fmt: skip
+    run = {
+        "evictions": stats.num_evictions,
+        "evicted_tokens": stats.evicted_tokens,
+        "hits": stats.hits,
+        "queries": stats.queries,
+        "num_steps": engine.scheduler.num_steps,
+    }
     return run, records
 
 
@@ -100,7 +136,12 @@ def digest(ids) -> str:
 def pin_of(overrides: tuple[str, ...]) -> dict:
     run, records = run_overrides(overrides)
     per_request = {
-        r.request_id: [r.cached_tokens, r.num_preemptions, r.recomputed_tokens, digest(r.output_ids)]
+        r.request_id: [
+            r.cached_tokens,
+            r.num_preemptions,
+            r.recomputed_tokens,
+            digest(r.output_ids),
+        ]
         for r in sorted(records, key=lambda r: r.request_id)
     }
     return {"run": run, "requests": per_request}

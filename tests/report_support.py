@@ -41,8 +41,13 @@ def write_run(
     g = GRANULARITY[engine]
     config = {
         "workload": {"name": workload},
-        "engine": {"cache": engine, "prefix_caching": cache, "policy": policy, "block_size": g,
-                   "kv_capacity_tokens": capacity},  # fmt: skip
+        "engine": {
+            "cache": engine,
+            "prefix_caching": cache,
+            "policy": policy,
+            "block_size": g,
+            "kv_capacity_tokens": capacity,
+        },
         "model": {"name": "tiny"},
         "executor": executor,
         "hardware": None if hardware is None else {"name": hardware, "kind": "roofline"},
@@ -51,16 +56,31 @@ def write_run(
         "label": None,
     }
     summary = {
-        "status": "ok", "workload": workload, "backend": engine, "seed": seed, "cache_enabled": cache,
-        "kv_capacity_tokens": capacity, "block_size_or_page_size": g, "model_id": "tiny",
-        "completed": completed or len(ttfts_ms), "duration": duration_s, "total_token_throughput": throughput,
-        "request_throughput": throughput / 100, "output_throughput": throughput / 10,
-        "mean_ttft_ms": sum(ttfts_ms) / len(ttfts_ms), "median_ttft_ms": sorted(ttfts_ms)[len(ttfts_ms) // 2],
-        "p99_ttft_ms": max(ttfts_ms), "mean_tpot_ms": 2.0, "hit_rate": hit_rate, "ideal_hit_rate": ideal,
-        "theoretical_hit_rate_capped": belady, "belady_hit_rate": belady,
-        "cache_bookkeeping_ms": bookkeeping_ms, "evictions": 0,
+        "status": "ok",
+        "workload": workload,
+        "backend": engine,
+        "seed": seed,
+        "cache_enabled": cache,
+        "kv_capacity_tokens": capacity,
+        "block_size_or_page_size": g,
+        "model_id": "tiny",
+        "completed": completed or len(ttfts_ms),
+        "duration": duration_s,
+        "total_token_throughput": throughput,
+        "request_throughput": throughput / 100,
+        "output_throughput": throughput / 10,
+        "mean_ttft_ms": sum(ttfts_ms) / len(ttfts_ms),
+        "median_ttft_ms": sorted(ttfts_ms)[len(ttfts_ms) // 2],
+        "p99_ttft_ms": max(ttfts_ms),
+        "mean_tpot_ms": 2.0,
+        "hit_rate": hit_rate,
+        "ideal_hit_rate": ideal,
+        "theoretical_hit_rate_capped": belady,
+        "belady_hit_rate": belady,
+        "cache_bookkeeping_ms": bookkeeping_ms,
+        "evictions": 0,
         "policy_profile": {"schedule_policy": policy},
-    }  # fmt: skip
+    }
     requests = pd.DataFrame(
         {
             "request_id": [f"r{i}" for i in range(len(ttfts_ms))],
@@ -92,20 +112,40 @@ def write_failed(root: Path, name: str, engine: str = "apc", workload: str = "un
 # The overhead arm's paired ratios (on/off) the tests check against; the first pair is vLLM PR #2762
 # (8.55 req/s with APC on, 8.71 off, docs/benchmarking.md §6).
 APC_PAIRS = ((855.0, 871.0), (990.0, 1000.0), (1010.0, 1000.0), (980.0, 1000.0), (1000.0, 1000.0))
-RADIX_PAIRS = ((995.0, 1000.0), (1005.0, 1000.0), (1000.0, 1000.0), (990.0, 1000.0), (1000.0, 1000.0))
+RADIX_PAIRS = (
+    (995.0, 1000.0),
+    (1005.0, 1000.0),
+    (1000.0, 1000.0),
+    (990.0, 1000.0),
+    (1000.0, 1000.0),
+)
 
 
 def write_results_tree(root: Path) -> Path:
     """A small tree holding every figure's inputs: overhead pairs, a capacity sweep, a failure."""
     for seed, ((apc_on, apc_off), (rx_on, rx_off)) in enumerate(zip(APC_PAIRS, RADIX_PAIRS)):
         write_run(root, f"ov/{seed}-apc", engine="apc", seed=seed, throughput=apc_on)
-        write_run(root, f"ov/{seed}-apc_off", engine="apc", seed=seed, cache=False, throughput=apc_off)
+        write_run(
+            root, f"ov/{seed}-apc_off", engine="apc", seed=seed, cache=False, throughput=apc_off
+        )
         write_run(root, f"ov/{seed}-radix", engine="radix", seed=seed, throughput=rx_on)
-        write_run(root, f"ov/{seed}-radix_off", engine="radix", seed=seed, cache=False, throughput=rx_off)
+        write_run(
+            root, f"ov/{seed}-radix_off", engine="radix", seed=seed, cache=False, throughput=rx_off
+        )
     for capacity, hit in ((256, 0.2), (1024, 0.6), (4096, 0.7)):
         for engine, policy in (("apc", "fcfs"), ("radix", "fcfs"), ("radix", "lpm")):
-            write_run(root, f"cap/{capacity}-{engine}-{policy}", engine=engine, policy=policy, workload="system_prompt",
-                      capacity=capacity, hit_rate=hit, ideal=0.75, belady=hit + 0.05, ttfts_ms=(5.0, 8.0, 40.0))  # fmt: skip
+            write_run(
+                root,
+                f"cap/{capacity}-{engine}-{policy}",
+                engine=engine,
+                policy=policy,
+                workload="system_prompt",
+                capacity=capacity,
+                hit_rate=hit,
+                ideal=0.75,
+                belady=hit + 0.05,
+                ttfts_ms=(5.0, 8.0, 40.0),
+            )
     write_failed(root, "cap/bad-apc", engine="apc", workload="system_prompt")
     return root
 
@@ -130,12 +170,31 @@ def write_sim_tree(root: Path) -> Path:
     """A trace capacity sweep on TRACE_HW (slowdown 8) and UNIQUE_SIM's on/off runs."""
     for capacity, engines in TRACE_POINTS.items():
         for engine, (hit, ttfts) in engines.items():
-            write_run(root, f"trace/{capacity}-{engine}", engine=engine, workload="mooncake_conversation",
-                      capacity=capacity, hit_rate=hit, ttfts_ms=ttfts, executor="simulated",
-                      hardware=TRACE_HW, slowdown=8.0, completed=12031)  # fmt: skip
+            write_run(
+                root,
+                f"trace/{capacity}-{engine}",
+                engine=engine,
+                workload="mooncake_conversation",
+                capacity=capacity,
+                hit_rate=hit,
+                ttfts_ms=ttfts,
+                executor="simulated",
+                hardware=TRACE_HW,
+                slowdown=8.0,
+                completed=12031,
+            )
     for (hardware, engine), seeds in UNIQUE_SIM.items():
         for seed, (on_ms, off_ms, duration_s) in enumerate(seeds):
             for cache, ms in ((True, on_ms), (False, off_ms)):
-                write_run(root, f"ov_sim/{hardware}-{engine}-{cache}-{seed}", engine=engine, seed=seed, cache=cache,
-                          bookkeeping_ms=ms, duration_s=duration_s, executor="simulated", hardware=hardware)  # fmt: skip
+                write_run(
+                    root,
+                    f"ov_sim/{hardware}-{engine}-{cache}-{seed}",
+                    engine=engine,
+                    seed=seed,
+                    cache=cache,
+                    bookkeeping_ms=ms,
+                    duration_s=duration_s,
+                    executor="simulated",
+                    hardware=hardware,
+                )
     return root

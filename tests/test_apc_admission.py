@@ -8,9 +8,9 @@ import pytest
 
 from engines.cache import build_cache
 from engines.cache.apc import ApcCache
-from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.cache.base import StepBudget
 from engines.config import EngineConfig
+from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.sequence import SeqStatus, Sequence
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from engines.cache.apc import ApcCache
 from engines.cache.base import StepBudget
-from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.request import GenerationRequest
+from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.sequence import SeqStatus, Sequence
 from tests.engine_util import by_id, make_engine
 
@@ -129,5 +129,5 @@ def test_multiturn_async_cached_tokens_equal_sync_on_block_aligned_turns():
         cached[mode] = [records[r.request_id].cached_tokens for r in requests]
     assert cached[True] == cached[False]
     # every follow-up reuses the whole previous turn's KV (prompt + output - 1 tokens)
-    for prev, turn, hit in zip(requests, requests[1:], cached[True][1:]):
+    for prev, hit in zip(requests, cached[True][1:]):
         assert hit == len(prev.prompt_ids) + prev.max_new_tokens - 1

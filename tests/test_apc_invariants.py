@@ -12,9 +12,9 @@ from collections import deque
 import pytest
 
 from engines.cache.apc import ApcCache
-from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.cache.apc.hashing import block_extra_keys
 from engines.cache.base import CacheIntegrityError, StepBudget
+from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.sequence import SeqStatus, Sequence
 
 BASE = list(range(1000, 1200))

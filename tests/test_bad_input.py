@@ -51,7 +51,8 @@ def line(**fields) -> str:
 DATA_FILES = {  # written into each test's tmp_path; {d} in the cases is that directory
     "bad_json.jsonl": f'{GOOD_LINE}\n{{"timestamp": 1, oops\n',
     "no_field.jsonl": '{"timestamp": 0, "input_length": 20, "hash_ids": [0, 1]}\n',
-    "nan_time.jsonl": GOOD_LINE + '\n{"timestamp": NaN, "input_length": 20, "output_length": 2, "hash_ids": [0, 1]}\n',
+    "nan_time.jsonl": GOOD_LINE
+    + '\n{"timestamp": NaN, "input_length": 20, "output_length": 2, "hash_ids": [0, 1]}\n',
     "inf_time.jsonl": '{"timestamp": Infinity, "input_length": 20, "output_length": 2, "hash_ids": [0]}\n',
     "neg_time.jsonl": line(timestamp=-5) + "\n",
     "late.jsonl": GOOD_LINE + "\n" + line(timestamp=1e8) + "\n",
@@ -67,10 +68,21 @@ DATA_FILES = {  # written into each test's tmp_path; {d} in the cases is that di
     "no_conversations.jsonl": '{"id": "r1", "turns": []}\n',
     "no_value.jsonl": '{"id": "r2", "conversations": [{"from": "human"}]}\n',
 }
-TRACE = ["workload=mooncake_conversation", "workload.name=user_trace", "workload.block_size=16", "workload.max_requests=null"]
+TRACE = [
+    "workload=mooncake_conversation",
+    "workload.name=user_trace",
+    "workload.block_size=16",
+    "workload.max_requests=null",
+]
 DATASET = ["workload=dataset_sharegpt"]
-MULTITURN = ["workload=multiturn", "workload.num_users=2", "workload.num_rounds=2",
-             "workload.system_prompt_len=16", "workload.user_history_len=8", "workload.answer_len=4"]  # fmt: skip
+MULTITURN = [
+    "workload=multiturn",
+    "workload.num_users=2",
+    "workload.num_rounds=2",
+    "workload.system_prompt_len=16",
+    "workload.user_history_len=8",
+    "workload.answer_len=4",
+]
 SIM = ["executor=simulated", "hardware=cpu_measured"]
 
 
@@ -106,36 +118,81 @@ CASES: list[tuple[list[str], str]] = [
     (["model.weights=nope"], "model.weights must be one of"),
     # ---- integers: sign, zero, type
     (["workload.output_len=-1"], "workload.output_len must be a positive integer, got -1"),
-    (["workload.system_prompt_len=0"], "workload.system_prompt_len must be a positive integer, got 0"),
+    (
+        ["workload.system_prompt_len=0"],
+        "workload.system_prompt_len must be a positive integer, got 0",
+    ),
     (["workload.prompts_per_group=0"], "workload.prompts_per_group must be a positive integer"),
     (["workload=parallel", "workload.n=0"], "workload.n must be a positive integer, got 0"),
     ([*MULTITURN, "workload.num_rounds=-2"], "workload.num_rounds must be a positive integer"),
-    (["workload=unique", "workload.prompt_len=0"], "workload.prompt_len must be a positive integer"),
+    (
+        ["workload=unique", "workload.prompt_len=0"],
+        "workload.prompt_len must be a positive integer",
+    ),
     (["workload=rag", "workload.docs_per_request=-1"], "workload.docs_per_request"),
-    (["workload=mooncake_conversation", "workload.max_requests=0"], "workload.max_requests must be"),
-    (["workload.num_groups=1.5"], "workload.num_groups: Value '1.5' of type 'float' could not be converted"),
+    (
+        ["workload=mooncake_conversation", "workload.max_requests=0"],
+        "workload.max_requests must be",
+    ),
+    (
+        ["workload.num_groups=1.5"],
+        "workload.num_groups: Value '1.5' of type 'float' could not be converted",
+    ),
     (["workload.num_groups=abc"], "workload.num_groups: Value 'abc'"),
     (["workload.version=0"], "workload.version must be a positive integer"),
     (["workload.seed_offset=-1"], "workload.seed_offset must be a non-negative integer"),
     (["workload.num_tenants=-1"], "workload.num_tenants must be a non-negative integer"),
     (["engine.max_num_seqs=0"], "engine.max_num_seqs must be a positive integer, got 0"),
-    (["engine.max_num_batched_tokens=-5"], "engine.max_num_batched_tokens must be a positive integer"),
-    (["engine.kv_capacity_tokens=0"], "engine.kv_capacity_tokens must be a positive integer, got 0"),
-    (["engine=radix", "engine.max_prefill_tokens=0"], "engine.max_prefill_tokens must be a positive integer"),
-    (["engine=radix", "engine.schedule_conservativeness=-1"], "engine.schedule_conservativeness must be"),
-    (["engine=radix", "engine.schedule_conservativeness=nan"], "engine.schedule_conservativeness must be"),
-    (["engine=radix", "engine.schedule_conservativeness=inf"], "engine.schedule_conservativeness must be"),
+    (
+        ["engine.max_num_batched_tokens=-5"],
+        "engine.max_num_batched_tokens must be a positive integer",
+    ),
+    (
+        ["engine.kv_capacity_tokens=0"],
+        "engine.kv_capacity_tokens must be a positive integer, got 0",
+    ),
+    (
+        ["engine=radix", "engine.max_prefill_tokens=0"],
+        "engine.max_prefill_tokens must be a positive integer",
+    ),
+    (
+        ["engine=radix", "engine.schedule_conservativeness=-1"],
+        "engine.schedule_conservativeness must be",
+    ),
+    (
+        ["engine=radix", "engine.schedule_conservativeness=nan"],
+        "engine.schedule_conservativeness must be",
+    ),
+    (
+        ["engine=radix", "engine.schedule_conservativeness=inf"],
+        "engine.schedule_conservativeness must be",
+    ),
     (["engine.lpm_fallback_queue_len=-1"], "engine.lpm_fallback_queue_len must be an integer >= 0"),
     (["engine.block_size=0"], "engine.block_size must be a positive integer, got 0"),
     (["engine.block_size=-16"], "engine.block_size must be a positive integer, got -16"),
-    (["engine.block_size=1.5"], "engine.block_size: Value '1.5' of type 'float' could not be converted"),
-    (["engine.block_size=abc"], "engine.block_size: Value 'abc' of type 'str' could not be converted"),
-    (["engine=radix", "engine.block_size=0"], "engine.block_size must be a positive integer, got 0"),
-    (["engine.block_size=48"], "engine.kv_capacity_tokens (4096) must be a multiple of engine.block_size (48)"),
+    (
+        ["engine.block_size=1.5"],
+        "engine.block_size: Value '1.5' of type 'float' could not be converted",
+    ),
+    (
+        ["engine.block_size=abc"],
+        "engine.block_size: Value 'abc' of type 'str' could not be converted",
+    ),
+    (
+        ["engine=radix", "engine.block_size=0"],
+        "engine.block_size must be a positive integer, got 0",
+    ),
+    (
+        ["engine.block_size=48"],
+        "engine.kv_capacity_tokens (4096) must be a multiple of engine.block_size (48)",
+    ),
     (["engine.debug_checks=maybe"], "engine.debug_checks: Value 'maybe' is not a valid bool"),
     (["engine.prefix_caching=maybe"], "engine.prefix_caching: Value 'maybe' is not a valid bool"),
     # ---- model shape and numbers
-    (["model.max_position_embeddings=0"], "model.max_position_embeddings must be a positive integer"),
+    (
+        ["model.max_position_embeddings=0"],
+        "model.max_position_embeddings must be a positive integer",
+    ),
     (["model.num_layers=-1"], "model.num_layers must be a positive integer"),
     (["model.rope_theta=nan"], "model.rope_theta must be a positive number"),
     (["model.rope_theta=inf"], "model.rope_theta must be a positive number"),
@@ -145,14 +202,23 @@ CASES: list[tuple[list[str], str]] = [
     (["model.seed=-1"], "model.seed must be an integer in [0,"),
     (["model.seed=18446744073709551616"], "model.seed must be an integer in [0,"),
     # ---- load: NaN, infinity, sign, absurd sizes
-    (["load.mode=poisson"], "load.rate must be a positive number of requests/s for load.mode=poisson"),
+    (
+        ["load.mode=poisson"],
+        "load.rate must be a positive number of requests/s for load.mode=poisson",
+    ),
     (["load.mode=poisson", "load.rate=-1"], "load.rate must be a positive finite number"),
     (["load.mode=poisson", "load.rate=0"], "load.rate must be a positive finite number"),
     (["load.rate=abc"], "load.rate: Value 'abc' of type 'str' could not be converted to Float"),
     (["load.mode=poisson", "load.rate=nan"], "load.rate must be a positive finite number"),
     (["load.mode=poisson", "load.rate=inf"], "load.rate must be a positive finite number"),
-    (["load.mode=poisson", "load.rate=1e12"], "load.rate must be a positive finite number <= 1e+06"),
-    (["load.mode=poisson", "load.rate=2", "load.burstiness=0"], "load.burstiness must be a positive"),
+    (
+        ["load.mode=poisson", "load.rate=1e12"],
+        "load.rate must be a positive finite number <= 1e+06",
+    ),
+    (
+        ["load.mode=poisson", "load.rate=2", "load.burstiness=0"],
+        "load.burstiness must be a positive",
+    ),
     (["load.burstiness=nan"], "load.burstiness must be a positive finite number"),
     (["load.burstiness=inf"], "load.burstiness must be a positive finite number"),
     (["load.mode=trace", "load.slowdown=-1"], "load.slowdown must be a positive finite number"),
@@ -170,7 +236,10 @@ CASES: list[tuple[list[str], str]] = [
     (["seed=abc"], "seed: Value 'abc' of type 'str' could not be converted to Integer"),
     (["seed=-1"], "seed must be an integer in [0,"),
     (["seed=1180591620717411303424"], "seed must be an integer in [0,"),
-    (["workload.seed_offset=9223372036854775807", "seed=5"], "seed + workload.seed_offset must be below 2**63"),
+    (
+        ["workload.seed_offset=9223372036854775807", "seed=5"],
+        "seed + workload.seed_offset must be below 2**63",
+    ),
     (["label=../escape"], "label must be 1-100 letters, digits"),
     (["label=a/b"], "label must be 1-100 letters, digits"),
     (["workload.name=../../evil"], "workload.name must be 1-100 letters, digits"),
@@ -182,12 +251,27 @@ CASES: list[tuple[list[str], str]] = [
     (["workload.zipf_alpha=nan"], "workload.zipf_alpha must be a non-negative number, got nan"),
     (["workload.range_ratio=nan"], "workload.range_ratio"),
     (["workload.range_ratio=2"], "workload.range_ratio"),
-    ([*MULTITURN, "workload.think_s=nan"], "workload.think_s must be a non-negative number, got nan"),
-    ([*MULTITURN, "workload.think_s=inf"], "workload.think_s must be a non-negative number, got inf"),
+    (
+        [*MULTITURN, "workload.think_s=nan"],
+        "workload.think_s must be a non-negative number, got nan",
+    ),
+    (
+        [*MULTITURN, "workload.think_s=inf"],
+        "workload.think_s must be a non-negative number, got inf",
+    ),
     ([*MULTITURN, "workload.think_s=-1"], "workload.think_s must be a non-negative number"),
-    ([*MULTITURN, "workload.think_s=100000"], "the last request would be released 100,000 s after the start"),
-    (["workload=rag", "workload.zipf_alpha=inf"], "workload.zipf_alpha must be a non-negative number"),
-    (["workload=mooncake_conversation", "workload.slowdown=nan"], "workload.slowdown must be a positive number"),
+    (
+        [*MULTITURN, "workload.think_s=100000"],
+        "the last request would be released 100,000 s after the start",
+    ),
+    (
+        ["workload=rag", "workload.zipf_alpha=inf"],
+        "workload.zipf_alpha must be a non-negative number",
+    ),
+    (
+        ["workload=mooncake_conversation", "workload.slowdown=nan"],
+        "workload.slowdown must be a positive number",
+    ),
     ([*DATASET, "workload.think_s=nan"], "workload.think_s must be a non-negative number"),
     # ---- bounds, checked before the run
     (["bounds.granularities=[0]"], "bounds.granularities[0] must be an integer in [1,"),
@@ -195,26 +279,59 @@ CASES: list[tuple[list[str], str]] = [
     (["bounds.granularities=[abc]"], "bounds.granularities"),
     (["bounds.max_fine_prompt_tokens=0"], "bounds.max_fine_prompt_tokens must be an integer"),
     # ---- memory: refused with the estimate before anything is generated or allocated
-    (["engine.kv_capacity_tokens=1000000000"], "engine.kv_capacity_tokens: this run needs an estimated"),
-    ([*MULTITURN, "workload.num_users=1000", "workload.num_rounds=1000"], "workload: this run needs an estimated"),
-    ([*SIM, "engine.kv_capacity_tokens=160000000000"], "engine.kv_capacity_tokens: this run needs an estimated"),
+    (
+        ["engine.kv_capacity_tokens=1000000000"],
+        "engine.kv_capacity_tokens: this run needs an estimated",
+    ),
+    (
+        [*MULTITURN, "workload.num_users=1000", "workload.num_rounds=1000"],
+        "workload: this run needs an estimated",
+    ),
+    (
+        [*SIM, "engine.kv_capacity_tokens=160000000000"],
+        "engine.kv_capacity_tokens: this run needs an estimated",
+    ),
     # ---- the simulated executor
-    (["executor=simulated"], "executor=simulated needs a cost model: select one with hardware=<preset>"),
+    (
+        ["executor=simulated"],
+        "executor=simulated needs a cost model: select one with hardware=<preset>",
+    ),
     ([*SIM, "decode=greedy"], "decode must be scripted for executor=simulated"),
     ([*SIM, "hardware.num_gpus=0"], "hardware.num_gpus must be a positive integer"),
-    ([*SIM, "hardware.step_overhead_s=nan"], "hardware.step_overhead_s must be a finite number >= 0"),
-    ([*SIM, "hardware.step_overhead_s=-1"], "hardware.step_overhead_s must be a finite number >= 0"),
+    (
+        [*SIM, "hardware.step_overhead_s=nan"],
+        "hardware.step_overhead_s must be a finite number >= 0",
+    ),
+    (
+        [*SIM, "hardware.step_overhead_s=-1"],
+        "hardware.step_overhead_s must be a finite number >= 0",
+    ),
     # ---- traces (need the data: caught inside the run)
     ([*TRACE, "workload.path={d}/missing.jsonl"], "trace file '{d}/missing.jsonl' not found"),
     (trace("bad_json.jsonl"), "{d}/bad_json.jsonl:2: not valid JSON"),
     (trace("no_field.jsonl"), "{d}/no_field.jsonl:1: missing field 'output_length'"),
-    (trace("nan_time.jsonl"), "{d}/nan_time.jsonl:2: timestamp must be a non-negative number of ms (finite), got nan"),
-    (trace("inf_time.jsonl"), "{d}/inf_time.jsonl:1: timestamp must be a non-negative number of ms"),
-    (trace("neg_time.jsonl"), "{d}/neg_time.jsonl:1: timestamp must be a non-negative number of ms"),
+    (
+        trace("nan_time.jsonl"),
+        "{d}/nan_time.jsonl:2: timestamp must be a non-negative number of ms (finite), got nan",
+    ),
+    (
+        trace("inf_time.jsonl"),
+        "{d}/inf_time.jsonl:1: timestamp must be a non-negative number of ms",
+    ),
+    (
+        trace("neg_time.jsonl"),
+        "{d}/neg_time.jsonl:1: timestamp must be a non-negative number of ms",
+    ),
     (trace("late.jsonl"), "the last request would be released 100,000 s after the start"),
-    (trace("huge_hash.jsonl"), "{d}/huge_hash.jsonl:1: hash_ids must be a non-empty list of integers in [0, 2**63)"),
+    (
+        trace("huge_hash.jsonl"),
+        "{d}/huge_hash.jsonl:1: hash_ids must be a non-empty list of integers in [0, 2**63)",
+    ),
     (trace("no_hash.jsonl"), "{d}/no_hash.jsonl:1: hash_ids must be"),
-    (trace("too_long.jsonl"), "{d}/too_long.jsonl:1: input_length 100 does not fit 2 hash_ids of 16 tokens"),
+    (
+        trace("too_long.jsonl"),
+        "{d}/too_long.jsonl:1: input_length 100 does not fit 2 hash_ids of 16 tokens",
+    ),
     (trace("zero_out.jsonl"), "{d}/zero_out.jsonl:1: output_length must be an integer in [1,"),
     (trace("huge_len.jsonl"), "{d}/huge_len.jsonl:1: input_length must be an integer in [1,"),
     (trace("str_len.jsonl"), "{d}/str_len.jsonl:1: input_length must be an integer"),
@@ -222,20 +339,41 @@ CASES: list[tuple[list[str], str]] = [
     (trace("empty.jsonl"), "the workload produced no requests"),
     (trace("blank.jsonl"), "the workload produced no requests"),
     # ---- datasets
-    ([*DATASET, "workload.path={d}/no_conversations.jsonl"], "no_conversations.jsonl: record 0 (id 'r1'): missing field 'conversations'"),
-    ([*DATASET, "workload.path={d}/no_value.jsonl"], "no_value.jsonl: record 0 (id 'r2'): message 0 needs string fields 'from' and 'value'"),
+    (
+        [*DATASET, "workload.path={d}/no_conversations.jsonl"],
+        "no_conversations.jsonl: record 0 (id 'r1'): missing field 'conversations'",
+    ),
+    (
+        [*DATASET, "workload.path={d}/no_value.jsonl"],
+        "no_value.jsonl: record 0 (id 'r2'): message 0 needs string fields 'from' and 'value'",
+    ),
     ([*DATASET, "workload.path={d}/none.jsonl"], "dataset file '{d}/none.jsonl' not found"),
     # ---- requests that can never run
-    (["engine.kv_capacity_tokens=48"], "request g1-q0 needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 48"),
-    (["engine=radix", "engine.kv_capacity_tokens=50"], "needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 50"),
-    (["model.max_position_embeddings=32"], "request g1-q0 needs 60 tokens (prompt 56 + output 4) but the model's context is 32"),
+    (
+        ["engine.kv_capacity_tokens=48"],
+        "request g1-q0 needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 48",
+    ),
+    (
+        ["engine=radix", "engine.kv_capacity_tokens=50"],
+        "needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 50",
+    ),
+    (
+        ["model.max_position_embeddings=32"],
+        "request g1-q0 needs 60 tokens (prompt 56 + output 4) but the model's context is 32",
+    ),
     # ---- output directories (the preflight reads them from the command line)
     (["hydra.run.dir="], "hydra.run.dir: an empty path would write into the current directory"),
     (["hydra.run.dir={d}/a_file"], "hydra.run.dir: '{d}/a_file' exists and is not a directory"),
-    (["hydra.run.dir={d}/a_file/below"], "hydra.run.dir: cannot create or write '{d}/a_file/below'"),
+    (
+        ["hydra.run.dir={d}/a_file/below"],
+        "hydra.run.dir: cannot create or write '{d}/a_file/below'",
+    ),
     (["hydra.sweep.dir={d}/a_file"], "hydra.sweep.dir: '{d}/a_file' exists and is not a directory"),
-    (["hydra.run.dir={d}/finished"], "hydra.run.dir: '{d}/finished' holds another run's results (summary.json)"),
-]  # fmt: skip
+    (
+        ["hydra.run.dir={d}/finished"],
+        "hydra.run.dir: '{d}/finished' holds another run's results (summary.json)",
+    ),
+]
 
 
 def case_id(case) -> str:
@@ -299,7 +437,10 @@ def test_defaults_and_the_small_config_pass_the_preflight():
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["-m", "engine=apc,nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
+        (
+            ["-m", "engine=apc,nope"],
+            "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm",
+        ),
         (["-m", "engine.block_size=16,abc"], "engine.block_size: Value 'abc' of type 'str'"),
         (["-m", "workload.nope=1,2"], "unknown field workload.nope"),
         (["-m", "engine.kv_capacity_tokens=4096,32"], None),  # in range for Hydra: the job fails
@@ -330,8 +471,14 @@ def custom_workload():
     "text,needle",
     [
         ("defaults:\n  - base_unique\nnum_prompts: [1, 2\n", "is not valid YAML: line 4"),
-        ("name: custom\nfamily: unique\nnum_prompts: 2\n", "needs `defaults: [<one of base_dataset,"),
-        ("defaults:\n  - base_unique\n  - _self_\nname: c\nfamily: unique\nnum_groups: 3\n", "unknown field workload.num_groups"),
+        (
+            "name: custom\nfamily: unique\nnum_prompts: 2\n",
+            "needs `defaults: [<one of base_dataset,",
+        ),
+        (
+            "defaults:\n  - base_unique\n  - _self_\nname: c\nfamily: unique\nnum_groups: 3\n",
+            "unknown field workload.num_groups",
+        ),
         ("- just\n- a list\n", "must hold a mapping of fields"),
     ],
     ids=["syntax", "no defaults", "another family's field", "not a mapping"],
@@ -372,7 +519,9 @@ def test_cli_static_problem_makes_no_run_directory(tmp_path):
 def test_cli_nan_timestamp_records_a_failed_run(tmp_path):
     prepare(tmp_path)
     run_dir = tmp_path / "bad"
-    proc = harness(with_base([*TRACE, f"workload.path={tmp_path}/nan_time.jsonl"]), run_dir, timeout=120)
+    proc = harness(
+        with_base([*TRACE, f"workload.path={tmp_path}/nan_time.jsonl"]), run_dir, timeout=120
+    )
     _assert_one_error_line(proc, "nan_time.jsonl:2: timestamp must be a non-negative number of ms")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     assert_failed_run_dir(run_dir)
@@ -390,5 +539,7 @@ def test_cli_empty_output_dir_writes_nothing():
     cmd = [sys.executable, "-m", "harness", *BASE, "hydra.run.dir="]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    _assert_one_error_line(proc, "hydra.run.dir: an empty path would write into the current directory")
+    _assert_one_error_line(
+        proc, "hydra.run.dir: an empty path would write into the current directory"
+    )
     assert not (ROOT / "harness.log").exists() and not (ROOT / "summary.json").exists()

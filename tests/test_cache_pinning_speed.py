@@ -20,8 +20,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from engines.build import build_engine
-from harness.config import RunConfig  # noqa: F401  (registers the schemas)
-from harness.config import CONF_DIR
+from harness.config import (
+    CONF_DIR,
+    RunConfig,  # noqa: F401  (registers the schemas)
+)
 from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
 from workloads.base import generate

@@ -18,7 +18,9 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 def tracked() -> list[str]:
     try:
-        out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     return out.stdout.split()
@@ -34,8 +36,11 @@ def sections(page: str) -> set[str]:
 
 
 def test_nothing_points_outside_the_repository():
-    offenders = [f"{f}:{t.count(chr(10), 0, m.start()) + 1}: {m.group()}"
-                 for f, t in texts().items() for m in OUTSIDE.finditer(t)]  # fmt: skip
+    offenders = [
+        f"{f}:{t.count(chr(10), 0, m.start()) + 1}: {m.group()}"
+        for f, t in texts().items()
+        for m in OUTSIDE.finditer(t)
+    ]
     assert not offenders, offenders
 
 
@@ -63,6 +68,8 @@ def test_markdown_links_resolve_inside_the_clone():
                 continue
             path = (ROOT / f).parent / target
             rel = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else None
-            if rel is None or not (str(rel) in files or any(x.startswith(f"{rel}/") for x in files)):
+            if rel is None or not (
+                str(rel) in files or any(x.startswith(f"{rel}/") for x in files)
+            ):
                 broken.append(f"{f}: {target}")
     assert not broken, broken

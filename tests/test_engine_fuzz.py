@@ -83,9 +83,14 @@ def test_apc_random_streams(stream, pool, block_size, free_order, policy):
     requests = build_requests(stream)
     capacity, budget = pool
     got = outputs_and_idle_check(
-        "apc", requests, block_size=block_size, kv_capacity_tokens=capacity,
-        max_num_batched_tokens=budget, free_order=free_order, policy=policy,
-    )  # fmt: skip
+        "apc",
+        requests,
+        block_size=block_size,
+        kv_capacity_tokens=capacity,
+        max_num_batched_tokens=budget,
+        free_order=free_order,
+        policy=policy,
+    )
     assert got == reference("apc", requests, block_size)
 
 
@@ -102,7 +107,12 @@ def test_radix_random_streams(stream, pool, page_size, eviction_policy, policy):
     requests = build_requests(stream)
     capacity, budget = pool
     got = outputs_and_idle_check(
-        "radix", requests, block_size=page_size, kv_capacity_tokens=capacity,
-        max_num_batched_tokens=budget, eviction_policy=eviction_policy, policy=policy,
-    )  # fmt: skip
+        "radix",
+        requests,
+        block_size=page_size,
+        kv_capacity_tokens=capacity,
+        max_num_batched_tokens=budget,
+        eviction_policy=eviction_policy,
+        policy=policy,
+    )
     assert got == reference("radix", requests, page_size)

@@ -50,7 +50,12 @@ PROGRESS = re.compile(r"\b([1-7])/8\b")  # the runner's progress bar on stderr
 
 def start_harness(args: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
     # PREFIXBENCH_PROGRESS=1: the progress bar is drawn although stderr is a file.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PREFIXBENCH_PROGRESS": "1"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PREFIXBENCH_PROGRESS": "1",
+    }
     cmd = [sys.executable, "-m", "harness", *args, f"hydra.run.dir={run_dir}"]
     with log.open("w") as err:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -178,7 +183,9 @@ def test_rows_file_matches_the_request_table(tmp_path, monkeypatch):
     assert set(kept["rows"].columns) >= set(TIMING_COLUMNS)
 
 
-def test_crash_after_measuring_keeps_the_rows_and_prints_the_traceback(tmp_path, monkeypatch, capsys):
+def test_crash_after_measuring_keeps_the_rows_and_prints_the_traceback(
+    tmp_path, monkeypatch, capsys
+):
     def boom(*args, **kwargs):
         raise ValueError("a bug in the summary, not bad input")
 
@@ -246,10 +253,13 @@ def test_crash_while_writing_leaves_no_truncated_parquet(tmp_path, monkeypatch, 
 LEAKY = {
     "apc": ["engine=apc", "engine.max_num_seqs=1", "warmup.enabled=false"],
     "radix": [
-        "engine=radix", "engine.kv_capacity_tokens=96", "engine.max_num_seqs=1",
-        "engine.max_num_batched_tokens=64", "warmup.enabled=false",
+        "engine=radix",
+        "engine.kv_capacity_tokens=96",
+        "engine.max_num_seqs=1",
+        "engine.max_num_batched_tokens=64",
+        "warmup.enabled=false",
     ],
-}  # fmt: skip
+}
 # Where a free happens: (class, method); the injected leak drops one block or slot per call.
 # The tree frees a node's value and a request's row segment through free_segment (page 1: the
 # same function as free).
@@ -259,14 +269,18 @@ FREES = {"apc": (BlockPool, "free_blocks"), "radix": (TokenToKVPoolAllocator, "f
 def inject_leak(monkeypatch, cache: str) -> None:
     cls, name = FREES[cache]
     original = getattr(cls, name)
-    monkeypatch.setattr(cls, name, lambda self, items, *rest: original(self, list(items)[:-1], *rest))
+    monkeypatch.setattr(
+        cls, name, lambda self, items, *rest: original(self, list(items)[:-1], *rest)
+    )
 
 
 @pytest.mark.parametrize("cache", list(LEAKY))
 def test_no_leak_without_injection(cache, tmp_path, monkeypatch):
     cls, name = FREES[cache]
     original, calls = getattr(cls, name), []
-    monkeypatch.setattr(cls, name, lambda self, items, *rest: (calls.append(1), original(self, items, *rest))[1])
+    monkeypatch.setattr(
+        cls, name, lambda self, items, *rest: (calls.append(1), original(self, items, *rest))[1]
+    )
     code, run_dir = run_in_process(tmp_path, [*LEAKY[cache], "engine.debug_checks=true"])
     summary = summary_of(run_dir)
     assert code == EXIT_OK and summary["status"] == "ok", summary.get("error")

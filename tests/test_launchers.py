@@ -42,14 +42,20 @@ def summaries(sweep_dir: Path) -> dict[int, dict]:
     return out
 
 
-def assert_one_good_one_bad(proc: subprocess.CompletedProcess, sweep_dir: Path, codes: tuple[int, ...]) -> None:
+def assert_one_good_one_bad(
+    proc: subprocess.CompletedProcess, sweep_dir: Path, codes: tuple[int, ...]
+) -> None:
     assert proc.returncode in codes, proc.stderr[-3000:]
     jobs = summaries(sweep_dir)
     assert sorted(jobs) == [0, 1]
     assert jobs[0]["status"] == "ok" and jobs[0]["completed"] == 2
     manifest = json.loads((sweep_dir / jobs[0]["run_dir"] / "manifest.json").read_text())
     assert manifest["config"]["engine"]["kv_capacity_tokens"] == 4096
-    assert jobs[1]["status"] == "failed" and "KV tokens" in jobs[1]["error"] and jobs[1]["completed"] == 0
+    assert (
+        jobs[1]["status"] == "failed"
+        and "KV tokens" in jobs[1]["error"]
+        and jobs[1]["completed"] == 0
+    )
 
 
 def test_basic_launcher_keeps_sweep_after_bad_job(tmp_path):
@@ -62,8 +68,16 @@ def test_basic_launcher_keeps_sweep_after_bad_job(tmp_path):
 @pytest.mark.slow
 def test_submitit_local_sweep_of_two_jobs(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = multirun(["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", "engine=radix",
-                     ONE_GOOD_ONE_BAD], sweep, timeout=300)  # fmt: skip
+    proc = multirun(
+        [
+            "hydra/launcher=submitit_local",
+            "hydra.launcher.timeout_min=5",
+            "engine=radix",
+            ONE_GOOD_ONE_BAD,
+        ],
+        sweep,
+        timeout=300,
+    )
     # Jobs run in other processes, so the parent cannot see their exit codes: 0, or 2 once it can.
     assert_one_good_one_bad(proc, sweep, codes=(0, 2))
     assert (sweep / ".submitit").is_dir()  # submitit's logs and pickles, one folder per job

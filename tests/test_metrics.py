@@ -42,12 +42,21 @@ def record(
     preempt=0,
 ):
     return RequestRecord(
-        request_id=rid, parent_id=parent or rid, sample_index=sample, prompt_tokens=prompt,
-        cached_tokens=cached, output_tokens=len(tokens_s), recomputed_tokens=recomputed,
-        num_preemptions=preempt, arrival_s=arrival_s, scheduled_s=scheduled_s,
-        first_token_s=tokens_s[0], finish_s=tokens_s[-1], token_times_s=tuple(tokens_s),
+        request_id=rid,
+        parent_id=parent or rid,
+        sample_index=sample,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        output_tokens=len(tokens_s),
+        recomputed_tokens=recomputed,
+        num_preemptions=preempt,
+        arrival_s=arrival_s,
+        scheduled_s=scheduled_s,
+        first_token_s=tokens_s[0],
+        finish_s=tokens_s[-1],
+        token_times_s=tuple(tokens_s),
         output_ids=tuple(range(len(tokens_s))),
-    )  # fmt: skip
+    )
 
 
 # a: 4 tokens, TTFT 250, E2EL 1000, TPOT 750/3 = 250, ITL 125 250 375, queue 125

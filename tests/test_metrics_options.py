@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.execute import execute
 from harness.config import MetricsConfig
+from harness.execute import execute
 from harness.metrics import format_summary, itls_ms, parse_slos, request_table, summarize
 from tests.engine_util import make_engine, replace_all, shared_prompt_requests
 from tests.test_bad_input import compose_config, with_base
@@ -22,9 +22,13 @@ def test_slos_parse_like_vllm_goodput():
 
 @pytest.mark.parametrize(
     "text, needle",
-    [("itl:5", "metric one of ttft, tpot, e2el"), ("ttft", "<metric>:<ms>"),
-     ("ttft:fast", "'fast' in 'ttft:fast' is not a number"), ("tpot:-1", "must be a positive finite number")],
-)  # fmt: skip
+    [
+        ("itl:5", "metric one of ttft, tpot, e2el"),
+        ("ttft", "<metric>:<ms>"),
+        ("ttft:fast", "'fast' in 'ttft:fast' is not a number"),
+        ("tpot:-1", "must be a positive finite number"),
+    ],
+)
 def test_bad_slos_name_the_field(text, needle):
     with pytest.raises(ValueError, match="metrics.goodput") as info:
         parse_slos(text)
@@ -90,10 +94,12 @@ def test_run_reports_goodput_and_max_concurrency(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "override, needle",
-    [("load.max_concurrency=0", "load.max_concurrency must be an integer in [1,"),
-     ('metrics.goodput="ttft=5"', "metrics.goodput"),
-     ("metrics.percentiles=[50,101]", "metrics.percentiles")],
-)  # fmt: skip
+    [
+        ("load.max_concurrency=0", "load.max_concurrency must be an integer in [1,"),
+        ('metrics.goodput="ttft=5"', "metrics.goodput"),
+        ("metrics.percentiles=[50,101]", "metrics.percentiles"),
+    ],
+)
 def test_bad_options_are_one_line(override, needle):
     from harness.preflight import preflight
 

@@ -43,9 +43,14 @@ class Session:
         per_seq = -(-max_tokens // block_size)
         num_blocks = 1 + num_seqs * per_seq  # block 0 stays reserved
         self.pool = KVPool(
-            cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim,
-            cfg.torch_dtype, self.device,
-        )  # fmt: skip
+            cfg.num_layers,
+            num_blocks,
+            block_size,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            cfg.torch_dtype,
+            self.device,
+        )
         ids = (
             torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(seed)) + 1
         ).tolist()
@@ -55,9 +60,12 @@ class Session:
     def step(self, chunks: dict[int, list[int]], all_tokens: bool = True) -> torch.Tensor:
         seqs = list(chunks)
         meta = AttentionMetadata.build(
-            [self.context[s] for s in seqs], [len(chunks[s]) for s in seqs],
-            [self.tables[s] for s in seqs], self.block_size, self.device,
-        )  # fmt: skip
+            [self.context[s] for s in seqs],
+            [len(chunks[s]) for s in seqs],
+            [self.tables[s] for s in seqs],
+            self.block_size,
+            self.device,
+        )
         ids = [t for s in seqs for t in chunks[s]]
         input_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
         with torch.inference_mode():

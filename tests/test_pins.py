@@ -22,6 +22,9 @@ def test_pinned_run_is_unchanged(name):
     got = pin_of(CASES[name].overrides)
     want = RECORDED[name]
     assert got["run"] == want["run"]
-    diffs = {rid: (got["requests"].get(rid), pin) for rid, pin in want["requests"].items()
-             if got["requests"].get(rid) != pin}  # fmt: skip
+    diffs = {
+        rid: (got["requests"].get(rid), pin)
+        for rid, pin in want["requests"].items()
+        if got["requests"].get(rid) != pin
+    }
     assert not diffs, f"{len(diffs)} requests differ, e.g. {next(iter(diffs.items()))}"

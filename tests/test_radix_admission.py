@@ -12,8 +12,6 @@ from radix_support import complete, drive, make_seq, new_cache, serve, step
 
 from engines.cache import CACHES, build_cache
 from engines.cache.base import PrefixMatch, StepBudget
-from engines.sched.prefill_adder import AddReqResult, PrefillAdder
-from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import match_request
 from engines.cache.radix.key import RadixKey as K
@@ -21,6 +19,8 @@ from engines.cache.radix.schedule_policy import dfs_weight_order
 from engines.cache.radix.tree import UnifiedRadixTree
 from engines.config import EngineConfig
 from engines.registry import UnknownNameError
+from engines.sched.prefill_adder import AddReqResult, PrefillAdder
+from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.sequence import SeqStatus
 
 BUDGET = StepBudget(max_num_seqs=8, max_num_batched_tokens=64)

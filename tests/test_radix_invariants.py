@@ -22,7 +22,6 @@ from radix_support import (
 )
 
 from engines.cache.base import StepBudget
-from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import checkpoint, evict_to_free_tokens
@@ -31,6 +30,7 @@ from engines.cache.radix.key import pack, unpack
 from engines.cache.radix.policies import make_eviction_policy
 from engines.cache.radix.schedule_policy import dfs_weight_order
 from engines.cache.radix.tree import UnifiedRadixTree
+from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.sequence import Sequence
 
 

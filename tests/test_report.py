@@ -64,7 +64,9 @@ def test_summary_csv_counts_failed_runs(report):
     assert ov["total_token_throughput"] == pytest.approx(statistics.mean(on for on, _ in APC_PAIRS))
     failed_row = csv[csv["n_not_ok"] == 1].iloc[0]
     assert failed_row["n_ok"] == 0 and pd.isna(failed_row["median_ttft_ms"])
-    share = csv[(csv["workload"] == "unique") & (csv["arm"] == "radix")]["bookkeeping_share"].iloc[0]
+    share = csv[(csv["workload"] == "unique") & (csv["arm"] == "radix")]["bookkeeping_share"].iloc[
+        0
+    ]
     assert share == pytest.approx(5.0 / 1000.0)  # 5 ms of bookkeeping in a 1 s run
 
 
@@ -85,11 +87,25 @@ def test_overhead_ratio_and_interval(report):
 
 def test_every_figure_written_as_png_and_svg(report):
     figures = report.root / FIGURE_DIR
-    expected = {"ttft_cdf_unique", "ttft_cdf_system_prompt", "latency_throughput", "hit_rate",
-                "capacity_system_prompt_tiny_real", "overhead", "bookkeeping", "speedup", "ttft_hit_miss"}  # fmt: skip
+    expected = {
+        "ttft_cdf_unique",
+        "ttft_cdf_system_prompt",
+        "latency_throughput",
+        "hit_rate",
+        "capacity_system_prompt_tiny_real",
+        "overhead",
+        "bookkeeping",
+        "speedup",
+        "ttft_hit_miss",
+    }
     assert set(report.figures) == expected
     # no simulated runs, no load sweep and no scheduler x cache square here
-    assert set(report.skipped) == {"trace_capacity", "projected_overhead", "metric_vs_load", "decomposition"}
+    assert set(report.skipped) == {
+        "trace_capacity",
+        "projected_overhead",
+        "metric_vs_load",
+        "decomposition",
+    }
     for stem in expected:
         assert (figures / f"{stem}.png").stat().st_size > 1000
         assert (figures / f"{stem}.svg").read_text().lstrip().startswith("<?xml")
@@ -98,12 +114,26 @@ def test_every_figure_written_as_png_and_svg(report):
 def test_figure_text_names_configuration(report):
     """Titles, units, legends and the footnote are readable without the code."""
     svg = (report.root / FIGURE_DIR / "overhead.svg").read_text()
-    for needle in ("0%-hit throughput ratio", "cache on / cache off", "apc on/off (unique, n=5 pairs)",
-                   "model tiny", "KV capacity 4,096 tokens", "n = 20 runs (5 seeds)", "log scale"):  # fmt: skip
+    for needle in (
+        "0%-hit throughput ratio",
+        "cache on / cache off",
+        "apc on/off (unique, n=5 pairs)",
+        "model tiny",
+        "KV capacity 4,096 tokens",
+        "n = 20 runs (5 seeds)",
+        "log scale",
+    ):
         assert needle in svg, needle
     cap = (report.root / FIGURE_DIR / "capacity_system_prompt_tiny_real.svg").read_text()
-    for needle in ("KV capacity (tokens)", "hit rate (%)", "TTFT (ms)", "radix-lpm (page 1, lpm)",
-                   "apc (block 16, fcfs)", "Belady", "KV capacity 256, 1,024, 4,096 tokens"):  # fmt: skip
+    for needle in (
+        "KV capacity (tokens)",
+        "hit rate (%)",
+        "TTFT (ms)",
+        "radix-lpm (page 1, lpm)",
+        "apc (block 16, fcfs)",
+        "Belady",
+        "KV capacity 256, 1,024, 4,096 tokens",
+    ):
         assert needle in cap, needle
 
 
@@ -117,7 +147,9 @@ def test_partial_trees_never_crash(tmp_path, caplog):
     only_failed = tmp_path / "failed"
     write_failed(only_failed, "a")
     rep = build_report(only_failed, out_dir=only_failed)
-    assert rep.figures == [] and pd.read_csv(only_failed / "summary.csv")["n_not_ok"].tolist() == [1]
+    assert rep.figures == [] and pd.read_csv(only_failed / "summary.csv")["n_not_ok"].tolist() == [
+        1
+    ]
 
     partial = tmp_path / "partial"
     write_run(partial, "one", engine="radix", workload="rag", hit_rate=0.5, ideal=0.6, belady=0.55)
@@ -135,7 +167,10 @@ def test_cli(tmp_path, capsys):
     write_results_tree(tmp_path / "r")
     assert main([str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
-    assert "30 runs (29 ok, 0 incomplete, 1 failed or interrupted)" in out and "0%-hit throughput ratio apc on/off" in out
+    assert (
+        "30 runs (29 ok, 0 incomplete, 1 failed or interrupted)" in out
+        and "0%-hit throughput ratio apc on/off" in out
+    )
 
 
 def test_pairs_stay_within_a_sweep_and_pool_across_sweeps(tmp_path):
@@ -145,7 +180,9 @@ def test_pairs_stay_within_a_sweep_and_pool_across_sweeps(tmp_path):
         write_run(tmp_path, f"{sweep}/1-apc_off", seed=0, cache=False, throughput=off)
     table = build_report(tmp_path, figures=False).overhead
     row = table[table["metric"] == "total_token_throughput"].iloc[0]
-    assert row["n_pairs"] == 2 and row["ratio"] == pytest.approx(math.sqrt(0.99 * 1.01))  # geometric mean
+    assert row["n_pairs"] == 2 and row["ratio"] == pytest.approx(
+        math.sqrt(0.99 * 1.01)
+    )  # geometric mean
 
 
 @pytest.fixture(scope="module")
@@ -155,21 +192,34 @@ def sim_report(tmp_path_factory):
 
 
 def test_trace_capacity_points_and_figure(sim_report):
-    points = capacity_points(sim_report.runs[sim_report.runs["ok"]]).set_index(["arm", "kv_capacity_tokens"])
+    points = capacity_points(sim_report.runs[sim_report.runs["ok"]]).set_index(
+        ["arm", "kv_capacity_tokens"]
+    )
     assert len(points) == 6 and set(points["hardware"]) == {TRACE_HW}
     for capacity, engines in TRACE_POINTS.items():
         for engine, (hit, ttfts) in engines.items():
             row = points.loc[(engine, capacity)]
             assert row["hit_rate"] == pytest.approx(hit)
-            assert (row["median_ttft_ms"], row["p99_ttft_ms"]) == (pytest.approx(ttfts[1]), pytest.approx(ttfts[2]))
+            assert (row["median_ttft_ms"], row["p99_ttft_ms"]) == (
+                pytest.approx(ttfts[1]),
+                pytest.approx(ttfts[2]),
+            )
     stem = f"trace_capacity_mooncake_conversation_{TRACE_HW}"
     assert stem in sim_report.figures
     # The generic capacity figure leaves preset runs to this one (one figure per preset).
     assert not any(f.startswith("capacity_") for f in sim_report.figures)
     svg = (sim_report.root / FIGURE_DIR / f"{stem}.svg").read_text()
-    for needle in (f"on {TRACE_HW}", "12,031 requests", "TTFT p50 / p99 against KV capacity", "TTFT (s, virtual)",
-                   "apc (block 16, fcfs) p50", "radix p99", f"hardware {TRACE_HW}", "trace timestamps x 8x",
-                   "KV capacity 447,488, 1,791,488, 7,167,488 tokens"):  # fmt: skip
+    for needle in (
+        f"on {TRACE_HW}",
+        "12,031 requests",
+        "TTFT p50 / p99 against KV capacity",
+        "TTFT (s, virtual)",
+        "apc (block 16, fcfs) p50",
+        "radix p99",
+        f"hardware {TRACE_HW}",
+        "trace timestamps x 8x",
+        "KV capacity 447,488, 1,791,488, 7,167,488 tokens",
+    ):
         assert needle in svg, needle
 
 
@@ -181,17 +231,27 @@ def test_projected_overhead_table_subtracts_cache_off(sim_report):
         row = csv.loc[key]
         assert (row["n_runs"], row["n_off_pairs"]) == (2, 2)
         assert row["overhead_share"] == pytest.approx(statistics.mean(net))
-        assert row["gross_share"] == pytest.approx(statistics.mean(on / (dur * 1e3) for on, _, dur in seeds))
+        assert row["gross_share"] == pytest.approx(
+            statistics.mean(on / (dur * 1e3) for on, _, dur in seeds)
+        )
         half = 12.706 * statistics.stdev(net) / math.sqrt(2)
-        assert (row["ci_low"], row["ci_high"]) == (pytest.approx(statistics.mean(net) - half),
-                                                   pytest.approx(statistics.mean(net) + half))  # fmt: skip
+        assert (row["ci_low"], row["ci_high"]) == (
+            pytest.approx(statistics.mean(net) - half),
+            pytest.approx(statistics.mean(net) + half),
+        )
         assert row["claim_share"] == 0.01
     # h100 8B apc: (30 - 5) ms of a 2.5 s run and (34 - 6) of 2.5 s: 1.0% and 1.12%.
-    assert csv.loc[("h100_llama3_8b_bf16", "apc"), "overhead_share"] == pytest.approx((0.010 + 0.0112) / 2)
+    assert csv.loc[("h100_llama3_8b_bf16", "apc"), "overhead_share"] == pytest.approx(
+        (0.010 + 0.0112) / 2
+    )
     assert "projected_overhead" in sim_report.figures
     svg = (sim_report.root / FIGURE_DIR / "projected_overhead.svg").read_text()
-    for needle in ("1% (vLLM V1: &lt; 1% at a 0% hit)", "h200_llama3_70b_fp8", "cache bookkeeping / run duration (%)",
-                   "Projected 0%-hit overhead per hardware preset"):  # fmt: skip
+    for needle in (
+        "1% (vLLM V1: &lt; 1% at a 0% hit)",
+        "h200_llama3_70b_fp8",
+        "cache bookkeeping / run duration (%)",
+        "Projected 0%-hit overhead per hardware preset",
+    ):
         assert needle in svg, needle
     assert "projected 0%-hit overhead radix on h200_llama3_70b_fp8" in describe(sim_report)
     # Their virtual throughput is blind to bookkeeping: no wall-clock on/off ratio from them.
@@ -199,8 +259,15 @@ def test_projected_overhead_table_subtracts_cache_off(sim_report):
 
 
 def test_projected_overhead_without_cache_off_is_gross(tmp_path):
-    write_run(tmp_path, "on", engine="radix", bookkeeping_ms=12.0, duration_s=3.0, executor="simulated",
-              hardware="h200_llama3_8b_bf16")  # fmt: skip
+    write_run(
+        tmp_path,
+        "on",
+        engine="radix",
+        bookkeeping_ms=12.0,
+        duration_s=3.0,
+        executor="simulated",
+        hardware="h200_llama3_8b_bf16",
+    )
     write_run(tmp_path, "real", engine="radix", bookkeeping_ms=12.0)  # real executor: not projected
     row = build_report(tmp_path, figures=False).projected.iloc[0]
     assert (row["hardware"], row["n_runs"], row["n_off_pairs"]) == ("h200_llama3_8b_bf16", 1, 0)
@@ -216,8 +283,14 @@ def test_a_rate_sweep_gives_one_summary_row_per_rate_and_a_load_figure(tmp_path)
         for engine in ("apc", "radix"):
             for seed in (0, 1):
                 ttft = 10.0 * rate  # latency grows with load
-                write_run(tmp_path, f"rate/{engine}-r{rate:g}-s{seed}", engine=engine, seed=seed, rate=rate,
-                          ttfts_ms=(ttft, ttft + 1, ttft + 2))  # fmt: skip
+                write_run(
+                    tmp_path,
+                    f"rate/{engine}-r{rate:g}-s{seed}",
+                    engine=engine,
+                    seed=seed,
+                    rate=rate,
+                    ttfts_ms=(ttft, ttft + 1, ttft + 2),
+                )
     report = build_report(tmp_path, out_dir=tmp_path)
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert len(summary) == 6 and set(summary["n_ok"]) == {2}
@@ -258,8 +331,12 @@ def test_killed_runs_are_listed_as_incomplete_with_their_rows(tmp_path):
     write_run(tmp_path, "s/0-apc", engine="apc")
     killed = tmp_path / "s" / "1-radix"
     killed.mkdir(parents=True)
-    (killed / "manifest.json").write_text(json.dumps({"config": {"engine": {"cache": "radix"}, "workload": {"name": "unique"}}}))
-    (killed / "rows.jsonl").write_text('{"request_id": "a"}\n{"request_id": "b"}\n{"request_id": "c", "trunc')
+    (killed / "manifest.json").write_text(
+        json.dumps({"config": {"engine": {"cache": "radix"}, "workload": {"name": "unique"}}})
+    )
+    (killed / "rows.jsonl").write_text(
+        '{"request_id": "a"}\n{"request_id": "b"}\n{"request_id": "c", "trunc'
+    )
     report = build_report(tmp_path, out_dir=tmp_path)
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert summary["n_incomplete"].sum() == 1 and summary["n_ok"].sum() == 1

@@ -13,17 +13,40 @@ from engines.config import DESIGN_KNOBS, EngineConfig
 from engines.sequence import Sequence
 from harness.preflight import preflight
 from tests.engine_util import by_id, shared_prompt_requests, tiny_model
-from tests.test_engine_fuzz import FUZZ, build_requests, outputs_and_idle_check, pressure, reference, streams
 from tests.pin_support import SIM, run_overrides
+from tests.test_engine_fuzz import (
+    FUZZ,
+    build_requests,
+    outputs_and_idle_check,
+    pressure,
+    reference,
+    streams,
+)
 
 ARMS = [("apc", "vllm"), ("apc", "sglang"), ("radix", "vllm"), ("radix", "sglang")]
 GRANULARITY = {"apc": 16, "radix": 1}
-WORKLOADS = ["system_prompt", "fewshot", "multiturn", "parallel", "rag", "rag_question_first", "unique", "dataset_sharegpt"]  # fmt: skip
+WORKLOADS = [
+    "system_prompt",
+    "fewshot",
+    "multiturn",
+    "parallel",
+    "rag",
+    "rag_question_first",
+    "unique",
+    "dataset_sharegpt",
+]
 
 
 def engine_for(cache: str, scheduler: str, **overrides):
-    fields = dict(cache=cache, scheduler=scheduler, block_size=GRANULARITY[cache], kv_capacity_tokens=4096,
-                  max_num_batched_tokens=512, backend="torch", debug_checks=True)  # fmt: skip
+    fields = dict(
+        cache=cache,
+        scheduler=scheduler,
+        block_size=GRANULARITY[cache],
+        kv_capacity_tokens=4096,
+        max_num_batched_tokens=512,
+        backend="torch",
+        debug_checks=True,
+    )
     fields.update(overrides)
     return build_engine(EngineConfig(**fields), tiny_model(), executor="real", device="cpu")
 
@@ -39,14 +62,22 @@ def test_greedy_outputs_equal_caching_off(cache, scheduler):
     assert all(r.cached_tokens == 0 for r in off.values())
 
 
-@pytest.mark.parametrize("workload", ["system_prompt", "multiturn", "parallel", "fewshot", "rag", "dataset_sharegpt"])
+@pytest.mark.parametrize(
+    "workload", ["system_prompt", "multiturn", "parallel", "fewshot", "rag", "dataset_sharegpt"]
+)
 @pytest.mark.parametrize("cache", ["apc", "radix"])
 def test_one_at_a_time_the_cache_alone_decides_the_hits(cache, workload):
     """max_num_seqs=1 removes every scheduling decision but the order, which is FCFS in both."""
     cached = {}
     for scheduler in ("vllm", "sglang"):
         _, records = run_overrides(
-            (f"engine={cache}", f"engine.scheduler={scheduler}", f"workload={workload}", "engine.max_num_seqs=1", *SIM)
+            (
+                f"engine={cache}",
+                f"engine.scheduler={scheduler}",
+                f"workload={workload}",
+                "engine.max_num_seqs=1",
+                *SIM,
+            )
         )
         cached[scheduler] = {r.request_id: r.cached_tokens for r in records}
     assert cached["vllm"] == cached["sglang"]
@@ -56,7 +87,9 @@ def test_one_at_a_time_the_cache_alone_decides_the_hits(cache, workload):
 @pytest.mark.parametrize("workload", WORKLOADS)
 @pytest.mark.parametrize("arm", ["apc_sglang", "radix_vllm"])
 def test_cross_arms_run_every_workload_with_balanced_accounting(arm, workload):
-    run, records = run_overrides((f"engine={arm}", f"workload={workload}", "engine.debug_checks=true", *SIM))
+    run, records = run_overrides(
+        (f"engine={arm}", f"workload={workload}", "engine.debug_checks=true", *SIM)
+    )
     assert records and all(r.output_tokens > 0 for r in records)
     assert run["queries"] > 0
 
@@ -73,9 +106,17 @@ def test_cache_aware_policies_run_under_the_cross_arms(arm, policy):
 
 @pytest.mark.parametrize("cache,scheduler", ARMS)
 def test_tight_kv_preempts_or_retracts_and_recovers(cache, scheduler):
-    overrides = (f"engine={cache}", f"engine.scheduler={scheduler}", "workload=unique", "workload.num_prompts=16",
-                 "workload.prompt_len=48", "workload.output_len=96", "engine.kv_capacity_tokens=512",
-                 "engine.debug_checks=true", *SIM)  # fmt: skip
+    overrides = (
+        f"engine={cache}",
+        f"engine.scheduler={scheduler}",
+        "workload=unique",
+        "workload.num_prompts=16",
+        "workload.prompt_len=48",
+        "workload.output_len=96",
+        "engine.kv_capacity_tokens=512",
+        "engine.debug_checks=true",
+        *SIM,
+    )
     _, records = run_overrides(overrides)
     assert len(records) == 16 and sum(r.num_preemptions for r in records) > 0
     assert all(r.output_tokens == 96 for r in records)
@@ -84,8 +125,12 @@ def test_tight_kv_preempts_or_retracts_and_recovers(cache, scheduler):
 def test_cross_arm_presets_name_their_designs():
     from tests.pin_support import compose_run
 
-    for preset, cache, scheduler in [("apc", "apc", "vllm"), ("radix", "radix", "sglang"),
-                                     ("apc_sglang", "apc", "sglang"), ("radix_vllm", "radix", "vllm")]:  # fmt: skip
+    for preset, cache, scheduler in [
+        ("apc", "apc", "vllm"),
+        ("radix", "radix", "sglang"),
+        ("apc_sglang", "apc", "sglang"),
+        ("radix_vllm", "radix", "vllm"),
+    ]:
         engine = compose_run((f"engine={preset}", "workload=unique")).engine
         assert (engine.cache, engine.scheduler_design) == (cache, scheduler)
 
@@ -97,13 +142,20 @@ def test_default_scheduler_is_the_caches_upstream_one():
 
 @pytest.mark.parametrize(
     "cache,scheduler,knob,value,design",
-    [("radix", "sglang", "hash_algo", "xxhash", "apc"), ("radix", "vllm", "free_order", "classic", "apc"),
-     ("apc", "vllm", "eviction_policy", "lfu", "radix"), ("apc", "sglang", "async_scheduling", False, "vllm"),
-     ("radix", "sglang", "stats_timing", "lookup", "vllm"), ("apc", "vllm", "max_prefill_tokens", 8, "sglang"),
-     ("radix", "vllm", "schedule_conservativeness", 0.5, "sglang")],
-)  # fmt: skip
+    [
+        ("radix", "sglang", "hash_algo", "xxhash", "apc"),
+        ("radix", "vllm", "free_order", "classic", "apc"),
+        ("apc", "vllm", "eviction_policy", "lfu", "radix"),
+        ("apc", "sglang", "async_scheduling", False, "vllm"),
+        ("radix", "sglang", "stats_timing", "lookup", "vllm"),
+        ("apc", "vllm", "max_prefill_tokens", 8, "sglang"),
+        ("radix", "vllm", "schedule_conservativeness", 0.5, "sglang"),
+    ],
+)
 def test_a_knob_of_a_design_not_in_use_is_refused(cache, scheduler, knob, value, design):
-    cfg = EngineConfig(cache=cache, scheduler=scheduler, block_size=GRANULARITY[cache], **{knob: value})
+    cfg = EngineConfig(
+        cache=cache, scheduler=scheduler, block_size=GRANULARITY[cache], **{knob: value}
+    )
     with pytest.raises(ValueError, match=rf"engine\.{knob} is a knob of the {design} design"):
         cfg.validate()
 
@@ -150,7 +202,9 @@ def test_a_lock_nobody_holds_breaks_integrity_until_unlocked(cache):
 @given(
     stream=streams,
     pool=pressure,
-    arm=st.sampled_from([("apc", "sglang", 16), ("apc", "sglang", 4), ("radix", "vllm", 1), ("radix", "vllm", 4)]),
+    arm=st.sampled_from(
+        [("apc", "sglang", 16), ("apc", "sglang", 4), ("radix", "vllm", 1), ("radix", "vllm", 4)]
+    ),
     policy=st.sampled_from(["fcfs", "lpm", "dfs-weight"]),
 )
 def test_cross_arm_random_streams(stream, pool, arm, policy):
@@ -160,7 +214,12 @@ def test_cross_arm_random_streams(stream, pool, arm, policy):
     requests = build_requests(stream)
     capacity, budget = pool
     got = outputs_and_idle_check(
-        cache, requests, scheduler=scheduler, block_size=granularity, kv_capacity_tokens=capacity,
-        max_num_batched_tokens=budget, policy=policy,
-    )  # fmt: skip
+        cache,
+        requests,
+        scheduler=scheduler,
+        block_size=granularity,
+        kv_capacity_tokens=capacity,
+        max_num_batched_tokens=budget,
+        policy=policy,
+    )
     assert got == reference(cache, requests, granularity)

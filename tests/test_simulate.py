@@ -32,10 +32,22 @@ CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
 
 # Hand numbers: 1e15 FLOP/s at 50% and 1e12 B/s at 50% -> 5e14 FLOP/s and 5e11 B/s effective.
 HAND = dict(
-    name="hand", kind="roofline", peak_flops=1e15, flops_utilization=0.5, memory_bandwidth=1e12,
-    bandwidth_efficiency=0.5, num_params=1e9, num_layers=10, hidden_size=512, num_heads=8,
-    num_kv_heads=2, head_dim=64, bytes_per_param=2.0, kv_bytes_per_element=2.0, step_overhead_s=1e-3,
-)  # fmt: skip
+    name="hand",
+    kind="roofline",
+    peak_flops=1e15,
+    flops_utilization=0.5,
+    memory_bandwidth=1e12,
+    bandwidth_efficiency=0.5,
+    num_params=1e9,
+    num_layers=10,
+    hidden_size=512,
+    num_heads=8,
+    num_kv_heads=2,
+    head_dim=64,
+    bytes_per_param=2.0,
+    kv_bytes_per_element=2.0,
+    step_overhead_s=1e-3,
+)
 KV_BYTES = 2 * 10 * 2 * 64 * 2  # 5120 bytes per token
 ATTN_FLOPS_PER_PAIR = 4 * 10 * 8 * 64  # 20480
 
@@ -111,20 +123,33 @@ def test_kv_bytes_and_capacity_from_model_shape():
 
 def test_fitted_model_is_the_linear_form_with_a_knee():
     hw = HardwareConfig(
-        name="fit", kind="fitted", step_overhead_s=0.01, fit_per_token_s=1e-4,
-        fit_per_attention_pair_s=1e-8, fit_per_prefill_seq_s=2e-3, fit_per_decode_seq_s=5e-4,
-        fit_per_kv_token_s=1e-6, fit_per_kv_block_s=2e-6, fit_cache_kv_tokens=1000,
+        name="fit",
+        kind="fitted",
+        step_overhead_s=0.01,
+        fit_per_token_s=1e-4,
+        fit_per_attention_pair_s=1e-8,
+        fit_per_prefill_seq_s=2e-3,
+        fit_per_decode_seq_s=5e-4,
+        fit_per_kv_token_s=1e-6,
+        fit_per_kv_block_s=2e-6,
+        fit_cache_kv_tokens=1000,
         fit_per_kv_token_beyond_cache_s=3e-6,
-    )  # fmt: skip
+    )
     # one extend (context 900, 100 new) + two decodes (context 400), blocks of 16
     plan = plan_of([900, 400, 400], [100, 1, 1])
     pairs = 100 * (900 + 50) + 2 * (400 + 0.5)
     kv = 1000 + 401 + 401
     blocks = 63 + 26 + 26  # ceil(1000 / 16) + 2 * ceil(401 / 16)
     expected = (
-        0.01 + 1e-4 * 102 + 1e-8 * pairs + 2e-3 + 2 * 5e-4 + 1e-6 * kv + 2e-6 * blocks
+        0.01
+        + 1e-4 * 102
+        + 1e-8 * pairs
+        + 2e-3
+        + 2 * 5e-4
+        + 1e-6 * kv
+        + 2e-6 * blocks
         + 3e-6 * (kv - 1000)
-    )  # fmt: skip
+    )
     assert FittedCostModel(hw, block_size=16).step_time_s(plan) == pytest.approx(expected)
     # page size 1 reads one block-table entry per token
     page1 = expected + 2e-6 * (kv - blocks)
@@ -165,8 +190,13 @@ TINY_VOCAB = 1024
 
 
 def engine(cache: str, executor: str, hardware: HardwareConfig | None = None, **overrides):
-    fields = dict(cache=cache, block_size=16 if cache == "apc" else 1, kv_capacity_tokens=4096,
-                  max_num_batched_tokens=512, backend="torch")  # fmt: skip
+    fields = dict(
+        cache=cache,
+        block_size=16 if cache == "apc" else 1,
+        kv_capacity_tokens=4096,
+        max_num_batched_tokens=512,
+        backend="torch",
+    )
     fields.update(overrides)
     options = {"hardware": hardware} if executor == "simulated" else {}
     return build_engine(
@@ -181,10 +211,14 @@ def shared_prompt(seed=0, groups=3, per_group=4, system_len=90, question_len=13,
         system = rng.integers(1, TINY_VOCAB, system_len).tolist()
         for i in range(per_group):
             question = rng.integers(1, TINY_VOCAB, question_len).tolist()
-            out.append(GenerationRequest(
-                request_id=f"g{g}q{i}", prompt_ids=tuple(system + question), max_new_tokens=output_len,
-                scripted_output_ids=tuple(rng.integers(1, TINY_VOCAB, output_len).tolist()),
-            ))  # fmt: skip
+            out.append(
+                GenerationRequest(
+                    request_id=f"g{g}q{i}",
+                    prompt_ids=tuple(system + question),
+                    max_new_tokens=output_len,
+                    scripted_output_ids=tuple(rng.integers(1, TINY_VOCAB, output_len).tolist()),
+                )
+            )
     return out
 
 
@@ -198,10 +232,15 @@ def multiturn(seed=0, users=3, rounds=4, system_len=40, question_len=11, answer_
         for r in range(rounds):
             history += rng.integers(1, TINY_VOCAB, question_len).tolist()
             answer = tuple(rng.integers(1, TINY_VOCAB, answer_len).tolist())
-            out.append(GenerationRequest(
-                request_id=f"u{u}r{r}", prompt_ids=tuple(history), max_new_tokens=answer_len,
-                scripted_output_ids=answer, after=f"u{u}r{r - 1}" if r else None,
-            ))  # fmt: skip
+            out.append(
+                GenerationRequest(
+                    request_id=f"u{u}r{r}",
+                    prompt_ids=tuple(history),
+                    max_new_tokens=answer_len,
+                    scripted_output_ids=answer,
+                    after=f"u{u}r{r - 1}" if r else None,
+                )
+            )
             history += answer
     return out
 
@@ -289,10 +328,17 @@ def test_fit_recovers_known_coefficients():
     from engines.simulate.calibrate import GridPoint, Measurement, default_grid, fit
 
     truth = HardwareConfig(
-        name="truth", kind="fitted", step_overhead_s=0.008, fit_per_token_s=8e-5,
-        fit_per_attention_pair_s=7e-8, fit_per_decode_seq_s=3e-4, fit_per_kv_token_s=6e-7,
-        fit_per_kv_block_s=4e-7, fit_cache_kv_tokens=32768, fit_per_kv_token_beyond_cache_s=2e-6,
-    )  # fmt: skip
+        name="truth",
+        kind="fitted",
+        step_overhead_s=0.008,
+        fit_per_token_s=8e-5,
+        fit_per_attention_pair_s=7e-8,
+        fit_per_decode_seq_s=3e-4,
+        fit_per_kv_token_s=6e-7,
+        fit_per_kv_block_s=4e-7,
+        fit_cache_kv_tokens=32768,
+        fit_per_kv_token_beyond_cache_s=2e-6,
+    )
     measurements = []
     for point in default_grid():
         contexts, news = point.shape_lists()

@@ -24,7 +24,9 @@ SUITES = sorted(p.stem for p in (CONF / "suite").glob("*.yaml"))
 
 def compose_suite(name: str, overrides: tuple[str, ...] = ()):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
-        return compose(config_name="config", overrides=[f"+suite={name}", *overrides], return_hydra_config=True)
+        return compose(
+            config_name="config", overrides=[f"+suite={name}", *overrides], return_hydra_config=True
+        )
 
 
 def jobs(cfg) -> list[list[str]]:
@@ -61,9 +63,14 @@ def test_main_covers_every_non_trace_workload_and_three_arms():
     workloads = {o.split("=")[1] for job in batch for o in job if o.startswith("workload=")}
     all_workloads = {p.stem for p in (CONF / "workload").glob("*.yaml")}
     # `prompts` replays the user's own prompt file (a 7-line sample by default): not a benchmark.
-    assert workloads == {w for w in all_workloads if not w.startswith("mooncake") and w != "prompts"}
+    assert workloads == {
+        w for w in all_workloads if not w.startswith("mooncake") and w != "prompts"
+    }
     assert [o for o in batch[0] + batch[1] + batch[2] if o.startswith("+suite/arm=")] == [
-        "+suite/arm=apc", "+suite/arm=radix", "+suite/arm=radix_lpm"]  # fmt: skip
+        "+suite/arm=apc",
+        "+suite/arm=radix",
+        "+suite/arm=radix_lpm",
+    ]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
         lpm = compose(config_name="config", overrides=["+suite=main", "+suite/arm=radix_lpm"])
     assert (lpm.engine.cache, lpm.engine.policy, lpm.engine.block_size) == ("radix", "lpm", 1)
@@ -81,18 +88,39 @@ def test_overhead_interleaves_on_off_with_at_least_five_seeds():
 
 
 def test_capacity_and_trace_sweep_capacity():
-    capacities = {o for job in jobs(compose_suite("capacity")) for o in job if "kv_capacity_tokens" in o}
+    capacities = {
+        o for job in jobs(compose_suite("capacity")) for o in job if "kv_capacity_tokens" in o
+    }
     assert len(capacities) >= 4
-    parts = {o for job in jobs(compose_suite("trace")) for o in job if o.startswith("+suite/trace_part=")}
+    parts = {
+        o for job in jobs(compose_suite("trace")) for o in job if o.startswith("+suite/trace_part=")
+    }
     assert parts == {"+suite/trace_part=real_small", "+suite/trace_part=real_large"}
-    sim = {o for job in jobs(compose_suite("trace_sim")) for o in job if o.startswith("+suite/trace_part=")}
+    sim = {
+        o
+        for job in jobs(compose_suite("trace_sim"))
+        for o in job
+        if o.startswith("+suite/trace_part=")
+    }
     assert sim == {"+suite/trace_part=sim_small", "+suite/trace_part=sim_large"}
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
-        whole = compose(config_name="config", overrides=["+suite=trace_sim", "+suite/trace_part=sim_large"])
-    assert (whole.executor, whole.workload.max_requests, whole.hardware.name) == ("simulated", None, "cpu_measured")
+        whole = compose(
+            config_name="config", overrides=["+suite=trace_sim", "+suite/trace_part=sim_large"]
+        )
+    assert (whole.executor, whole.workload.max_requests, whole.hardware.name) == (
+        "simulated",
+        None,
+        "cpu_measured",
+    )
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
-        real = compose(config_name="config", overrides=["+suite=trace", "+suite/trace_part=real_small"])
-    assert (real.workload.name, real.workload.max_requests, real.executor) == ("mooncake_conversation", 4, "real")
+        real = compose(
+            config_name="config", overrides=["+suite=trace", "+suite/trace_part=real_small"]
+        )
+    assert (real.workload.name, real.workload.max_requests, real.executor) == (
+        "mooncake_conversation",
+        4,
+        "real",
+    )
 
 
 def run_suite(name: str, out: Path, timeout: int = 240) -> subprocess.CompletedProcess:
@@ -107,14 +135,25 @@ def test_overhead_smoke_end_to_end_with_report(tmp_path):
     record = json.loads((tmp_path / "sweep" / "suite.json").read_text())
     assert (record["num_runs"], record["num_ok"]) == (8, 8)
     runs = sorted(p.name for p in (tmp_path / "sweep").iterdir() if (p / "summary.json").exists())
-    assert runs == ["0-apc-seed0", "1-apc_off-seed0", "2-radix-seed0", "3-radix_off-seed0",
-                    "4-apc-seed1", "5-apc_off-seed1", "6-radix-seed1", "7-radix_off-seed1"]  # fmt: skip
+    assert runs == [
+        "0-apc-seed0",
+        "1-apc_off-seed0",
+        "2-radix-seed0",
+        "3-radix_off-seed0",
+        "4-apc-seed1",
+        "5-apc_off-seed1",
+        "6-radix-seed1",
+        "7-radix_off-seed1",
+    ]
     overhead = pd.read_csv(tmp_path / "sweep" / "overhead.csv")
     tput = overhead[overhead["metric"] == "total_token_throughput"]
     assert sorted(tput["engine"]) == ["apc", "radix"] and set(tput["n_pairs"]) == {2}
     assert (tmp_path / "sweep" / "figures" / "overhead.png").exists()
     summary = pd.read_csv(tmp_path / "sweep" / "summary.csv")
-    assert set(summary["arm"]) == {"apc", "apc-off", "radix", "radix-off"} and summary["n_not_ok"].sum() == 0
+    assert (
+        set(summary["arm"]) == {"apc", "apc-off", "radix", "radix-off"}
+        and summary["n_not_ok"].sum() == 0
+    )
 
 
 @pytest.mark.slow
@@ -122,11 +161,15 @@ def test_capacity_smoke_end_to_end_with_report(tmp_path):
     proc = run_suite("capacity_smoke", tmp_path / "sweep")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "sweep" / "summary.csv")
-    assert sorted(summary["kv_capacity_tokens"].unique()) == [64, 256] and summary["n_ok"].sum() == 4
+    assert (
+        sorted(summary["kv_capacity_tokens"].unique()) == [64, 256] and summary["n_ok"].sum() == 4
+    )
     # 2 groups x 3 prompts, 48-token system prompt: with room for everything both engines reach
     # their ideal; at 64 tokens the second group evicts the first.
     big = summary[summary["kv_capacity_tokens"] == 256]
-    assert (big["hit_rate"] > summary[summary["kv_capacity_tokens"] == 64]["hit_rate"].max() - 1e-9).all()
+    assert (
+        big["hit_rate"] > summary[summary["kv_capacity_tokens"] == 64]["hit_rate"].max() - 1e-9
+    ).all()
     assert (tmp_path / "sweep" / "figures" / "capacity_system_prompt_tiny_real.png").exists()
 
 

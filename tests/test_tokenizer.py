@@ -43,9 +43,13 @@ def test_chat_template_matches_the_gguf_template():
     )
     conversations = [
         [{"role": "user", "content": "What is the capital of France?"}],
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-         {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"}],
-    ]  # fmt: skip
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "2+2?"},
+        ],
+    ]
     for messages in conversations:
         text = template.render(messages=messages, add_generation_prompt=True)
         assert tok_mod.render_chatml(messages) == text

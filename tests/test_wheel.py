@@ -37,15 +37,31 @@ def venv_python(tmp_path_factory) -> Path:
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
     skip = shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "__pycache__", ".venv")
     shutil.copytree(ROOT, tmp / "src", ignore=skip)
-    sh([sys.executable, "-m", "pip", "wheel", str(tmp / "src"), "--no-deps", "--no-build-isolation",
-        "-w", str(tmp / "dist"), "-q"], cwd=tmp)  # fmt: skip
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(tmp / "src"),
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp / "dist"),
+            "-q",
+        ],
+        cwd=tmp,
+    )
     (wheel,) = (tmp / "dist").glob("prefixbench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "harness/conf/config.yaml" in names and "harness/conf/workload/unique.yaml" in names
     sh([sys.executable, "-m", "venv", str(tmp / "venv")], cwd=tmp)  # ensurepip: offline
     python = tmp / "venv" / "bin" / "python"
-    sh([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-       cwd=tmp, env=clean_env())  # fmt: skip
+    sh(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        cwd=tmp,
+        env=clean_env(),
+    )
     site = sh([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp)
     deps = sysconfig.get_paths()["purelib"]
     (Path(site.stdout.strip()) / "test_deps.pth").write_text(deps + "\n")
@@ -64,8 +80,11 @@ def harness(python: Path, cwd: Path, args: list[str]) -> dict:
 
 
 def test_the_installed_package_is_not_the_checkout(venv_python, tmp_path):
-    out = sh([str(venv_python), "-c", "import harness; print(harness.__file__)"], tmp_path,
-             env=clean_env())  # fmt: skip
+    out = sh(
+        [str(venv_python), "-c", "import harness; print(harness.__file__)"],
+        tmp_path,
+        env=clean_env(),
+    )
     assert "site-packages" in out.stdout and str(ROOT) not in out.stdout
 
 

@@ -33,10 +33,12 @@ def test_sample_sessions_are_chat_templated_turns():
             assert r.prompt_ids[: len(head)] == head and r.think_s == 0.0
     assert [r.shared_prefix_len for r in reqs] == brute_shared(reqs)
     # built turn by turn, the ids equal a one-pass encoding of the whole chat template
-    conv = [{"role": "system", "content": "You answer in one short sentence."},
-            {"role": "user", "content": "Name a prime number between 20 and 30."},
-            {"role": "assistant", "content": "23 is a prime number between 20 and 30."},
-            {"role": "user", "content": "And another one?"}]  # fmt: skip
+    conv = [
+        {"role": "system", "content": "You answer in one short sentence."},
+        {"role": "user", "content": "Name a prime number between 20 and 30."},
+        {"role": "assistant", "content": "23 is a prime number between 20 and 30."},
+        {"role": "user", "content": "And another one?"},
+    ]
     assert by_id["c1-t1"].prompt_ids == tuple(tokenizer.apply_chat_template(conv))
     assert (
         tokenizer.load()
@@ -115,16 +117,32 @@ def msg(role, text):
 DUMP = [
     GOOD,
     {"id": "empty", "conversations": []},
-    {"id": "assistant-first", "conversations": [msg("gpt", "Sure, here it is."), msg("human", "Thanks a lot")]},
+    {
+        "id": "assistant-first",
+        "conversations": [msg("gpt", "Sure, here it is."), msg("human", "Thanks a lot")],
+    },
     {"id": "lone", "conversations": [msg("human", "Is anyone there at all?")]},
-    {"id": "bing", "conversations": [msg("human", "Search the web"), msg("bing", "Searching for you now")]},
+    {
+        "id": "bing",
+        "conversations": [msg("human", "Search the web"), msg("bing", "Searching for you now")],
+    },
     {"id": "short", "conversations": [msg("human", "x"), msg("gpt", "ok")]},
-    {"id": "long", "conversations": [msg("human", "word " * 1500), msg("gpt", "That is a lot of words.")]},
-    {"id": "two-turns", "conversations": [
-        msg("system", "Be brief."), msg("human", "Name a colour of the sky."),
-        msg("gpt", "Blue, on a clear day."), msg("human", "And at sunset?"),
-        msg("gpt", "Orange and red, mostly."), msg("human", "unanswered last question")]},
-]  # fmt: skip
+    {
+        "id": "long",
+        "conversations": [msg("human", "word " * 1500), msg("gpt", "That is a lot of words.")],
+    },
+    {
+        "id": "two-turns",
+        "conversations": [
+            msg("system", "Be brief."),
+            msg("human", "Name a colour of the sky."),
+            msg("gpt", "Blue, on a clear day."),
+            msg("human", "And at sunset?"),
+            msg("gpt", "Orange and red, mostly."),
+            msg("human", "unanswered last question"),
+        ],
+    },
+]
 
 
 def test_a_real_looking_dump_skips_bad_records_and_counts_them(tmp_path):
@@ -137,10 +155,14 @@ def test_a_real_looking_dump_skips_bad_records_and_counts_them(tmp_path):
         "input_records": 8,
         "input_skipped": 6,
         "input_skipped_by_reason": {
-            "empty": 1, "lone_human_turn": 1, "starts_with_assistant": 1, "too_long": 1,
-            "too_short": 1, "unknown_role": 1,
+            "empty": 1,
+            "lone_human_turn": 1,
+            "starts_with_assistant": 1,
+            "too_long": 1,
+            "too_short": 1,
+            "unknown_role": 1,
         },
-    }  # fmt: skip
+    }
 
 
 def test_length_filters_end_a_conversation_at_the_first_long_turn(tmp_path):
@@ -151,7 +173,14 @@ def test_length_filters_end_a_conversation_at_the_first_long_turn(tmp_path):
     assert [r.turn for r in both] == [0, 1] and [r.turn for r in only_first] == [0]
     with pytest.raises(ValueError, match="no usable conversation among 1 records \\(1 too_long\\)"):
         generate(Params(path=path, max_prompt_len=first_len - 1), 0, SMOL)
-    assert len(generate(Params(path=path, min_len=None, max_prompt_len=None, max_total_len=None), 0, SMOL)) == 2
+    assert (
+        len(
+            generate(
+                Params(path=path, min_len=None, max_prompt_len=None, max_total_len=None), 0, SMOL
+            )
+        )
+        == 2
+    )
 
 
 def test_fixed_output_len_cuts_or_pads_the_reply_and_the_history_follows(tmp_path):
@@ -173,7 +202,9 @@ def test_a_local_tokenizer_json(tmp_path):
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     texts = [m["value"] for r in DUMP for m in r["conversations"]] + ["<|im_start|> user system"]
-    tok.train_from_iterator(texts * 5, trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"]))
+    tok.train_from_iterator(
+        texts * 5, trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"])
+    )
     tok.save(str(tmp_path / "tokenizer.json"))
     path = _write_jsonl(tmp_path / "d.jsonl", [GOOD])
     reqs = generate(Params(path=path, tokenizer=str(tmp_path)), 0, SMOL)  # the folder works too

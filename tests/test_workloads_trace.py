@@ -35,8 +35,10 @@ def test_equal_ids_give_equal_blocks_and_distinct_ids_distinct_blocks():
 
 def test_block_content_depends_on_the_id_not_the_position(tmp_path):
     path = tmp_path / "t.jsonl"
-    lines = [{"timestamp": 0, "input_length": 20, "output_length": 1, "hash_ids": [5, 9, 7]},
-             {"timestamp": 10, "input_length": 16, "output_length": 2, "hash_ids": [9, 5]}]  # fmt: skip
+    lines = [
+        {"timestamp": 0, "input_length": 20, "output_length": 1, "hash_ids": [5, 9, 7]},
+        {"timestamp": 10, "input_length": 16, "output_length": 2, "hash_ids": [9, 5]},
+    ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
     a, b = read_trace(str(path), block_size=8)
     pa, pb = prompt_arrays([a, b], 0, SPACE, 8)

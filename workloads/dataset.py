@@ -59,8 +59,13 @@ class DatasetParams(WorkloadParams):
     order: str = "round_robin"  # round_robin | sequential
 
     optional_positive = (
-        "max_conversations", "max_turns", "output_len", "min_len", "max_prompt_len", "max_total_len",
-    )  # fmt: skip
+        "max_conversations",
+        "max_turns",
+        "output_len",
+        "min_len",
+        "max_prompt_len",
+        "max_total_len",
+    )
     choices = {"order": tuple(ORDERS.names())}
 
     def check(self) -> None:
@@ -103,7 +108,9 @@ def _reply_ids(
     if p.output_len is None:
         return folded
     pad = max(0, p.output_len - len(folded))
-    return folded[: p.output_len] + tuple(token_ids(space, (seed, "dataset-pad", *where), pad).tolist())
+    return folded[: p.output_len] + tuple(
+        token_ids(space, (seed, "dataset-pad", *where), pad).tolist()
+    )
 
 
 def _session(
@@ -124,9 +131,13 @@ def _session(
         ids += tok.encode(text[len(rendered) :])  # starts right after a special token
         output_ids = _reply_ids(tok.encode(reply + END_OF_TURN), p, seed, (index, k), space)
         problem = length_problem(
-            len(ids), len(output_ids), p.min_len, p.max_prompt_len, p.max_total_len,
+            len(ids),
+            len(output_ids),
+            p.min_len,
+            p.max_prompt_len,
+            p.max_total_len,
             check_output=p.output_len is None,
-        )  # fmt: skip
+        )
         if problem is not None:
             return turns, (problem if not turns else None)
         previous = turns[-1].request_id if turns else None
@@ -168,7 +179,9 @@ def generate_dataset(p: DatasetParams, seed: int, space: TokenSpace) -> Generate
         elif turns:
             sessions.append(turns)
     if not sessions:
-        raise BadInput(f"{path}: no usable conversation among {len(records)} records ({_counts(skipped)})")
+        raise BadInput(
+            f"{path}: no usable conversation among {len(records)} records ({_counts(skipped)})"
+        )
     requests = interleave(sessions, p.order)
     # Conversations share the template's system turn, so the ground truth is measured, not known.
     requests = [

@@ -104,10 +104,13 @@ def parse_line(line: str, path: str | Path, line_no: int) -> PromptLine:
     ):
         raise BadInput(f"{where}: arrival_s must be a non-negative number, got {arrival_s!r}")
     return PromptLine(
-        line_no, prompt, tuple(ids) if ids is not None else None, output_len,
+        line_no,
+        prompt,
+        tuple(ids) if ids is not None else None,
+        output_len,
         None if session is None else str(session),
         None if arrival_s is None else float(arrival_s),
-    )  # fmt: skip
+    )
 
 
 def _is_int(value: object) -> bool:
@@ -166,7 +169,9 @@ def generate_prompts(p: PromptsParams, seed: int, space: TokenSpace) -> Generate
         req = Request(
             request_id=f"{path.stem}-{row.line_no}",
             prompt_ids=ids,
-            output_ids=as_tuple(token_ids(space, (seed, "prompts-output", row.line_no), output_len)),
+            output_ids=as_tuple(
+                token_ids(space, (seed, "prompts-output", row.line_no), output_len)
+            ),
             arrival_s=row.arrival_s or 0.0,
             session_id=row.session,
             turn=previous.turn + 1 if previous else 0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple
+
 from workloads.errors import BadInput
 
 ROLES = {
@@ -25,8 +26,13 @@ ROLES = {
 
 # Why a record is skipped; the summary counts each (the length reasons come from dataset.py).
 SKIP_REASONS = (
-    "empty", "unknown_role", "starts_with_assistant", "lone_human_turn", "too_short", "too_long",
-)  # fmt: skip
+    "empty",
+    "unknown_role",
+    "starts_with_assistant",
+    "lone_human_turn",
+    "too_short",
+    "too_long",
+)
 
 
 class Conversation(NamedTuple):
@@ -89,9 +95,13 @@ def parse_records(records: Iterable[object], path: object) -> tuple[list[Convers
 
 
 def length_problem(
-    prompt_len: int, output_len: int, min_len: int | None, max_prompt_len: int | None,
-    max_total_len: int | None, check_output: bool,
-) -> str | None:  # fmt: skip
+    prompt_len: int,
+    output_len: int,
+    min_len: int | None,
+    max_prompt_len: int | None,
+    max_total_len: int | None,
+    check_output: bool,
+) -> str | None:
     """vLLM's `is_valid_sequence`: "too_short" or "too_long", or None when the turn is kept."""
     if min_len is not None and (prompt_len < min_len or (check_output and output_len < min_len)):
         return "too_short"

@@ -13,6 +13,7 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
 from workloads.errors import BadInput
 
 SETUP_HINT = "run `bash scripts/setup.sh`"

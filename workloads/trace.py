@@ -21,7 +21,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from workloads.errors import BadInput
 from workloads.base import (
     WorkloadParams,
     check_non_negative_number,
@@ -29,6 +28,7 @@ from workloads.base import (
     register_family,
     resolve_data_path,
 )
+from workloads.errors import BadInput
 from workloads.progress import progress
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, stream_keys, token_block, token_ids
@@ -89,7 +89,9 @@ def _int_field(obj: dict, key: str, where: str, minimum: int) -> int:
         raise BadInput(f"{where}: missing field {key!r}")
     value = obj[key]
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_LENGTH:
-        raise BadInput(f"{where}: {key} must be an integer in [{minimum}, {MAX_LENGTH}], got {value!r}")
+        raise BadInput(
+            f"{where}: {key} must be an integer in [{minimum}, {MAX_LENGTH}], got {value!r}"
+        )
     return value
 
 
@@ -103,15 +105,24 @@ def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> Tr
     if not isinstance(obj, dict):
         raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
     timestamp = obj.get("timestamp")
-    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not 0 <= timestamp < math.inf:
-        raise BadInput(f"{where}: timestamp must be a non-negative number of ms (finite), got {timestamp!r}")
+    if (
+        isinstance(timestamp, bool)
+        or not isinstance(timestamp, (int, float))
+        or not 0 <= timestamp < math.inf
+    ):
+        raise BadInput(
+            f"{where}: timestamp must be a non-negative number of ms (finite), got {timestamp!r}"
+        )
     input_length = _int_field(obj, "input_length", where, 1)
     output_length = _int_field(obj, "output_length", where, 1)
     hash_ids = obj.get("hash_ids")
     if (
         not isinstance(hash_ids, list)
         or not hash_ids
-        or not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h < MAX_HASH_ID for h in hash_ids)
+        or not all(
+            isinstance(h, int) and not isinstance(h, bool) and 0 <= h < MAX_HASH_ID
+            for h in hash_ids
+        )
     ):
         raise BadInput(f"{where}: hash_ids must be a non-empty list of integers in [0, 2**63)")
     k = len(hash_ids)
@@ -199,6 +210,8 @@ def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request
         )
         for row, prompt, shared_i in progress(
             zip(rows, prompt_arrays(rows, seed, space, p.block_size), shared),
-            "expanding trace", "req", total=len(rows),
-        )  # fmt: skip
+            "expanding trace",
+            "req",
+            total=len(rows),
+        )
     ]

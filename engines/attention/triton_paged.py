@@ -33,12 +33,24 @@ if HAS_TRITON:
 
     @triton.jit
     def _store_kv_kernel(
-        k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-        stride_kt, stride_kh, stride_vt, stride_vh,
-        stride_cb, stride_cs, stride_ch,
-        NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-        HEADS_P: tl.constexpr, HEAD_DIM_P: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    ):  # fmt: skip
+        k_ptr,
+        v_ptr,
+        k_cache_ptr,
+        v_cache_ptr,
+        slot_ptr,
+        stride_kt,
+        stride_kh,
+        stride_vt,
+        stride_vh,
+        stride_cb,
+        stride_cs,
+        stride_ch,
+        NUM_KV_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        HEADS_P: tl.constexpr,
+        HEAD_DIM_P: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+    ):
         token = tl.program_id(0)
         slot = tl.load(slot_ptr + token)
         h = tl.arange(0, HEADS_P)[:, None]
@@ -54,14 +66,40 @@ if HAS_TRITON:
 
     @triton.jit
     def _paged_attention_kernel(
-        q_ptr, out_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, query_start_ptr, seq_lens_ptr,
-        part_acc_ptr, part_max_ptr, part_sum_ptr, scale_log2,
-        stride_qt, stride_qh, stride_ot, stride_oh,
-        stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-        QPK: tl.constexpr, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE: tl.constexpr,
-        NUM_SEGMENTS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    ):  # fmt: skip
+        q_ptr,
+        out_ptr,
+        k_cache_ptr,
+        v_cache_ptr,
+        block_table_ptr,
+        query_start_ptr,
+        seq_lens_ptr,
+        part_acc_ptr,
+        part_max_ptr,
+        part_sum_ptr,
+        scale_log2,
+        stride_qt,
+        stride_qh,
+        stride_ot,
+        stride_oh,
+        stride_kb,
+        stride_ks,
+        stride_kh,
+        stride_vb,
+        stride_vs,
+        stride_vh,
+        stride_bt,
+        QPK: tl.constexpr,
+        NUM_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        HEAD_DIM_P: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_Q: tl.constexpr,
+        TILE: tl.constexpr,
+        NUM_SEGMENTS: tl.constexpr,
+        UPCAST: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
         seq = tl.program_id(0)
         q_tile = tl.program_id(1)
         kv_head = tl.program_id(2) // NUM_SEGMENTS
@@ -135,10 +173,18 @@ if HAS_TRITON:
 
     @triton.jit
     def _reduce_segments_kernel(
-        out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, stride_ot, stride_oh,
-        NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P: tl.constexpr,
-        NUM_SEGMENTS: tl.constexpr, SEGMENTS_P: tl.constexpr,
-    ):  # fmt: skip
+        out_ptr,
+        part_acc_ptr,
+        part_max_ptr,
+        part_sum_ptr,
+        stride_ot,
+        stride_oh,
+        NUM_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        HEAD_DIM_P: tl.constexpr,
+        NUM_SEGMENTS: tl.constexpr,
+        SEGMENTS_P: tl.constexpr,
+    ):
         token = tl.program_id(0)
         head = tl.program_id(1)
         seg = tl.arange(0, SEGMENTS_P)
@@ -228,12 +274,24 @@ def store_kv_triton(
     ):
         raise ValueError("store_kv_triton needs unit-stride head_dim and caches of one layout")
     _store_kv_kernel[(num_tokens,)](
-        k, v, k_cache, v_cache, slot_mapping,
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, HEADS_P=_next_pow2(num_kv_heads),
-        HEAD_DIM_P=_next_pow2(head_dim), BLOCK_SIZE=k_cache.shape[1],
-    )  # fmt: skip
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        NUM_KV_HEADS=num_kv_heads,
+        HEAD_DIM=head_dim,
+        HEADS_P=_next_pow2(num_kv_heads),
+        HEAD_DIM_P=_next_pow2(head_dim),
+        BLOCK_SIZE=k_cache.shape[1],
+    )
 
 
 def paged_attention_triton(
@@ -267,24 +325,57 @@ def paged_attention_triton(
     part_sum = torch.empty(parts, **f32) if cfg.num_segments > 1 else out
     grid = (meta.num_seqs, -(-meta.max_query_len // cfg.block_q), num_kv_heads * cfg.num_segments)
     _paged_attention_kernel[grid](
-        q, out, k_cache, v_cache, meta.block_table, meta.query_start_loc, meta.seq_lens,
-        part_acc, part_max, part_sum, scale * LOG2E,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), meta.block_table.stride(0),
-        QPK=num_heads // num_kv_heads, NUM_HEADS=num_heads, HEAD_DIM=head_dim, HEAD_DIM_P=head_dim_p,
-        BLOCK_SIZE=meta.block_size, BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_q, TILE=cfg.tile,
-        NUM_SEGMENTS=cfg.num_segments, UPCAST=INTERPRET,
+        q,
+        out,
+        k_cache,
+        v_cache,
+        meta.block_table,
+        meta.query_start_loc,
+        meta.seq_lens,
+        part_acc,
+        part_max,
+        part_sum,
+        scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        meta.block_table.stride(0),
+        QPK=num_heads // num_kv_heads,
+        NUM_HEADS=num_heads,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_P=head_dim_p,
+        BLOCK_SIZE=meta.block_size,
+        BLOCK_M=cfg.block_m,
+        BLOCK_Q=cfg.block_q,
+        TILE=cfg.tile,
+        NUM_SEGMENTS=cfg.num_segments,
+        UPCAST=INTERPRET,
         # fp32 must not silently drop to tf32; other dtypes keep Triton's default.
         PRECISION="ieee" if q.dtype == torch.float32 or INTERPRET else None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
     if cfg.num_segments > 1:
         _reduce_segments_kernel[(num_tokens, num_heads)](
-            out, part_acc, part_max, part_sum, out.stride(0), out.stride(1),
-            NUM_HEADS=num_heads, HEAD_DIM=head_dim, HEAD_DIM_P=head_dim_p,
-            NUM_SEGMENTS=cfg.num_segments, SEGMENTS_P=_next_pow2(cfg.num_segments),
-        )  # fmt: skip
+            out,
+            part_acc,
+            part_max,
+            part_sum,
+            out.stride(0),
+            out.stride(1),
+            NUM_HEADS=num_heads,
+            HEAD_DIM=head_dim,
+            HEAD_DIM_P=head_dim_p,
+            NUM_SEGMENTS=cfg.num_segments,
+            SEGMENTS_P=_next_pow2(cfg.num_segments),
+        )
     return out
 
 

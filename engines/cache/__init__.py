@@ -6,20 +6,19 @@ scheduler design `config.scheduler` (engines/sched/); each registers itself on i
 
 import engines.cache.apc  # noqa: F401,E402
 import engines.cache.radix  # noqa: F401,E402
+import engines.sched  # noqa: F401,E402  (registers the scheduler designs)
 from engines.cache.base import (  # noqa: F401
     CACHES,
+    SCHEDULERS,
     Admission,
+    Allocation,
     CacheIntegrityError,
     CacheStats,
     CacheUsage,
     PrefixCache,
-    SCHEDULERS,
-    Allocation,
     PrefixMatch,
     ScheduledSeq,
     StepBudget,
     StepPlan,
     build_cache,
 )
-
-import engines.sched  # noqa: F401,E402  (registers the scheduler designs)

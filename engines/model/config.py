@@ -42,9 +42,15 @@ class ModelConfig:
     def validate(self) -> None:
         """Raise BadInput naming the first field no model accepts."""
         positive = (
-            "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-            "num_kv_heads", "head_dim", "max_position_embeddings",
-        )  # fmt: skip
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_position_embeddings",
+        )
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -58,7 +64,11 @@ class ModelConfig:
             raise BadInput(f"model.head_dim must be even for RoPE, got {self.head_dim}")
         for name in ("rope_theta", "rms_norm_eps"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not 0 < value < math.inf
+            ):
                 raise BadInput(f"model.{name} must be a positive number, got {value!r}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise BadInput(

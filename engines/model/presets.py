@@ -18,34 +18,67 @@ PRESETS: Registry[ModelConfig] = Registry("model preset")
 PRESETS.add(
     "tiny",
     ModelConfig(
-        name="tiny", vocab_size=1024, hidden_size=64, intermediate_size=172, num_layers=2,
-        num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=10000.0, rms_norm_eps=1e-5,
-        max_position_embeddings=4096, tie_word_embeddings=True, dtype="float32",
-        weights="random", seed=0,
+        name="tiny",
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=172,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        dtype="float32",
+        weights="random",
+        seed=0,
     ),
-)  # fmt: skip
+)
 
 PRESETS.add(
     "s",
     ModelConfig(
-        name="s", vocab_size=32000, hidden_size=256, intermediate_size=688, num_layers=4,
-        num_heads=4, num_kv_heads=2, head_dim=64, rope_theta=10000.0, rms_norm_eps=1e-5,
-        max_position_embeddings=32768, tie_word_embeddings=True, dtype="float32",
-        weights="random", seed=0,
+        name="s",
+        vocab_size=32000,
+        hidden_size=256,
+        intermediate_size=688,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        dtype="float32",
+        weights="random",
+        seed=0,
     ),
-)  # fmt: skip
+)
 
 # GGUF metadata: llama.block_count 30, embedding_length 576, feed_forward_length 1536,
 # head_count 9, head_count_kv 3, rope.freq_base 100000, context_length 8192, no output.weight.
 PRESETS.add(
     "smollm2-135m",
     ModelConfig(
-        name="smollm2-135m", vocab_size=49152, hidden_size=576, intermediate_size=1536,
-        num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64, rope_theta=100000.0,
-        rms_norm_eps=1e-5, max_position_embeddings=8192, tie_word_embeddings=True,
-        dtype="float32", weights="smollm2", seed=0,
+        name="smollm2-135m",
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        dtype="float32",
+        weights="smollm2",
+        seed=0,
     ),
-)  # fmt: skip
+)
 
 
 def get_preset(name: str) -> ModelConfig:

@@ -163,9 +163,16 @@ def smollm2_file_config() -> ModelConfig:
 
 def _check_shape(config: ModelConfig, declared: ModelConfig) -> None:
     fields = (
-        "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-        "num_kv_heads", "head_dim", "rope_theta", "tie_word_embeddings",
-    )  # fmt: skip
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "rope_theta",
+        "tie_word_embeddings",
+    )
     for name in fields:
         want, got = getattr(declared, name), getattr(config, name)
         if want != got:

@@ -13,9 +13,7 @@ end the round.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
-
-from typing import Any
+from typing import Any, NamedTuple
 
 from engines.cache.base import PrefixCache, PrefixMatch
 from engines.sequence import Sequence

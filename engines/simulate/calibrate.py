@@ -250,12 +250,14 @@ def report_rows(measurements: list[Measurement], result: Fit) -> list[dict]:
     """One row per grid point: its shape, measured median, prediction and relative error."""
     rows = []
     for m, pred in zip(measurements, result.predicted_s):
-        rows.append({
-            **asdict(m.point),
-            **{f"step_{k}": v for k, v in m.shape._asdict().items()},
-            "measured_s": m.median_s,
-            "predicted_s": pred,
-            "rel_error": (pred - m.median_s) / m.median_s,
-            "times_s": list(m.times_s),
-        })  # fmt: skip
+        rows.append(
+            {
+                **asdict(m.point),
+                **{f"step_{k}": v for k, v in m.shape._asdict().items()},
+                "measured_s": m.median_s,
+                "predicted_s": pred,
+                "rel_error": (pred - m.median_s) / m.median_s,
+                "times_s": list(m.times_s),
+            }
+        )
     return rows

@@ -87,16 +87,18 @@ class HardwareConfig:
             raise BadInput(f"hardware.num_gpus must be a positive integer, got {self.num_gpus!r}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < math.inf:
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and not 0 <= value < math.inf
+            ):
                 raise BadInput(f"hardware.{f.name} must be a finite number >= 0, got {value!r}")
 
     def _require(self, *names: str) -> None:
         for name in names:
             value = getattr(self, name)
             if value is None or value <= 0:
-                raise BadInput(
-                    f"hardware {self.name} (kind {self.kind}) needs hardware.{name} > 0"
-                )
+                raise BadInput(f"hardware {self.name} (kind {self.kind}) needs hardware.{name} > 0")
 
 
 class StepShape(NamedTuple):
@@ -175,9 +177,17 @@ class RooflineCostModel:
         hardware.validate()
         self.block_size = block_size  # GPU kernels read pages at any size at the same bandwidth
         hardware._require(
-            "peak_flops", "flops_utilization", "memory_bandwidth", "bandwidth_efficiency",
-            "num_params", "num_layers", "hidden_size", "num_heads", "head_dim", "bytes_per_param",
-        )  # fmt: skip
+            "peak_flops",
+            "flops_utilization",
+            "memory_bandwidth",
+            "bandwidth_efficiency",
+            "num_params",
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "head_dim",
+            "bytes_per_param",
+        )
         if hardware.num_gpus > 1:
             hardware._require("interconnect_bandwidth")
         self.hardware = hw = hardware
