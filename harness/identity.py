@@ -49,10 +49,19 @@ def fresh_dir(path: str) -> str:
     raise BadInput(f"hydra.run.dir: no free name next to {path!r}")
 
 
+def abba_on(seed: int, slot: int) -> bool:
+    """Caching on in `slot` (0 or 1) of a seed's on/off pair: on first for even seeds, off first for
+    odd ones, so consecutive pairs run A B, B A (the overhead suite's ABBA order)."""
+    return (int(seed) + int(slot)) % 2 == 0
+
+
 def register_resolver() -> None:
-    """`${fresh_dir:...}` in conf/config.yaml; cached, so Hydra's repeated reads get one directory."""
+    """`${fresh_dir:...}` in conf/config.yaml (cached, so Hydra's repeated reads get one
+    directory) and `${abba_on:seed,slot}` in conf/suite/abba/."""
     if not OmegaConf.has_resolver("fresh_dir"):
         OmegaConf.register_new_resolver("fresh_dir", fresh_dir, use_cache=True)
+    if not OmegaConf.has_resolver("abba_on"):
+        OmegaConf.register_new_resolver("abba_on", abba_on)
 
 
 def holds_results(run_dir: Path) -> list[str]:

@@ -83,8 +83,15 @@ def test_overhead_interleaves_on_off_with_at_least_five_seeds():
     arms = [next(o for o in job if o.startswith("+suite/arm=")).split("=")[1] for job in batch]
     seeds = [int(next(o for o in job if o.startswith("seed=")).split("=")[1]) for job in batch]
     assert len(set(seeds)) >= 5
-    assert arms[:8] == ["apc", "apc_off", "radix", "radix_off"] * 2  # on, off, on, off, ...
+    assert arms[:8] == ["apc", "apc", "radix", "radix"] * 2
     assert seeds[:8] == [0, 0, 0, 0, 1, 1, 1, 1]  # each seed's on/off pair runs back to back
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):
+        caching = [
+            compose(config_name="config", overrides=["+suite=overhead", *job]).engine.prefix_caching
+            for job in batch[:8]
+        ]
+    # ABBA: on/off for seed 0, off/on for seed 1, for both engines
+    assert caching == [True, False, True, False, False, True, False, True]
 
 
 def test_capacity_and_trace_sweep_capacity():
@@ -136,14 +143,14 @@ def test_overhead_smoke_end_to_end_with_report(tmp_path):
     assert (record["num_runs"], record["num_ok"]) == (8, 8)
     runs = sorted(p.name for p in (tmp_path / "sweep").iterdir() if (p / "summary.json").exists())
     assert runs == [
-        "0-apc-seed0",
-        "1-apc_off-seed0",
-        "2-radix-seed0",
-        "3-radix_off-seed0",
-        "4-apc-seed1",
-        "5-apc_off-seed1",
-        "6-radix-seed1",
-        "7-radix_off-seed1",
+        "0-apc-cacheTrue-seed0",
+        "1-apc-cacheFalse-seed0",
+        "2-radix-cacheTrue-seed0",
+        "3-radix-cacheFalse-seed0",
+        "4-apc-cacheFalse-seed1",  # ABBA: the second seed runs its pairs off, then on
+        "5-apc-cacheTrue-seed1",
+        "6-radix-cacheFalse-seed1",
+        "7-radix-cacheTrue-seed1",
     ]
     overhead = pd.read_csv(tmp_path / "sweep" / "overhead.csv")
     tput = overhead[overhead["metric"] == "total_token_throughput"]
