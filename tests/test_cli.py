@@ -12,33 +12,7 @@ import pandas as pd
 import pytest
 
 from harness.metrics import TIMING_COLUMNS
-
-ROOT = Path(__file__).resolve().parents[1]
-SMALL = [
-    "model=tiny",
-    "engine.kv_capacity_tokens=4096",
-    "engine.max_num_batched_tokens=256",
-    "warmup.num_requests=1",
-    "warmup.prompt_len=16",
-    "warmup.output_len=2",
-]
-SYSTEM_PROMPT_SMALL = [
-    "workload=system_prompt",
-    "workload.num_groups=2",
-    "workload.prompts_per_group=3",
-    "workload.system_prompt_len=48",
-    "workload.question_len=8",
-    "workload.output_len=4",
-]
-
-
-def merged(*groups: list[str]) -> list[str]:
-    """Overrides with later keys replacing earlier ones (Hydra rejects duplicates)."""
-    out: dict[str, str] = {}
-    for group in groups:
-        for arg in group:
-            out[arg.partition("=")[0]] = arg
-    return list(out.values())
+from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, merged
 
 
 def harness(args: list[str], run_dir: Path, timeout: int = 300) -> subprocess.CompletedProcess:
