@@ -241,17 +241,6 @@ class KVCacheManager:
             for i in range(num_cached, num_full):
                 self.parent_key[keys[i]] = keys[i - 1] if i else None
 
-    def catch_up_cached_blocks(self, seq: Sequence) -> None:
-        """Cache every full block of the KV computed so far (async scheduling, at finish).
-
-        vLLM's `update_from_output` caches up to `num_computed_tokens - num_in_flight_tokens`
-        when a request's sampled token arrives; here nothing is in flight when a step completes,
-        so that is `seq.num_computed_tokens`. A request without a table (caching off, never
-        admitted) has nothing to cache.
-        """
-        if self.enable_caching and seq.seq_id in self.num_cached_block:
-            self.cache_blocks(seq, seq.num_computed_tokens)
-
     # ---- release -----------------------------------------------------------------------------
     def free(self, seq: Sequence) -> None:
         """Free the table tail first (reverse order, §4.3). Hash memo is kept (preemption)."""
