@@ -8,6 +8,7 @@ each schema in Hydra's ConfigStore as `workload/base_<family>`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -208,6 +209,17 @@ def resolve_data_path(path: str, what: str) -> Path:
             return candidate
     looked = ", ".join(str(c) for c in candidates)
     raise BadInput(f"{what} {path!r} not found (looked at {looked})")
+
+
+def json_object(line: str, where: str) -> dict:
+    """One JSONL line that must hold a JSON object; `where` (`file:line`) starts each error."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{where}: not valid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 # The family modules register themselves on import; they import this module, so this comes last.

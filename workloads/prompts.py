@@ -14,7 +14,6 @@ a seeded stream, so both engines decode the same tokens.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -24,6 +23,7 @@ from workloads.base import (
     WorkloadParams,
     check_non_negative_number,
     fail,
+    json_object,
     register_family,
     resolve_data_path,
 )
@@ -72,14 +72,9 @@ class PromptLine(NamedTuple):
 
 
 def parse_line(line: str, path: str | Path, line_no: int) -> PromptLine:
-    """One line; every problem raises ValueError starting with `file:line:` and naming the field."""
+    """One line; every problem raises BadInput starting with `file:line:` and naming the field."""
     where = f"{path}:{line_no}"
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{where}: not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    obj = json_object(line, where)
     unknown = sorted(set(obj) - set(FIELDS))
     if unknown:
         raise BadInput(f"{where}: unknown field {unknown[0]!r}; valid: {', '.join(FIELDS)}")

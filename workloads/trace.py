@@ -11,7 +11,6 @@ trace holds ~1.5e8 prompt tokens, 1.2 GB more as tuples of shared ints):
 
 from __future__ import annotations
 
-import json
 import math
 from array import array
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from workloads.base import (
     WorkloadParams,
     check_non_negative_number,
     fail,
+    json_object,
     register_family,
     resolve_data_path,
 )
@@ -98,12 +98,7 @@ def _int_field(obj: dict, key: str, where: str, minimum: int) -> int:
 def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> TraceRow:
     """One trace line; every problem raises BadInput starting with `file:line:`."""
     where = f"{path}:{line_no}"
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{where}: not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    obj = json_object(line, where)
     timestamp = obj.get("timestamp")
     if (
         isinstance(timestamp, bool)
