@@ -65,6 +65,9 @@ class EngineConfig:
     # --- execution ---
     backend: str = "auto"  # auto | triton | torch
     debug_checks: bool = False  # check_integrity() after every step
+    # Simulated executor: advance stretches of pure decode as one macro-step (exact, see
+    # engines/cache/base.py DecodeRun); false steps one by one (results are identical).
+    decode_runs: bool = True
 
     @property
     def scheduler_design(self) -> str:

@@ -4,6 +4,8 @@
         ▲                                                                               │
         └──── multi-turn: a request `after` X is released think_s after X finishes ◀────┘
 
+With an executor that supports decode runs (the simulated one), a stretch of pure decode is
+advanced as one macro-step with the same outcome (engines/cache/base.py `DecodeRun`).
 Records accumulate in `self.records` as requests finish, so a caller that is interrupted still
 has every finished row.
 """
@@ -11,6 +13,7 @@ has every finished row.
 from __future__ import annotations
 
 import heapq
+import math
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +24,10 @@ from engines.records import RequestRecord
 from engines.request import GenerationRequest
 from engines.scheduler import Scheduler
 from engines.sequence import Sequence
+
+
+# A decode run shorter than this is stepped normally (same result; planning one costs a little).
+MIN_RUN_STEPS = 2
 
 
 class CapacityError(BadInput):
@@ -87,6 +94,7 @@ class Engine:
         timelines: dict[str, _Timeline] = {}
         unscheduled: set[str] = set()  # released, never scheduled yet (scheduled_s unset)
         sched = self.scheduler
+        runs = getattr(self.executor, "decode_runs", False)
         idle_steps = 0
         slot_freed_s = 0.0  # when the cap last stopped being reached
         cap = max_concurrency if max_concurrency is not None else len(requests) + 1
@@ -100,6 +108,9 @@ class Engine:
                 sched.add(_sequence(req))
             if not sched.has_work:
                 self.clock.wait_until(ready[0][0])
+                continue
+            if runs and self._decode_run(timelines, ready[0][0] if ready and len(timelines) < cap else math.inf):
+                idle_steps = 0
                 continue
             plan = sched.schedule()
             step_start = now
@@ -138,6 +149,20 @@ class Engine:
                     release_s = end + nxt.think_s
                     heapq.heappush(ready, (release_s, order_of[nxt.request_id], nxt.request_id))
         return self.records
+
+
+    def _decode_run(self, timelines: dict[str, _Timeline], next_release_s: float) -> bool:
+        """Advance a stretch of pure decode in one macro-step if the next steps are one (at least
+        MIN_RUN_STEPS), stopping at the step that reaches the next release: the same steps, clock
+        and token times as stepping one by one."""
+        run = self.scheduler.plan_decode_run()
+        if run is None or run.max_steps < MIN_RUN_STEPS:
+            return False
+        result = self.executor.execute_decode_run(run, next_release_s)
+        self.scheduler.complete_decode_run(run, result.tokens)
+        for seq in run.seqs:
+            timelines[seq.seq_id].token_times_s.extend(result.end_times_s)
+        return True
 
 
 def _sequence(req: GenerationRequest) -> Sequence:

@@ -9,7 +9,7 @@ for every sequence whose step reached its last known token: the scripted reply's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -18,8 +18,20 @@ from engines.cache.base import PrefixCache, StepPlan
 from engines.sequence import Sequence
 
 
+@dataclass(frozen=True)
+class DecodeRunResult:
+    """What an executor ran of a `DecodeRun`: one end time per step (the run clock after it) and,
+    per sequence, the token each step sampled."""
+
+    end_times_s: list[float]
+    tokens: dict[str, list[int]]
+
+
 class Executor(Protocol):
     clock: object
+    # Whether `execute_decode_run(run, until_s) -> DecodeRunResult` may be called: run steps of
+    # `run` until its max_steps or the first step that ends at or after `until_s`.
+    decode_runs: bool
 
     def execute(self, plan: StepPlan) -> dict[str, int]: ...
 
@@ -34,6 +46,8 @@ def next_token(seq: Sequence, logits_row: torch.Tensor | None) -> int:
 
 @dataclass
 class RealExecutor:
+    decode_runs: ClassVar[bool] = False  # every step runs the model
+
     model: torch.nn.Module
     kv_pool: object
     attn: object

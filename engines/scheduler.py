@@ -6,6 +6,10 @@ their length, and lets admission make the step's tokens matchable and release fi
 Everything a scheduler design decides (ordering, admission, preemption) lives in its Admission
 (engines/sched/), which drives the cache through its protocol; this loop is identical for every
 pairing. Time spent in admission is the bookkeeping cost, measured here for both executors.
+
+An executor that supports decode runs (the simulated one) advances stretches of pure decode in one
+macro-step: `plan_decode_run` sizes it, `complete_decode_run` applies as many steps as ran, with
+the same effect on sequences, admission and cache as that many `schedule`/`complete` rounds.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from engines.cache.base import Admission, StepBudget, StepPlan
+from engines.cache.base import Admission, DecodeRun, StepBudget, StepPlan
 from engines.sequence import SeqStatus, Sequence
 
 
@@ -41,6 +45,28 @@ class Scheduler:
         plan = self.admission.schedule(self.waiting, self.running, self.budget)
         self.bookkeeping_ns += time.perf_counter_ns() - t0
         return plan
+
+    def plan_decode_run(self) -> DecodeRun | None:
+        """The decode run the next steps would be (see `DecodeRun`), or None."""
+        t0 = time.perf_counter_ns()
+        run = self.admission.plan_decode_run(self.waiting, self.running, self.budget)
+        self.bookkeeping_ns += time.perf_counter_ns() - t0
+        return run
+
+    def complete_decode_run(self, run: DecodeRun, tokens: dict[str, list[int]]) -> None:
+        """Apply the executed first steps of `run`: `tokens` maps seq_id -> the token each step
+        sampled (one per step, the same count for every sequence). Nobody finishes in a run."""
+        num_steps = len(tokens[run.seqs[0].seq_id])
+        for seq in run.seqs:  # appended first: a cache hashes the blocks the run completes
+            seq.token_ids.extend(tokens[seq.seq_id])
+        t0 = time.perf_counter_ns()
+        self.admission.apply_decode_run(run, num_steps)
+        self.bookkeeping_ns += time.perf_counter_ns() - t0
+        for seq in run.seqs:
+            seq.num_computed_tokens += num_steps
+        self.num_steps += num_steps
+        if self.debug_checks:
+            self.cache.check_integrity()
 
     def complete(self, plan: StepPlan, next_tokens: dict[str, int]) -> list[Sequence]:
         """Apply an executed plan. `next_tokens` maps seq_id -> the token sampled for every

@@ -211,6 +211,25 @@ class PrefixCache(Protocol):
         """Block ids covering the tokens of `seq` that have KV allocated, in order."""
         ...
 
+    def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
+        """KV tokens (whole blocks or pages) that `num_steps` decode steps of one token for each of
+        `seqs` would newly allocate, from each sequence's current `num_computed_tokens`."""
+        ...
+
+    def allocate_decode_run(self, items: list[Allocation], num_steps: int, matchable_lag: int) -> None:
+        """Exactly what `num_steps` successive `allocate(step_items, decode=True, budgeted=True)`
+        calls of one token per item would do (same blocks, same evictions, same cached keys),
+        where the caller has sized the run (`decode_run_tokens`) so that no step would evict
+        through `evict` or run out.
+
+        State the caller guarantees: each `items[i].seq` has its `num_computed_tokens` of before
+        the run and its `token_ids` already extended by the run's tokens (a block the run
+        completes is hashed from them). `items[i].matchable_limit` caps what step 0 makes
+        matchable (None: the tokens known then, num_computed_tokens + 1); step s >= 1 caps at
+        num_computed_tokens + 1 + s - matchable_lag (vLLM async scheduling: lag 1).
+        """
+        ...
+
     def release(self, seq: Sequence, *, finished: bool) -> None:
         """Drop every hold `seq` has. finished=True is a normal finish (radix inserts the output
         first, SGLang's cache_finished_req); False is preemption, retraction or abort (nothing new
@@ -276,6 +295,21 @@ class StepPlan:
         return sum(s.num_new_tokens for s in self.scheduled)
 
 
+@dataclass(frozen=True)
+class DecodeRun:
+    """Consecutive pure-decode steps that per-step scheduling would plan identically, advanced as
+    one macro-step (docs/design.md, "Decode runs").
+
+    Each of the next `max_steps` steps schedules one token of every sequence in `seqs` (plan order)
+    and nothing else: nobody is admitted, chunked, preempted or retracted, nobody finishes before
+    the last step (`max_steps` stops short of the first finish), and no step evicts through
+    `PrefixCache.evict`. Arrivals are the engine's to check: it ends the run at the next one.
+    """
+
+    seqs: list[Sequence]
+    max_steps: int
+
+
 class Admission(Protocol):
     """A scheduler design (engines/sched/: vLLM's, SGLang's) driving any cache through the
     PrefixCache protocol (see module docstring).
@@ -300,6 +334,19 @@ class Admission(Protocol):
     ) -> StepPlan: ...
 
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None: ...
+
+    def plan_decode_run(
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
+    ) -> DecodeRun | None:
+        """The decode run the next steps would be, or None (the next step needs `schedule`).
+        Changes nothing."""
+        ...
+
+    def apply_decode_run(self, run: DecodeRun, num_steps: int) -> None:
+        """Everything the first `num_steps` steps of `run` would have done in `schedule` and
+        `finish_step` (allocations through `PrefixCache.allocate_decode_run`, the design's own
+        step state), given sequences in the state `allocate_decode_run` documents."""
+        ...
 
 
 # name -> factory(EngineConfig) -> PrefixCache. Cache designs register on import.

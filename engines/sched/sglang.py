@@ -22,11 +22,13 @@ from collections import deque
 from engines.cache.base import (
     Allocation,
     CacheIntegrityError,
+    DecodeRun,
     PrefixCache,
     ScheduledSeq,
     StepBudget,
     StepPlan,
 )
+from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.prefill_stats import PrefillBatchStats, record_prefill
 from engines.sched.sglang_policy import SglangPolicy
@@ -196,6 +198,32 @@ class SglangScheduler:
         if not self.cache.allocate([Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True):
             raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
         return StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch])
+
+    # ------------------------------------------------------------- decode runs
+    def plan_decode_run(self, waiting: deque, running: list, budget: StepBudget) -> DecodeRun | None:
+        """Steps that are decode batches of the same requests: no chunk in flight, and the prefill
+        round returns at once (nobody waiting, or a full batch that this step's filter of finished
+        requests does not un-fill), with the decode memory check passing without eviction."""
+        if self.chunked is not None:
+            return None
+        batch = [seq for seq in self.batch if not seq.is_finished]
+        if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
+            return None
+        headroom = len(batch) * self.cache.block_size  # _check_decode_mem's need
+        num_steps = fitting_steps(self.cache, batch, steps_before_finish(batch), headroom)
+        return DecodeRun(batch, num_steps) if num_steps > 0 else None
+
+    def apply_decode_run(self, run: DecodeRun, num_steps: int) -> None:
+        """`_decode_round` and a decode `finish_step` (which releases nobody) `num_steps` times."""
+        if len(run.seqs) < len(self.batch):
+            self.batch_is_full = False
+        self.batch = list(run.seqs)
+        for _ in range(num_steps):  # step by step: the float decay must round as per step
+            self.new_token_ratio = max(
+                self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
+            )
+        self._last_plan_is_prefill = False
+        self.cache.allocate_decode_run([Allocation(seq, 1) for seq in run.seqs], num_steps, matchable_lag=0)
 
     def _check_decode_mem(self, batch_size: int) -> bool:
         need = batch_size * self.cache.block_size

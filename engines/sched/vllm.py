@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.base import Allocation, PrefixCache, ScheduledSeq, StepBudget, StepPlan
+from engines.cache.base import (
+    Allocation,
+    DecodeRun,
+    PrefixCache,
+    ScheduledSeq,
+    StepBudget,
+    StepPlan,
+)
+from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.policies import POLICIES, is_active, uncapped_matches
 from engines.sequence import SeqStatus, Sequence
 
@@ -132,6 +140,32 @@ class VllmScheduler:
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
         waiting.appendleft(seq)
+
+    def plan_decode_run(self, waiting: deque, running: list, budget: StepBudget) -> DecodeRun | None:
+        """With nobody waiting and every running request one token behind (decoding), each step
+        schedules one token of every running request in order, as long as allocation never fails
+        (no preemption). A cache that is not matchable at allocation is committed every step
+        (`finish_step`), so it takes per-step scheduling."""
+        if waiting or not running or not self.cache.matchable_at_allocation:
+            return None
+        if len(running) > budget.max_num_batched_tokens:
+            return None
+        if any(seq.num_tokens - seq.num_computed_tokens != 1 for seq in running):
+            return None
+        num_steps = fitting_steps(self.cache, running, steps_before_finish(running), headroom=0)
+        return DecodeRun(list(running), num_steps) if num_steps > 0 else None
+
+    def apply_decode_run(self, run: DecodeRun, num_steps: int) -> None:
+        """Each step of the run allocates one token per request under the known-token cap; under
+        async scheduling step s >= 1 caps at the tokens known when step s - 1 was planned."""
+        items = [
+            Allocation(seq, 1, matchable_limit=self._known_tokens.pop(seq.seq_id, None))
+            for seq in run.seqs
+        ]
+        self.cache.allocate_decode_run(items, num_steps, matchable_lag=int(self.async_scheduling))
+        if self.async_scheduling:  # the run's last step samples a token, as _add records
+            for seq in run.seqs:
+                self._known_tokens[seq.seq_id] = seq.num_computed_tokens + num_steps
 
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
         """Commit what the step computed where the cache needs it, then release finished requests.

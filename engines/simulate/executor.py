@@ -1,8 +1,9 @@
 """`executor=simulated`: the same Engine, Scheduler and PrefixCache, no model and no KV tensors.
 
 Each step advances a `VirtualClock` by the cost model's step time and emits the scripted tokens,
-with the real executor's rule. Capacity is still enforced by the cache in blocks/tokens, and cache
-bookkeeping is still timed on the wall clock by the Scheduler (`bookkeeping_ns`), as in a real run.
+with the real executor's rule; a stretch of pure decode runs as one macro-step priced step by
+step (`execute_decode_run`, engines/cache/base.py `DecodeRun`). Capacity is still enforced by the
+cache in blocks/tokens, and cache bookkeeping is still timed on the wall clock by the Scheduler (`bookkeeping_ns`), as in a real run.
 With `hardware.charge_host_time` the clock also advances by the engine loop's own CPU time between
 steps, so a CPU model (where host and model share the core) sees the scheduler's cost too.
 """
@@ -14,10 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engines.build import EXECUTORS, ExecutorContext
-from engines.cache.base import PrefixCache, StepPlan
+from engines.cache.base import DecodeRun, PrefixCache, StepPlan
 from engines.clock import VirtualClock
 from engines.errors import BadInput
-from engines.simulate.cost_model import CostModel, HardwareConfig, build_cost_model
+from engines.executor import DecodeRunResult
+from engines.sequence import Sequence
+from engines.simulate.cost_model import CostModel, HardwareConfig, StepShape, build_cost_model
 
 
 class HostMarkClock(VirtualClock):
@@ -36,6 +39,9 @@ class HostMarkClock(VirtualClock):
 class SimulatedExecutor:
     cost_model: CostModel
     cache: PrefixCache
+    # Advance pure-decode stretches as one macro-step (engine.decode_runs; off when host time is
+    # charged, since that is measured per step).
+    decode_runs: bool = True
     clock: HostMarkClock = field(default_factory=HostMarkClock)
     num_steps: int = 0
     busy_s: float = 0.0  # simulated time spent in steps (the rest of the run is idle waiting)
@@ -60,13 +66,7 @@ class SimulatedExecutor:
             num_tokens = len(seq.token_ids)
             if it.start + it.num_new_tokens != num_tokens:
                 continue  # a prefill chunk that has not reached the last known token
-            script = seq.scripted_output_ids
-            if script is None:
-                raise BadInput(
-                    f"executor=simulated has no model to sample from: request {seq.seq_id} has no "
-                    "scripted output (use decode=scripted)"
-                )
-            out[seq.seq_id] = script[num_tokens - seq.num_prompt_tokens]
+            out[seq.seq_id] = _script(seq)[num_tokens - seq.num_prompt_tokens]
         dt_s = self.cost_model.step_time_s(plan)
         self.clock.advance(dt_s)
         self.busy_s += dt_s
@@ -75,6 +75,53 @@ class SimulatedExecutor:
             # Only then: thread_time() can cost ~0.3 ms in a busy VM, more than a whole step.
             self.clock.host_mark_s = time.thread_time()
         return out
+
+
+    def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
+        """Steps of `run` until its max_steps or the first that ends at or after `until_s`, each
+        priced and clocked exactly as `execute` prices and clocks that step's plan."""
+        end_times = self._clock_decode_steps(run, until_s)
+        num_steps = len(end_times)
+        tokens = {}
+        for seq in run.seqs:
+            script = _script(seq)
+            first = seq.num_output_tokens  # the token `execute` emits for this step's plan
+            tokens[seq.seq_id] = list(script[first : first + num_steps])
+        self.num_steps += num_steps
+        return DecodeRunResult(end_times, tokens)
+
+    def _clock_decode_steps(self, run: DecodeRun, until_s: float) -> list[float]:
+        """Step s schedules one token per sequence at context c_i + s: its shape is the one
+        StepShape.of_plan builds (every sum is exact: integers and halves), with the block count
+        grown by the sequences whose next token opens a block."""
+        bs = self.cost_model.block_size
+        contexts = [seq.num_computed_tokens for seq in run.seqs]
+        n, total = len(contexts), sum(contexts)
+        num_blocks = sum(-(-(c + 1) // bs) for c in contexts)
+        by_residue = [0] * bs
+        for c in contexts:
+            by_residue[c % bs] += 1
+        clock, price = self.clock, self.cost_model.shape_time_s
+        end_times: list[float] = []
+        for s in range(run.max_steps):
+            kv = total + n * s
+            dt_s = price(StepShape(n, n, 0, float(kv) + 0.5 * n, kv + n, num_blocks))
+            clock.advance(dt_s)
+            self.busy_s += dt_s
+            end_times.append(clock.now())
+            if end_times[-1] >= until_s:
+                break
+            num_blocks += by_residue[-(s + 1) % bs]  # sequences whose token c + s + 1 opens a block
+        return end_times
+
+
+def _script(seq: Sequence) -> tuple[int, ...]:
+    if seq.scripted_output_ids is None:
+        raise BadInput(
+            f"executor=simulated has no model to sample from: request {seq.seq_id} has no "
+            "scripted output (use decode=scripted)"
+        )
+    return seq.scripted_output_ids
 
 
 def as_hardware_config(hardware: HardwareConfig | Mapping | None) -> HardwareConfig:
@@ -91,4 +138,5 @@ def as_hardware_config(hardware: HardwareConfig | Mapping | None) -> HardwareCon
 @EXECUTORS.register("simulated")
 def _simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
     hardware = as_hardware_config(ctx.options.get("hardware"))
-    return SimulatedExecutor(build_cost_model(hardware, ctx.cache.block_size), ctx.cache)
+    runs = ctx.engine_config.decode_runs and not hardware.charge_host_time
+    return SimulatedExecutor(build_cost_model(hardware, ctx.cache.block_size), ctx.cache, runs)

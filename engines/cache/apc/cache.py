@@ -103,6 +103,17 @@ class ApcCache:
             self.unlock(item.lock)
         return blocks is not None
 
+    def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
+        return self.manager.decode_run_blocks(seqs, num_steps) * self.block_size
+
+    def allocate_decode_run(self, items: list[Allocation], num_steps: int, matchable_lag: int) -> None:
+        """The run's `allocate_slots` calls replayed as events (KVCacheManager.allocate_decode_run)."""
+        seqs = [item.seq for item in items]
+        if self.manager.decode_run_blocks(seqs, num_steps) > self.pool.get_num_free_blocks():
+            raise CacheIntegrityError("decode run out of KV blocks: it was sized to fit")
+        limits = [item.matchable_limit for item in items]
+        self.manager.allocate_decode_run(seqs, num_steps, limits, matchable_lag)
+
     def commit(self, seq: Sequence, num_tokens: int) -> None:
         """Cache the full blocks within the first `num_tokens` (vLLM's cache_blocks); blocks
         cached at allocation are skipped, so this is the async catch-up or a no-op."""

@@ -17,6 +17,7 @@ from engines.cache.apc.hashing import (
     RequestHasher,
     init_none_hash,
 )
+from engines.cache.base import CacheIntegrityError
 from engines.registry import Registry
 from engines.sequence import Sequence
 
@@ -240,6 +241,59 @@ class KVCacheManager:
         if self.parent_key is not None:
             for i in range(num_cached, num_full):
                 self.parent_key[keys[i]] = keys[i - 1] if i else None
+
+    # ---- decode runs (docs/design.md, "Decode runs") -------------------------------------------
+    def decode_run_blocks(self, seqs: list[Sequence], num_steps: int) -> int:
+        """Blocks `num_steps` one-token steps of each of `seqs` allocate: step s of a request at
+        c computed tokens needs cdiv(c + s + 1, B) blocks."""
+        bs, tables = self.block_size, self.req_to_blocks
+        return sum(
+            max(cdiv(seq.num_computed_tokens + num_steps, bs) - len(tables[seq.seq_id]), 0)
+            for seq in seqs
+        )
+
+    def allocate_decode_run(
+        self, seqs: list[Sequence], num_steps: int, first_limits: list[int | None], lag: int
+    ) -> None:
+        """Replay `num_steps` steps of `allocate_slots(seq, 1, num_known_tokens=...)` for every seq
+        in order. Only two things ever happen in such a call: a new block is taken from the free
+        queue (evicting a cached one lazily) and newly full blocks are cached. Both are replayed
+        as events in the per-step order (step, then position in `seqs`, allocation before
+        caching); every other call is a no-op."""
+        events: list[tuple[int, int, int, int]] = []  # (step, position, kind 0 alloc / 1 cache, limit)
+        for pos, seq in enumerate(seqs):
+            self._run_events(pos, seq, num_steps, first_limits[pos], lag, events)
+        events.sort()
+        tables, pool = self.req_to_blocks, self.block_pool
+        for _, pos, kind, limit in events:
+            seq = seqs[pos]
+            if kind == 0:
+                tables[seq.seq_id].extend(pool.get_new_blocks(1))
+            else:
+                self.cache_blocks(seq, limit)
+
+    def _run_events(
+        self, pos: int, seq: Sequence, num_steps: int, first_limit: int | None, lag: int, out: list
+    ) -> None:
+        bs, c = self.block_size, seq.num_computed_tokens
+        held = len(self.req_to_blocks[seq.seq_id])
+        if held * bs < c:
+            raise CacheIntegrityError(f"{seq.seq_id}: {held} blocks hold fewer than {c} computed tokens")
+        # Step s computes token c + s: it opens block `held` at c + s == held * B, then every B.
+        out.extend((s, pos, 0, 0) for s in range(held * bs - c, num_steps, bs))
+        if not self.enable_caching:
+            return
+        cached = self.num_cached_block[seq.seq_id]
+        # Step 0 caps at the caller's limit (None: the c + 1 tokens known), step s >= 1 at
+        # c + 1 + s - lag. The first two steps may catch up several blocks; from then on the cap
+        # grows by one token a step, so a block is cached at each multiple of B past the last.
+        for s in range(min(2, num_steps)):
+            limit = min(c + 1, c + 1 if first_limit is None else first_limit) if s == 0 else c + 1 + s - lag
+            if limit // bs > cached:
+                out.append((s, pos, 1, limit))
+                cached = limit // bs
+        first = max((cached + 1) * bs - (c + 1 - lag), 2)
+        out.extend((s, pos, 1, c + 1 + s - lag) for s in range(first, num_steps, bs))
 
     # ---- release -----------------------------------------------------------------------------
     def free(self, seq: Sequence) -> None:

@@ -37,9 +37,11 @@ from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
 from engines.cache.radix.hooks import (
     ReqKV,
     checkpoint,
+    decode_run_pages,
     evict_to_free_tokens,
     match_request,
     prepare_decode,
+    prepare_decode_run,
     prepare_extend,
     release_kv_cache,
     request_key,
@@ -145,6 +147,15 @@ class RadixCache:
         finally:
             if temp is not None:
                 self.tree.unlock(temp)
+
+    def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
+        states = [self.reqs[seq.seq_id] for seq in seqs]
+        return decode_run_pages(self, states, num_steps) * self.page_size
+
+    def allocate_decode_run(self, items: list[Allocation], num_steps: int, matchable_lag: int) -> None:
+        """`prepare_decode` run `num_steps` times (decode allocates slots only: nothing becomes
+        matchable before a commit, so the limits and the lag change nothing)."""
+        prepare_decode_run(self, [self.reqs[item.seq.seq_id] for item in items], num_steps)
 
     def commit(self, seq: Sequence, num_tokens: int) -> None:
         """`cache_unfinished_req`: insert the first `num_tokens` (page-aligned), rewrite the

@@ -137,6 +137,34 @@ def prepare_decode(cache: RadixCache, states: list[ReqKV]) -> None:
         st.kv_committed_len += 1
 
 
+def decode_run_pages(cache: RadixCache, states: list[ReqKV], num_steps: int) -> int:
+    """Pages `num_steps` `prepare_decode` calls take: a request at a allocated tokens takes a
+    fresh page at each of its positions a + s that is a multiple of P."""
+    p = cache.page_size
+    if p == 1:
+        return num_steps * len(states)
+    return sum(-(-(st.kv_allocated_len + num_steps) // p) - -(-st.kv_allocated_len // p) for st in states)
+
+
+def prepare_decode_run(cache: RadixCache, states: list[ReqKV], num_steps: int) -> None:
+    """`num_steps` calls of `prepare_decode` when none of them evicts (the caller sized the run):
+    at page 1 the run's slots come off the free list in step-major order in one cut, so request j
+    takes slots j, j + n, j + 2n, ... of it; at page P each step takes pages as prepare_decode does."""
+    if cache.page_size > 1:
+        for _ in range(num_steps):
+            prepare_decode(cache, states)
+        return
+    n, rows = len(states), cache.req_to_token_pool.rows
+    slots = cache.allocator.alloc(num_steps * n)
+    if slots is None:  # each step had n free slots, so none evicted, iff all num_steps * n were
+        raise CacheIntegrityError("decode run out of KV slots: it was sized to fit")
+    by_request = slots.reshape(num_steps, n).T
+    for st, own in zip(states, by_request):
+        rows[st.row].extend(own)
+        st.kv_allocated_len += num_steps
+        st.kv_committed_len += num_steps
+
+
 def checkpoint(cache: RadixCache, st: ReqKV, seq: Sequence, up_to: int) -> None:
     """§6.2: insert tokens[:up_to] (page-aligned), split prompt from output, rewrite the row with
     the tree's slots, and move the request's single lock to the new last node."""
