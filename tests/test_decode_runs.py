@@ -12,15 +12,20 @@ free-queue order, cached keys, evictions, slots).
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from engines.cache.apc.cache import ApcCache
 from engines.cache.base import Allocation
 from engines.cache.radix.cache import RadixCache
 from engines.sequence import Sequence
-from engines.simulate.executor import SimulatedExecutor
+from engines.simulate.cost_model import StepShape, build_cost_model
+from engines.simulate.executor import SimulatedExecutor, _run_shape
+from harness.config import CONF_DIR
 from tests.pin_support import CASES, SIM, run_overrides
 
 CROSS = {
@@ -31,9 +36,12 @@ CROSS = {
         "fewshot-tight": ("workload=fewshot", "engine.kv_capacity_tokens=1024"),
     }.items()
 }
+# The fitted CPU model, with host time not charged (charging it measures every step: no runs).
+FITTED = ("executor=simulated", "hardware=cpu_measured", "hardware.charge_host_time=false")
 ENGINE_CASES = {
     **{name: case.overrides for name, case in CASES.items() if "hardware" in " ".join(case.overrides)},
     **CROSS,
+    **{f"{engine}-multiturn-fitted": (f"engine={engine}", "workload=multiturn", *FITTED) for engine in ("apc", "radix")},
 }
 
 
@@ -193,3 +201,25 @@ def test_radix_run_equals_per_step_allocation(seed, page_size):
     assert _radix_state(ran) == _radix_state(stepped)
     assert before - ran.allocator.available_size() == need
     ran.check_integrity()
+
+
+# ---------------------------------------------------------------- pricing
+
+
+@pytest.mark.parametrize("block_size", [1, 16])
+@pytest.mark.parametrize("hardware", ["h100_llama3_70b_fp8", "h200_llama3_8b_bf16", "cpu_measured", "knee"])
+def test_run_prices_equal_step_prices(hardware, block_size):
+    """Every step of a run is priced bit for bit as `shape_time_s` prices that step's plan shape
+    (contexts past the fitted model's cache knee included)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        hw = OmegaConf.to_object(compose(f"hardware/{hardware.replace('knee', 'cpu_measured')}")["hardware"])
+    if hardware == "knee":  # the fitted model with a cache knee the runs cross
+        hw = dataclasses.replace(hw, fit_cache_kv_tokens=900_000, fit_per_kv_token_beyond_cache_s=3e-10)
+    model = build_cost_model(hw, block_size)
+    rng = np.random.default_rng(block_size)
+    contexts = rng.integers(0, 200_000, 9)
+    steps = np.arange(40, 340)
+    times = model.run_times_s(_run_shape(contexts, steps, block_size))
+    for i, s in enumerate(steps.tolist()):
+        shape = StepShape.of_pairs(((int(c) + s, 1) for c in contexts), block_size)
+        assert times[i] == model.shape_time_s(shape), (hardware, s)

@@ -170,6 +170,11 @@ class PrefixCache(Protocol):
         """Tokens allocatable now, counting unlocked cached content that allocation may evict."""
         ...
 
+    def available_tokens(self) -> int:
+        """`usage().available` alone (allocatable without anything `evict` would evict), cheap
+        enough to ask every step."""
+        ...
+
     def evict(self, num_tokens: int) -> None:
         """Make `num_tokens` allocatable without evicting at allocation time; evicts exactly the
         shortfall (radix: whole leaves). A cache that evicts lazily when it allocates (APC: the

@@ -26,7 +26,7 @@ def fitting_steps(cache: PrefixCache, seqs: list[Sequence], max_steps: int, head
     """
     if max_steps <= 0:
         return 0
-    available = cache.usage().available
+    available = cache.available_tokens()
 
     def fits(k: int) -> bool:
         return (

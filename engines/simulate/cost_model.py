@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import NamedTuple, Protocol
 
+import numpy as np
+
 from engines.cache.base import StepPlan
 from engines.errors import BadInput
 from engines.registry import Registry
@@ -137,6 +139,25 @@ class StepShape(NamedTuple):
         return cls(num_seqs, num_new, num_prefill, pairs, num_kv, num_blocks)
 
 
+class DecodeRunShape(NamedTuple):
+    """The steps of a decode run (engines/cache/base.py `DecodeRun`) as arrays over its steps.
+
+    Step s schedules one new token for each of `num_seqs` sequences and reads `num_kv_tokens[s]`
+    K/V tokens over `num_kv_blocks[s]` block-table entries. `as_step_shape` is the StepShape of
+    every step at once (array fields): attention_pairs = (num_kv_tokens - num_seqs) + num_seqs / 2
+    is the sum of c + 1/2 that `StepShape.of_pairs` makes, exact in floats (integers and halves).
+    """
+
+    num_seqs: int
+    num_kv_tokens: np.ndarray  # int64 per step
+    num_kv_blocks: np.ndarray  # int64 per step
+
+    def as_step_shape(self) -> StepShape:
+        n = self.num_seqs
+        pairs = (self.num_kv_tokens - n).astype(np.float64) + 0.5 * n
+        return StepShape(n, n, 0, pairs, self.num_kv_tokens, self.num_kv_blocks)
+
+
 class CostModel(Protocol):
     hardware: HardwareConfig
     block_size: int  # of the cache whose steps it prices
@@ -144,6 +165,11 @@ class CostModel(Protocol):
     def step_time_s(self, plan: StepPlan) -> float: ...
 
     def shape_time_s(self, shape: StepShape) -> float: ...
+
+    def run_times_s(self, run: DecodeRunShape) -> np.ndarray:
+        """`shape_time_s` of every step of a decode run, bit for bit (IEEE operations in the
+        same order, element-wise)."""
+        ...
 
 
 COST_MODELS: Registry[Callable[[HardwareConfig, int], CostModel]] = Registry("cost model kind")
@@ -226,6 +252,12 @@ class RooflineCostModel:
     def step_time_s(self, plan: StepPlan) -> float:
         return self.shape_time_s(StepShape.of_plan(plan, self.block_size))
 
+    def run_times_s(self, run: DecodeRunShape) -> np.ndarray:
+        """`cost(shape).total_s` of every step: `cost` on array fields, then StepCost.total_s's
+        sum element-wise."""
+        c = self.cost(run.as_step_shape())
+        return np.maximum(c.compute_s, c.memory_s) + c.comm_s + c.overhead_s
+
 
 # (coefficient field, feature of the step shape given the knee fit_cache_kv_tokens).
 # calibrate.py fits these same terms.
@@ -239,7 +271,7 @@ FITTED_TERMS: tuple[tuple[str, Callable[[StepShape, int | None], float]], ...] =
     ("fit_per_kv_block_s", lambda s, knee: s.num_kv_blocks),
     (
         "fit_per_kv_token_beyond_cache_s",
-        lambda s, knee: 0 if knee is None else max(0, s.num_kv_tokens - knee),
+        lambda s, knee: 0 if knee is None else np.maximum(0, s.num_kv_tokens - knee),
     ),
 )
 
@@ -267,6 +299,14 @@ class FittedCostModel:
 
     def step_time_s(self, plan: StepPlan) -> float:
         return self.shape_time_s(StepShape.of_plan(plan, self.block_size))
+
+    def run_times_s(self, run: DecodeRunShape) -> np.ndarray:
+        """`shape_time_s` of every step: FITTED_TERMS on array fields, summed in the same order."""
+        shape = run.as_step_shape()
+        total = 0
+        for coef, (_, feature) in zip(self._coefs, FITTED_TERMS):
+            total = total + coef * np.asarray(feature(shape, self._knee), dtype=np.float64)
+        return np.maximum(0.0, total)
 
 
 def build_cost_model(hardware: HardwareConfig, block_size: int = 1) -> CostModel:

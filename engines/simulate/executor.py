@@ -11,8 +11,12 @@ steps, so a CPU model (where host and model share the core) sees the scheduler's
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Mapping
+from itertools import accumulate
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from engines.build import EXECUTORS, ExecutorContext
 from engines.cache.base import DecodeRun, PrefixCache, StepPlan
@@ -20,7 +24,10 @@ from engines.clock import VirtualClock
 from engines.errors import BadInput
 from engines.executor import DecodeRunResult
 from engines.sequence import Sequence
-from engines.simulate.cost_model import CostModel, HardwareConfig, StepShape, build_cost_model
+from engines.simulate.cost_model import CostModel, DecodeRunShape, HardwareConfig, build_cost_model
+
+# Decode-run steps priced per numpy call: a run ends at the next arrival, often within ~100 steps.
+RUN_CHUNK_STEPS = 128
 
 
 class HostMarkClock(VirtualClock):
@@ -91,28 +98,32 @@ class SimulatedExecutor:
         return DecodeRunResult(end_times, tokens)
 
     def _clock_decode_steps(self, run: DecodeRun, until_s: float) -> list[float]:
-        """Step s schedules one token per sequence at context c_i + s: its shape is the one
-        StepShape.of_plan builds (every sum is exact: integers and halves), with the block count
-        grown by the sequences whose next token opens a block."""
-        bs = self.cost_model.block_size
-        contexts = [seq.num_computed_tokens for seq in run.seqs]
-        n, total = len(contexts), sum(contexts)
-        num_blocks = sum(-(-(c + 1) // bs) for c in contexts)
-        by_residue = [0] * bs
-        for c in contexts:
-            by_residue[c % bs] += 1
-        clock, price = self.clock, self.cost_model.shape_time_s
+        """Price the run's steps in chunks (`CostModel.run_times_s`, bit for bit the per-step
+        prices) and advance the clock by each in turn, stopping at the step that reaches until_s."""
+        contexts = np.fromiter((seq.num_computed_tokens for seq in run.seqs), dtype=np.int64)
         end_times: list[float] = []
-        for s in range(run.max_steps):
-            kv = total + n * s
-            dt_s = price(StepShape(n, n, 0, float(kv) + 0.5 * n, kv + n, num_blocks))
-            clock.advance(dt_s)
-            self.busy_s += dt_s
-            end_times.append(clock.now())
-            if end_times[-1] >= until_s:
+        for first in range(0, run.max_steps, RUN_CHUNK_STEPS):
+            steps = np.arange(first, min(first + RUN_CHUNK_STEPS, run.max_steps))
+            times = self.cost_model.run_times_s(_run_shape(contexts, steps, self.cost_model.block_size))
+            ends = list(accumulate(times.tolist(), initial=self.clock.now()))[1:]
+            cut = bisect_left(ends, until_s)  # the first step that ends at or after until_s
+            taken = min(cut + 1, len(ends))
+            self.clock.wait_until(ends[taken - 1])  # the same sums `advance` makes step by step
+            self.busy_s = list(accumulate(times[:taken].tolist(), initial=self.busy_s))[-1]
+            end_times += ends[:taken]
+            if cut < len(ends):
                 break
-            num_blocks += by_residue[-(s + 1) % bs]  # sequences whose token c + s + 1 opens a block
         return end_times
+
+
+def _run_shape(contexts: np.ndarray, steps: np.ndarray, block_size: int) -> DecodeRunShape:
+    """Shapes of `steps` of a run whose sequences start at `contexts` computed tokens: at step s
+    sequence i reads c_i + s + 1 K/V tokens over cdiv(c_i + s + 1, B) = c_i // B + 1 +
+    (c_i % B + s) // B blocks."""
+    n, bs = len(contexts), block_size
+    kv = contexts.sum() + n * steps + n
+    spill = (contexts[:, None] % bs + steps[None, :]) // bs
+    return DecodeRunShape(n, kv, (contexts // bs).sum() + n + spill.sum(axis=0))
 
 
 def _script(seq: Sequence) -> tuple[int, ...]:

@@ -76,6 +76,9 @@ class ApcCache:
     def free_tokens(self) -> int:
         return self.pool.get_num_free_blocks() * self.block_size
 
+    def available_tokens(self) -> int:
+        return self.pool.get_num_free_blocks() * self.block_size
+
     def evict(self, num_tokens: int) -> None:
         """Nothing: allocation evicts cached blocks from the free queue's head as it takes them."""
 
@@ -166,7 +169,7 @@ class ApcCache:
         num_free = self.pool.get_num_free_blocks()
         return CacheUsage(
             capacity=self.capacity_tokens,
-            available=num_free * bs,
+            available=self.available_tokens(),
             evictable=self.pool.num_free_cached * bs,
             protected=(self.num_blocks - 1 - num_free) * bs,
         )

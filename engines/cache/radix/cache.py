@@ -105,6 +105,9 @@ class RadixCache:
     def free_tokens(self) -> int:
         return self.allocator.available_size() + self.tree.evictable_size()
 
+    def available_tokens(self) -> int:
+        return self.allocator.available_size()
+
     def evict(self, num_tokens: int) -> None:
         evict_to_free_tokens(self, num_tokens)
 
@@ -213,7 +216,7 @@ class RadixCache:
     def usage(self) -> CacheUsage:
         return CacheUsage(
             capacity=self.capacity_tokens,
-            available=self.allocator.available_size(),
+            available=self.available_tokens(),
             evictable=self.tree.evictable_size(),
             protected=self.tree.protected_size() + self.private_tokens(),
         )

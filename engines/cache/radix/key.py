@@ -8,6 +8,7 @@ packed int32 bytes (`packed`, built once per key), so an edge compares in one me
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections.abc import Hashable, Iterator, Sequence
 from weakref import WeakKeyDictionary
@@ -23,7 +24,10 @@ def pack(ids: Sequence[int] | np.ndarray) -> bytes:
     """Token ids as packed int32 bytes (the tree's compact key form)."""
     if isinstance(ids, np.ndarray):
         return ids.astype(TOKEN_DTYPE, copy=False).tobytes()
-    return array(TOKEN_CODE, ids).tobytes()
+    if isinstance(ids, array):
+        return ids.tobytes() if ids.typecode == TOKEN_CODE else array(TOKEN_CODE, ids).tobytes()
+    # struct converts a list about 3x faster than array() does, to the same native int32 bytes.
+    return struct.pack(f"{len(ids)}{TOKEN_CODE}", *ids)
 
 
 def unpack(packed: bytes) -> list[int]:
