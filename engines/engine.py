@@ -25,7 +25,6 @@ from engines.request import GenerationRequest
 from engines.scheduler import Scheduler
 from engines.sequence import Sequence
 
-
 # A decode run shorter than this is stepped normally (same result; planning one costs a little).
 MIN_RUN_STEPS = 2
 
@@ -109,7 +108,9 @@ class Engine:
             if not sched.has_work:
                 self.clock.wait_until(ready[0][0])
                 continue
-            if runs and self._decode_run(timelines, ready[0][0] if ready and len(timelines) < cap else math.inf):
+            if runs and self._decode_run(
+                timelines, ready[0][0] if ready and len(timelines) < cap else math.inf
+            ):
                 idle_steps = 0
                 continue
             plan = sched.schedule()
@@ -149,7 +150,6 @@ class Engine:
                     release_s = end + nxt.think_s
                     heapq.heappush(ready, (release_s, order_of[nxt.request_id], nxt.request_id))
         return self.records
-
 
     def _decode_run(self, timelines: dict[str, _Timeline], next_release_s: float) -> bool:
         """Advance a stretch of pure decode in one macro-step if the next steps are one (at least

@@ -22,7 +22,9 @@ from engines.sequence import SeqStatus, Sequence
 
 
 class Scheduler:
-    def __init__(self, admission: Admission, budget: StepBudget, debug_checks: bool = False) -> None:
+    def __init__(
+        self, admission: Admission, budget: StepBudget, debug_checks: bool = False
+    ) -> None:
         self.admission = admission
         self.cache = admission.cache
         self.budget = budget

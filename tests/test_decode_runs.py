@@ -39,9 +39,16 @@ CROSS = {
 # The fitted CPU model, with host time not charged (charging it measures every step: no runs).
 FITTED = ("executor=simulated", "hardware=cpu_measured", "hardware.charge_host_time=false")
 ENGINE_CASES = {
-    **{name: case.overrides for name, case in CASES.items() if "hardware" in " ".join(case.overrides)},
+    **{
+        name: case.overrides
+        for name, case in CASES.items()
+        if "hardware" in " ".join(case.overrides)
+    },
     **CROSS,
-    **{f"{engine}-multiturn-fitted": (f"engine={engine}", "workload=multiturn", *FITTED) for engine in ("apc", "radix")},
+    **{
+        f"{engine}-multiturn-fitted": (f"engine={engine}", "workload=multiturn", *FITTED)
+        for engine in ("apc", "radix")
+    },
 }
 
 
@@ -123,7 +130,11 @@ def _apc_state(cache: ApcCache) -> tuple:
         {sid: [b.block_id for b in t] for sid, t in cache.manager.req_to_blocks.items()},
         dict(cache.manager.num_cached_block),
         [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-        sorted((k, b.block_id) for k in pool.cached_block_hash_to_block for b in pool.cached_block_hash_to_block.get_all_blocks(k)),
+        sorted(
+            (k, b.block_id)
+            for k in pool.cached_block_hash_to_block
+            for b in pool.cached_block_hash_to_block.get_all_blocks(k)
+        ),
         pool.num_evictions,
     )
 
@@ -207,14 +218,20 @@ def test_radix_run_equals_per_step_allocation(seed, page_size):
 
 
 @pytest.mark.parametrize("block_size", [1, 16])
-@pytest.mark.parametrize("hardware", ["h100_llama3_70b_fp8", "h200_llama3_8b_bf16", "cpu_measured", "knee"])
+@pytest.mark.parametrize(
+    "hardware", ["h100_llama3_70b_fp8", "h200_llama3_8b_bf16", "cpu_measured", "knee"]
+)
 def test_run_prices_equal_step_prices(hardware, block_size):
     """Every step of a run is priced bit for bit as `shape_time_s` prices that step's plan shape
     (contexts past the fitted model's cache knee included)."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        hw = OmegaConf.to_object(compose(f"hardware/{hardware.replace('knee', 'cpu_measured')}")["hardware"])
+        hw = OmegaConf.to_object(
+            compose(f"hardware/{hardware.replace('knee', 'cpu_measured')}")["hardware"]
+        )
     if hardware == "knee":  # the fitted model with a cache knee the runs cross
-        hw = dataclasses.replace(hw, fit_cache_kv_tokens=900_000, fit_per_kv_token_beyond_cache_s=3e-10)
+        hw = dataclasses.replace(
+            hw, fit_cache_kv_tokens=900_000, fit_per_kv_token_beyond_cache_s=3e-10
+        )
     model = build_cost_model(hw, block_size)
     rng = np.random.default_rng(block_size)
     contexts = rng.integers(0, 200_000, 9)

@@ -77,7 +77,9 @@ class SglangScheduler:
         self.batch_is_full = False
         self.last_prefill: PrefillBatchStats | None = None
         self._last_plan_is_prefill = False
-        self._recompute_until: dict[str, int] = {}  # seq id -> tokens computed before its retraction
+        self._recompute_until: dict[
+            str, int
+        ] = {}  # seq id -> tokens computed before its retraction
 
     # ------------------------------------------------------------------ steps
     def schedule(
@@ -161,7 +163,9 @@ class SglangScheduler:
         waiting.extend(remaining)
         # New admissions adopt their matched (locked) prefix: the cache sees them with no computed
         # tokens yet, as the protocol's Allocation.adopt requires.
-        batch = [Allocation(a.seq, a.extend_len, adopt=a.match, lock=a.lock) for a in adder.can_run_list]
+        batch = [
+            Allocation(a.seq, a.extend_len, adopt=a.match, lock=a.lock) for a in adder.can_run_list
+        ]
         if not self.cache.allocate(batch, budgeted=True):
             raise CacheIntegrityError("Prefill out of memory: the adder's budget did not hold")
         for a in adder.can_run_list:
@@ -174,7 +178,9 @@ class SglangScheduler:
                 running.append(seq)
             until = self._recompute_until.get(seq.seq_id)
             if until is not None:
-                seq.num_recomputed_tokens += max(0, min(a.prefix_len + a.extend_len, until) - a.prefix_len)
+                seq.num_recomputed_tokens += max(
+                    0, min(a.prefix_len + a.extend_len, until) - a.prefix_len
+                )
         self.last_prefill = record_prefill(self.cache, adder.can_run_list, self._recompute_until)
         return StepPlan(
             [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
@@ -195,12 +201,16 @@ class SglangScheduler:
             )
         if len(self.batch) < initial_bs:
             self.batch_is_full = False
-        if not self.cache.allocate([Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True):
+        if not self.cache.allocate(
+            [Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True
+        ):
             raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
         return StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch])
 
     # ------------------------------------------------------------- decode runs
-    def plan_decode_run(self, waiting: deque, running: list, budget: StepBudget) -> DecodeRun | None:
+    def plan_decode_run(
+        self, waiting: deque, running: list, budget: StepBudget
+    ) -> DecodeRun | None:
         """Steps that are decode batches of the same requests: no chunk in flight, and the prefill
         round returns at once (nobody waiting, or a full batch that this step's filter of finished
         requests does not un-fill), with the decode memory check passing without eviction."""
@@ -223,7 +233,9 @@ class SglangScheduler:
                 self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
             )
         self._last_plan_is_prefill = False
-        self.cache.allocate_decode_run([Allocation(seq, 1) for seq in run.seqs], num_steps, matchable_lag=0)
+        self.cache.allocate_decode_run(
+            [Allocation(seq, 1) for seq in run.seqs], num_steps, matchable_lag=0
+        )
 
     def _check_decode_mem(self, batch_size: int) -> bool:
         need = batch_size * self.cache.block_size
@@ -247,7 +259,9 @@ class SglangScheduler:
             computed = seq.num_computed_tokens
             cache.release(seq, finished=False)
             cache.evict(len(order) * RETRACT_DECODE_STEPS)
-            self._recompute_until[seq.seq_id] = max(self._recompute_until.get(seq.seq_id, 0), computed)
+            self._recompute_until[seq.seq_id] = max(
+                self._recompute_until.get(seq.seq_id, 0), computed
+            )
             seq.status = SeqStatus.PREEMPTED
             seq.num_computed_tokens = 0
             seq.num_preemptions += 1

@@ -50,7 +50,9 @@ class VllmScheduler:
         # seq_id -> num_computed_tokens when preempted (for num_recomputed_tokens)
         self._computed_at_preemption: dict[str, int] = {}
 
-    def schedule(self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget) -> StepPlan:
+    def schedule(
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
+    ) -> StepPlan:
         plan = StepPlan()
         self._order(waiting)
         token_budget = self._schedule_running(plan, waiting, running, budget.max_num_batched_tokens)
@@ -59,14 +61,18 @@ class VllmScheduler:
         return plan
 
     def _order(self, waiting: deque[Sequence]) -> None:
-        if len(waiting) <= 1 or not is_active(self.policy, self.cache, len(waiting), self.lpm_fallback_queue_len):
+        if len(waiting) <= 1 or not is_active(
+            self.policy, self.cache, len(waiting), self.lpm_fallback_queue_len
+        ):
             return
         queue = list(waiting)
         ranked = self.policy.order(queue, uncapped_matches(self.cache, queue), set(), self.cache)
         waiting.clear()
         waiting.extend(ranked)
 
-    def _schedule_running(self, plan: StepPlan, waiting: deque, running: list, token_budget: int) -> int:
+    def _schedule_running(
+        self, plan: StepPlan, waiting: deque, running: list, token_budget: int
+    ) -> int:
         i = 0
         while i < len(running) and token_budget > 0:
             seq = running[i]
@@ -74,7 +80,9 @@ class VllmScheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            item = Allocation(seq, num_new, matchable_limit=self._known_tokens.pop(seq.seq_id, None))
+            item = Allocation(
+                seq, num_new, matchable_limit=self._known_tokens.pop(seq.seq_id, None)
+            )
             while not (ok := self.cache.allocate([item])):
                 victim = running.pop()  # FCFS: the lowest priority is the last running request
                 self._preempt(victim, waiting)
@@ -101,7 +109,9 @@ class VllmScheduler:
                 self._record(seq, num_hit)
             num_computed = seq.num_computed_tokens + num_hit
             num_new = min(seq.num_tokens - num_computed, token_budget)
-            item = Allocation(seq, num_new, adopt=match, whole_sequence_must_fit=self.reserve_full_prompt)
+            item = Allocation(
+                seq, num_new, adopt=match, whole_sequence_must_fit=self.reserve_full_prompt
+            )
             if not cache.allocate([item]):
                 break  # head-of-line blocking: nothing behind it is tried this step
             waiting.popleft()
@@ -141,7 +151,9 @@ class VllmScheduler:
         seq.num_preemptions += 1
         waiting.appendleft(seq)
 
-    def plan_decode_run(self, waiting: deque, running: list, budget: StepBudget) -> DecodeRun | None:
+    def plan_decode_run(
+        self, waiting: deque, running: list, budget: StepBudget
+    ) -> DecodeRun | None:
         """With nobody waiting and every running request one token behind (decoding), each step
         schedules one token of every running request in order, as long as allocation never fails
         (no preemption). A cache that is not matchable at allocation is committed every step

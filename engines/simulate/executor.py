@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Mapping
-from itertools import accumulate
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 
@@ -83,7 +83,6 @@ class SimulatedExecutor:
             self.clock.host_mark_s = time.thread_time()
         return out
 
-
     def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
         """Steps of `run` until its max_steps or the first that ends at or after `until_s`, each
         priced and clocked exactly as `execute` prices and clocks that step's plan."""
@@ -104,7 +103,9 @@ class SimulatedExecutor:
         end_times: list[float] = []
         for first in range(0, run.max_steps, RUN_CHUNK_STEPS):
             steps = np.arange(first, min(first + RUN_CHUNK_STEPS, run.max_steps))
-            times = self.cost_model.run_times_s(_run_shape(contexts, steps, self.cost_model.block_size))
+            times = self.cost_model.run_times_s(
+                _run_shape(contexts, steps, self.cost_model.block_size)
+            )
             ends = list(accumulate(times.tolist(), initial=self.clock.now()))[1:]
             cut = bisect_left(ends, until_s)  # the first step that ends at or after until_s
             taken = min(cut + 1, len(ends))

@@ -39,7 +39,9 @@ class PrefixCacheStats:
     preempted_queries: int = 0
     preempted_hits: int = 0
 
-    def record(self, num_tokens: int, num_hits: int, preempted: bool, new_request: bool = True) -> None:
+    def record(
+        self, num_tokens: int, num_hits: int, preempted: bool, new_request: bool = True
+    ) -> None:
         if preempted:
             self.preempted_requests += new_request
             self.preempted_queries += num_tokens
@@ -120,7 +122,9 @@ class KVCacheManager:
                 break
             if blk.__class__ is not KVCacheBlock:
                 blk = cache.get_one_block(key)
-            if self.verify_tokens_on_hit and blk.provenance != self._provenance(seq, hits, len(hits)):
+            if self.verify_tokens_on_hit and blk.provenance != self._provenance(
+                seq, hits, len(hits)
+            ):
                 break
             hits.append(blk)
         return hits
@@ -159,7 +163,9 @@ class KVCacheManager:
     def _record(self, seq: Sequence, num_hit_tokens: int) -> None:
         self.record_tokens(seq.num_tokens, num_hit_tokens, seq.num_preemptions > 0)
 
-    def record_tokens(self, num_tokens: int, num_hits: int, preempted: bool, new_request: bool = True) -> None:
+    def record_tokens(
+        self, num_tokens: int, num_hits: int, preempted: bool, new_request: bool = True
+    ) -> None:
         """Count one lookup of `num_tokens` with `num_hits` cached (a scheduler's admission)."""
         self.prefix_cache_stats.record(num_tokens, num_hits, preempted, new_request)
         self.total_stats.record(num_tokens, num_hits, preempted, new_request)
@@ -260,7 +266,9 @@ class KVCacheManager:
         queue (evicting a cached one lazily) and newly full blocks are cached. Both are replayed
         as events in the per-step order (step, then position in `seqs`, allocation before
         caching); every other call is a no-op."""
-        events: list[tuple[int, int, int, int]] = []  # (step, position, kind 0 alloc / 1 cache, limit)
+        events: list[
+            tuple[int, int, int, int]
+        ] = []  # (step, position, kind 0 alloc / 1 cache, limit)
         for pos, seq in enumerate(seqs):
             self._run_events(pos, seq, num_steps, first_limits[pos], lag, events)
         events.sort()
@@ -278,7 +286,9 @@ class KVCacheManager:
         bs, c = self.block_size, seq.num_computed_tokens
         held = len(self.req_to_blocks[seq.seq_id])
         if held * bs < c:
-            raise CacheIntegrityError(f"{seq.seq_id}: {held} blocks hold fewer than {c} computed tokens")
+            raise CacheIntegrityError(
+                f"{seq.seq_id}: {held} blocks hold fewer than {c} computed tokens"
+            )
         # Step s computes token c + s: it opens block `held` at c + s == held * B, then every B.
         out.extend((s, pos, 0, 0) for s in range(held * bs - c, num_steps, bs))
         if not self.enable_caching:
@@ -288,7 +298,11 @@ class KVCacheManager:
         # c + 1 + s - lag. The first two steps may catch up several blocks; from then on the cap
         # grows by one token a step, so a block is cached at each multiple of B past the last.
         for s in range(min(2, num_steps)):
-            limit = min(c + 1, c + 1 if first_limit is None else first_limit) if s == 0 else c + 1 + s - lag
+            limit = (
+                min(c + 1, c + 1 if first_limit is None else first_limit)
+                if s == 0
+                else c + 1 + s - lag
+            )
             if limit // bs > cached:
                 out.append((s, pos, 1, limit))
                 cached = limit // bs
