@@ -168,7 +168,7 @@ class Engine:
 def _sequence(req: GenerationRequest) -> Sequence:
     return Sequence(
         seq_id=req.request_id,
-        token_ids=list(req.prompt_ids),
+        token_ids=_token_ids(req.prompt_ids),
         num_prompt_tokens=len(req.prompt_ids),
         max_new_tokens=req.max_new_tokens,
         salt=req.salt,
@@ -177,6 +177,14 @@ def _sequence(req: GenerationRequest) -> Sequence:
         arrival_s=req.arrival_s,
         scripted_output_ids=req.scripted_output_ids,
     )
+
+
+def _token_ids(prompt_ids) -> list[int] | array:
+    """The sequence's own growable copy of the prompt: a compact prompt (array('i'), whole-trace
+    replays) stays one, a memcpy instead of ~12k int objects per request (caches read both)."""
+    if isinstance(prompt_ids, array):
+        return array(prompt_ids.typecode, prompt_ids)
+    return list(prompt_ids)
 
 
 def _record(seq: Sequence, req: GenerationRequest, tl: _Timeline) -> RequestRecord:

@@ -7,6 +7,7 @@ per-request state by `seq_id` and read, never write, the fields here; the schedu
 from __future__ import annotations
 
 import enum
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 
 
@@ -21,13 +22,15 @@ class SeqStatus(enum.Enum):
 class Sequence:
     """Mutable state of one request inside the engine.
 
-    `token_ids` holds the prompt followed by every token generated so far. `num_computed_tokens`
+    `token_ids` holds the prompt followed by every token generated so far: a list, or a compact
+    array('i') when the request's prompt is one (whole-trace replays); both index, slice, append
+    and extend alike. `num_computed_tokens`
     counts the leading tokens whose K/V is in the pool (vLLM's name); after a forward step that
     sampled a token, `num_tokens == num_computed_tokens + 1`.
     """
 
     seq_id: str
-    token_ids: list[int]
+    token_ids: MutableSequence[int]
     num_prompt_tokens: int
     max_new_tokens: int
     salt: str | None = None
@@ -64,5 +67,5 @@ class Sequence:
         return self.num_output_tokens >= self.max_new_tokens
 
     @property
-    def prompt_ids(self) -> list[int]:
+    def prompt_ids(self) -> MutableSequence[int]:
         return self.token_ids[: self.num_prompt_tokens]

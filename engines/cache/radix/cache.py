@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import numpy as np
+
 from engines.cache.base import (
     Allocation,
     CacheIntegrityError,
@@ -276,17 +278,18 @@ class RadixCache:
             )
 
     def _check_slots(self) -> None:
-        """Free, tree-owned and request-private pages are disjoint and cover the pool."""
+        """Free, tree-owned and request-private pages are disjoint and cover the pool (counted
+        in arrays: a whole-trace pool has millions of slots)."""
         p = self.page_size
-        owners: Counter = Counter(slot // p for slot in self.allocator.free_slots()[::p])
-        for node in self.tree.nodes():
-            owners.update(slot // p for slot in node.value[::p])
+        pages = [np.asarray(self.allocator.free_slots()[::p], dtype=np.int64) // p]
+        pages += [np.asarray(node.value[::p], dtype=np.int64) // p for node in self.tree.nodes()]
         for st in self.reqs.values():
-            row = self.req_to_token_pool.rows[st.row]
-            private = row[st.cache_protected_len : st.kv_allocated_len]
-            owners.update({slot // p for slot in private})
-        doubles = [page for page, n in owners.items() if n > 1]
-        if doubles or len(owners) != self.num_blocks - 1 or 0 in owners:
+            private = self.req_to_token_pool.rows[st.row][st.cache_protected_len : st.kv_allocated_len]
+            pages.append(np.unique(np.asarray(private, dtype=np.int64) // p))
+        owners = np.bincount(np.concatenate(pages), minlength=self.num_blocks)
+        doubles = np.flatnonzero(owners > 1)
+        if doubles.size or np.count_nonzero(owners) != self.num_blocks - 1 or owners[0]:
             raise CacheIntegrityError(
-                f"pages owned twice {doubles[:5]} or missing: {len(owners)} of {self.num_blocks - 1}"
+                f"pages owned twice {doubles[:5].tolist()} or missing: "
+                f"{np.count_nonzero(owners)} of {self.num_blocks - 1}"
             )

@@ -88,7 +88,7 @@ class RadixKey:
         limit: int | None = None,
         packed: bytes | None = None,
     ) -> None:
-        self.token_ids = token_ids if isinstance(token_ids, (list, np.ndarray)) else list(token_ids)
+        self.token_ids = token_ids if isinstance(token_ids, (list, array, np.ndarray)) else list(token_ids)
         self.extra_key = extra_key
         self.cache_salt = cache_salt or None  # an empty salt is the global namespace
         self.limit = limit
@@ -119,7 +119,7 @@ class RadixKey:
         """The exposed token ids (a copy only when a limit cuts them)."""
         n = len(self)
         ids = self.token_ids if n == len(self.token_ids) else self.token_ids[:n]
-        return ids.tolist() if isinstance(ids, np.ndarray) else ids
+        return ids.tolist() if isinstance(ids, (np.ndarray, array)) else ids
 
     def packed(self) -> bytes:
         """Int32 bytes that start with the exposed token ids (they may run past them: readers
