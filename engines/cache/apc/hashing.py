@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import pickle
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -208,7 +209,10 @@ class RequestHasher:
         if start >= stop:
             return keys
         # zip drops the trailing partial block; only a continuation needs a slice
-        blocks = zip(*[iter(token_ids[start:stop] if start else token_ids)] * bs)
+        ids = token_ids[start:stop] if start else token_ids
+        if isinstance(ids, array):  # a compact prompt: one C pass to ints beats one per zip step
+            ids = ids.tolist()
+        blocks = zip(*[iter(ids)] * bs)
         parent = memo.parent
         if parent is None:
             parent = self.chain(self.none_hash, (next(blocks),), memo.extra_first, keys.append)
