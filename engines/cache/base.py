@@ -303,7 +303,7 @@ class StepPlan:
 @dataclass(frozen=True)
 class DecodeRun:
     """Consecutive pure-decode steps that per-step scheduling would plan identically, advanced as
-    one macro-step (docs/design.md, "Decode runs").
+    one macro-step (docs/design.md §5).
 
     Each of the next `max_steps` steps schedules one token of every sequence in `seqs` (plan order)
     and nothing else: nobody is admitted, chunked, preempted or retracted, nobody finishes before

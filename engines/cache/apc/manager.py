@@ -248,7 +248,7 @@ class KVCacheManager:
             for i in range(num_cached, num_full):
                 self.parent_key[keys[i]] = keys[i - 1] if i else None
 
-    # ---- decode runs (docs/design.md, "Decode runs") -------------------------------------------
+    # ---- decode runs (docs/design.md §5) -------------------------------------------
     def decode_run_blocks(self, seqs: list[Sequence], num_steps: int) -> int:
         """Blocks `num_steps` one-token steps of each of `seqs` allocate: step s of a request at
         c computed tokens needs cdiv(c + s + 1, B) blocks."""
