@@ -19,14 +19,35 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from engines.build import build_engine
 from engines.cache.apc.cache import ApcCache
 from engines.cache.base import Allocation
 from engines.cache.radix.cache import RadixCache
+from engines.config import EngineConfig
 from engines.sequence import Sequence
 from engines.simulate.cost_model import StepShape, build_cost_model
 from engines.simulate.executor import SimulatedExecutor, _run_shape
 from harness.config import CONF_DIR
+from tests.engine_util import ENGINE_PRESETS, shared_prompt_requests, tiny_model
 from tests.pin_support import CASES, SIM, run_overrides
+
+H100_8B = {
+    "name": "h100_8b",
+    "num_gpus": 1,
+    "peak_flops": 989e12,
+    "flops_utilization": 0.5,
+    "memory_bandwidth": 3.35e12,
+    "bandwidth_efficiency": 0.8,
+    "num_params": 8e9,
+    "num_layers": 32,
+    "hidden_size": 4096,
+    "num_heads": 32,
+    "num_kv_heads": 8,
+    "head_dim": 128,
+    "bytes_per_param": 2.0,
+    "kv_bytes_per_element": 2.0,
+    "step_overhead_s": 0.004,
+}
 
 CROSS = {
     f"{engine}-{name}": (f"engine={engine}", *overrides, *SIM)
@@ -99,6 +120,28 @@ def test_decode_runs_equal_step_by_step(name, run_counter):
     else:
         assert run_counter and max(run_counter) >= 2
         assert sum(run_counter) < step_run["num_steps"]
+
+
+@pytest.mark.parametrize("cap", [1, 2, 4])
+@pytest.mark.parametrize("cache", ["apc", "radix"])
+def test_decode_runs_under_a_concurrency_cap(cache, cap, run_counter):
+    """A request held back by load.max_concurrency is sent at the finish that frees a slot; runs
+    never contain a finish, so they see the same sends."""
+    base = shared_prompt_requests(groups=2, per_group=4, output_len=30, scripted=True)
+    requests = [dataclasses.replace(r, arrival_s=0.05 * i) for i, r in enumerate(base)]
+
+    def records(runs: bool) -> list[tuple]:
+        config = EngineConfig(**ENGINE_PRESETS[cache], kv_capacity_tokens=4096, decode_runs=runs)
+        engine = build_engine(
+            config, tiny_model(), executor="simulated", device="cpu", hardware=H100_8B
+        )
+        out = engine.run(requests, max_concurrency=cap)
+        return sorted(
+            (r.request_id, r.arrival_s, r.cached_tokens, tuple(r.token_times_s)) for r in out
+        )
+
+    assert records(True) == records(False)
+    assert run_counter
 
 
 # ---------------------------------------------------------------- cache level
