@@ -17,6 +17,8 @@ import dataclasses
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from engines.build import build_engine
@@ -30,6 +32,7 @@ from engines.simulate.executor import SimulatedExecutor, _run_shape
 from harness.config import CONF_DIR
 from tests.engine_util import ENGINE_PRESETS, shared_prompt_requests, tiny_model
 from tests.pin_support import CASES, SIM, run_overrides
+from tests.test_engine_fuzz import build_requests, pressure, streams
 
 H100_8B = {
     "name": "h100_8b",
@@ -283,3 +286,73 @@ def test_run_prices_equal_step_prices(hardware, block_size):
     for i, s in enumerate(steps.tolist()):
         shape = StepShape.of_pairs(((int(c) + s, 1) for c in contexts), block_size)
         assert times[i] == model.shape_time_s(shape), (hardware, s)
+
+
+# ---------------------------------------------------------------- random streams
+
+RUN_FUZZ = settings(
+    max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@RUN_FUZZ
+@given(
+    stream=streams,
+    pool=pressure,
+    arm=st.sampled_from(["apc", "radix", "apc_sglang"]),
+    block_size=st.sampled_from([1, 4, 16]),
+    policy=st.sampled_from(["fcfs", "lpm"]),
+    spacing_s=st.sampled_from([0.0, 0.02]),
+)
+def test_random_streams_with_and_without_runs(stream, pool, arm, block_size, policy, spacing_s):
+    """Random prompts sharing prefixes, tenant salts, n > 1 siblings, pools that force preemption
+    or retraction and small step budgets (tests/test_engine_fuzz.py's strategies), arriving at
+    once or spaced: the same records with decode runs as without, and the integrity check holds
+    after every step and run."""
+    rng = np.random.default_rng(stream[0])
+    requests = [
+        dataclasses.replace(
+            r,
+            arrival_s=spacing_s * i,
+            scripted_output_ids=tuple(rng.integers(1, 1024, r.max_new_tokens + 24).tolist()),
+            max_new_tokens=r.max_new_tokens + 24,  # long enough replies for runs to form
+        )
+        for i, r in enumerate(build_requests(stream))
+    ]
+    capacity, budget = pool
+    cache, scheduler = {
+        "apc": ("apc", None),
+        "radix": ("radix", None),
+        "apc_sglang": ("apc", "sglang"),
+    }[arm]
+    capacity = -(-(capacity + 24 + 2 * block_size) // block_size) * block_size  # fits the longest
+
+    def records(runs: bool) -> list[tuple]:
+        config = EngineConfig(
+            cache=cache,
+            scheduler=scheduler,
+            block_size=block_size,
+            kv_capacity_tokens=capacity,
+            max_num_batched_tokens=budget,
+            policy=policy,
+            debug_checks=True,
+            decode_runs=runs,
+        )
+        engine = build_engine(
+            config, tiny_model(), executor="simulated", device="cpu", hardware=H100_8B
+        )
+        out = engine.run(requests)
+        stats = engine.cache.stats()
+        rows = sorted(
+            (
+                r.request_id,
+                r.cached_tokens,
+                r.num_preemptions,
+                r.recomputed_tokens,
+                tuple(r.token_times_s),
+            )
+            for r in out
+        )
+        return [rows, stats.num_evictions, engine.scheduler.num_steps]
+
+    assert records(True) == records(False)
