@@ -2,6 +2,7 @@
 
     python scripts/bench_trace.py [--traces conversation synthetic] [--engines apc radix]
                                   [--kv-capacity-tokens 1791488] [--repeats 1]
+                                  [--decode-runs on|off|both]
 
 Every run is the trace_h100 suite's setting (conf/suite/trace_h100.yaml: H100 / Llama-3.3-70B fp8
 roofline, 8,192-token chunks, 256 running, 8x slowdown, bounds at 512 only) through
@@ -62,14 +63,16 @@ def outcome_digest(run_dir: Path) -> str | None:
     return h.hexdigest()[:16]
 
 
-def run_one(trace: str, engine: str, capacity: int, out_dir: Path, rep: int) -> dict:
-    run_dir = out_dir / f"{trace}-{engine}-kv{capacity}-r{rep}"
+def run_one(trace: str, engine: str, capacity: int, out_dir: Path, rep: int, runs: bool = True) -> dict:
+    run_dir = out_dir / f"{trace}-{engine}-kv{capacity}-{'runs' if runs else 'steps'}-r{rep}"
     overrides = [*SUITE_KNOBS[trace], *COMMON_KNOBS, f"engine={engine}",
-                 f"engine.kv_capacity_tokens={capacity}", f"hydra.run.dir={run_dir}"]
+                 f"engine.kv_capacity_tokens={capacity}", f"engine.decode_runs={str(runs).lower()}",
+                 f"hydra.run.dir={run_dir}"]
     run = run_harness(overrides, bound_granularities=[512])
     summary = run.summary or {}
     return {
         "trace": trace, "engine": engine, "kv_capacity_tokens": capacity, "repeat": rep,
+        "decode_runs": runs,
         "child_wall_s": run.wall_s, "engine_wall_s": summary.get("wall_s"),
         "peak_rss_mib": run.peak_rss_mib, "status": summary.get("status"),
         "completed": summary.get("completed"), "hit_rate": summary.get("hit_rate"),
@@ -85,21 +88,27 @@ def main() -> None:
     ap.add_argument("--engines", nargs="+", default=["apc", "radix"])
     ap.add_argument("--kv-capacity-tokens", type=int, default=1_791_488)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument(
+        "--decode-runs", choices=["on", "off", "both"], default="on",
+        help="engine.decode_runs; `both` interleaves the two per arm (same digests expected)",
+    )
     args = ap.parse_args()
     out_dir = ROOT / "results/bench_trace" / time.strftime("%Y%m%d-%H%M%S")
-    arms = [(t, e) for t in args.traces for e in args.engines]
+    modes = {"on": [True], "off": [False], "both": [True, False]}[args.decode_runs]
+    arms = [(t, e, m) for t in args.traces for e in args.engines for m in modes]
     rows = []
     for rep in range(args.repeats):  # interleaved: every arm once per repeat
-        for trace, engine in arms:
-            row = run_one(trace, engine, args.kv_capacity_tokens, out_dir, rep)
+        for trace, engine, runs in arms:
+            row = run_one(trace, engine, args.kv_capacity_tokens, out_dir, rep, runs)
             rows.append(row)
             print(_line(row), flush=True)
     if args.repeats > 1:
-        for trace, engine in arms:
-            mine = [r for r in rows if (r["trace"], r["engine"]) == (trace, engine)]
+        for trace, engine, runs in arms:
+            mine = [r for r in rows if (r["trace"], r["engine"], r["decode_runs"]) == (trace, engine, runs)]
             wall = statistics.median(r["child_wall_s"] for r in mine)
             rss = statistics.median(r["peak_rss_mib"] or 0.0 for r in mine)
-            print(f"median {trace:12s} {engine:5s} wall {wall:6.1f} s  rss {rss:7.0f} MiB")
+            mode = "runs" if runs else "steps"
+            print(f"median {trace:12s} {engine:5s} {mode:5s} wall {wall:6.1f} s  rss {rss:7.0f} MiB")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps({"rows": rows}, indent=1))
     print(f"wrote {out_dir / 'bench.json'}")
@@ -109,7 +118,8 @@ def _line(r: dict) -> str:
     engine_s = r["engine_wall_s"]
     rss = r["peak_rss_mib"]
     return (
-        f"{r['trace']:12s} {r['engine']:5s} kv {r['kv_capacity_tokens']:,d} | "
+        f"{r['trace']:12s} {r['engine']:5s} {'runs' if r['decode_runs'] else 'steps':5s} "
+        f"kv {r['kv_capacity_tokens']:,d} | "
         f"wall {r['child_wall_s']:6.1f} s (engine loop {'-' if engine_s is None else f'{engine_s:.1f}'} s) | "
         f"peak rss {'-' if rss is None else f'{rss:.0f}'} MiB | steps {r['num_steps']} | "
         f"evictions {r['evictions']} | hit {r['hit_rate']} | digest {r['digest']} | {r['status']}"
