@@ -5,7 +5,9 @@ Upstream rebuilds a heap over every evictable leaf on each `evict` (70-77 ms at 
 reads changes; a popped entry counts only if it is the node's latest push (`heap_serial`) and the
 node is still in the set. Stale entries are dropped by a rebuild once they outnumber live ones.
 Heap entries: (policy key, last_access_time, serial, node); the serial is unique, so nodes are never
-compared and ties fall to the older stamp, as upstream's node ordering does.
+compared and ties fall to the older stamp, as upstream's node ordering does. Where the policy's key
+already orders by the stamp (`stamp_decides_ties`) the entry leaves it out: (key, serial, node) pops
+in the same order with one comparison less per heap level.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class EvictableLeaves:
         self.nodes: set[TreeNode] = set()
         self._heap: list[tuple] = []
         self._serial = 0
+        self._with_stamp = not policy.stamp_decides_ties
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -47,19 +50,22 @@ class EvictableLeaves:
         """(Re-)queue a member whose key may have changed; older entries become stale."""
         self._serial += 1
         node.heap_serial = self._serial
-        heapq.heappush(
-            self._heap, (self.policy.key(node), node.last_access_time, self._serial, node)
-        )
+        heapq.heappush(self._heap, self._entry(node))
         if len(self._heap) > 2 * len(self.nodes) + _COMPACT_SLACK:
             self._compact()
+
+    def _entry(self, node: TreeNode) -> tuple:
+        if self._with_stamp:
+            return (self.policy.key(node), node.last_access_time, self._serial, node)
+        return (self.policy.key(node), self._serial, node)
 
     def pop_min(self) -> TreeNode | None:
         """The member with the smallest current key (it stays a member until the caller deletes it)."""
         heap = self._heap
         while heap:
             entry = heapq.heappop(heap)
-            node = entry[3]
-            if node.in_leaf_set and node.heap_serial == entry[2]:
+            node = entry[-1]
+            if node.in_leaf_set and node.heap_serial == entry[-2]:
                 return node
         return None
 
@@ -68,6 +74,6 @@ class EvictableLeaves:
         for node in self.nodes:
             self._serial += 1
             node.heap_serial = self._serial
-            entries.append((self.policy.key(node), node.last_access_time, self._serial, node))
+            entries.append(self._entry(node))
         heapq.heapify(entries)
         self._heap = entries

@@ -154,7 +154,7 @@ class UnifiedRadixTree:
         matches = packed.startswith
         path = [node]
         plain = p == 1 and namespace is None
-        checked = 0  # depth a failed run reached: no new runs inside it (they would steal its nodes)
+        checked = 0  # depth a failed run reached: no new runs inside it (they'd steal its nodes)
         while pos < n:
             run = node.run
             if run is None and len(node.children) == 1 and node.depth >= checked and pos:
@@ -385,7 +385,8 @@ class UnifiedRadixTree:
         if self.allocator is not None:
             self.allocator.free_segment(leaf.value, leaf.depth - size)
         parent = leaf.parent
-        drop_run_of(leaf)
+        if leaf.run_owner is not None:
+            drop_run_of(leaf)
         del parent.children[leaf.child_key]
         self._evictable -= size
         self.leaves.leave(leaf)
