@@ -19,7 +19,7 @@ from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.key import RadixKey
 from engines.cache.radix.leaves import EvictableLeaves
 from engines.cache.radix.policies import EVICTION_POLICIES, make_eviction_policy
-from engines.cache.radix.tree import ANCESTOR_STAMP_STEP, UnifiedRadixTree
+from engines.cache.radix.tree import UnifiedRadixTree
 
 
 def _snapshot(tree: UnifiedRadixTree) -> list[tuple]:
@@ -156,20 +156,3 @@ def test_leaf_queue_pops_the_smallest_key_then_stamp_then_latest_push(policy):
             leaves.leave(got)
         assert leaves.num_entries() <= 2 * len(leaves) + 1024
 
-
-def test_stamps_of_a_path_deeper_than_the_offset_table():
-    """A 1,100-node chain: the k-th ancestor of the matched node gets t - k * 1e-5, root included,
-    past the 1,024 precomputed offsets too; the walk takes the chain as one run."""
-    clock = LogicalClock()
-    tree = UnifiedRadixTree(1, RecordingAllocator(), make_eviction_policy("lru"), clock)
-    ids = list(range(1, 1101))
-    for end in range(1, len(ids) + 1):
-        tree.insert(RadixKey(ids[:end]))
-    t = clock.peek()
-    result = tree.match_prefix(RadixKey(ids))
-    assert result.device_prefix_len == 1100
-    node, k = result.last_device_node, 0
-    while node is not None:
-        assert node.last_access_time == (t - k * ANCESTOR_STAMP_STEP if k else t)
-        node, k = node.parent, k + 1
-    assert k == 1101 and tree.root_node.children[1].run is not None
