@@ -155,4 +155,3 @@ def test_leaf_queue_pops_the_smallest_key_then_stamp_then_latest_push(policy):
             assert got is want
             leaves.leave(got)
         assert leaves.num_entries() <= 2 * len(leaves) + 1024
-
