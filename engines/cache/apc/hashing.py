@@ -3,7 +3,7 @@
     h_i = H((h_{i-1}, tuple(tokens[i*B:(i+1)*B]), extra_keys_i)),   h_{-1} = NONE_HASH
 
 Map keys are `h + group_id.to_bytes(4, "big")` (BlockHashWithGroupId); this project uses group 0.
-The pickle-based digests encode runs of blocks at once (pickled_blocks.py: same bytes, same hashes).
+The pickle-based digests hash runs of blocks in an inlined loop (same bytes, same hashes).
 Extra keys: the LoRA name on every block, the cache salt only on block 0 (v0.12-v0.28 forms).
 """
 
@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 import cbor2
 import xxhash
 
-from engines.cache.apc.pickled_blocks import hash_blocks
 from engines.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -59,41 +58,39 @@ def _builtin(obj: Any) -> bytes:
     return hash(obj).to_bytes(8, "big", signed=True)
 
 
-# A chain hashes the blocks of token_ids[start:stop]:
-# (parent, token_ids, (start, stop, block size), extra keys, keys.append) -> last hash.
-ChainFn = Callable[[bytes, Sequence[int], tuple[int, int, int], "tuple | None", Callable], bytes]
+# A chain hashes a run of blocks: (parent, token tuples, extra keys, keys.append) -> last hash.
+ChainFn = Callable[[bytes, Iterable[tuple], "tuple | None", Callable[[bytes], None]], bytes]
 
 
-def _blocks(token_ids: Sequence[int], bounds: tuple[int, int, int]) -> Iterable[tuple]:
-    """Token tuples of the blocks in bounds, cut by zip over one iterator (no slice per block)."""
-    start, stop, bs = bounds
-    return zip(*[iter(token_ids[start:stop] if start or stop < len(token_ids) else token_ids)] * bs)
+def _sha256_chain(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
+    # _sha256 inlined: the same bytes hashed, without a Python call per block.
+    sha, dumps = hashlib.sha256, pickle.dumps
+    for block in blocks:
+        parent = sha(dumps((parent, block, extra), _PICKLE)).digest()
+        append(parent + GROUP0)
+    return parent
 
 
-def _pickle_chain(new: Callable[[bytes], Any]) -> ChainFn:
-    """new(pickle.dumps(...)).digest() per block, runs of blocks pickled at once (same bytes)."""
+def _xxhash_chain(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
+    digest, dumps = xxhash.xxh3_128_digest, pickle.dumps
+    for block in blocks:
+        parent = digest(dumps((parent, block, extra), _PICKLE))
+        append(parent + GROUP0)
+    return parent
 
-    def chain(parent: bytes, token_ids, bounds, extra, append) -> bytes:
-        return hash_blocks(new, parent, token_ids, bounds, extra, append, GROUP0)
 
-    return chain
-
-
-_CHAINS: dict[HashFn, ChainFn] = {
-    _sha256: _pickle_chain(hashlib.sha256),
-    _xxhash: _pickle_chain(xxhash.xxh3_128),
-}
+_CHAINS: dict[HashFn, ChainFn] = {_sha256: _sha256_chain, _xxhash: _xxhash_chain}
 
 
 def chain_for(fn: HashFn) -> ChainFn:
-    """The block-run hasher of `fn`: the pickle chain for the pickle-based digests, else a loop
+    """The block-run hasher of `fn`: an inlined loop for the pickle-based digests, else a loop
     that calls `fn` on each (parent, tokens, extra) tuple."""
     chain = _CHAINS.get(fn)
     if chain is not None:
         return chain
 
-    def generic(parent: bytes, token_ids, bounds, extra, append) -> bytes:
-        for block in _blocks(token_ids, bounds):
+    def generic(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
+        for block in blocks:
             parent = fn((parent, block, extra))
             append(parent + GROUP0)
         return parent
@@ -191,8 +188,8 @@ class RequestBlockHashes:
 class RequestHasher:
     """Hashes only new full blocks of a token list, chaining from the memo's last hash.
 
-    Blocks are hashed by the function's chain (`chain_for`), which gives the same keys as calling
-    it on each block's (parent, tokens, extra) tuple."""
+    Blocks are cut by zip over one iterator (a tuple per block, no slice per block) and hashed
+    by the function's chain (`chain_for`), which gives the same keys as calling it per block."""
 
     __slots__ = ("hash_fn", "none_hash", "block_size", "chain")
 
@@ -210,11 +207,10 @@ class RequestHasher:
         stop = len(token_ids) - len(token_ids) % bs
         if start >= stop:
             return keys
-        parent, chain = memo.parent, self.chain
+        # zip drops the trailing partial block; only a continuation needs a slice
+        blocks = zip(*[iter(token_ids[start:stop] if start else token_ids)] * bs)
+        parent = memo.parent
         if parent is None:
-            parent = chain(self.none_hash, token_ids, (0, bs, bs), memo.extra_first, keys.append)
-            start = bs
-        if start < stop:
-            parent = chain(parent, token_ids, (start, stop, bs), memo.extra_rest, keys.append)
-        memo.parent = parent
+            parent = self.chain(self.none_hash, (next(blocks),), memo.extra_first, keys.append)
+        memo.parent = self.chain(parent, blocks, memo.extra_rest, keys.append)
         return keys
