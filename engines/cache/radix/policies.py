@@ -18,7 +18,7 @@ EVICTION_POLICIES: Registry[type] = Registry("eviction policy")
 class EvictionPolicy:
     name = "base"
     # True when equal keys imply equal last_access_time (the key is the stamp, or ends with it):
-    # the heap then leaves the stamp out of its entries, since it could never break a tie
+    # the leaf queue then leaves the stamp out of its entries, since it could never break a tie
     stamp_decides_ties = False
 
     def key(self, node: TreeNode) -> Any:

@@ -4,10 +4,11 @@ Matching splits partly matched edges and stamps recency; insertion page-aligns i
 tree's existing slots and frees the caller's duplicates; locks move tokens between the evictable and
 protected counters; eviction removes whole unlocked leaves in policy order, cascading to parents.
 Edges compare as packed int32 bytes (one memcmp per whole edge, a vectorised search for the first
-mismatch in the one partly matched edge); slot ids are int32 arrays, and `path_device_suffix`
-returns only the slots past a position (what a checkpoint rewrites).
+mismatch in the one partly matched edge; one memcmp for a whole run of single-child nodes, runs.py);
+slot ids are int32 arrays, and `path_device_suffix` returns only the slots past a position (what a
+checkpoint rewrites).
 
-Evictable leaves live in `EvictableLeaves` (leaves.py), a set with a persistent lazy heap; the tree
+Evictable leaves live in `EvictableLeaves` (leaves.py), a set with a persistent lazy queue; the tree
 re-pushes a member whenever it changes a field the policy key reads (stamps, hit_count, priority).
 """
 
