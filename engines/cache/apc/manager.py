@@ -8,9 +8,6 @@ Blocks are cached when allocated, before the forward pass that fills them (§4.2
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from functools import partial
-from itertools import takewhile
-from operator import is_not
 
 from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.block_pool import BlockPool
@@ -27,7 +24,6 @@ from engines.sequence import Sequence
 STATS_TIMINGS: Registry[bool] = Registry("stats_timing")
 STATS_TIMINGS.add("lookup", True)
 STATS_TIMINGS.add("admission", False)
-_IS_ENTRY = partial(is_not, None)  # a map entry: one block, or a dict of duplicates
 
 
 @dataclass
@@ -116,19 +112,14 @@ class KVCacheManager:
         keys = self.block_keys(seq)
         cache = self.block_pool.cached_block_hash_to_block
         entries = cache._cache
-        if not self.verify_tokens_on_hit:  # the leading run of map hits, looked up in C
-            hits = list(takewhile(_IS_ENTRY, map(entries.get, keys[:max_blocks])))
-            if dict in map(type, hits):  # several blocks under one key: the first inserted one
-                return [cache.get_one_block(key) for key in keys[: len(hits)]]
-            return hits
         hits: list[KVCacheBlock] = []
-        for key in keys[:max_blocks]:  # verify_tokens_on_hit: each hit checked in turn
+        for key in keys[:max_blocks]:
             blk = entries.get(key)
             if blk is None:
                 break
             if blk.__class__ is not KVCacheBlock:
                 blk = cache.get_one_block(key)
-            if blk.provenance != self._provenance(seq, hits, len(hits)):
+            if self.verify_tokens_on_hit and blk.provenance != self._provenance(seq, hits, len(hits)):
                 break
             hits.append(blk)
         return hits
