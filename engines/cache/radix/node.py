@@ -4,7 +4,7 @@
 `key_extra` its (extra_key, cache_salt) pair (`key` rebuilds the `RadixKey` for checks and tests),
 `value` the segment's slot ids (an int32 array, page-aligned with page size P). `depth` (tokens
 root -> end of this node) and `high_water` (deepest depth ever inserted below) are the `tlru`
-bookkeeping of §2.7. `in_leaf_set` and `heap_serial` belong to the evictable-leaf set and its heap,
+bookkeeping of §2.7. `in_leaf_set` and `heap_serial` belong to the evictable-leaf set and its queue,
 `run` and `run_owner` to the match walk's shortcuts (runs.py).
 """
 

@@ -1,7 +1,7 @@
 """Eviction strategies (docs/radix.md §2.7): the smallest `key(node)` among evictable leaves goes first.
 
 Chosen by name through `EVICTION_POLICIES` (`engine.eviction_policy`). Keys read only node fields,
-so the tree re-pushes a leaf into its persistent heap whenever one of those fields changes.
+so the tree re-pushes a leaf into its persistent queue whenever one of those fields changes.
 """
 
 from __future__ import annotations
