@@ -190,7 +190,7 @@ def test_many_touches_keep_the_heap_bounded_and_correct():
         tree.insert(K([i]), [i])
     for r in range(5000):
         tree.match_prefix(K([r % 49]))
-    assert len(tree.leaves._heap) <= 2 * 50 + 1024
+    assert tree.leaves.num_entries() <= 2 * 50 + 1024
     last_touch = {r % 49: r for r in range(5000)}
     tree.evict(2)
     assert alloc.freed == [49, min(last_touch, key=last_touch.get)]  # 49 was never touched

@@ -1,16 +1,23 @@
-"""The evictable-leaf set with a persistent, lazily invalidated heap (docs/radix.md §1.4, §2.6).
+"""The evictable-leaf set with a persistent, lazily invalidated queue (docs/radix.md §1.4, §2.6).
 
 Upstream rebuilds a heap over every evictable leaf on each `evict` (70-77 ms at ~41k leaves,
 #38454). Here a leaf is pushed when it enters the set and re-pushed whenever a field its policy key
 reads changes; a popped entry counts only if it is the node's latest push (`heap_serial`) and the
 node is still in the set. Stale entries are dropped by a rebuild once they outnumber live ones.
-Heap entries: (policy key, last_access_time, serial, node); the serial is unique, so nodes are never
-compared and ties fall to the older stamp, as upstream's node ordering does.
+Entries: (policy key, last_access_time, serial, node); the serial is unique, so nodes are never
+compared and ties fall to the older stamp, as upstream's node ordering does. Where the policy's key
+already orders by the stamp (`stamp_decides_ties`) the entry leaves it out: (key, serial, node) pops
+in the same order.
+
+The queue is a sorted deque plus a heap: an entry not below the deque's last one is appended (LRU
+stamps come from a monotone clock, so most pushes land there in O(1)), any other goes to the heap,
+and a pop takes the smaller of the two heads: the same order as one heap, with a small heap.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.policies import EvictionPolicy
@@ -23,14 +30,21 @@ class EvictableLeaves:
         self.policy = policy
         self.nodes: set[TreeNode] = set()
         self._heap: list[tuple] = []
+        self._sorted: deque[tuple] = deque()  # entries in increasing order, pushed in that order
         self._serial = 0
+        self._with_stamp = not policy.stamp_decides_ties
 
     def __len__(self) -> int:
         return len(self.nodes)
 
+    def num_entries(self) -> int:
+        """Queued entries, stale ones included (bounded by 2 * members + a slack)."""
+        return len(self._heap) + len(self._sorted)
+
     def clear(self) -> None:
         self.nodes = set()
         self._heap = []
+        self._sorted = deque()
 
     def enter(self, node: TreeNode) -> None:
         if not node.in_leaf_set:
@@ -47,19 +61,30 @@ class EvictableLeaves:
         """(Re-)queue a member whose key may have changed; older entries become stale."""
         self._serial += 1
         node.heap_serial = self._serial
-        heapq.heappush(
-            self._heap, (self.policy.key(node), node.last_access_time, self._serial, node)
-        )
-        if len(self._heap) > 2 * len(self.nodes) + _COMPACT_SLACK:
+        entry = self._entry(node)
+        ordered = self._sorted
+        if not ordered or ordered[-1] < entry:
+            ordered.append(entry)
+        else:
+            heapq.heappush(self._heap, entry)
+        if len(self._heap) + len(ordered) > 2 * len(self.nodes) + _COMPACT_SLACK:
             self._compact()
+
+    def _entry(self, node: TreeNode) -> tuple:
+        if self._with_stamp:
+            return (self.policy.key(node), node.last_access_time, self._serial, node)
+        return (self.policy.key(node), self._serial, node)
 
     def pop_min(self) -> TreeNode | None:
         """The member with the smallest current key (it stays a member until the caller deletes it)."""
-        heap = self._heap
-        while heap:
-            entry = heapq.heappop(heap)
-            node = entry[3]
-            if node.in_leaf_set and node.heap_serial == entry[2]:
+        heap, ordered = self._heap, self._sorted
+        while ordered or heap:
+            if ordered and (not heap or ordered[0] < heap[0]):
+                entry = ordered.popleft()
+            else:
+                entry = heapq.heappop(heap)
+            node = entry[-1]
+            if node.in_leaf_set and node.heap_serial == entry[-2]:
                 return node
         return None
 
@@ -68,6 +93,7 @@ class EvictableLeaves:
         for node in self.nodes:
             self._serial += 1
             node.heap_serial = self._serial
-            entries.append((self.policy.key(node), node.last_access_time, self._serial, node))
-        heapq.heapify(entries)
-        self._heap = entries
+            entries.append(self._entry(node))
+        entries.sort()
+        self._sorted = deque(entries)
+        self._heap = []

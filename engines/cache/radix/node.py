@@ -4,7 +4,8 @@
 `key_extra` its (extra_key, cache_salt) pair (`key` rebuilds the `RadixKey` for checks and tests),
 `value` the segment's slot ids (an int32 array, page-aligned with page size P). `depth` (tokens
 root -> end of this node) and `high_water` (deepest depth ever inserted below) are the `tlru`
-bookkeeping of §2.7. `in_leaf_set` and `heap_serial` belong to the evictable-leaf set and its heap.
+bookkeeping of §2.7. `in_leaf_set` and `heap_serial` belong to the evictable-leaf set and its queue,
+`run` and `run_owner` to the match walk's shortcuts (runs.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class TreeNode:
         "high_water",
         "in_leaf_set",
         "heap_serial",
+        "run",
+        "run_owner",
     )
 
     def __init__(
@@ -65,6 +68,8 @@ class TreeNode:
         self.high_water = 0
         self.in_leaf_set = False
         self.heap_serial: int | None = None
+        self.run = None  # runs.Run: shortcut over the single-child chain below (runs.py)
+        self.run_owner: TreeNode | None = None  # the node whose run lists this one
 
     @classmethod
     def make_root(cls) -> TreeNode:

@@ -1,7 +1,7 @@
 """Eviction strategies (docs/radix.md §2.7): the smallest `key(node)` among evictable leaves goes first.
 
 Chosen by name through `EVICTION_POLICIES` (`engine.eviction_policy`). Keys read only node fields,
-so the tree re-pushes a leaf into its persistent heap whenever one of those fields changes.
+so the tree re-pushes a leaf into its persistent queue whenever one of those fields changes.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ EVICTION_POLICIES: Registry[type] = Registry("eviction policy")
 
 class EvictionPolicy:
     name = "base"
+    # True when equal keys imply equal last_access_time (the key is the stamp, or ends with it):
+    # the leaf queue then leaves the stamp out of its entries, since it could never break a tie
+    stamp_decides_ties = False
 
     def key(self, node: TreeNode) -> Any:
         raise NotImplementedError
@@ -25,6 +28,7 @@ class EvictionPolicy:
 @EVICTION_POLICIES.register("lru")
 class LRU(EvictionPolicy):
     name = "lru"
+    stamp_decides_ties = True
 
     def key(self, node: TreeNode) -> Any:
         return node.last_access_time
@@ -33,6 +37,7 @@ class LRU(EvictionPolicy):
 @EVICTION_POLICIES.register("lfu")
 class LFU(EvictionPolicy):
     name = "lfu"
+    stamp_decides_ties = True
 
     def key(self, node: TreeNode) -> Any:
         return (node.hit_count, node.last_access_time)
@@ -49,6 +54,7 @@ class FIFO(EvictionPolicy):
 @EVICTION_POLICIES.register("mru")
 class MRU(EvictionPolicy):
     name = "mru"
+    stamp_decides_ties = True
 
     def key(self, node: TreeNode) -> Any:
         return -node.last_access_time
@@ -65,6 +71,7 @@ class FILO(EvictionPolicy):
 @EVICTION_POLICIES.register("priority")
 class Priority(EvictionPolicy):
     name = "priority"
+    stamp_decides_ties = True
 
     def key(self, node: TreeNode) -> Any:
         return (node.priority, node.last_access_time)
@@ -77,6 +84,7 @@ class SLRU(EvictionPolicy):
 
     protected_threshold: int = 2
     name = "slru"
+    stamp_decides_ties = True
 
     def key(self, node: TreeNode) -> Any:
         return (node.hit_count >= self.protected_threshold, node.last_access_time)
@@ -94,6 +102,7 @@ class TLRU(EvictionPolicy):
     next_prompt_estimate: int = 0
     threshold: int = 0
     name = "tlru"
+    stamp_decides_ties = True
 
     def key(self, node: TreeNode) -> Any:
         bound = max(node.high_water + self.next_prompt_estimate - self.threshold, 0)

@@ -4,16 +4,20 @@ Matching splits partly matched edges and stamps recency; insertion page-aligns i
 tree's existing slots and frees the caller's duplicates; locks move tokens between the evictable and
 protected counters; eviction removes whole unlocked leaves in policy order, cascading to parents.
 Edges compare as packed int32 bytes (one memcmp per whole edge, a vectorised search for the first
-mismatch in the one partly matched edge); slot ids are int32 arrays, and `path_device_suffix`
-returns only the slots past a position (what a checkpoint rewrites).
+mismatch in the one partly matched edge; one memcmp for a whole run of single-child nodes, runs.py);
+slot ids are int32 arrays, and `path_device_suffix` returns only the slots past a position (what a
+checkpoint rewrites).
 
-Evictable leaves live in `EvictableLeaves` (leaves.py), a set with a persistent lazy heap; the tree
+Evictable leaves live in `EvictableLeaves` (leaves.py), a set with a persistent lazy queue; the tree
 re-pushes a member whenever it changes a field the policy key reads (stamps, hit_count, priority).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
+from itertools import repeat
+from operator import sub
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +35,7 @@ from engines.cache.radix.key import (
 from engines.cache.radix.leaves import EvictableLeaves
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.policies import LRU, EvictionPolicy
+from engines.cache.radix.runs import build_run, drop_run_of
 from engines.cache.radix.slot_row import SLOT_DTYPE
 
 ANCESTOR_STAMP_STEP = (
@@ -38,6 +43,7 @@ ANCESTOR_STAMP_STEP = (
 )
 # k * ANCESTOR_STAMP_STEP for the first ancestors, computed once (the same floats as on the fly)
 _STAMP_OFFSETS = tuple(k * ANCESTOR_STAMP_STEP for k in range(1, 1025))
+_STAMP_FIELD = repeat("last_access_time")
 _NO_SLOTS = np.empty(0, dtype=SLOT_DTYPE)
 
 
@@ -130,42 +136,50 @@ class UnifiedRadixTree:
         n = len(key) // self.page_size * self.page_size
         if n == 0:
             return MatchResult(0, root)
-        pos, node = self._walk(key, n)
-        self._stamp_path(node)
-        return MatchResult(pos, node)
+        pos, path = self._walk(key, n)
+        self._stamp_path(path)
+        return MatchResult(pos, path[-1])
 
     def touch_prefix(self, key: RadixKey) -> None:
         """The match walk (splits and stamps included) without a result (§8.8)."""
         self.match_prefix(key)
 
-    def _walk(self, key: RadixKey, n: int) -> tuple[int, TreeNode]:
-        """Follow whole edges while they equal the key (one memcmp each); split the first edge
-        that matches only partly. A fully matched child's depth is the next position."""
+    def _walk(self, key: RadixKey, n: int) -> tuple[int, list[TreeNode]]:
+        """Follow whole edges while they equal the key (one memcmp each, one for a whole run of
+        single-child nodes, runs.py); split the first edge that matches only partly. Returns the
+        matched length and the path root -> last matched node. A full child's depth is the next
+        position."""
         ids, packed, namespace = key.token_ids, key.packed(), key.namespace
         node, pos, p = self.root_node, 0, self.page_size
         end = n * TOKEN_BYTES
         matches = packed.startswith
-        if p == 1 and namespace is None:  # the common case, without child-key building
-            while pos < n:
-                child = node.children.get(ids[pos])
-                if child is None:
-                    break
-                if not matches(child.tokens, pos << 2, end):  # 4 bytes per token
-                    m = self._common_len(child.tokens, packed, pos, n)
-                    return pos + m, self._split(child, m)
-                pos = child.depth
-                node = child
-            return pos, node
+        path = [node]
+        plain = p == 1 and namespace is None
+        checked = 0  # depth a failed run reached: no new runs inside it (they'd steal its nodes)
         while pos < n:
-            child = node.children.get(make_child_key(ids, packed, pos, p, namespace))
+            run = node.run
+            if run is None and len(node.children) == 1 and node.depth >= checked and pos:
+                run = build_run(node)  # never at the root: its children differ in namespace
+            if run is not None:
+                if matches(run.tokens, pos * TOKEN_BYTES, end):
+                    path.extend(run.nodes)
+                    node = run.nodes[-1]
+                    pos = node.depth
+                    continue
+                checked = run.nodes[-1].depth
+            child = node.children.get(
+                ids[pos] if plain else make_child_key(ids, packed, pos, p, namespace)
+            )
             if child is None:
                 break
-            if not packed.startswith(child.tokens, pos * TOKEN_BYTES, end):
+            if not matches(child.tokens, pos * TOKEN_BYTES, end):
                 m = self._common_len(child.tokens, packed, pos, n)
-                return pos + m, self._split(child, m)
+                path.append(self._split(child, m))
+                return pos + m, path
             pos = child.depth
             node = child
-        return pos, node
+            path.append(node)
+        return pos, path
 
     def _common_len(self, edge: bytes, packed: bytes, pos: int, n: int) -> int:
         """Length of the common prefix of an edge and key tokens [pos, n), in whole pages."""
@@ -176,28 +190,27 @@ class UnifiedRadixTree:
         i = int(differ[0]) if len(differ) else m
         return i // self.page_size * self.page_size
 
-    def _stamp_path(self, node: TreeNode) -> None:
-        """Fresh stamp t on node, t - k * 1e-5 on its k-th ancestor, root included (§2.1).
+    def _stamp_path(self, path: list[TreeNode]) -> None:
+        """Fresh stamp t on the path's last node, t - k * 1e-5 on its k-th ancestor, root included
+        (§2.1); the stores run in C (map over the path), not one bytecode loop step per node.
 
-        Only the first node can be an evictable leaf: every ancestor has a child on the path."""
+        Only the last node can be an evictable leaf: every ancestor has a child on the path."""
         t = self.clock()
+        node = path[-1]
         node.last_access_time = t
         if node.in_leaf_set:
             self.leaves.push(node)
-        node = node.parent
-        for offset in _STAMP_OFFSETS:
-            if node is None:
-                return
-            node.last_access_time = t - offset
-            node = node.parent
-        k = len(_STAMP_OFFSETS) + 1
-        while node is not None:  # paths deeper than the table
-            node.last_access_time = t - k * ANCESTOR_STAMP_STEP
-            node = node.parent
+        ancestors = reversed(path)
+        next(ancestors)
+        deque(map(setattr, ancestors, _STAMP_FIELD, map(sub, repeat(t), _STAMP_OFFSETS)), 0)
+        k = len(_STAMP_OFFSETS)
+        for node in path[-2 - k :: -1]:  # paths deeper than the table
             k += 1
+            node.last_access_time = t - k * ANCESTOR_STAMP_STEP
 
     def _split(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut child after split_len tokens; the new upper node takes child's place (§2.2)."""
+        drop_run_of(child)
         cut = split_len * TOKEN_BYTES
         upper = TreeNode(
             child.tokens[:cut],
@@ -373,6 +386,8 @@ class UnifiedRadixTree:
         if self.allocator is not None:
             self.allocator.free_segment(leaf.value, leaf.depth - size)
         parent = leaf.parent
+        if leaf.run_owner is not None:
+            drop_run_of(leaf)
         del parent.children[leaf.child_key]
         self._evictable -= size
         self.leaves.leave(leaf)
