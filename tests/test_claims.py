@@ -17,6 +17,9 @@ from harness.config import RunConfig  # noqa: F401  (registers the schemas)
 from workloads.base import generate, params_from_mapping
 from workloads.tokens import TokenSpace
 
+# One worker runs this module: the quick run below is made once.
+pytestmark = pytest.mark.xdist_group("claims")
+
 VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
 
 

@@ -25,6 +25,9 @@ from tests.report_support import (
     write_sim_tree,
 )
 
+# One worker runs this module: the two results trees and their figures are drawn once.
+pytestmark = pytest.mark.xdist_group("report")
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):

@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny", "warmup.num_requests=1", "warmup.prompt_len=16", "warmup.output_len=2"]
 
-pytestmark = pytest.mark.slow
+# One worker runs this module: the wheel is built and installed once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
 
 def sh(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -35,7 +36,9 @@ def sh(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.Comple
 def venv_python(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
-    skip = shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "__pycache__", ".venv")
+    skip = shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "results", "__pycache__", ".venv", ".pytest_cache"
+    )
     shutil.copytree(ROOT, tmp / "src", ignore=skip)
     sh(
         [
