@@ -17,18 +17,16 @@ from harness.config import RunConfig  # noqa: F401  (registers the schemas)
 from workloads.base import generate, params_from_mapping
 from workloads.tokens import TokenSpace
 
-# One worker runs this module: the quick run below is made once.
-pytestmark = pytest.mark.xdist_group("claims")
-
 VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory):
+def quick(tmp_path_factory):  # a minute or more: the tests using it are marked slow
     out = tmp_path_factory.mktemp("claims")
     return out, run_claims(out, quick=True)
 
 
+@pytest.mark.slow
 def test_every_claim_has_a_computed_verdict(quick):
     out, rows = quick
     assert [r.number for r in rows] == list(range(1, 10))
@@ -39,6 +37,7 @@ def test_every_claim_has_a_computed_verdict(quick):
             assert (out / row.figure).is_file()
 
 
+@pytest.mark.slow
 def test_files_hold_the_table(quick):
     out, rows = quick
     table = pd.read_csv(out / "claims.csv")
@@ -59,6 +58,7 @@ def test_files_hold_the_table(quick):
         assert claim.threshold in md
 
 
+@pytest.mark.slow
 def test_exactness_claims_hold(quick):
     """Reuse only at the start, whole blocks for apc, salts isolate, outputs unchanged: the caches
     are built to these, so any other verdict is a bug."""

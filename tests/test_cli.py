@@ -19,9 +19,6 @@ import pytest
 from harness.metrics import TIMING_COLUMNS
 from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, run_harness
 
-# One worker runs this module: the CLI run below is made once.
-pytestmark = pytest.mark.xdist_group("cli")
-
 
 def harness(args: list[str], run_dir: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -37,6 +34,7 @@ def apc_run(tmp_path_factory):
     return run_dir, proc
 
 
+@pytest.mark.slow
 def test_run_writes_results(apc_run):
     run_dir, proc = apc_run
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -134,6 +132,7 @@ def test_radix_run(tmp_path):
     assert 0 < summary["hit_rate"] <= summary["ideal_hit_rate"] + 1e-9
 
 
+@pytest.mark.slow
 def test_two_runs_at_once_with_default_directories_both_complete(tmp_path):
     """Same workload, engine and seed, started together: two directories, two finished runs."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}

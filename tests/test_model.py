@@ -301,7 +301,6 @@ def test_smollm2_preset_is_the_shape_the_gguf_declares():
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("smollm2")  # one worker loads the weights once
 def test_smollm2_prefix_extend_decode_exact(smollm2):
     ids = tok_mod.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}]
@@ -319,7 +318,6 @@ def test_smollm2_prefix_extend_decode_exact(smollm2):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("smollm2")
 def test_smollm2_greedy_answer_names_paris(smollm2):
     loaded = tok_mod.load("smollm2-135m")
     ids = tok_mod.apply_chat_template(
