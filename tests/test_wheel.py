@@ -36,8 +36,9 @@ def sh(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.Comple
 def venv_python(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
+    # Caches are left out too: tests on the other workers write into them while this copies.
     skip = shutil.ignore_patterns(
-        ".git", "build", "*.egg-info", "results", "__pycache__", ".venv", ".pytest_cache"
+        ".git", "build", "*.egg-info", "results", "__pycache__", ".venv", ".*_cache", ".hypothesis"
     )
     shutil.copytree(ROOT, tmp / "src", ignore=skip)
     sh(
