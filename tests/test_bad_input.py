@@ -23,7 +23,8 @@ from hydra import compose, initialize_config_dir
 from harness.config import CONF_DIR
 from harness.execute import EXIT_BAD_INPUT, execute
 from harness.preflight import preflight
-from tests.test_cli import ROOT, SMALL, SYSTEM_PROMPT_SMALL, harness, merged
+from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, merged
+from tests.test_cli import harness
 
 BASE = merged(SYSTEM_PROMPT_SMALL, SMALL)
 WATCHDOG_S = 60  # a hang guard, not a speed test: the bad inputs below used to spin forever
@@ -139,6 +140,7 @@ CASES: list[tuple[list[str], str]] = [
         "workload.num_groups: Value '1.5' of type 'float' could not be converted",
     ),
     (["workload.num_groups=abc"], "workload.num_groups: Value 'abc'"),
+    (["workload.num_groups=0"], "workload.num_groups must be a positive integer"),
     (["workload.version=0"], "workload.version must be a positive integer"),
     (["workload.seed_offset=-1"], "workload.seed_offset must be a non-negative integer"),
     (["workload.num_tenants=-1"], "workload.num_tenants must be a non-negative integer"),
@@ -150,6 +152,10 @@ CASES: list[tuple[list[str], str]] = [
     (
         ["engine.kv_capacity_tokens=0"],
         "engine.kv_capacity_tokens must be a positive integer, got 0",
+    ),
+    (
+        ["engine.kv_capacity_tokens=-16"],
+        "engine.kv_capacity_tokens must be a positive integer, got -16",
     ),
     (
         ["engine=radix", "engine.max_prefill_tokens=0"],
@@ -452,19 +458,16 @@ def test_preflight_of_a_sweep_checks_names_and_types_of_every_value(argv, needle
 
 
 @pytest.fixture
-def custom_workload():
-    """A user's workload file in conf/workload/, removed afterwards."""
-    written = []
+def custom_workload(tmp_path):
+    """A user's workload file in their own config folder, joined through hydra.searchpath (never
+    written into conf/: other tests, on other workers, list and copy that folder meanwhile)."""
 
-    def write(name: str, text: str) -> str:
-        path = CONF_DIR / "workload" / f"{name}.yaml"
-        path.write_text(text)
-        written.append(path)
-        return name
+    def write(name: str, text: str) -> list[str]:
+        (tmp_path / "workload").mkdir(exist_ok=True)
+        (tmp_path / "workload" / f"{name}.yaml").write_text(text)
+        return [f"hydra.searchpath=[file://{tmp_path}]", f"workload={name}"]
 
-    yield write
-    for path in written:
-        path.unlink()
+    return write
 
 
 @pytest.mark.parametrize(
@@ -484,8 +487,7 @@ def custom_workload():
     ids=["syntax", "no defaults", "another family's field", "not a mapping"],
 )
 def test_custom_workload_files_are_checked_up_front(text, needle, custom_workload):
-    name = custom_workload("zz_custom_test", text)
-    problem = preflight(merged(SMALL, [f"workload={name}"]))
+    problem = preflight(merged(SMALL, custom_workload("zz_custom_test", text)))
     assert problem is not None and needle in problem and "\n" not in problem, problem
 
 

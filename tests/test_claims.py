@@ -21,11 +21,12 @@ VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measur
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory):
+def quick(tmp_path_factory):  # a minute or more: the tests using it are marked slow
     out = tmp_path_factory.mktemp("claims")
     return out, run_claims(out, quick=True)
 
 
+@pytest.mark.slow
 def test_every_claim_has_a_computed_verdict(quick):
     out, rows = quick
     assert [r.number for r in rows] == list(range(1, 10))
@@ -36,6 +37,7 @@ def test_every_claim_has_a_computed_verdict(quick):
             assert (out / row.figure).is_file()
 
 
+@pytest.mark.slow
 def test_files_hold_the_table(quick):
     out, rows = quick
     table = pd.read_csv(out / "claims.csv")
@@ -56,6 +58,7 @@ def test_files_hold_the_table(quick):
         assert claim.threshold in md
 
 
+@pytest.mark.slow
 def test_exactness_claims_hold(quick):
     """Reuse only at the start, whole blocks for apc, salts isolate, outputs unchanged: the caches
     are built to these, so any other verdict is a bug."""

@@ -1,4 +1,9 @@
-"""`python -m harness` end to end on the tiny model: files, fields, determinism, bad input."""
+"""`python -m harness` end to end on the tiny model: files, fields, determinism, two runs at once.
+
+One real command-line run is shared by the tests below; the runs it is compared with go through
+`harness.execute` in-process (tests/harness_util.py). Bad input through the command line is in
+tests/test_bad_input.py (its table in-process, a few cases as real command lines).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import pandas as pd
 import pytest
 
 from harness.metrics import TIMING_COLUMNS
-from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, merged
+from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, run_harness
 
 
 def harness(args: list[str], run_dir: Path, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -29,6 +34,7 @@ def apc_run(tmp_path_factory):
     return run_dir, proc
 
 
+@pytest.mark.slow
 def test_run_writes_results(apc_run):
     run_dir, proc = apc_run
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -100,11 +106,12 @@ def test_run_writes_results(apc_run):
 
 
 def test_same_seed_same_requests_table(apc_run, tmp_path):
+    """The command-line run and an in-process run of the same config: the same requests table."""
     run_dir, _ = apc_run
-    proc = harness(
+    again = run_harness(
         [*SYSTEM_PROMPT_SMALL, "engine=apc", *SMALL, "save_tokens=true"], tmp_path / "again"
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert again.returncode == 0, again.stderr[-3000:]
     a = pd.read_parquet(run_dir / "requests.parquet").drop(
         columns=list(TIMING_COLUMNS) + ["run_id"], errors="ignore"
     )
@@ -112,16 +119,20 @@ def test_same_seed_same_requests_table(apc_run, tmp_path):
         columns=list(TIMING_COLUMNS) + ["run_id"], errors="ignore"
     )
     pd.testing.assert_frame_equal(a, b)
+    assert (run_dir / "tokens.jsonl").read_text() == (
+        tmp_path / "again" / "tokens.jsonl"
+    ).read_text()
 
 
 def test_radix_run(tmp_path):
-    proc = harness([*SYSTEM_PROMPT_SMALL, "engine=radix", *SMALL], tmp_path / "radix")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "radix" / "summary.json").read_text())
+    run = run_harness([*SYSTEM_PROMPT_SMALL, "engine=radix", *SMALL], tmp_path / "radix")
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = run.summary
     assert summary["status"] == "ok" and summary["backend"] == "radix"
     assert 0 < summary["hit_rate"] <= summary["ideal_hit_rate"] + 1e-9
 
 
+@pytest.mark.slow
 def test_two_runs_at_once_with_default_directories_both_complete(tmp_path):
     """Same workload, engine and seed, started together: two directories, two finished runs."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -140,29 +151,3 @@ def test_two_runs_at_once_with_default_directories_both_complete(tmp_path):
         assert json.loads((run / "summary.json").read_text())["status"] == "ok"
     named = {e.strip().splitlines()[-1].split("\r")[-1].strip() for e in errs}
     assert named == {f"run directory: {r}" for r in runs}
-
-
-@pytest.mark.parametrize(
-    "args,needle",
-    [
-        (["workload=nope"], "unknown workload 'nope'; valid:"),
-        (["engine=nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
-        (["model=nope"], "unknown model 'nope'; valid:"),
-        (["engine.block_size=0"], "engine.block_size must be a positive integer"),
-        (["engine.block_size=abc"], "engine.block_size"),
-        (["engine.kv_capacity_tokens=-16"], "engine.kv_capacity_tokens must be a positive integer"),
-        (["engine.kv_capacity_tokens=48"], "needs 60 KV tokens"),
-        (["workload.num_groups=0"], "workload.num_groups"),
-    ],
-)
-def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
-    run_dir = tmp_path / "bad"
-    proc = harness(merged(SYSTEM_PROMPT_SMALL, SMALL, args), run_dir, timeout=120)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    assert needle in lines[0]
-    assert "Traceback" not in proc.stderr
-    summary_path = run_dir / "summary.json"
-    if summary_path.exists():
-        assert json.loads(summary_path.read_text())["status"] == "failed"

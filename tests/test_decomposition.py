@@ -118,7 +118,7 @@ def test_cache_off_or_other_policies_are_not_part_of_the_square():
 
 @pytest.mark.slow
 def test_factorial_smoke_end_to_end_draws_the_decomposition(tmp_path):
-    proc = run_suite("factorial_smoke", tmp_path / "sweep", timeout=600)
+    proc = run_suite("factorial_smoke", tmp_path / "sweep", timeout=600, report_in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "sweep" / "suite.json").read_text())
     assert (record["num_runs"], record["num_ok"]) == (8, 8)

@@ -31,8 +31,9 @@ from harness.metrics import TIMING_COLUMNS
 from harness.results import RunDir
 from harness.rowlog import rows_table
 from harness.runner import RunInterrupted
+from tests.harness_util import ROOT, merged
 from tests.test_bad_input import BASE, assert_failed_run_dir, compose_config, with_base
-from tests.test_cli import ROOT, harness, merged
+from tests.test_cli import harness
 
 NUM_REQUESTS = 6  # BASE: 2 groups x 3 prompts of 48 + 8 tokens, 4 output tokens
 

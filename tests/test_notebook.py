@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from tests.report_support import write_results_tree
@@ -21,6 +22,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
 
 
+@pytest.mark.slow
 def test_compare_notebook_runs(tmp_path, monkeypatch):
     start = tmp_path / "start"  # where the user started Jupyter; the kernel runs in notebooks/
     results = write_results_tree(start / "results")

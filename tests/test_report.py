@@ -191,6 +191,7 @@ def sim_report(tmp_path_factory):
     return build_report(root, out_dir=root)
 
 
+@pytest.mark.slow  # the simulated results tree and its figures
 def test_trace_capacity_points_and_figure(sim_report):
     points = capacity_points(sim_report.runs[sim_report.runs["ok"]]).set_index(
         ["arm", "kv_capacity_tokens"]

@@ -130,9 +130,22 @@ def test_capacity_and_trace_sweep_capacity():
     )
 
 
-def run_suite(name: str, out: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+def run_suite(
+    name: str, out: Path, timeout: int = 240, report_in_process: bool = False
+) -> subprocess.CompletedProcess:
+    """`scripts/run_suite.py name --out out`: the sweep from the command line, then its report.
+
+    `report_in_process`: the script skips its `python -m harness.report` child (--no-report) and
+    the same report is built here by harness.report.main, saving an interpreter start."""
     cmd = [sys.executable, "scripts/run_suite.py", name, "--out", str(out)]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if report_in_process:
+        cmd.append("--no-report")
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if report_in_process and out.is_dir():
+        from harness.report import main as report_main
+
+        assert report_main([str(out)]) == 0
+    return proc
 
 
 @pytest.mark.slow
@@ -165,7 +178,7 @@ def test_overhead_smoke_end_to_end_with_report(tmp_path):
 
 @pytest.mark.slow
 def test_capacity_smoke_end_to_end_with_report(tmp_path):
-    proc = run_suite("capacity_smoke", tmp_path / "sweep")
+    proc = run_suite("capacity_smoke", tmp_path / "sweep", report_in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "sweep" / "summary.csv")
     assert (

@@ -1,9 +1,10 @@
 """The built wheel, installed into a fresh venv, runs from any folder: the packaged configs are
 found, and a workload YAML from the user's own folder joins them through hydra.searchpath.
 
-Offline and fast: the venv gets the wheel alone (`--no-deps --no-index`) and reaches the test
-environment's dependencies through a .pth line (a plain path line does not run that folder's own
-.pth files, so an editable install of the repository there stays invisible).
+Offline and fast: the venv gets the wheel alone (`--no-deps --no-index`, installed by the test
+environment's pip) and reaches the test environment's dependencies through a .pth line (a plain
+path line does not run that folder's own .pth files, so an editable install of the repository
+there stays invisible).
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ def sh(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.Comple
 def venv_python(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
-    skip = shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "__pycache__", ".venv")
+    # Caches are left out too: tests on the other workers write into them while this copies.
+    skip = shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "results", "__pycache__", ".venv", ".*_cache", ".hypothesis"
+    )
     shutil.copytree(ROOT, tmp / "src", ignore=skip)
     sh(
         [
@@ -55,13 +59,12 @@ def venv_python(tmp_path_factory) -> Path:
     (wheel,) = (tmp / "dist").glob("prefixbench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "harness/conf/config.yaml" in names and "harness/conf/workload/unique.yaml" in names
-    sh([sys.executable, "-m", "venv", str(tmp / "venv")], cwd=tmp)  # ensurepip: offline
+    # A bare venv, installed into by this environment's pip (`--python`): seeding the venv with
+    # its own pip (ensurepip) costs seconds and tests nothing about the package.
+    sh([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], cwd=tmp)
     python = tmp / "venv" / "bin" / "python"
-    sh(
-        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-        cwd=tmp,
-        env=clean_env(),
-    )
+    install = ["install", "--no-deps", "--no-index", "-q", str(wheel)]
+    sh([sys.executable, "-m", "pip", "--python", str(python), *install], cwd=tmp, env=clean_env())
     site = sh([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp)
     deps = sysconfig.get_paths()["purelib"]
     (Path(site.stdout.strip()) / "test_deps.pth").write_text(deps + "\n")

@@ -21,6 +21,7 @@ def _write_jsonl(path, records):
     return str(path)
 
 
+@pytest.mark.slow  # loads the SmolLM2 tokenizer
 def test_sample_sessions_are_chat_templated_turns():
     reqs = generate(Params(), 0, SMOL)
     sessions = {r.session_id for r in reqs}
