@@ -115,6 +115,11 @@ class TokenToKVPoolAllocator(_FreeGroup):
         """Every free slot id, in allocation order (integrity checks)."""
         return self._buf[self._head : self._tail].tolist()
 
+    def free_pages(self) -> np.ndarray:
+        """Every free page id (page 1: slot id) as an int32 array, a view (integrity checks of
+        a pool with millions of slots)."""
+        return self._buf[self._head : self._tail]
+
 
 class PagedTokenToKVPoolAllocator(_FreeGroup):
     """Page-P allocator: hands out whole pages, frees whole pages."""
@@ -223,6 +228,9 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
 
     def free_slots(self) -> list[int]:
         return self._expand(list(self._free)).tolist()
+
+    def free_pages(self) -> np.ndarray:
+        return np.fromiter(self._free, dtype=SLOT_DTYPE, count=len(self._free))
 
 
 class ReqToTokenPool:

@@ -281,11 +281,11 @@ class RadixCache:
         """Free, tree-owned and request-private pages are disjoint and cover the pool (counted
         in arrays: a whole-trace pool has millions of slots)."""
         p = self.page_size
-        pages = [np.asarray(self.allocator.free_slots()[::p], dtype=np.int64) // p]
-        pages += [np.asarray(node.value[::p], dtype=np.int64) // p for node in self.tree.nodes()]
+        pages = [self.allocator.free_pages()]
+        pages += [node.value[::p] // p for node in self.tree.nodes()]
         for st in self.reqs.values():
             private = self.req_to_token_pool.rows[st.row][st.cache_protected_len : st.kv_allocated_len]
-            pages.append(np.unique(np.asarray(private, dtype=np.int64) // p))
+            pages.append(np.unique(private // p))
         owners = np.bincount(np.concatenate(pages), minlength=self.num_blocks)
         doubles = np.flatnonzero(owners > 1)
         if doubles.size or np.count_nonzero(owners) != self.num_blocks - 1 or owners[0]:
