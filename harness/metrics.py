@@ -249,8 +249,9 @@ def _stats(name: str, values: Sequence[float], percentiles: Sequence[float]) -> 
     """mean/median/population std/percentiles (linear interpolation); an empty list counts as 0."""
     arr = np.asarray(values, dtype=float) if len(values) else np.zeros(1)
     out = {f"mean_{name}": arr.mean(), f"median_{name}": np.median(arr), f"std_{name}": arr.std()}
-    for p in sorted(set(percentiles)):
-        out[f"{percentile_name(p)}_{name}"] = np.percentile(arr, p)
+    ps = sorted(set(percentiles))  # one partition for all: each value is as if computed alone
+    for p, value in zip(ps, np.percentile(arr, ps) if ps else ()):
+        out[f"{percentile_name(p)}_{name}"] = value
     return out
 
 
