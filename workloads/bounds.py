@@ -126,14 +126,16 @@ class _Hasher:
             )
         terms = self._mixed(ids[:n])
         terms *= self.powers[:n]
+        if len(ends) * 8 > n:  # short blocks: one cumsum beats many tiny segment sums
+            return np.cumsum(terms, dtype=np.uint64, out=terms)[ends - 1]
         starts = np.concatenate([[0], ends[:-1]])
         return np.cumsum(np.add.reduceat(terms, starts, dtype=np.uint64), dtype=np.uint64)
 
     @staticmethod
-    def keys(hashes: np.ndarray, ends: np.ndarray, salt_code: int) -> list[int]:
+    def keys(hashes: np.ndarray, ends: np.ndarray, salt_code: int) -> np.ndarray:
         """Keys of the blocks ending at `ends`, from `hashes` = H at those ends."""
         e = ends.astype(np.uint64)
-        return mix_array(hashes ^ (e * np.uint64(GAMMA)) ^ np.uint64(salt_code)).tolist()
+        return mix_array(hashes ^ (e * np.uint64(GAMMA)) ^ np.uint64(salt_code))
 
 
 def _engine_ends(n: int, g: int, hit: bool) -> np.ndarray:
@@ -170,21 +172,38 @@ def _items(source, granularities: Sequence[int], accounting: str) -> dict[int, l
         prompt, cached = _int_array(rep.prompt_ids), _int_array(rep.cached_ids)
         n = len(prompt)
         ends = {g: (ends_of(n, g, True), ends_of(len(cached), g, False)) for g in granularities}
-        at = np.unique(np.concatenate([e for pair in ends.values() for e in pair]))
-        hashes = hasher.hashes_at(cached, at)
+        at = _union([e for pair in ends.values() for e in pair])
         salt = stream_key("salt", rep.salt) if rep.salt is not None else 0
+        keys = hasher.keys(hasher.hashes_at(cached, at), at, salt)  # a key depends on its end only
         for g, (hit_ends, insert_ends) in ends.items():
             cum = np.concatenate([[0], hit_ends])
             item = _Item(
-                hasher.keys(hashes[np.searchsorted(at, hit_ends)], hit_ends, salt),
+                _pick(keys, at, hit_ends),
                 cum,
-                hasher.keys(hashes[np.searchsorted(at, insert_ends)], insert_ends, salt),
+                _pick(keys, at, insert_ends),
                 rep.num_samples,
                 -(-n // g),
                 n,
             )
             out[g].append(item)
     return out
+
+
+def _union(arrays: list[np.ndarray]) -> np.ndarray:
+    """Sorted distinct values of sorted, distinct `arrays`; usually one array holds all the
+    others as its prefix (the hittable blocks start the cached ones)."""
+    longest = max(arrays, key=len)
+    if all(np.array_equal(a, longest[: len(a)]) for a in arrays):
+        return longest
+    values = np.sort(np.concatenate(arrays))
+    return values[np.concatenate([[True], values[1:] != values[:-1]])]
+
+
+def _pick(keys: np.ndarray, at: np.ndarray, ends: np.ndarray) -> list[int]:
+    """The keys of the blocks ending at `ends`, from those at `at` (a superset)."""
+    if len(ends) <= len(at) and np.array_equal(ends, at[: len(ends)]):
+        return keys[: len(ends)].tolist()
+    return keys[np.searchsorted(at, ends)].tolist()
 
 
 def _run(
