@@ -338,10 +338,10 @@ _PLAIN = frozenset({str, int, bool, type(None)})  # returned as they are
 def json_safe(value: object) -> object:
     """Plain Python values only: numpy scalars/arrays unwrapped, NaN -> None, +-inf -> "inf"."""
     kind = type(value)  # exact types first: the rows file calls this for every finished request
-    if kind in _PLAIN:
+    if kind in _PLAIN or (kind is float and math.isfinite(value)):
         return value
     if kind is dict:
-        return {k: json_safe(v) for k, v in value.items()}
+        return {k: v if type(v) in _PLAIN else json_safe(v) for k, v in value.items()}
     if isinstance(value, Mapping):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
