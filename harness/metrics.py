@@ -138,9 +138,10 @@ def request_row(rec: RequestRecord, req: Request, request_index: int, ctx: dict)
     }
 
 
-def itls_ms(records: Iterable[RequestRecord]) -> dict[str, tuple[float, ...]]:
-    """Gaps between consecutive output tokens of each request, in ms, keyed by child request_id."""
-    return {r.request_id: tuple(float(g) for g in np.diff(r.token_times_s) * 1e3) for r in records}
+def itls_ms(records: Iterable[RequestRecord]) -> dict[str, np.ndarray]:
+    """Gaps between consecutive output tokens of each request, in ms, keyed by child request_id
+    (float64 arrays: a whole trace has ~4e6 of them, 32 bytes each as Python floats in tuples)."""
+    return {r.request_id: np.diff(r.token_times_s) * 1e3 for r in records}
 
 
 def token_rows(
@@ -182,10 +183,16 @@ def summarize(
     percentiles = tuple(metrics.percentiles)
     ids = list(df["request_id"])
     itl_lists = (
-        [list(itls_ms.get(rid, ())) for rid in ids] if isinstance(itls_ms, Mapping) else None
+        [np.asarray(itls_ms.get(rid, ()), dtype=float) for rid in ids]
+        if isinstance(itls_ms, Mapping)
+        else None
     )
     # Both upstreams pool the ITLs of all requests for their statistics.
-    pooled_itl = [g for gaps in itl_lists for g in gaps] if itl_lists is not None else list(itls_ms)
+    pooled_itl = (
+        np.concatenate([np.empty(0), *itl_lists])
+        if itl_lists is not None
+        else np.asarray(list(itls_ms), dtype=float)
+    )
     num_in = int(df["prompt_tokens"].sum())
     num_out = int(df["output_tokens"].sum())
     num_cached = int(df["cached_tokens"].sum())
@@ -211,7 +218,7 @@ def summarize(
     out.update(_stats("ttft_ms", df["ttft_ms"].tolist(), percentiles))
     out.update(_stats("tpot_ms", df["tpot_ms"].dropna().tolist(), percentiles))
     out.update(_stats("itl_ms", pooled_itl, (*percentiles, 95)))
-    out["max_itl_ms"] = max(pooled_itl, default=0.0)
+    out["max_itl_ms"] = float(pooled_itl.max()) if len(pooled_itl) else 0.0
     out.update(_stats("e2el_ms", e2el, percentiles))
     out.update(_stats("queue_delay_ms", df["queue_delay_ms"].tolist(), percentiles))
     # SGLang bench_serving names for the same quantities.
@@ -242,8 +249,9 @@ def _stats(name: str, values: Sequence[float], percentiles: Sequence[float]) -> 
     """mean/median/population std/percentiles (linear interpolation); an empty list counts as 0."""
     arr = np.asarray(values, dtype=float) if len(values) else np.zeros(1)
     out = {f"mean_{name}": arr.mean(), f"median_{name}": np.median(arr), f"std_{name}": arr.std()}
-    for p in sorted(set(percentiles)):
-        out[f"{percentile_name(p)}_{name}"] = np.percentile(arr, p)
+    ps = sorted(set(percentiles))  # one partition for all: each value is as if computed alone
+    for p, value in zip(ps, np.percentile(arr, ps) if ps else ()):
+        out[f"{percentile_name(p)}_{name}"] = value
     return out
 
 
@@ -296,7 +304,7 @@ def check_metrics(metrics: MetricsConfig) -> None:
             raise BadInput(f"metrics.percentiles: each must be a number in [0, 100], got {p!r}")
 
 
-def _peaks(df: pd.DataFrame, itl_lists: list[list[float]] | None) -> tuple[float | None, int]:
+def _peaks(df: pd.DataFrame, itl_lists: list[np.ndarray] | None) -> tuple[float | None, int]:
     """Peak output tokens and active requests over 1-second buckets from the first arrival.
 
     Token times are reconstructed as first_token + cumulative ITLs, as vLLM does. A request is
@@ -324,8 +332,16 @@ def _peaks(df: pd.DataFrame, itl_lists: list[list[float]] | None) -> tuple[float
     return float(tokens.max()), peak_requests
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})  # returned as they are
+
+
 def json_safe(value: object) -> object:
     """Plain Python values only: numpy scalars/arrays unwrapped, NaN -> None, +-inf -> "inf"."""
+    kind = type(value)  # exact types first: the rows file calls this for every finished request
+    if kind in _PLAIN or (kind is float and math.isfinite(value)):
+        return value
+    if kind is dict:
+        return {k: v if type(v) in _PLAIN else json_safe(v) for k, v in value.items()}
     if isinstance(value, Mapping):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):

@@ -89,14 +89,34 @@ def stream_keys(prefix: tuple[int | str, ...], last: np.ndarray) -> np.ndarray:
     return mix_array(base ^ (last.astype(np.uint64) + np.uint64(GAMMA)))
 
 
-def _to_ids(raw: np.ndarray, space: TokenSpace) -> np.ndarray:
-    return (raw % np.uint64(space.num_workload_ids)).astype(np.int64) + space.first_workload_id
+def _to_ids(raw: np.ndarray, space: TokenSpace, dtype: type = np.int64) -> np.ndarray:
+    n = np.uint64(space.num_workload_ids)
+    # raw % n, exactly; numpy divides by a scalar with libdivide but computes `%` by hardware
+    # division, twice as slow.
+    ids = (raw - raw // n * n).astype(dtype)
+    ids += dtype(space.first_workload_id)
+    return ids
 
 
-def token_block(space: TokenSpace, keys: np.ndarray, length: int) -> np.ndarray:
-    """Rows of `length` tokens, row b being the stream of keys[b]: shape [len(keys), length]."""
+def token_block(
+    space: TokenSpace, keys: np.ndarray, length: int, dtype: type = np.int64
+) -> np.ndarray:
+    """Rows of `length` tokens, row b being the stream of keys[b]: shape [len(keys), length].
+    `dtype` np.int32 skips an int64 copy where the ids are stored compactly (they fit: vocab < 2**31)."""
     steps = np.arange(1, length + 1, dtype=np.uint64) * np.uint64(GAMMA)
-    return _to_ids(mix_array(keys.astype(np.uint64)[:, None] + steps[None, :]), space)
+    return _to_ids(mix_array(keys.astype(np.uint64)[:, None] + steps[None, :]), space, dtype)
+
+
+def token_streams(space: TokenSpace, keys: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The first lengths[b] tokens of stream keys[b], for every b, concatenated (one vectorised
+    draw for many short streams, such as a trace's replies)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    steps = np.arange(int(lengths.sum()), dtype=np.uint64) - np.repeat(starts, lengths).astype(np.uint64)
+    steps += np.uint64(1)
+    steps *= np.uint64(GAMMA)
+    steps += np.repeat(keys.astype(np.uint64), lengths)
+    return _to_ids(mix_array(steps), space)
 
 
 def token_ids(
@@ -125,17 +145,31 @@ def distinct_heads(space: TokenSpace, count: int, *key: int | str) -> np.ndarray
     return picks.astype(np.int64) + space.first_workload_id
 
 
-_INTS: list[int] = []
+class _SharedInts:
+    """One int object per token id, shared by every tuple that `as_tuple` makes."""
+
+    def __init__(self) -> None:
+        self.pool = np.empty(0, dtype=object)
+
+    def take(self, ids: np.ndarray) -> tuple[int, ...]:
+        if len(ids) == 0:
+            return ()
+        top = int(ids.max())
+        if top >= len(self.pool):
+            grown = np.empty(top + 1, dtype=object)
+            grown[: len(self.pool)] = self.pool
+            grown[len(self.pool) :] = list(range(len(self.pool), top + 1))
+            self.pool = grown
+        return tuple(self.pool[ids].tolist())  # an object array's tolist keeps its objects
+
+
+_INTS = _SharedInts()
 
 
 def as_tuple(ids: np.ndarray) -> tuple[int, ...]:
     """Token ids as a tuple of shared int objects: a whole-trace replay holds ~10^8 tokens, and one
     fresh Python int per token would cost ~54 bytes each instead of an 8-byte pointer."""
-    values = ids.tolist()
-    top = max(values, default=-1)
-    if top >= len(_INTS):
-        _INTS.extend(range(len(_INTS), top + 1))
-    return tuple(map(_INTS.__getitem__, values))
+    return _INTS.take(np.asarray(ids))
 
 
 def warmup_requests(

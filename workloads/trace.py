@@ -31,7 +31,7 @@ from workloads.base import (
 from workloads.errors import BadInput
 from workloads.progress import progress
 from workloads.request import Request
-from workloads.tokens import TokenSpace, as_tuple, stream_keys, token_block, token_ids
+from workloads.tokens import TokenSpace, as_tuple, stream_keys, token_block, token_streams
 
 # The shipped traces' workload names and files: a run under one of these names replays that file.
 SHIPPED = {
@@ -114,10 +114,8 @@ def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> Tr
     if (
         not isinstance(hash_ids, list)
         or not hash_ids
-        or not all(
-            isinstance(h, int) and not isinstance(h, bool) and 0 <= h < MAX_HASH_ID
-            for h in hash_ids
-        )
+        or not all(type(h) is int for h in hash_ids)  # JSON gives int, bool or float
+        or not 0 <= min(hash_ids) <= max(hash_ids) < MAX_HASH_ID
     ):
         raise BadInput(f"{where}: hash_ids must be a non-empty list of integers in [0, 2**63)")
     k = len(hash_ids)
@@ -144,17 +142,33 @@ def read_trace(path: str, block_size: int = 512, max_requests: int | None = None
 def prompt_arrays(
     rows: list[TraceRow], seed: int, space: TokenSpace, block_size: int
 ) -> Iterator[np.ndarray]:
-    """Each row's prompt as an int64 array (lazily: a whole trace is ~10^8 tokens)."""
-    for row in rows:
-        keys = stream_keys((seed, "trace"), np.asarray(row.hash_ids, dtype=np.uint64))
-        yield token_block(space, keys, block_size).reshape(-1)[: row.input_length]
+    """Each row's prompt as an int32 array (lazily: a whole trace is ~10^8 tokens). Each hash id is
+    expanded once: a block that a later row names again is kept until that row (the re-used
+    blocks alive at any time are a few MB; expanding them per row was a third of the work)."""
+    last_row = {h: i for i, row in enumerate(rows) for h in row.hash_ids}
+    ids = np.fromiter(last_row, dtype=np.uint64, count=len(last_row))
+    key_of = dict(zip(last_row, stream_keys((seed, "trace"), ids).tolist()))
+    kept: dict[int, np.ndarray] = {}
+    for i, row in enumerate(rows):
+        new = [h for h in dict.fromkeys(row.hash_ids) if h not in kept]
+        keys = np.array([key_of[h] for h in new], dtype=np.uint64)
+        fresh = dict(zip(new, token_block(space, keys, block_size, np.int32)))
+        blocks = [kept[h] if h in kept else fresh[h] for h in row.hash_ids]
+        tail = row.input_length - (len(blocks) - 1) * block_size
+        yield np.concatenate([*blocks[:-1], blocks[-1][:tail]])
+        for h, block in fresh.items():
+            if last_row[h] > i:
+                kept[h] = block.copy()  # not a view: it would hold the row's whole draw
+        for h in row.hash_ids:
+            if last_row[h] == i:
+                kept.pop(h, None)
 
 
 def compact_ids(ids: np.ndarray) -> array:
     """Token ids as a read-only-by-convention `array('i')`: a sequence of Python ints (indexing,
     iteration, `tolist`) that numpy reads without copying."""
     out = array("i")
-    out.frombytes(ids.astype(np.int32).tobytes())
+    out.frombytes(memoryview(np.ascontiguousarray(ids, dtype=np.int32)).cast("B"))  # one copy
     return out
 
 
@@ -165,26 +179,38 @@ def shared_prefix_lens(rows: list[TraceRow], block_size: int) -> list[int]:
     root: dict[int, list] = {}  # hash id -> [tokens covered, children]
     out = []
     for row in rows:
-        lens = [
-            min(block_size, row.input_length - i * block_size) for i in range(len(row.hash_ids))
-        ]
-        node, shared = root, 0
-        for h, length in zip(row.hash_ids, lens):
+        last = len(row.hash_ids) - 1
+        tail = row.input_length - last * block_size  # the last block's tokens; the others are full
+        node, shared, matching = root, 0, True
+        for i, h in enumerate(row.hash_ids):
+            length = block_size if i < last else tail
             child = node.get(h)
-            if child is None:
-                break
-            covered = min(child[0], length)
-            shared += covered
-            if covered < block_size:
-                break
+            if child is None:  # the match ends here; the rest of the chain is new
+                child = node[h] = [length, {}]
+                matching = False
+            else:
+                if matching:
+                    covered = child[0] if child[0] < length else length
+                    shared += covered
+                    matching = covered == block_size
+                if child[0] < length:
+                    child[0] = length
             node = child[1]
         out.append(shared)
-        node = root
-        for h, length in zip(row.hash_ids, lens):
-            child = node.setdefault(h, [0, {}])
-            child[0] = max(child[0], length)
-            node = child[1]
     return out
+
+
+def _replies(rows: list[TraceRow], seed: int, space: TokenSpace) -> Iterator[tuple[int, ...]]:
+    """Each row's scripted reply, the stream (seed, "trace-output", line), drawn a chunk of rows
+    at a time."""
+    chunk = 512
+    for lo in range(0, len(rows), chunk):
+        part = rows[lo : lo + chunk]
+        lines = np.array([row.line_no for row in part], dtype=np.uint64)
+        lengths = np.array([row.output_length for row in part], dtype=np.int64)
+        flat = as_tuple(token_streams(space, stream_keys((seed, "trace-output"), lines), lengths))
+        ends = np.cumsum(lengths).tolist()
+        yield from (flat[e - n : e] for e, n in zip(ends, lengths.tolist()))
 
 
 @register_family("trace", TraceParams)
@@ -196,15 +222,13 @@ def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request
         Request(
             request_id=f"{stem}-{row.line_no}",
             prompt_ids=compact_ids(prompt),
-            output_ids=as_tuple(
-                token_ids(space, (seed, "trace-output", row.line_no), row.output_length)
-            ),
+            output_ids=reply,
             arrival_s=row.timestamp_ms / 1000.0 * p.slowdown,
             shared_prefix_len=shared_i,
             tags={"line": row.line_no, "num_blocks": len(row.hash_ids)},
         )
-        for row, prompt, shared_i in progress(
-            zip(rows, prompt_arrays(rows, seed, space, p.block_size), shared),
+        for row, prompt, reply, shared_i in progress(
+            zip(rows, prompt_arrays(rows, seed, space, p.block_size), _replies(rows, seed, space), shared),
             "expanding trace",
             "req",
             total=len(rows),
