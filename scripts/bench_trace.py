@@ -44,8 +44,13 @@ COMMON_KNOBS = (
 )
 # Outcome columns of requests.parquet that must not change between code versions.
 PINNED_COLUMNS = (
-    "request_id", "cached_tokens", "num_preemptions", "recomputed_tokens",
-    "scheduled_s", "first_token_s", "finish_s",
+    "request_id",
+    "cached_tokens",
+    "num_preemptions",
+    "recomputed_tokens",
+    "scheduled_s",
+    "first_token_s",
+    "finish_s",
 )
 
 
@@ -63,55 +68,134 @@ def outcome_digest(run_dir: Path) -> str | None:
     return h.hexdigest()[:16]
 
 
-def run_one(trace: str, engine: str, capacity: int, out_dir: Path, rep: int, runs: bool = True) -> dict:
+def run_one(
+    trace: str, engine: str, capacity: int, out_dir: Path, rep: int, runs: bool = True
+) -> dict:
     run_dir = out_dir / f"{trace}-{engine}-kv{capacity}-{'runs' if runs else 'steps'}-r{rep}"
-    overrides = [*SUITE_KNOBS[trace], *COMMON_KNOBS, f"engine={engine}",
-                 f"engine.kv_capacity_tokens={capacity}", f"engine.decode_runs={str(runs).lower()}",
-                 f"hydra.run.dir={run_dir}"]
+    overrides = [
+        *SUITE_KNOBS[trace],
+        *COMMON_KNOBS,
+        f"engine={engine}",
+        f"engine.kv_capacity_tokens={capacity}",
+        f"engine.decode_runs={str(runs).lower()}",
+        f"hydra.run.dir={run_dir}",
+    ]
     run = run_harness(overrides, bound_granularities=[512])
     summary = run.summary or {}
     return {
-        "trace": trace, "engine": engine, "kv_capacity_tokens": capacity, "repeat": rep,
+        "trace": trace,
+        "engine": engine,
+        "kv_capacity_tokens": capacity,
+        "repeat": rep,
         "decode_runs": runs,
-        "child_wall_s": run.wall_s, "engine_wall_s": summary.get("wall_s"),
-        "peak_rss_mib": run.peak_rss_mib, "status": summary.get("status"),
-        "completed": summary.get("completed"), "hit_rate": summary.get("hit_rate"),
-        "evictions": summary.get("evictions"), "num_steps": summary.get("num_steps"),
-        "median_ttft_ms": summary.get("median_ttft_ms"), "digest": outcome_digest(run_dir),
+        "child_wall_s": run.wall_s,
+        "engine_wall_s": summary.get("wall_s"),
+        "peak_rss_mib": run.peak_rss_mib,
+        "status": summary.get("status"),
+        "completed": summary.get("completed"),
+        "hit_rate": summary.get("hit_rate"),
+        "evictions": summary.get("evictions"),
+        "num_steps": summary.get("num_steps"),
+        "median_ttft_ms": summary.get("median_ttft_ms"),
+        "p99_ttft_ms": summary.get("p99_ttft_ms"),
+        "duration": summary.get("duration"),
+        "cache_bookkeeping_ms": summary.get("cache_bookkeeping_ms"),
+        "digest": outcome_digest(run_dir),
         "stderr_tail": None if run.returncode == 0 else run.stderr_tail,
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", nargs="+", default=["conversation", "synthetic"], choices=list(SUITE_KNOBS))
+    ap.add_argument(
+        "--traces", nargs="+", default=["conversation", "synthetic"], choices=list(SUITE_KNOBS)
+    )
     ap.add_argument("--engines", nargs="+", default=["apc", "radix"])
-    ap.add_argument("--kv-capacity-tokens", type=int, default=1_791_488)
+    ap.add_argument(
+        "--kv-capacity-tokens",
+        type=int,
+        nargs="+",
+        default=[1_791_488],
+        help="one or more; the trace_h100 suite sweeps 447488 1791488 7167488",
+    )
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument(
-        "--decode-runs", choices=["on", "off", "both"], default="on",
+        "--decode-runs",
+        choices=["on", "off", "both"],
+        default="on",
         help="engine.decode_runs; `both` interleaves the two per arm (same digests expected)",
     )
     args = ap.parse_args()
     out_dir = ROOT / "results/bench_trace" / time.strftime("%Y%m%d-%H%M%S")
     modes = {"on": [True], "off": [False], "both": [True, False]}[args.decode_runs]
-    arms = [(t, e, m) for t in args.traces for e in args.engines for m in modes]
+    arms = [
+        (t, e, c, m)
+        for t in args.traces
+        for c in args.kv_capacity_tokens
+        for e in args.engines
+        for m in modes
+    ]
     rows = []
     for rep in range(args.repeats):  # interleaved: every arm once per repeat
-        for trace, engine, runs in arms:
-            row = run_one(trace, engine, args.kv_capacity_tokens, out_dir, rep, runs)
+        for trace, engine, capacity, runs in arms:
+            row = run_one(trace, engine, capacity, out_dir, rep, runs)
             rows.append(row)
             print(_line(row), flush=True)
     if args.repeats > 1:
-        for trace, engine, runs in arms:
-            mine = [r for r in rows if (r["trace"], r["engine"], r["decode_runs"]) == (trace, engine, runs)]
+        for trace, engine, capacity, runs in arms:
+            arm = (trace, engine, capacity, runs)
+            mine = [
+                r
+                for r in rows
+                if (r["trace"], r["engine"], r["kv_capacity_tokens"], r["decode_runs"]) == arm
+            ]
             wall = statistics.median(r["child_wall_s"] for r in mine)
             rss = statistics.median(r["peak_rss_mib"] or 0.0 for r in mine)
             mode = "runs" if runs else "steps"
-            print(f"median {trace:12s} {engine:5s} {mode:5s} wall {wall:6.1f} s  rss {rss:7.0f} MiB")
+            print(
+                f"median {trace:12s} {engine:5s} kv {capacity:,d} {mode:5s} wall {wall:6.1f} s  rss {rss:7.0f} MiB"
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps({"rows": rows}, indent=1))
-    print(f"wrote {out_dir / 'bench.json'}")
+    write_table(rows, out_dir / "trace_h100.csv")
+    print(
+        f"wrote {out_dir / 'bench.json'} and trace_h100.csv (`python -m harness.report {out_dir}` draws them)"
+    )
+
+
+# results/reference/trace_h100.csv: one row per run, the outcome and what it cost.
+TABLE_COLUMNS = (
+    "workload",
+    "hardware",
+    "slowdown",
+    "kv_capacity_tokens",
+    "engine",
+    "completed",
+    "child_wall_s",
+    "engine_wall_s",
+    "peak_rss_mib",
+    "hit_rate",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "duration",
+    "cache_bookkeeping_ms",
+)
+
+
+def write_table(rows: list[dict], path: Path) -> None:
+    import pandas as pd
+
+    table = pd.DataFrame(
+        {
+            "workload": f"mooncake_{r['trace']}",
+            "hardware": "h100_llama3_70b_fp8",
+            "slowdown": 8.0,
+            **{k: r.get(k) for k in TABLE_COLUMNS[3:]},
+        }
+        for r in rows
+    )
+    decimals = {k: 1 for k in TABLE_COLUMNS[6:]} | {"hit_rate": 4}
+    table.round(decimals).to_csv(path, index=False)
 
 
 def _line(r: dict) -> str:
