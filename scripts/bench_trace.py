@@ -40,7 +40,6 @@ COMMON_KNOBS = (
     "load.slowdown=8.0",
     "engine.max_num_batched_tokens=8192",
     "engine.max_num_seqs=256",
-    "label=bench_trace",
 )
 # Outcome columns of requests.parquet that must not change between code versions.
 PINNED_COLUMNS = (
