@@ -77,9 +77,8 @@ class SglangScheduler:
         self.batch_is_full = False
         self.last_prefill: PrefillBatchStats | None = None
         self._last_plan_is_prefill = False
-        self._recompute_until: dict[
-            str, int
-        ] = {}  # seq id -> tokens computed before its retraction
+        # seq id -> tokens computed before its retraction
+        self._recompute_until: dict[str, int] = {}
 
     # ------------------------------------------------------------------ steps
     def schedule(

@@ -3,7 +3,8 @@
 Each step advances a `VirtualClock` by the cost model's step time and emits the scripted tokens,
 with the real executor's rule; a stretch of pure decode runs as one macro-step priced step by
 step (`execute_decode_run`, engines/cache/base.py `DecodeRun`). Capacity is still enforced by the
-cache in blocks/tokens, and cache bookkeeping is still timed on the wall clock by the Scheduler (`bookkeeping_ns`), as in a real run.
+cache in blocks/tokens, and cache bookkeeping is still timed on the wall clock by the Scheduler
+(`bookkeeping_ns`), as in a real run.
 With `hardware.charge_host_time` the clock also advances by the engine loop's own CPU time between
 steps, so a CPU model (where host and model share the core) sees the scheduler's cost too.
 """
