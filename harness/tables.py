@@ -128,11 +128,23 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     df["ok"] = df["status"] == "ok"
     duration_ms = pd.to_numeric(_coalesce(df, "duration"), errors="coerce") * 1e3
     bookkeeping = pd.to_numeric(_coalesce(df, "cache_bookkeeping_ms"), errors="coerce")
-    df["bookkeeping_share"] = bookkeeping / duration_ms.where(duration_ms > 0)
+    df["per_step_bookkeeping"] = _per_step_bookkeeping(df)
+    df["bookkeeping_share"] = (bookkeeping / duration_ms.where(duration_ms > 0)).where(
+        df["per_step_bookkeeping"]
+    )
     df["fingerprint"] = _coalesce(df, "fingerprint").fillna("unknown")
     df["varies"] = _varying_keys(df)
     df["series"] = [_series(row) for _, row in df.iterrows()]
     return df
+
+
+def _per_step_bookkeeping(df: pd.DataFrame) -> pd.Series:
+    """False for simulated runs whose decode stretches ran as macro-steps: their bookkeeping is a
+    bulk replay, not the per-step work an engine does (docs/design.md §5). Runs recorded before
+    `engine.decode_runs` existed stepped one by one."""
+    runs_on = _coalesce(df, "config.engine.decode_runs").fillna(False).astype(bool)
+    host_charged = _coalesce(df, "config.hardware.charge_host_time").fillna(False).astype(bool)
+    return ~((df["executor"] == "simulated") & runs_on & ~host_charged)
 
 
 def _varying_keys(df: pd.DataFrame) -> pd.Series:
@@ -297,6 +309,7 @@ def projected_overhead_table(tidy: pd.DataFrame, workload: str = "unique") -> pd
     runs = tidy[
         tidy["ok"]
         & (tidy["executor"] == "simulated")
+        & tidy["per_step_bookkeeping"]
         & tidy["hardware"].notna()
         & (tidy["workload"] == workload)
     ].copy()

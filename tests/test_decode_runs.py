@@ -356,3 +356,17 @@ def test_random_streams_with_and_without_runs(stream, pool, arm, block_size, pol
         return [rows, stats.num_evictions, engine.scheduler.num_steps]
 
     assert records(True) == records(False)
+
+
+def test_overhead_measurements_step_one_by_one():
+    """What measures the host's bookkeeping (harness.overhead, the claims on it, the overhead_sim
+    suite) must not replay decode stretches in bulk."""
+    from harness import overhead
+
+    cfg = overhead.config("apc", True, ["executor=simulated", "hardware=h100_llama3_8b_bf16"])
+    assert cfg.engine.decode_runs is False
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        suite = compose("config", overrides=["+suite=overhead_sim"])
+    assert suite.engine.decode_runs is False
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        assert compose("config").engine.decode_runs is True  # the default elsewhere

@@ -360,3 +360,30 @@ def test_intervals_never_go_below_zero_and_single_runs_get_none():
     ci = ratio_ci([0.5, 2.0, 1.0])
     assert ci.mean == pytest.approx(1.0) and 0 < ci.low < 1 < ci.high
     assert ci.low * ci.high == pytest.approx(1.0)  # r and 1/r: mirror images on the log scale
+
+
+def test_bookkeeping_of_macro_stepped_runs_is_not_a_per_step_share():
+    """A simulated run with decode runs replays its decode stretches' bookkeeping in bulk: its
+    share is left out of the bookkeeping figure and the projected overhead; stepped runs, runs
+    that charge host time (never macro-stepped), real runs and older runs keep theirs."""
+    from harness.tables import tidy_runs
+
+    base = {"duration": 10.0, "cache_bookkeeping_ms": 50.0, "status": "ok"}
+    runs = pd.DataFrame(
+        [
+            {"config.executor": "simulated", "config.engine.decode_runs": True, **base},
+            {"config.executor": "simulated", "config.engine.decode_runs": False, **base},
+            {
+                "config.executor": "simulated",
+                "config.engine.decode_runs": True,
+                "config.hardware.charge_host_time": True,
+                **base,
+            },
+            {"config.executor": "real", "config.engine.decode_runs": True, **base},
+            {"executor": "simulated", **base},  # recorded before decode runs existed
+        ]
+    )
+    tidy = tidy_runs(runs)
+    assert tidy["per_step_bookkeeping"].tolist() == [False, True, True, True, True]
+    assert math.isnan(tidy["bookkeeping_share"].iloc[0])
+    assert tidy["bookkeeping_share"].iloc[1:].tolist() == [0.005] * 4
