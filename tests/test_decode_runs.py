@@ -28,12 +28,13 @@ from engines.cache.radix.cache import RadixCache
 from engines.config import EngineConfig
 from engines.sequence import Sequence
 from engines.simulate.cost_model import StepShape, build_cost_model
-from engines.simulate.executor import SimulatedExecutor, _run_shape
+from engines.simulate.executor import SimulatedExecutor, decode_run_shape
 from harness.config import CONF_DIR
 from tests.engine_util import ENGINE_PRESETS, shared_prompt_requests, tiny_model
 from tests.pin_support import CASES, SIM, run_overrides
 from tests.test_engine_fuzz import build_requests, pressure, streams
 
+# A roofline preset written out, for engines built without Hydra (H100, Llama-3.1-8B bf16 shape).
 H100_8B = {
     "name": "h100_8b",
     "num_gpus": 1,
@@ -282,7 +283,7 @@ def test_run_prices_equal_step_prices(hardware, block_size):
     rng = np.random.default_rng(block_size)
     contexts = rng.integers(0, 200_000, 9)
     steps = np.arange(40, 340)
-    times = model.run_times_s(_run_shape(contexts, steps, block_size))
+    times = model.run_times_s(decode_run_shape(contexts, steps, block_size))
     for i, s in enumerate(steps.tolist()):
         shape = StepShape.of_pairs(((int(c) + s, 1) for c in contexts), block_size)
         assert times[i] == model.shape_time_s(shape), (hardware, s)

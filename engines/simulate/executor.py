@@ -105,7 +105,7 @@ class SimulatedExecutor:
         for first in range(0, run.max_steps, RUN_CHUNK_STEPS):
             steps = np.arange(first, min(first + RUN_CHUNK_STEPS, run.max_steps))
             times = self.cost_model.run_times_s(
-                _run_shape(contexts, steps, self.cost_model.block_size)
+                decode_run_shape(contexts, steps, self.cost_model.block_size)
             )
             ends = list(accumulate(times.tolist(), initial=self.clock.now()))[1:]
             cut = bisect_left(ends, until_s)  # the first step that ends at or after until_s
@@ -118,7 +118,7 @@ class SimulatedExecutor:
         return end_times
 
 
-def _run_shape(contexts: np.ndarray, steps: np.ndarray, block_size: int) -> DecodeRunShape:
+def decode_run_shape(contexts: np.ndarray, steps: np.ndarray, block_size: int) -> DecodeRunShape:
     """Shapes of `steps` of a run whose sequences start at `contexts` computed tokens: at step s
     sequence i reads c_i + s + 1 K/V tokens over cdiv(c_i + s + 1, B) = c_i // B + 1 +
     (c_i % B + s) // B blocks."""
