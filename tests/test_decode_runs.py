@@ -34,24 +34,18 @@ from tests.engine_util import ENGINE_PRESETS, shared_prompt_requests, tiny_model
 from tests.pin_support import CASES, SIM, run_overrides
 from tests.test_engine_fuzz import build_requests, pressure, streams
 
-# A roofline preset written out, for engines built without Hydra (H100, Llama-3.1-8B bf16 shape).
-H100_8B = {
-    "name": "h100_8b",
-    "num_gpus": 1,
-    "peak_flops": 989e12,
-    "flops_utilization": 0.5,
-    "memory_bandwidth": 3.35e12,
-    "bandwidth_efficiency": 0.8,
-    "num_params": 8e9,
-    "num_layers": 32,
-    "hidden_size": 4096,
-    "num_heads": 32,
-    "num_kv_heads": 8,
-    "head_dim": 128,
-    "bytes_per_param": 2.0,
-    "kv_bytes_per_element": 2.0,
-    "step_overhead_s": 0.004,
-}
+
+def hardware_preset(name: str):
+    """A `harness/conf/hardware` preset as its HardwareConfig."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_object(compose(f"hardware/{name}")["hardware"])
+
+
+def simulated_engine(config: EngineConfig):
+    """A tiny-model engine on the simulated executor priced as H100 / Llama-3.1-8B."""
+    hardware = hardware_preset("h100_llama3_8b_bf16")
+    return build_engine(config, tiny_model(), executor="simulated", device="cpu", hardware=hardware)
+
 
 CROSS = {
     f"{engine}-{name}": (f"engine={engine}", *overrides, *SIM)
@@ -136,9 +130,7 @@ def test_decode_runs_under_a_concurrency_cap(cache, cap, run_counter):
 
     def records(runs: bool) -> list[tuple]:
         config = EngineConfig(**ENGINE_PRESETS[cache], kv_capacity_tokens=4096, decode_runs=runs)
-        engine = build_engine(
-            config, tiny_model(), executor="simulated", device="cpu", hardware=H100_8B
-        )
+        engine = simulated_engine(config)
         out = engine.run(requests, max_concurrency=cap)
         return sorted(
             (r.request_id, r.arrival_s, r.cached_tokens, tuple(r.token_times_s)) for r in out
@@ -271,10 +263,7 @@ def test_radix_run_equals_per_step_allocation(seed, page_size):
 def test_run_prices_equal_step_prices(hardware, block_size):
     """Every step of a run is priced bit for bit as `shape_time_s` prices that step's plan shape
     (contexts past the fitted model's cache knee included)."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        hw = OmegaConf.to_object(
-            compose(f"hardware/{hardware.replace('knee', 'cpu_measured')}")["hardware"]
-        )
+    hw = hardware_preset(hardware.replace("knee", "cpu_measured"))
     if hardware == "knee":  # the fitted model with a cache knee the runs cross
         hw = dataclasses.replace(
             hw, fit_cache_kv_tokens=900_000, fit_per_kv_token_beyond_cache_s=3e-10
@@ -339,9 +328,7 @@ def test_random_streams_with_and_without_runs(stream, pool, arm, block_size, pol
             debug_checks=True,
             decode_runs=runs,
         )
-        engine = build_engine(
-            config, tiny_model(), executor="simulated", device="cpu", hardware=H100_8B
-        )
+        engine = simulated_engine(config)
         out = engine.run(requests)
         stats = engine.cache.stats()
         rows = sorted(
