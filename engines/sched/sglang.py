@@ -188,16 +188,14 @@ class SglangScheduler:
     # ----------------------------------------------------------------- decode
     def _decode_round(self, waiting: deque[Sequence], running: list[Sequence]) -> StepPlan:
         initial_bs = len(self.batch)
-        self.batch = [seq for seq in self.batch if not seq.is_finished]
+        self.batch = self._unfinished_batch()
         if not self.batch:
             self.batch_is_full = False
             return StepPlan()
         if not self._check_decode_mem(len(self.batch)):
             self._retract(waiting, running)
         else:
-            self.new_token_ratio = max(
-                self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
-            )
+            self._decay_new_token_ratio()
         if len(self.batch) < initial_bs:
             self.batch_is_full = False
         if not self.cache.allocate(
@@ -215,11 +213,12 @@ class SglangScheduler:
         requests does not un-fill), with the decode memory check passing without eviction."""
         if self.chunked is not None:
             return None
-        batch = [seq for seq in self.batch if not seq.is_finished]
+        batch = self._unfinished_batch()
         if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
             return None
-        headroom = len(batch) * self.cache.block_size  # _check_decode_mem's need
-        num_steps = fitting_steps(self.cache, batch, steps_before_finish(batch), headroom)
+        num_steps = fitting_steps(
+            self.cache, batch, steps_before_finish(batch), self._decode_need(len(batch))
+        )
         return DecodeRun(batch, num_steps) if num_steps > 0 else None
 
     def apply_decode_run(self, run: DecodeRun, num_steps: int) -> None:
@@ -228,16 +227,27 @@ class SglangScheduler:
             self.batch_is_full = False
         self.batch = list(run.seqs)
         for _ in range(num_steps):  # step by step: the float decay must round as per step
-            self.new_token_ratio = max(
-                self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
-            )
+            self._decay_new_token_ratio()
         self._last_plan_is_prefill = False
         self.cache.allocate_decode_run(
             [Allocation(seq, 1) for seq in run.seqs], num_steps, matchable_lag=0
         )
 
+    def _unfinished_batch(self) -> list[Sequence]:
+        """The running batch without the requests that finished in the last decode step."""
+        return [seq for seq in self.batch if not seq.is_finished]
+
+    def _decay_new_token_ratio(self) -> None:
+        self.new_token_ratio = max(
+            self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
+        )
+
+    def _decode_need(self, batch_size: int) -> int:
+        """Tokens a decode step of `batch_size` requests must find free: one page each."""
+        return batch_size * self.cache.block_size
+
     def _check_decode_mem(self, batch_size: int) -> bool:
-        need = batch_size * self.cache.block_size
+        need = self._decode_need(batch_size)
         self.cache.evict(need)
         return self.cache.free_tokens() >= need
 
