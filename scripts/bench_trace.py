@@ -33,11 +33,12 @@ SUITE_KNOBS = {
     "conversation": ("workload=mooncake_conversation", "model.max_position_embeddings=131072"),
     "synthetic": ("workload=mooncake_synthetic", "model.max_position_embeddings=262144"),
 }
+HARDWARE, SLOWDOWN = "h100_llama3_70b_fp8", 8.0
 COMMON_KNOBS = (
     "workload.max_requests=null",
     "executor=simulated",
-    "hardware=h100_llama3_70b_fp8",
-    "load.slowdown=8.0",
+    f"hardware={HARDWARE}",
+    f"load.slowdown={SLOWDOWN}",
     "engine.max_num_batched_tokens=8192",
     "engine.max_num_seqs=256",
 )
@@ -187,8 +188,8 @@ def write_table(rows: list[dict], path: Path) -> None:
     table = pd.DataFrame(
         {
             "workload": f"mooncake_{r['trace']}",
-            "hardware": "h100_llama3_70b_fp8",
-            "slowdown": 8.0,
+            "hardware": HARDWARE,
+            "slowdown": SLOWDOWN,
             **{k: r.get(k) for k in TABLE_COLUMNS[3:]},
         }
         for r in rows
