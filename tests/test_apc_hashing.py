@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import shutil
+import sysconfig
+from array import array
+from pathlib import Path
 
 import cbor2
 import pytest
 import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engines.cache.apc.hashing import (
     GROUP0,
@@ -16,14 +22,22 @@ from engines.cache.apc.hashing import (
     RequestHasher,
     block_extra_keys,
     chain_for,
+    extra_fragment,
     get_block_hash,
     get_group_id,
     get_hash_fn_by_name,
     hash_block_tokens,
     init_none_hash,
+    native_chain_available,
     with_group_id,
 )
 from engines.registry import UnknownNameError
+
+try:
+    from engines.cache.apc import _pickle_chain
+except ImportError:
+    _pickle_chain = None
+needs_native = pytest.mark.skipif(_pickle_chain is None, reason="the C chain is not built here")
 
 TOKENS = list(range(1000, 1040))
 
@@ -143,18 +157,80 @@ def test_every_algo_is_registered_and_deterministic_given_a_seed(algo):
     assert a == b and len(set(a)) == 2
 
 
+# Every pickle int width (BININT1, BININT2, BININT) and both int32 ends.
+EDGE_TOKENS = [0, 255, 256, 65535, 65536, 2**31 - 1, -1, -(2**31), 7]
+
+
 @pytest.mark.parametrize("algo", ["sha256", "xxhash"])
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("lora,salt", [(None, None), ("lora-a", None), (None, "t1"), ("a", "a")])
-def test_inlined_chains_hash_the_same_bytes_as_the_function(algo, lora, salt):
-    """The inlined pickle chains give the keys of calling the digest per block, for every extra-key
-    shape and token range (1-, 2- and 4-byte pickle ints, negatives included)."""
+def test_chains_hash_the_same_bytes_as_the_function(algo, native, lora, salt):
+    """The C and the inlined Python pickle chains give the keys of calling the digest per block,
+    for every extra-key shape, token width and block size, from lists and int32 arrays."""
     fn = get_hash_fn_by_name(algo)
-    tokens = [0, 255, 256, 65535, 65536, 2**31 - 1, -1, 7] * 8
+    tokens = EDGE_TOKENS * 8 + [3]
     for bs in (1, 3, 4, 16):
         fast = RequestHasher(fn, init_none_hash(algo, "0"), bs)
+        fast.chain = chain_for(fn, bs, native=native)
         slow = RequestHasher(fn, init_none_hash(algo, "0"), bs)
-        slow.chain = chain_for(lambda obj: fn(obj))  # not registered: the per-block call
-        assert fast.chain is not slow.chain
-        got = fast.extend(RequestBlockHashes(None, lora, salt), tokens)
+        slow.chain = chain_for(lambda obj: fn(obj), bs)  # not registered: the per-block call
         want = slow.extend(RequestBlockHashes(None, lora, salt), tokens)
-        assert got == want and len(got) == len(tokens) // bs
+        assert len(want) == len(tokens) // bs
+        for ids in (tokens, array("i", tokens)):
+            assert fast.extend(RequestBlockHashes(None, lora, salt), ids) == want
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.lists(st.integers(-(2**31), 2**31 - 1), min_size=4, max_size=200),
+    bs=st.integers(4, 40),
+    extra=st.sampled_from([None, ("lora",), ("salt-\u00e9",), ("a", "a"), ("x" * 300,)]),
+)
+def test_native_chain_writes_pickle_dumps_bytes(tokens, bs, extra):
+    """Block by block, the C chain's SHA-256 keys are sha256(pickle.dumps((parent, block, extra)))."""
+    fn = get_hash_fn_by_name("sha256")
+    stop = len(tokens) - len(tokens) % bs
+    keys: list[bytes] = []
+    last = chain_for(fn, bs)(b"p" * 32, tokens, 0, stop, extra, keys)
+    parent = b"p" * 32
+    for i, key in enumerate(keys):
+        parent = hashlib.sha256(_pk((parent, tuple(tokens[i * bs : (i + 1) * bs]), extra))).digest()
+        assert key == parent + GROUP0
+    assert len(keys) == stop // bs and last == parent
+
+
+@needs_native
+@pytest.mark.parametrize("bad", [2**31, -(2**31) - 1, True, 3.0])
+def test_tokens_the_c_chain_does_not_write_fall_back_to_python(bad):
+    """A token outside int32 (or not an int) raises in C before any key is appended, and the
+    chain hashes that run in Python: the keys are still the function's."""
+    fn = get_hash_fn_by_name("sha256")
+    tokens = [1, 2, 3, bad, 5, 6, 7, 8]
+    keys: list[bytes] = []
+    chain_for(fn, 4)(b"p" * 32, tokens, 0, 8, None, keys)
+    want: list[bytes] = []
+    chain_for(fn, 4, native=False)(b"p" * 32, tokens, 0, 8, None, want)
+    assert keys == want and len(keys) == 2
+    with pytest.raises((TypeError, OverflowError)):
+        _pickle_chain.chain(None, b"p" * 32, tokens, 0, 8, 4, b"N", GROUP0, keys)
+    assert keys == want  # nothing appended by the failed call
+
+
+def test_extra_fragment_is_what_pickle_writes_for_the_extra_keys():
+    assert extra_fragment(None) == b"N"
+    frag = extra_fragment(("lora-a", "t1"))
+    full = _pk((b"q" * 32, (1, 2, 3, 4, 5), ("lora-a", "t1")))
+    assert frag is not None and full.endswith(frag + b"\x87\x94.")
+    # A pickle that no longer fits one frame is not the layout the C chain writes.
+    assert extra_fragment(("x" * 70_000,)) is None
+
+
+def test_the_c_chain_is_built_where_it_can_be():
+    """setup.py builds the extension optionally; where a C compiler and OpenSSL's headers exist
+    (this project's CI machine), a missing build is an install step gone wrong, not a fallback."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    headers = [Path(p) / "openssl" / "evp.h" for p in ("/usr/include", "/usr/local/include")]
+    if shutil.which(cc) is None or not any(h.exists() for h in headers):
+        pytest.skip("no C compiler or OpenSSL headers here: the Python chain is the one in use")
+    assert native_chain_available(), "engines/cache/apc/_pickle_chain.c was not built"

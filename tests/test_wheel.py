@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from engines.cache.apc.hashing import native_chain_available
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny", "warmup.num_requests=1", "warmup.prompt_len=16", "warmup.output_len=2"]
 
@@ -38,7 +40,15 @@ def venv_python(tmp_path_factory) -> Path:
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
     # Caches are left out too: tests on the other workers write into them while this copies.
     skip = shutil.ignore_patterns(
-        ".git", "build", "*.egg-info", "results", "__pycache__", ".venv", ".*_cache", ".hypothesis"
+        ".git",
+        "build",
+        "*.egg-info",
+        "results",
+        "__pycache__",
+        ".venv",
+        ".*_cache",
+        ".hypothesis",
+        "*.so",  # the in-place build of the C chain: the wheel must compile its own
     )
     shutil.copytree(ROOT, tmp / "src", ignore=skip)
     sh(
@@ -59,6 +69,8 @@ def venv_python(tmp_path_factory) -> Path:
     (wheel,) = (tmp / "dist").glob("prefixbench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "harness/conf/config.yaml" in names and "harness/conf/workload/unique.yaml" in names
+    if native_chain_available():  # built here, so the wheel's own build must have it too
+        assert any(n.startswith("engines/cache/apc/_pickle_chain.") for n in names), names
     # A bare venv, installed into by this environment's pip (`--python`): seeding the venv with
     # its own pip (ensurepip) costs seconds and tests nothing about the package.
     sh([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], cwd=tmp)

@@ -3,24 +3,31 @@
     h_i = H((h_{i-1}, tuple(tokens[i*B:(i+1)*B]), extra_keys_i)),   h_{-1} = NONE_HASH
 
 Map keys are `h + group_id.to_bytes(4, "big")` (BlockHashWithGroupId); this project uses group 0.
-The pickle-based digests hash runs of blocks in an inlined loop (same bytes, same hashes).
+The pickle-based digests hash runs of blocks in C (_pickle_chain.c, built by setup.py) or, where
+that is not built, in an inlined Python loop: the same bytes hashed, the same keys.
 Extra keys: the LoRA name on every block, the cache salt only on block 0 (v0.12-v0.28 forms).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 import pickle
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import cbor2
 import xxhash
 
 from engines.registry import Registry
+
+try:  # built by setup.py where a C compiler and OpenSSL's headers are; same keys, ~5x faster
+    from engines.cache.apc import _pickle_chain as _native
+except ImportError:
+    _native = None
 
 logger = logging.getLogger(__name__)
 
@@ -59,44 +66,124 @@ def _builtin(obj: Any) -> bytes:
     return hash(obj).to_bytes(8, "big", signed=True)
 
 
-# A chain hashes a run of blocks: (parent, token tuples, extra keys, keys.append) -> last hash.
-ChainFn = Callable[[bytes, Iterable[tuple], "tuple | None", Callable[[bytes], None]], bytes]
+# A chain hashes the whole blocks token_ids[start:stop] from `parent`, appends one map key per
+# block to `keys` and returns the last raw hash: (parent, token_ids, start, stop, extra, keys).
+ChainFn = Callable[[bytes, Sequence[int], int, int, "tuple | None", list], bytes]
 
 
-def _sha256_chain(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
-    # _sha256 inlined: the same bytes hashed, without a Python call per block.
-    sha, dumps = hashlib.sha256, pickle.dumps
-    for block in blocks:
-        parent = sha(dumps((parent, block, extra), _PICKLE)).digest()
-        append(parent + GROUP0)
-    return parent
+def _blocks(token_ids: Sequence[int], start: int, stop: int, block_size: int) -> Iterator[tuple]:
+    """Token tuples of the blocks in [start, stop), cut by zip over one iterator (no slice per
+    block); zip drops a trailing partial block, so only a range short of the end needs a slice."""
+    ids = token_ids[start:stop] if start or len(token_ids) - stop >= block_size else token_ids
+    if isinstance(ids, array):  # a compact prompt: one C pass to ints beats one per zip step
+        ids = ids.tolist()
+    return zip(*[iter(ids)] * block_size)
 
 
-def _xxhash_chain(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
-    digest, dumps = xxhash.xxh3_128_digest, pickle.dumps
-    for block in blocks:
-        parent = digest(dumps((parent, block, extra), _PICKLE))
-        append(parent + GROUP0)
-    return parent
-
-
-_CHAINS: dict[HashFn, ChainFn] = {_sha256: _sha256_chain, _xxhash: _xxhash_chain}
-
-
-def chain_for(fn: HashFn) -> ChainFn:
-    """The block-run hasher of `fn`: an inlined loop for the pickle-based digests, else a loop
-    that calls `fn` on each (parent, tokens, extra) tuple."""
-    chain = _CHAINS.get(fn)
-    if chain is not None:
-        return chain
-
-    def generic(parent: bytes, blocks: Iterable[tuple], extra: tuple | None, append) -> bytes:
-        for block in blocks:
-            parent = fn((parent, block, extra))
+def _sha256_chain(block_size: int) -> ChainFn:
+    def chain(parent, token_ids, start, stop, extra, keys):
+        # _sha256 inlined: the same bytes hashed, without a Python call per block.
+        sha, dumps, append = hashlib.sha256, pickle.dumps, keys.append
+        for block in _blocks(token_ids, start, stop, block_size):
+            parent = sha(dumps((parent, block, extra), _PICKLE)).digest()
             append(parent + GROUP0)
         return parent
 
-    return generic
+    return chain
+
+
+def _xxhash_chain(block_size: int) -> ChainFn:
+    def chain(parent, token_ids, start, stop, extra, keys):
+        digest, dumps, append = xxhash.xxh3_128_digest, pickle.dumps, keys.append
+        for block in _blocks(token_ids, start, stop, block_size):
+            parent = digest(dumps((parent, block, extra), _PICKLE))
+            append(parent + GROUP0)
+        return parent
+
+    return chain
+
+
+def _generic_chain(fn: HashFn, block_size: int) -> ChainFn:
+    def chain(parent, token_ids, start, stop, extra, keys):
+        for block in _blocks(token_ids, start, stop, block_size):
+            parent = fn((parent, block, extra))
+            keys.append(parent + GROUP0)
+        return parent
+
+    return chain
+
+
+# Pickle-based digests: the inlined Python chain, and what the C chain hashes its pickle bytes
+# with (None: OpenSSL's SHA-256 inside the extension, the library hashlib.sha256 runs).
+class PickleDigest(NamedTuple):
+    python_chain: Callable[[int], ChainFn]
+    native_digest: Callable[[bytes], bytes] | None
+
+
+_PICKLE_DIGESTS: dict[HashFn, PickleDigest] = {
+    _sha256: PickleDigest(_sha256_chain, None),
+    _xxhash: PickleDigest(_xxhash_chain, xxhash.xxh3_128_digest),
+}
+
+# The pickle of (parent, block, extra) up to the extra keys, for a sample parent and block: what
+# extra_fragment strips to find the extra keys' own bytes (layout: engines/cache/apc/_pickle_chain.c).
+_SAMPLE_PARENT = bytes(range(32))
+_SAMPLE_BLOCK = (0, 1, 2, 3)
+_SAMPLE_HEAD = b"C\x20" + _SAMPLE_PARENT + b"\x94(K\x00K\x01K\x02K\x03t\x94"
+_PICKLE_TAIL = b"\x87\x94."  # TUPLE3, MEMOIZE, STOP
+_FRAME_HEADER_LEN = 11  # PROTO 5, FRAME, 8-byte frame length
+
+
+@functools.lru_cache(maxsize=4096)
+def extra_fragment(extra: tuple | None) -> bytes | None:
+    """The bytes `extra` adds to the pickle of (parent, block, extra), cut from a real
+    pickle.dumps; None when the pickle does not have the single-frame layout the C chain writes."""
+    data = pickle.dumps((_SAMPLE_PARENT, _SAMPLE_BLOCK, extra), _PICKLE)
+    body = data[_FRAME_HEADER_LEN:]
+    frame_len = int.from_bytes(data[3:_FRAME_HEADER_LEN], "little")
+    if (
+        data[:3] != b"\x80\x05\x95"
+        or frame_len != len(body)
+        or not body.startswith(_SAMPLE_HEAD)
+        or not body.endswith(_PICKLE_TAIL)
+    ):
+        return None
+    return body[len(_SAMPLE_HEAD) : -len(_PICKLE_TAIL)]
+
+
+def _native_chain(digest: Callable[[bytes], bytes] | None, block_size: int, python: ChainFn):
+    native = _native.chain
+
+    def chain(parent, token_ids, start, stop, extra, keys):
+        fragment = extra_fragment(extra)
+        if fragment is not None:
+            try:
+                return native(
+                    digest, parent, token_ids, start, stop, block_size, fragment, GROUP0, keys
+                )
+            except (TypeError, OverflowError):
+                pass  # a token the C chain does not write (not an int32): nothing was appended
+        return python(parent, token_ids, start, stop, extra, keys)
+
+    return chain
+
+
+def native_chain_available() -> bool:
+    """Whether setup.py built the C chain (engines/cache/apc/_pickle_chain.c) for this Python."""
+    return _native is not None
+
+
+def chain_for(fn: HashFn, block_size: int, native: bool = True) -> ChainFn:
+    """The block-run hasher of `fn` at `block_size`: for the pickle-based digests the C chain when
+    built (and `native`), else an inlined Python loop; for any other digest a loop calling `fn`
+    on each (parent, tokens, extra) tuple. All give the keys of calling `fn` per block."""
+    spec = _PICKLE_DIGESTS.get(fn)
+    if spec is None:
+        return _generic_chain(fn, block_size)
+    python = spec.python_chain(block_size)
+    if native and _native is not None and 4 <= block_size <= _native.MAX_BLOCK_SIZE:
+        return _native_chain(spec.native_digest, block_size, python)
+    return python
 
 
 HASH_ALGOS: Registry[HashAlgo] = Registry("hash_algo")
@@ -187,10 +274,8 @@ class RequestBlockHashes:
 
 
 class RequestHasher:
-    """Hashes only new full blocks of a token list, chaining from the memo's last hash.
-
-    Blocks are cut by zip over one iterator (a tuple per block, no slice per block) and hashed
-    by the function's chain (`chain_for`), which gives the same keys as calling it per block."""
+    """Hashes only new full blocks of a token list, chaining from the memo's last hash, with the
+    function's chain (`chain_for`), which gives the same keys as calling it per block."""
 
     __slots__ = ("hash_fn", "none_hash", "block_size", "chain")
 
@@ -198,9 +283,9 @@ class RequestHasher:
         self.hash_fn = hash_fn
         self.none_hash = none_hash
         self.block_size = block_size
-        self.chain = chain_for(hash_fn)
+        self.chain = chain_for(hash_fn, block_size)
 
-    def extend(self, memo: RequestBlockHashes, token_ids: list[int]) -> list[bytes]:
+    def extend(self, memo: RequestBlockHashes, token_ids: Sequence[int]) -> list[bytes]:
         """Append keys for every new full block; afterwards len(keys) == len(token_ids) // B."""
         keys = memo.keys
         bs = self.block_size
@@ -208,13 +293,9 @@ class RequestHasher:
         stop = len(token_ids) - len(token_ids) % bs
         if start >= stop:
             return keys
-        # zip drops the trailing partial block; only a continuation needs a slice
-        ids = token_ids[start:stop] if start else token_ids
-        if isinstance(ids, array):  # a compact prompt: one C pass to ints beats one per zip step
-            ids = ids.tolist()
-        blocks = zip(*[iter(ids)] * bs)
         parent = memo.parent
-        if parent is None:
-            parent = self.chain(self.none_hash, (next(blocks),), memo.extra_first, keys.append)
-        memo.parent = self.chain(parent, blocks, memo.extra_rest, keys.append)
+        if parent is None:  # block 0 carries the salt (§1.4)
+            parent = self.chain(self.none_hash, token_ids, 0, bs, memo.extra_first, keys)
+            start = bs
+        memo.parent = self.chain(parent, token_ids, start, stop, memo.extra_rest, keys)
         return keys
