@@ -125,21 +125,41 @@ static inline unsigned char *put_int(unsigned char *p, int32_t v) {
     return p;
 }
 
-static PyObject *sha256_digest(const unsigned char *buf, size_t len) {
-    unsigned char md[EVP_MAX_MD_SIZE];
+/* SHA-256 of buf into md (32 bytes); -1 with an exception set on failure. */
+static int sha256_into(const unsigned char *buf, size_t len, unsigned char *md) {
     unsigned int md_len = 0;
     if (!EVP_DigestInit_ex(sha256_ctx, sha256_md, NULL) ||
         !EVP_DigestUpdate(sha256_ctx, buf, len) || !EVP_DigestFinal_ex(sha256_ctx, md, &md_len)) {
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL SHA-256 failed");
-        return NULL;
+        return -1;
     }
-    return PyBytes_FromStringAndSize((const char *)md, md_len);
+    return (int)md_len;
 }
 
-/* One block: the pickle bytes into buf, then the digest (a new reference, or NULL). */
-static PyObject *hash_block(PyObject *digest, unsigned char *buf, const char *parent,
-                            Py_ssize_t parent_len, const int32_t *ids, Py_ssize_t block_size,
-                            const char *fragment, Py_ssize_t fragment_len) {
+/* `digest` of buf into md (at most MAX_PARENT bytes); its length, or -1 with an exception set. */
+static int call_digest(PyObject *digest, const unsigned char *buf, size_t len, unsigned char *md) {
+    PyObject *data = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
+    if (data == NULL)
+        return -1;
+    PyObject *out = PyObject_CallOneArg(digest, data);
+    Py_DECREF(data);
+    if (out == NULL)
+        return -1;
+    if (!PyBytes_Check(out) || PyBytes_GET_SIZE(out) > MAX_PARENT) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_TypeError, "digest must return bytes of at most 255 bytes");
+        return -1;
+    }
+    int n = (int)PyBytes_GET_SIZE(out);
+    memcpy(md, PyBytes_AS_STRING(out), (size_t)n);
+    Py_DECREF(out);
+    return n;
+}
+
+/* One block's pickle bytes into buf, after the parent hash; returns their length. */
+static size_t write_pickle(unsigned char *buf, const unsigned char *parent, int parent_len,
+                           const int32_t *ids, Py_ssize_t block_size, const char *fragment,
+                           Py_ssize_t fragment_len) {
     unsigned char *p = buf + HEADER_LEN;
     *p++ = SHORT_BINBYTES;
     *p++ = (unsigned char)parent_len;
@@ -163,19 +183,7 @@ static PyObject *hash_block(PyObject *digest, unsigned char *buf, const char *pa
     buf[2] = FRAME;
     for (int k = 0; k < 8; k++)
         buf[3 + k] = (unsigned char)(frame >> (8 * k));
-    if (digest == Py_None)
-        return sha256_digest(buf, len);
-    PyObject *data = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
-    if (data == NULL)
-        return NULL;
-    PyObject *out = PyObject_CallOneArg(digest, data);
-    Py_DECREF(data);
-    if (out != NULL && !PyBytes_Check(out)) {
-        Py_DECREF(out);
-        PyErr_SetString(PyExc_TypeError, "digest must return bytes");
-        return NULL;
-    }
-    return out;
+    return len;
 }
 
 static PyObject *chain(PyObject *self, PyObject *args) {
@@ -193,52 +201,49 @@ static PyObject *chain(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "digest must be None (SHA-256) or a callable");
         return NULL;
     }
+    if (PyBytes_GET_SIZE(parent) > MAX_PARENT) {
+        PyErr_SetString(PyExc_ValueError, "chain: parent hash longer than 255 bytes");
+        return NULL;
+    }
     Tokens t;
     if (tokens_open(&t, tokens, start, stop) < 0) {
         tokens_close(&t);
         return NULL;
     }
     Py_ssize_t fragment_len = PyBytes_GET_SIZE(fragment);
+    Py_ssize_t suffix_len = PyBytes_GET_SIZE(suffix);
     size_t cap = HEADER_LEN + 2 + MAX_PARENT + 2 + 5 * (size_t)block_size + 2 + fragment_len + 3;
     unsigned char *buf = PyMem_Malloc(cap);
     if (buf == NULL) {
         tokens_close(&t);
         return PyErr_NoMemory();
     }
-    Py_INCREF(parent);
-    Py_ssize_t suffix_len = PyBytes_GET_SIZE(suffix);
+    /* The running hash lives in md; only the map key (hash + suffix) becomes an object. */
+    unsigned char md[MAX_PARENT];
+    int md_len = (int)PyBytes_GET_SIZE(parent);
+    memcpy(md, PyBytes_AS_STRING(parent), (size_t)md_len);
+    PyObject *result = NULL;
     for (Py_ssize_t b = 0; b < (stop - start) / block_size; b++) {
-        Py_ssize_t parent_len = PyBytes_GET_SIZE(parent);
-        if (parent_len > MAX_PARENT) {
-            PyErr_SetString(PyExc_ValueError, "chain: parent hash longer than 255 bytes");
-            goto fail;
-        }
-        PyObject *next = hash_block(digest, buf, PyBytes_AS_STRING(parent), parent_len,
-                                    t.ids + b * block_size, block_size,
-                                    PyBytes_AS_STRING(fragment), fragment_len);
-        if (next == NULL)
-            goto fail;
-        Py_DECREF(parent);
-        parent = next;
-        Py_ssize_t n = PyBytes_GET_SIZE(parent);
-        PyObject *key = PyBytes_FromStringAndSize(NULL, n + suffix_len);
+        size_t len = write_pickle(buf, md, md_len, t.ids + b * block_size, block_size,
+                                  PyBytes_AS_STRING(fragment), fragment_len);
+        md_len = digest == Py_None ? sha256_into(buf, len, md) : call_digest(digest, buf, len, md);
+        if (md_len < 0)
+            goto done;
+        PyObject *key = PyBytes_FromStringAndSize(NULL, md_len + suffix_len);
         if (key == NULL)
-            goto fail;
-        memcpy(PyBytes_AS_STRING(key), PyBytes_AS_STRING(parent), (size_t)n);
-        memcpy(PyBytes_AS_STRING(key) + n, PyBytes_AS_STRING(suffix), (size_t)suffix_len);
+            goto done;
+        memcpy(PyBytes_AS_STRING(key), md, (size_t)md_len);
+        memcpy(PyBytes_AS_STRING(key) + md_len, PyBytes_AS_STRING(suffix), (size_t)suffix_len);
         int rc = PyList_Append(keys, key);
         Py_DECREF(key);
         if (rc < 0)
-            goto fail;
+            goto done;
     }
+    result = PyBytes_FromStringAndSize((const char *)md, md_len);
+done:
     PyMem_Free(buf);
     tokens_close(&t);
-    return parent;
-fail:
-    Py_DECREF(parent);
-    PyMem_Free(buf);
-    tokens_close(&t);
-    return NULL;
+    return result;
 }
 
 static PyMethodDef methods[] = {
