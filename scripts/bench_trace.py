@@ -7,8 +7,9 @@
 Every run is the trace_h100 suite's setting (conf/suite/trace_h100.yaml: H100 / Llama-3.3-70B fp8
 roofline, 8,192-token chunks, 256 running, 8x slowdown, bounds at 512 only) through
 `python -m harness` in a child process, so peak RSS is the replay's own (getrusage of the child).
-Prints per run: the child's wall time (imports, trace expansion, replay, bounds, files), the
-engine loop's own time (`wall_s` of summary.json), peak RSS, and a digest of every request's
+Prints per run: the child's wall time (imports, trace expansion, replay, bounds, files), its CPU
+time and the machine's steal time meanwhile (on a shared VM wall time exceeds CPU time by what
+the hypervisor gives other guests; on an idle machine they agree), the engine loop's own time (`wall_s` of summary.json), peak RSS, and a digest of every request's
 cached tokens, preemptions, recomputed tokens and simulated times, so two code versions can be
 compared request by request. With --repeats > 1 the runs of each arm interleave (A, B, A, B) and
 the median is reported. Writes JSON to results/bench_trace/<stamp>/bench.json.
@@ -89,6 +90,8 @@ def run_one(
         "repeat": rep,
         "decode_runs": runs,
         "child_wall_s": run.wall_s,
+        "child_cpu_s": run.cpu_s,
+        "steal_s": run.steal_s,
         "engine_wall_s": summary.get("wall_s"),
         "peak_rss_mib": run.peak_rss_mib,
         "status": summary.get("status"),
@@ -150,10 +153,12 @@ def main() -> None:
                 if (r["trace"], r["engine"], r["kv_capacity_tokens"], r["decode_runs"]) == arm
             ]
             wall = statistics.median(r["child_wall_s"] for r in mine)
+            cpu = statistics.median(r["child_cpu_s"] for r in mine)
             rss = statistics.median(r["peak_rss_mib"] or 0.0 for r in mine)
             mode = "runs" if runs else "steps"
             print(
-                f"median {trace:12s} {engine:5s} kv {capacity:,d} {mode:5s} wall {wall:6.1f} s  rss {rss:7.0f} MiB"
+                f"median {trace:12s} {engine:5s} kv {capacity:,d} {mode:5s} wall {wall:6.1f} s  "
+                f"cpu {cpu:6.1f} s  rss {rss:7.0f} MiB"
             )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps({"rows": rows}, indent=1))
@@ -201,10 +206,12 @@ def write_table(rows: list[dict], path: Path) -> None:
 def _line(r: dict) -> str:
     engine_s = r["engine_wall_s"]
     rss = r["peak_rss_mib"]
+    steal = "" if r["steal_s"] is None else f", machine steal {r['steal_s']:.1f} s"
     return (
         f"{r['trace']:12s} {r['engine']:5s} {'runs' if r['decode_runs'] else 'steps':5s} "
         f"kv {r['kv_capacity_tokens']:,d} | "
-        f"wall {r['child_wall_s']:6.1f} s (engine loop {'-' if engine_s is None else f'{engine_s:.1f}'} s) | "
+        f"wall {r['child_wall_s']:6.1f} s (cpu {r['child_cpu_s']:.1f} s{steal}; "
+        f"engine loop {'-' if engine_s is None else f'{engine_s:.1f}'} s) | "
         f"peak rss {'-' if rss is None else f'{rss:.0f}'} MiB | steps {r['num_steps']} | "
         f"evictions {r['evictions']} | hit {r['hit_rate']} | digest {r['digest']} | {r['status']}"
         + (f"\n  {r['stderr_tail']}" if r["stderr_tail"] else "")
