@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from engines.cache import build_cache
 from engines.cache.base import PrefixCache, StepBudget
@@ -18,13 +17,16 @@ from engines.engine import Engine
 from engines.registry import Registry
 from engines.scheduler import Scheduler
 
+if TYPE_CHECKING:
+    import torch
+
 
 @dataclass(frozen=True)
 class ExecutorContext:
     engine_config: EngineConfig
     model_config: object
     cache: PrefixCache
-    device: torch.device
+    device: str  # as configured ("auto", "cpu", "cuda:0"); executors that need torch resolve it
     options: dict
 
 
@@ -33,13 +35,16 @@ EXECUTORS: Registry[Callable[[ExecutorContext], object]] = Registry("executor")
 
 @EXECUTORS.register("real")
 def _real_executor(ctx: ExecutorContext):
+    import torch
+
     from engines.attention.backend import get_attention_backend
-    from engines.executor import RealExecutor
     from engines.kv_pool import KVPool
     from engines.model.weights import build_model
+    from engines.real_executor import RealExecutor
 
     mc = ctx.model_config
-    model = build_model(mc, ctx.device)
+    device = resolve_device(ctx.device)
+    model = build_model(mc, device)
     kv_pool = KVPool(
         num_layers=mc.num_layers,
         num_blocks=ctx.cache.num_blocks,
@@ -47,13 +52,15 @@ def _real_executor(ctx: ExecutorContext):
         num_kv_heads=mc.num_kv_heads,
         head_dim=mc.head_dim,
         dtype=getattr(torch, mc.dtype),
-        device=ctx.device,
+        device=device,
     )
-    attn = get_attention_backend(ctx.engine_config.backend, ctx.device)
-    return RealExecutor(model, kv_pool, attn, ctx.cache, WallClock(), ctx.device)
+    attn = get_attention_backend(ctx.engine_config.backend, device)
+    return RealExecutor(model, kv_pool, attn, ctx.cache, WallClock(), device)
 
 
 def resolve_device(name: str = "auto") -> torch.device:
+    import torch  # here, not at the top: a simulated run never imports torch (~2.5 s)
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
@@ -70,9 +77,11 @@ def build_engine(
     cache, admission = build_cache(engine_config)
     budget = StepBudget(engine_config.max_num_seqs, engine_config.max_num_batched_tokens)
     scheduler = Scheduler(admission, budget, debug_checks=engine_config.debug_checks)
-    ctx = ExecutorContext(engine_config, model_config, cache, resolve_device(device), options)
+    ctx = ExecutorContext(engine_config, model_config, cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
-    return Engine(scheduler, exe, max_model_len=getattr(model_config, "max_position_embeddings", None))
+    return Engine(
+        scheduler, exe, max_model_len=getattr(model_config, "max_position_embeddings", None)
+    )
 
 
 # Executors beyond `real` register themselves on import.

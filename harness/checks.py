@@ -124,10 +124,10 @@ def _check_bounds(bounds) -> None:
 
 
 def _check_device(name: str) -> None:
-    import torch
-
     if name == "auto":
         return
+    import torch  # only for a named device: a simulated run on "auto" never imports torch
+
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError):

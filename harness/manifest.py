@@ -33,7 +33,7 @@ def build_manifest(
         "platform": platform.platform(),  # OS, kernel and libc: no node name
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        **_torch_facts(),
+        **_torch_facts((extra or {}).get("device")),
     }
     manifest.update(extra or {})
     return manifest
@@ -84,11 +84,15 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def _torch_facts() -> dict[str, object]:
-    """Torch's intra-op threads (they set CPU speed) and the CUDA device name, if any."""
+def _torch_facts(device: object) -> dict[str, object]:
+    """Torch's intra-op threads (they set CPU speed) and the CUDA device name, if any. None for a
+    simulated run (device "virtual"): it loads no model and never imports torch (~2.5 s here)."""
+    none = {"torch_num_threads": None, "cuda_device": None}
+    if device == "virtual":
+        return none
     try:
         import torch
     except ImportError:
-        return {"torch_num_threads": None, "cuda_device": None}
+        return none
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"torch_num_threads": torch.get_num_threads(), "cuda_device": cuda}

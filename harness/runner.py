@@ -19,8 +19,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
 from engines.engine import Engine
@@ -61,13 +59,15 @@ def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
     """Measure one run whose directory is claimed (`rows` is its append-only rows file)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    torch.set_num_threads(cfg.threads)
     space = token_space_for(cfg.model)
     generated = generate_with_notes(cfg.workload, cfg.seed, space)
     workload_requests = with_arrivals(generated.requests, cfg.load, cfg.seed)
     check_requests(workload_requests, cfg.load)
     gen_requests = fan_out(workload_requests, scripted=cfg.decode == "scripted")
-    engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
+    engine = build_engine(
+        cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
+    )
+    _cap_torch_threads(cfg.threads)
     engine.check_fits(gen_requests)
     warm = {**_warm_up(engine, cfg, space), **generated.notes}  # both go into the summary
     by_id = {r.request_id: r for r in workload_requests}
@@ -93,6 +93,14 @@ def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
     with interrupts_deferred():  # what was measured is final now: write it whole
         wall_s = time.perf_counter() - t_start
         return _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall_s)
+
+
+def _cap_torch_threads(threads: int) -> None:
+    """Cap torch's intra-op threads where a model runs (the real executor imported torch to build
+    it). A simulated run never imports torch, ~2.5 s of a whole-trace replay here."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
 
 
 def _context(cfg: RunConfig, run_dir: Path) -> RunContext:
@@ -147,13 +155,17 @@ def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
     """Run unrelated requests, then flush; the flush must succeed (benchmarking.md §4)."""
     info = {"warmup_policy": "none", "warmup_requests": 0}
     if cfg.warmup.enabled and cfg.warmup.num_requests > 0:
-        reqs = warmup_requests(space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len)
+        reqs = warmup_requests(
+            space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len
+        )
         engine.run(fan_out(reqs, scripted=True))
         engine.records.clear()
         info = {"warmup_policy": "unrelated", "warmup_requests": len(reqs)}
     flushed = engine.cache.reset()
     if not flushed:
-        raise CacheIntegrityError("the cache refused to flush after warm-up: a request still holds KV")
+        raise CacheIntegrityError(
+            "the cache refused to flush after warm-up: a request still holds KV"
+        )
     engine.scheduler.bookkeeping_ns = 0
     engine.scheduler.num_steps = 0
     info["cache_flushed"] = flushed
@@ -214,7 +226,9 @@ def _bounds(cfg: RunConfig, workload_requests) -> dict:
     g = cfg.engine.block_size
     gs = set(cfg.bounds.granularities) | ({g} if cfg.bounds.include_engine_granularity else set())
     prompt_tokens = sum(len(r.prompt_ids) * r.n for r in workload_requests)
-    skipped = sorted(x for x in gs if x < 16) if prompt_tokens > cfg.bounds.max_fine_prompt_tokens else []
+    skipped = (
+        sorted(x for x in gs if x < 16) if prompt_tokens > cfg.bounds.max_fine_prompt_tokens else []
+    )
     gs -= set(skipped)
     capped_g = g if cfg.bounds.capped and g in gs else None
     capacity_blocks = cfg.engine.kv_capacity_tokens // g

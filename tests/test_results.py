@@ -145,6 +145,8 @@ def test_manifest_fields_and_extra_last():
     assert m["packages"]["pandas"] == pd.__version__ and m["packages"]["python"]
     assert m["created_utc"].endswith("+00:00")
     assert isinstance(m["torch_num_threads"], int)
+    simulated = build_manifest({"seed": 3}, 3, {"device": "virtual"})
+    assert simulated["torch_num_threads"] is None and simulated["cuda_device"] is None
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

