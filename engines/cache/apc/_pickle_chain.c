@@ -147,7 +147,8 @@ static int call_digest(PyObject *digest, const unsigned char *buf, size_t len, u
         return -1;
     if (!PyBytes_Check(out) || PyBytes_GET_SIZE(out) > MAX_PARENT) {
         Py_DECREF(out);
-        PyErr_SetString(PyExc_TypeError, "digest must return bytes of at most 255 bytes");
+        /* not TypeError: the caller falls back on TypeError, and keys may be appended by now */
+        PyErr_SetString(PyExc_RuntimeError, "digest must return bytes of at most 255 bytes");
         return -1;
     }
     int n = (int)PyBytes_GET_SIZE(out);
