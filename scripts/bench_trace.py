@@ -9,9 +9,10 @@ roofline, 8,192-token chunks, 256 running, 8x slowdown, bounds at 512 only) thro
 `python -m harness` in a child process, so peak RSS is the replay's own (getrusage of the child).
 Prints per run: the child's wall time (imports, trace expansion, replay, bounds, files), its CPU
 time and the machine's steal time meanwhile (on a shared VM wall time exceeds CPU time by what
-the hypervisor gives other guests; on an idle machine they agree), the engine loop's own time (`wall_s` of summary.json), peak RSS, and a digest of every request's
-cached tokens, preemptions, recomputed tokens and simulated times, so two code versions can be
-compared request by request. With --repeats > 1 the runs of each arm interleave (A, B, A, B) and
+the hypervisor gives other guests; on an idle machine they agree), the engine loop's own time
+(`wall_s` of summary.json), peak RSS, and a digest of every request's cached tokens,
+preemptions, recomputed tokens and simulated times, so two code versions can be compared request
+by request. With --repeats > 1 the runs of each arm interleave (A, B, A, B) and
 the median is reported. Writes JSON to results/bench_trace/<stamp>/bench.json.
 """
 
