@@ -23,7 +23,7 @@ from harness.checks import check_known_keys, check_run_config
 from harness.config import RunConfig
 from harness.errors import BAD_INPUT, config_errors, describe
 from harness.identity import claim, fingerprint
-from harness.manifest import build_manifest
+from harness.manifest import VIRTUAL_DEVICE, build_manifest
 from harness.results import RunDir
 from harness.rowlog import RowLog, rows_table
 from harness.runner import RunInterrupted, run
@@ -92,7 +92,7 @@ def _to_log_files(line: str) -> None:
 def _identity(cfg: RunConfig, resolved: dict) -> dict:
     from engines.build import resolve_device
 
-    device = str(resolve_device(cfg.device)) if cfg.executor == "real" else "virtual"
+    device = str(resolve_device(cfg.device)) if cfg.executor == "real" else VIRTUAL_DEVICE
     return {"device": device, "config_fingerprint": fingerprint(resolved)}
 
 

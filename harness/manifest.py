@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The device a simulated run records: it loads no model (execute.py and the claims write it).
+VIRTUAL_DEVICE = "virtual"
 PACKAGES = ("torch", "triton", "numpy", "pandas", "pyarrow", "hydra-core", "prefixbench")
 
 
@@ -86,9 +88,9 @@ def cpu_model() -> str | None:
 
 def _torch_facts(device: object) -> dict[str, object]:
     """Torch's intra-op threads (they set CPU speed) and the CUDA device name, if any. None for a
-    simulated run (device "virtual"): it loads no model and never imports torch (~2.5 s here)."""
+    simulated run (VIRTUAL_DEVICE): it loads no model and never imports torch (~2.5 s here)."""
     none = {"torch_num_threads": None, "cuda_device": None}
-    if device == "virtual":
+    if device == VIRTUAL_DEVICE:
         return none
     try:
         import torch
