@@ -1,13 +1,15 @@
 """Hypothesis fuzz of the APC cache: >= 10,000 random operations in total (allocate, chunked
 prefill, decode, free, preempt/resume, n > 1 children, salts, prompt-logprobs, reset; both free
-orders), checking invariant 29 (accounting) and 30 (ancestor closure) after every operation."""
+orders), checking invariant 29 (accounting) and 30 (ancestor closure) after every operation, on
+the pool's C loops and on their Python reference (engines/cache/apc/pool_loops.py)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.cache.apc import ApcCache
+from engines.cache.apc import ApcCache, pool_loops
 from engines.sequence import Sequence
 
 NUM_EXAMPLES = 60
@@ -88,13 +90,20 @@ class World:
             assert ok == (not self.live), "reset must succeed exactly when nothing is held"
 
 
-def test_fuzz_accounting_and_ancestor_closure():
+@pytest.mark.parametrize("loops", ["native", "python"])
+def test_fuzz_accounting_and_ancestor_closure(loops, monkeypatch):
+    if loops == "native" and pool_loops.NATIVE is None:
+        pytest.skip("_pool_loops is not built here")
+    if loops == "python":
+        monkeypatch.setattr(pool_loops, "NATIVE", None)
+    expected = pool_loops.NATIVE or pool_loops.PYTHON
     counts = {"ops": 0, "evictions": 0}
 
     @settings(max_examples=NUM_EXAMPLES, deadline=None, derandomize=True)
     @given(order=st.sampled_from(["classic", "v024"]), must_fit=st.booleans(), ops=OPS)
     def run(order, must_fit, ops):
         world = World(order, must_fit)
+        assert world.cache.pool.loops is expected
         for op, x in ops:
             world.apply(op, x)
             world.cache.check_integrity()  # invariants 29 and (debug=True) 30

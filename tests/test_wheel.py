@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from engines.cache.apc import pool_loops
 from engines.cache.apc.hashing import native_chain_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def venv_python(tmp_path_factory) -> Path:
         ".venv",
         ".*_cache",
         ".hypothesis",
-        "*.so",  # the in-place build of the C chain: the wheel must compile its own
+        "*.so",  # the in-place builds of the C extensions: the wheel must compile its own
     )
     shutil.copytree(ROOT, tmp / "src", ignore=skip)
     sh(
@@ -69,8 +70,11 @@ def venv_python(tmp_path_factory) -> Path:
     (wheel,) = (tmp / "dist").glob("prefixbench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "harness/conf/config.yaml" in names and "harness/conf/workload/unique.yaml" in names
-    if native_chain_available():  # built here, so the wheel's own build must have it too
+    # Built here, so the wheel's own build must have them too.
+    if native_chain_available():
         assert any(n.startswith("engines/cache/apc/_pickle_chain.") for n in names), names
+    if pool_loops.NATIVE is not None:
+        assert any(n.startswith("engines/cache/apc/_pool_loops.") for n in names), names
     # A bare venv, installed into by this environment's pip (`--python`): seeding the venv with
     # its own pip (ensurepip) costs seconds and tests nothing about the package.
     sh([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], cwd=tmp)

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 class KVCacheBlock:
     """One physical KV page. `block_hash` (hash + group id) is set once, when the block is full
-    and cached (BlockPool.cache_full_blocks asserts it was None), and cleared on eviction."""
+    and cached (BlockPool.cache_full_blocks), and cleared on eviction. `_pool_loops.c` has a C
+    twin with the same attributes (pool_loops.py)."""
 
     __slots__ = (
         "block_id",
@@ -44,12 +45,13 @@ class KVCacheBlock:
 
 
 class FreeKVCacheBlockQueue:
-    """Free blocks, least recently released first; `num_free_blocks` is kept in step."""
+    """Free blocks, least recently released first; `num_free_blocks` is kept in step.
+    `block_type` makes the sentinels: the blocks' own type, so a native loop can walk them."""
 
-    def __init__(self, blocks: list[KVCacheBlock]) -> None:
+    def __init__(self, blocks: list[KVCacheBlock], block_type: type = KVCacheBlock) -> None:
         self.num_free_blocks = len(blocks)
-        self.fake_free_list_head = KVCacheBlock(-1)
-        self.fake_free_list_tail = KVCacheBlock(-1)
+        self.fake_free_list_head = block_type(-1)
+        self.fake_free_list_tail = block_type(-1)
         self._link_between(self.fake_free_list_head, blocks, self.fake_free_list_tail)
 
     @staticmethod

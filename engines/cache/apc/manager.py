@@ -113,18 +113,13 @@ class KVCacheManager:
         if max_blocks <= 0:
             return []
         keys = self.block_keys(seq)
-        cache = self.block_pool.cached_block_hash_to_block
-        entries = cache._cache
+        if not self.verify_tokens_on_hit:
+            return self.block_pool.hit_run(keys, max_blocks)
+        pool = self.block_pool
         hits: list[KVCacheBlock] = []
         for key in keys[:max_blocks]:
-            blk = entries.get(key)
-            if blk is None:
-                break
-            if blk.__class__ is not KVCacheBlock:
-                blk = cache.get_one_block(key)
-            if self.verify_tokens_on_hit and blk.provenance != self._provenance(
-                seq, hits, len(hits)
-            ):
+            blk = pool.get_cached_block(key)
+            if blk is None or blk.provenance != self._provenance(seq, hits, len(hits)):
                 break
             hits.append(blk)
         return hits
