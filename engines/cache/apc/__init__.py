@@ -1,9 +1,9 @@
 """`apc`: vLLM V1 hash-based Automatic Prefix Caching (vLLM 0.33 KVCacheManager and BlockPool).
 
-hashing (chained block hashes) -> block (blocks, free queue) -> block_pool (map, eviction) ->
-manager (tables, lookup, allocate_slots) -> cache (the PrefixCache protocol). Any scheduler design
-(engines/sched/) drives it. Importing this package registers the `apc` factory in
-`engines.cache.CACHES`.
+hashing (chained block hashes) -> block (blocks, free queue) -> pool_loops (the pool's hot
+loops, C where built) -> block_pool (map, eviction) -> manager (tables, lookup, allocate_slots) ->
+cache (the PrefixCache protocol). Any scheduler design (engines/sched/) drives it. Importing
+this package registers the `apc` factory in `engines.cache.CACHES`.
 """
 
 from __future__ import annotations
