@@ -226,6 +226,10 @@ def test_native_loops_refuse_foreign_blocks():
         pool.free_blocks([pool_loops.PYTHON.block_type(1)])
     with pytest.raises(TypeError, match="expected a native KVCacheBlock"):
         pool.cache_full_blocks([b"k"], [pool_loops.PYTHON.block_type(1)], 0, 1)
+    before = snapshot(pool)
+    with pytest.raises(TypeError, match="expected a native KVCacheBlock"):
+        pool.touch([pool.blocks[1], pool_loops.PYTHON.block_type(2)])
+    assert snapshot(pool) == before  # checked before anything is taken
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "python"])

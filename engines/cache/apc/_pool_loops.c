@@ -352,9 +352,10 @@ static PyObject *take_free(PyObject *mod, PyObject *blocks) {
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), num_removed = 0, num_hashed = 0;
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++)
         if (not_block(items[i], "take_free"))
             goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
         Block *blk = (Block *)items[i];
         if (blk->is_null)
             continue;
