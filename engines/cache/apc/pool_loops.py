@@ -2,8 +2,9 @@
 
 BlockPool keeps the counters and the policy; these loops walk blocks and links. `_pool_loops.c`
 (built by setup.py) provides the same names over a C twin of KVCacheBlock, so the pool runs
-either set unchanged and a replay spends about a fifth of the time here; where it is not built,
-the pool runs these. tests/test_apc_pool_loops.py runs both through the same operations and
+either set unchanged; where it is not built, the pool runs these. On a replay-sized pool (112k
+blocks, 0% hit) a block costs about 1.2 us here and 0.7 us in C, where cache misses on the map
+are most of what is left. tests/test_apc_pool_loops.py runs both through the same operations and
 compares every block, link, count and map entry.
 
     pop_free(head, n, entries, pop_duplicate) -> (blocks, num_evicted)
@@ -25,7 +26,7 @@ from typing import NamedTuple
 
 from engines.cache.apc.block import KVCacheBlock
 
-try:  # built by setup.py where a C compiler is; the same contracts, ~4x faster
+try:  # built by setup.py where a C compiler is; the same contracts
     from engines.cache.apc import _pool_loops as _native
 except ImportError:
     _native = None
