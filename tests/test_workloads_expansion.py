@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from tests.workload_util import SPACE, common_prefix
+from workloads import tokens, trace
 from workloads.bounds import _BASE, _Hasher
 from workloads.tokens import (
     GAMMA,
@@ -43,12 +45,24 @@ LINES = [
 ]
 
 
-def test_prompts_are_the_concatenated_streams_of_their_ids(tmp_path):
+@pytest.mark.parametrize("draw_blocks", [1, 2, 64])  # a group per row, a few rows, all rows
+def test_prompts_are_the_concatenated_streams_of_their_ids(tmp_path, monkeypatch, draw_blocks):
+    monkeypatch.setattr(trace, "DRAW_BLOCKS", draw_blocks)
     rows = _trace(tmp_path, LINES)
     for row, prompt in zip(rows, prompt_arrays(rows, 3, SPACE, 8), strict=True):
         keys = stream_keys((3, "trace"), np.asarray(row.hash_ids, dtype=np.uint64))
         want = token_block(SPACE, keys, 8).reshape(-1)[: row.input_length]
         assert prompt.dtype == np.int32 and np.array_equal(prompt, want)
+
+
+def test_a_draw_in_several_passes_equals_one_stream_per_row(monkeypatch):
+    keys = stream_keys((4, "x"), np.arange(7, dtype=np.uint64))
+    monkeypatch.setattr(tokens, "DRAW_TOKENS", 16)  # two rows of 8 tokens a pass
+    for dtype in (np.int64, np.int32):
+        drawn = token_block(SPACE, keys, 8, dtype)
+        assert drawn.dtype == dtype and drawn.shape == (7, 8)
+        for row, h in zip(drawn, range(7)):
+            assert np.array_equal(row, token_ids(SPACE, (4, "x", h), 8))
 
 
 def test_replies_are_each_lines_own_stream(tmp_path):

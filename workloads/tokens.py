@@ -63,10 +63,15 @@ def _mix(x: int) -> int:
 
 
 def mix_array(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser on a uint64 array (numpy array arithmetic wraps modulo 2**64)."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(_M1)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(_M2)
-    return x ^ (x >> np.uint64(31))
+    """SplitMix64's finaliser on a uint64 array (numpy array arithmetic wraps modulo 2**64).
+    The first step copies `x`; the rest work in place (a trace's expansion mixes ~10^8 tokens,
+    and every temporary array is another pass over memory)."""
+    x = x ^ (x >> np.uint64(30))
+    x *= np.uint64(_M1)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(_M2)
+    x ^= x >> np.uint64(31)
+    return x
 
 
 def _code(part: int | str) -> int:
@@ -93,18 +98,34 @@ def _to_ids(raw: np.ndarray, space: TokenSpace, dtype: type = np.int64) -> np.nd
     n = np.uint64(space.num_workload_ids)
     # raw % n, exactly; numpy divides by a scalar with libdivide but computes `%` by hardware
     # division, twice as slow.
-    ids = (raw - raw // n * n).astype(dtype)
+    low = raw // n
+    low *= n
+    np.subtract(raw, low, out=low)
+    ids = low.astype(dtype)
     ids += dtype(space.first_workload_id)
     return ids
+
+
+DRAW_TOKENS = 1 << 15  # tokens drawn per vectorised pass: 256 KB of uint64 temporaries, in L2
 
 
 def token_block(
     space: TokenSpace, keys: np.ndarray, length: int, dtype: type = np.int64
 ) -> np.ndarray:
     """Rows of `length` tokens, row b being the stream of keys[b]: shape [len(keys), length].
-    `dtype` np.int32 skips an int64 copy where the ids are stored compactly (they fit: vocab < 2**31)."""
+    `dtype` np.int32 skips an int64 copy where the ids are stored compactly (they fit: vocab < 2**31).
+    Many rows are drawn DRAW_TOKENS at a time: temporaries that spill out of the CPU cache made
+    a large draw twice as slow per token."""
     steps = np.arange(1, length + 1, dtype=np.uint64) * np.uint64(GAMMA)
-    return _to_ids(mix_array(keys.astype(np.uint64)[:, None] + steps[None, :]), space, dtype)
+    keys = keys.astype(np.uint64)
+    per_pass = max(1, DRAW_TOKENS // max(length, 1))
+    if len(keys) <= per_pass:
+        return _to_ids(mix_array(keys[:, None] + steps[None, :]), space, dtype)
+    out = np.empty((len(keys), length), dtype=dtype)
+    for lo in range(0, len(keys), per_pass):
+        part = keys[lo : lo + per_pass, None] + steps[None, :]
+        out[lo : lo + per_pass] = _to_ids(mix_array(part), space, dtype)
+    return out
 
 
 def token_streams(space: TokenSpace, keys: np.ndarray, lengths: np.ndarray) -> np.ndarray:
