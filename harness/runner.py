@@ -8,6 +8,7 @@ tokens, a flush that must succeed, then the measured window from an empty cache.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
 from engines.engine import Engine
+from engines.request import GenerationRequest
 from harness.checks import check_requests
 from harness.config import RunConfig
 from harness.load import fan_out, resolve_mode, with_arrivals
@@ -40,6 +42,7 @@ from harness.tokenspace import token_space_for
 from workloads.base import generate_with_notes
 from workloads.bounds import run_bounds
 from workloads.progress import progress
+from workloads.request import Request
 from workloads.tokens import warmup_requests
 
 log = logging.getLogger(__name__)
@@ -55,10 +58,30 @@ class RunOutcome:
     run_dir: Path
 
 
+@dataclass
+class _SetUp:
+    """A run ready to measure: its requests, fanned out, and a warmed-up, flushed engine."""
+
+    workload_requests: list[Request]
+    gen_requests: list[GenerationRequest]
+    engine: Engine
+    warm: dict  # warm-up facts and the workload's notes, both for the summary
+
+
 def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
     """Measure one run whose directory is claimed (`rows` is its append-only rows file)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    try:
+        with collector_paused():
+            setup = _set_up(cfg)
+            gc.freeze()  # before the collector is back, which would walk them all once more
+        return _measure(cfg, out, rows, setup)
+    finally:
+        gc.unfreeze()  # cycles among the set-up objects are found again from here on
+
+
+def _set_up(cfg: RunConfig) -> _SetUp:
     space = token_space_for(cfg.model)
     generated = generate_with_notes(cfg.workload, cfg.seed, space)
     workload_requests = with_arrivals(generated.requests, cfg.load, cfg.seed)
@@ -69,7 +92,13 @@ def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
     )
     _cap_torch_threads(cfg.threads)
     engine.check_fits(gen_requests)
-    warm = {**_warm_up(engine, cfg, space), **generated.notes}  # both go into the summary
+    warm = {**_warm_up(engine, cfg, space), **generated.notes}
+    return _SetUp(workload_requests, gen_requests, engine, warm)
+
+
+def _measure(cfg: RunConfig, out: RunDir, rows: RowLog, setup: _SetUp) -> RunOutcome:
+    """The measured window, then the files (summary and tables)."""
+    engine, workload_requests = setup.engine, setup.workload_requests
     by_id = {r.request_id: r for r in workload_requests}
     index_of = {rid: i for i, rid in enumerate(by_id)}
     ctx = asdict(_context(cfg, out.path))
@@ -80,9 +109,10 @@ def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
 
     t_start = time.perf_counter()
     status, error = "ok", None
-    bar = progress(None, f"{cfg.workload.name}/{cfg.engine.cache}", "req", total=len(gen_requests))
+    total = len(setup.gen_requests)
+    bar = progress(None, f"{cfg.workload.name}/{cfg.engine.cache}", "req", total=total)
     try:
-        engine.run(gen_requests, on_finish=on_finish, max_concurrency=cfg.load.max_concurrency)
+        engine.run(setup.gen_requests, on_finish=on_finish, max_concurrency=cfg.load.max_concurrency)
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
@@ -92,7 +122,22 @@ def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
         bar.close()
     with interrupts_deferred():  # what was measured is final now: write it whole
         wall_s = time.perf_counter() - t_start
-        return _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall_s)
+        return _finish(cfg, out, rows, engine, workload_requests, setup.warm, status, error, wall_s)
+
+
+@contextmanager
+def collector_paused():
+    """No garbage collection while the run is set up. Expanding a whole trace makes ~10^5
+    long-lived objects (requests, replies) and no cycles, and each full collection meanwhile
+    walked all of them again; frozen afterwards (`run`), they stay out of the collections in the
+    measured loop and the bounds too. ~0.5 s of a whole conversation-trace replay."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _cap_torch_threads(threads: int) -> None:

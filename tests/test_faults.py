@@ -9,6 +9,7 @@ step that leaked. Real signals and sweeps run as subprocesses; the rest goes thr
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -212,6 +213,34 @@ def test_interrupt_before_measuring_records_no_rows(tmp_path, monkeypatch, capsy
     assert not (run_dir / "requests.parquet").exists()
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert lines == ["error: SIGTERM outside the measured run; 0 finished rows were written"]
+
+
+def _warm_up_interrupted(self, requests, on_finish=None, **kwargs):
+    raise RunInterrupted("SIGTERM")
+
+
+def _summary_crash(*args, **kwargs):
+    raise ValueError("a bug in the summary")
+
+
+# fault -> (what is replaced, by what, the exit code)
+FAULTS = {
+    "none": (None, None, EXIT_OK),
+    "interrupted setting up": ("engines.engine.Engine.run", _warm_up_interrupted, EXIT_INTERRUPTED),
+    "crash after measuring": ("harness.runner.summarize", _summary_crash, EXIT_FAILED),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_the_garbage_collector_is_back_after_any_run(tmp_path, monkeypatch, fault):
+    # The runner sets up with the collector paused and measures with the set-up objects frozen;
+    # an in-process caller (a sweep's next job, a test) gets the collector back as it was.
+    target, replacement, want = FAULTS[fault]
+    if target is not None:
+        monkeypatch.setattr(target, replacement)
+    code, _ = run_in_process(tmp_path)
+    assert code == want
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_signal_while_writing_waits_for_the_files(tmp_path, monkeypatch):
