@@ -63,15 +63,20 @@ def _mix(x: int) -> int:
 
 
 def mix_array(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser on a uint64 array (numpy array arithmetic wraps modulo 2**64).
-    The first step copies `x`; the rest work in place (a trace's expansion mixes ~10^8 tokens,
-    and every temporary array is another pass over memory)."""
-    x = x ^ (x >> np.uint64(30))
-    x *= np.uint64(_M1)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(_M2)
-    x ^= x >> np.uint64(31)
-    return x
+    """SplitMix64's finaliser on a uint64 array (numpy array arithmetic wraps modulo 2**64)."""
+    out = x.copy()
+    _mix_in_place(out, np.empty_like(out))
+    return out
+
+
+def _mix_in_place(x: np.ndarray, scratch: np.ndarray) -> None:
+    """mix_array into `x` itself, `scratch` (its shape) overwritten: no temporary arrays, which a
+    trace's expansion (~10^8 tokens) paid for in page faults more than in arithmetic."""
+    for shift, multiplier in ((30, _M1), (27, _M2), (31, None)):
+        np.right_shift(x, np.uint64(shift), out=scratch)
+        np.bitwise_xor(x, scratch, out=x)
+        if multiplier is not None:
+            np.multiply(x, np.uint64(multiplier), out=x)
 
 
 def _code(part: int | str) -> int:
@@ -95,15 +100,22 @@ def stream_keys(prefix: tuple[int | str, ...], last: np.ndarray) -> np.ndarray:
 
 
 def _to_ids(raw: np.ndarray, space: TokenSpace, dtype: type = np.int64) -> np.ndarray:
+    """Token ids of the uint64 draws `raw` (overwritten)."""
+    out = np.empty(raw.shape, dtype=dtype)
+    _ids_into(raw, np.empty_like(raw), space, out)
+    return out
+
+
+def _ids_into(raw: np.ndarray, scratch: np.ndarray, space: TokenSpace, out: np.ndarray) -> None:
+    """Token ids of the uint64 draws `raw` into `out`; `raw` and `scratch` are overwritten."""
     n = np.uint64(space.num_workload_ids)
     # raw % n, exactly; numpy divides by a scalar with libdivide but computes `%` by hardware
     # division, twice as slow.
-    low = raw // n
-    low *= n
-    np.subtract(raw, low, out=low)
-    ids = low.astype(dtype)
-    ids += dtype(space.first_workload_id)
-    return ids
+    np.floor_divide(raw, n, out=scratch)
+    np.multiply(scratch, n, out=scratch)
+    np.subtract(raw, scratch, out=raw)
+    # The ids fit any integer dtype asked for (vocab < 2**31), so the cast loses nothing.
+    np.add(raw, np.uint64(space.first_workload_id), out=out, casting="unsafe")
 
 
 DRAW_TOKENS = 1 << 15  # tokens drawn per vectorised pass: 256 KB of uint64 temporaries, in L2
@@ -114,17 +126,19 @@ def token_block(
 ) -> np.ndarray:
     """Rows of `length` tokens, row b being the stream of keys[b]: shape [len(keys), length].
     `dtype` np.int32 skips an int64 copy where the ids are stored compactly (they fit: vocab < 2**31).
-    Many rows are drawn DRAW_TOKENS at a time: temporaries that spill out of the CPU cache made
-    a large draw twice as slow per token."""
+    Many rows are drawn DRAW_TOKENS at a time in two reused scratch arrays: temporaries that
+    spilled out of the CPU cache, or were fresh pages, made a large draw twice as slow per token."""
     steps = np.arange(1, length + 1, dtype=np.uint64) * np.uint64(GAMMA)
     keys = keys.astype(np.uint64)
-    per_pass = max(1, DRAW_TOKENS // max(length, 1))
-    if len(keys) <= per_pass:
-        return _to_ids(mix_array(keys[:, None] + steps[None, :]), space, dtype)
     out = np.empty((len(keys), length), dtype=dtype)
+    per_pass = max(1, min(len(keys), DRAW_TOKENS // max(length, 1)))
+    x, scratch = np.empty((2, per_pass, length), dtype=np.uint64)
     for lo in range(0, len(keys), per_pass):
-        part = keys[lo : lo + per_pass, None] + steps[None, :]
-        out[lo : lo + per_pass] = _to_ids(mix_array(part), space, dtype)
+        part = keys[lo : lo + per_pass]
+        xs, ss = x[: len(part)], scratch[: len(part)]
+        np.add(part[:, None], steps[None, :], out=xs)
+        _mix_in_place(xs, ss)
+        _ids_into(xs, ss, space, out[lo : lo + len(part)])
     return out
 
 
