@@ -128,9 +128,10 @@ def _measure(cfg: RunConfig, out: RunDir, rows: RowLog, setup: _SetUp) -> RunOut
 @contextmanager
 def collector_paused():
     """No garbage collection while the run is set up. Expanding a whole trace makes ~10^5
-    long-lived objects (requests, replies) and no cycles, and each full collection meanwhile
-    walked all of them again; frozen afterwards (`run`), they stay out of the collections in the
-    measured loop and the bounds too. ~0.5 s of a whole conversation-trace replay."""
+    long-lived objects (requests, replies) that form no cycles, and each full collection
+    meanwhile walked all of them again; frozen afterwards (`run`), they stay out of the
+    collections in the measured loop and the bounds too. Time in the collector of a whole
+    conversation-trace APC replay: ~0.9 s before, ~0.35 s after."""
     enabled = gc.isenabled()
     gc.disable()
     try:
