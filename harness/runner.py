@@ -58,7 +58,7 @@ class RunOutcome:
     run_dir: Path
 
 
-@dataclass
+@dataclass(frozen=True)
 class _SetUp:
     """A run ready to measure: its requests, fanned out, and a warmed-up, flushed engine."""
 
