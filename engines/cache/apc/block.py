@@ -52,17 +52,7 @@ class FreeKVCacheBlockQueue:
         self.num_free_blocks = len(blocks)
         self.fake_free_list_head = block_type(-1)
         self.fake_free_list_tail = block_type(-1)
-        self._link_between(self.fake_free_list_head, blocks, self.fake_free_list_tail)
-
-    @staticmethod
-    def _link_between(left: KVCacheBlock, blocks: list[KVCacheBlock], right: KVCacheBlock) -> None:
-        prev = left
-        for blk in blocks:
-            prev.next_free_block = blk
-            blk.prev_free_block = prev
-            prev = blk
-        prev.next_free_block = right
-        right.prev_free_block = prev
+        link_between(self.fake_free_list_head, blocks, self.fake_free_list_tail)
 
     def __len__(self) -> int:
         return self.num_free_blocks
@@ -107,24 +97,12 @@ class FreeKVCacheBlockQueue:
     def append_n(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Link `blocks` at the tail, keeping their order."""
         tail = self.fake_free_list_tail
-        self._splice(tail.prev_free_block, tail, blocks)
+        self.num_free_blocks += link_between(tail.prev_free_block, blocks, tail)
 
     def prepend_n(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Link `blocks` at the head, keeping their order (the first becomes the new head)."""
         head = self.fake_free_list_head
-        self._splice(head, head.next_free_block, blocks)
-
-    def _splice(self, prev: KVCacheBlock, nxt: KVCacheBlock, blocks: Iterable[KVCacheBlock]) -> None:
-        """Link `blocks`, in order, between the adjacent nodes `prev` and `nxt`."""
-        count = 0
-        for blk in blocks:
-            prev.next_free_block = blk
-            blk.prev_free_block = prev
-            prev = blk
-            count += 1
-        prev.next_free_block = nxt
-        nxt.prev_free_block = prev
-        self.num_free_blocks += count
+        self.num_free_blocks += link_between(head, blocks, head.next_free_block)
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         """Head-to-tail list (tests and integrity checks)."""
@@ -135,3 +113,17 @@ class FreeKVCacheBlockQueue:
             out.append(blk)
             blk = blk.next_free_block
         return out
+
+
+def link_between(left: KVCacheBlock, blocks: Iterable[KVCacheBlock], right: KVCacheBlock) -> int:
+    """Link `blocks`, in order, between the adjacent nodes `left` and `right`; how many."""
+    prev = left
+    count = 0
+    for blk in blocks:
+        prev.next_free_block = blk
+        blk.prev_free_block = prev
+        prev = blk
+        count += 1
+    prev.next_free_block = right
+    right.prev_free_block = prev
+    return count

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from engines.cache.apc.block import KVCacheBlock
+from engines.cache.apc.block import KVCacheBlock, link_between
 
 try:  # built by setup.py where a C compiler is; the same contracts
     from engines.cache.apc import _pool_loops as _native
@@ -87,19 +87,8 @@ def link_free(
     prev.next_free_block = tail
     tail.prev_free_block = prev
     if to_head:
-        _splice_after(head, to_head)
+        link_between(head, to_head, head.next_free_block)
     return num_tail + len(to_head), num_hashed
-
-
-def _splice_after(left: KVCacheBlock, blocks: list[KVCacheBlock]) -> None:
-    right = left.next_free_block
-    prev = left
-    for blk in blocks:
-        prev.next_free_block = blk
-        blk.prev_free_block = prev
-        prev = blk
-    prev.next_free_block = right
-    right.prev_free_block = prev
 
 
 def cache_run(
