@@ -95,11 +95,21 @@ class EngineConfig:
                 raise BadInput(f"engine.{name} must be a positive integer, got {value!r}")
         for name in ("max_prefill_tokens", "clip_max_new_tokens"):
             _require_int(name, getattr(self, name), minimum=1)
-        for name in ("lpm_fallback_queue_len", "in_batch_check_threshold", "in_batch_deprioritize_threshold"):
+        for name in (
+            "lpm_fallback_queue_len",
+            "in_batch_check_threshold",
+            "in_batch_deprioritize_threshold",
+        ):
             _require_int(name, getattr(self, name), minimum=0)
         value = self.schedule_conservativeness
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-            raise BadInput(f"engine.schedule_conservativeness must be a positive number, got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 < value < math.inf
+        ):
+            raise BadInput(
+                f"engine.schedule_conservativeness must be a positive number, got {value!r}"
+            )
         if self.kv_capacity_tokens % self.block_size:
             raise BadInput(
                 f"engine.kv_capacity_tokens ({self.kv_capacity_tokens}) must be a multiple of "
@@ -108,7 +118,9 @@ class EngineConfig:
 
     def _validate_designs(self) -> None:
         if self.cache not in UPSTREAM_SCHEDULER:
-            raise BadInput(f"engine.cache must be one of {sorted(UPSTREAM_SCHEDULER)}, got {self.cache!r}")
+            raise BadInput(
+                f"engine.cache must be one of {sorted(UPSTREAM_SCHEDULER)}, got {self.cache!r}"
+            )
         schedulers = sorted(set(UPSTREAM_SCHEDULER.values()))
         if self.scheduler_design not in schedulers:
             raise BadInput(f"engine.scheduler must be one of {schedulers}, got {self.scheduler!r}")

@@ -29,5 +29,10 @@ class GenerationRequest:
             raise ValueError(f"request {self.request_id}: empty prompt")
         if self.max_new_tokens <= 0:
             raise ValueError(f"request {self.request_id}: max_new_tokens must be positive")
-        if self.scripted_output_ids is not None and len(self.scripted_output_ids) < self.max_new_tokens:
-            raise ValueError(f"request {self.request_id}: scripted output shorter than max_new_tokens")
+        if (
+            self.scripted_output_ids is not None
+            and len(self.scripted_output_ids) < self.max_new_tokens
+        ):
+            raise ValueError(
+                f"request {self.request_id}: scripted output shorter than max_new_tokens"
+            )

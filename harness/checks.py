@@ -32,7 +32,9 @@ def check_run_config(cfg) -> None:
     from workloads.base import WorkloadParams
 
     if not isinstance(cfg.workload, WorkloadParams):  # a workload file without its family schema
-        raise BadInput("workload: the workload config names no family schema (defaults: [base_<family>])")
+        raise BadInput(
+            "workload: the workload config names no family schema (defaults: [base_<family>])"
+        )
     cfg.engine.validate()
     cfg.model.validate()
     cfg.workload.validate()
@@ -44,7 +46,9 @@ def check_run_config(cfg) -> None:
         require_name("label", cfg.label)
     require_int("seed", cfg.seed, 0, MAX_SEED - 1)
     if cfg.seed + cfg.workload.seed_offset >= MAX_SEED:
-        raise BadInput(f"seed + workload.seed_offset must be below 2**63, got {cfg.seed + cfg.workload.seed_offset}")
+        raise BadInput(
+            f"seed + workload.seed_offset must be below 2**63, got {cfg.seed + cfg.workload.seed_offset}"
+        )
     require_int("model.seed", cfg.model.seed, 0, MAX_SEED - 1)
     _check_load(cfg.load)
     _check_warmup(cfg.warmup, cfg.model.max_position_embeddings)
@@ -53,7 +57,9 @@ def check_run_config(cfg) -> None:
     if cfg.decode not in DECODES:
         raise BadInput(f"decode must be one of {', '.join(DECODES)}, got {cfg.decode!r}")
     if cfg.executor == "simulated" and cfg.decode != "scripted":
-        raise BadInput("decode must be scripted for executor=simulated: it has no model to sample from")
+        raise BadInput(
+            "decode must be scripted for executor=simulated: it has no model to sample from"
+        )
     require_int("threads", cfg.threads, 1, 1024)
     _check_device(cfg.device)
     check_footprint(cfg)
@@ -103,7 +109,9 @@ def _check_load(load) -> None:
     if load.rate is not None:
         require_number("load.rate", load.rate, MAX_RATE)
     elif load.mode == "poisson":
-        raise BadInput("load.rate must be a positive number of requests/s for load.mode=poisson, got None")
+        raise BadInput(
+            "load.rate must be a positive number of requests/s for load.mode=poisson, got None"
+        )
     require_number("load.burstiness", load.burstiness, MAX_BURSTINESS)
     require_number("load.slowdown", load.slowdown, MAX_SLOWDOWN)
     if load.max_concurrency is not None:

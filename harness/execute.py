@@ -52,7 +52,10 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
         outcome = run(cfg, out, rows)
     except (KeyboardInterrupt, RunInterrupted) as exc:  # start-up, warm-up or writing
         kept = _close(out, rows, "interrupted", f"{exc or 'SIGINT'} outside the measured run")
-        return _say(f"{job}{exc or 'SIGINT'} outside the measured run; {kept} finished rows were written", EXIT_INTERRUPTED)
+        return _say(
+            f"{job}{exc or 'SIGINT'} outside the measured run; {kept} finished rows were written",
+            EXIT_INTERRUPTED,
+        )
     except BAD_INPUT as exc:
         _close(out, rows, "failed", describe(exc))
         return _say(f"{job}{describe(exc)}", EXIT_BAD_INPUT)

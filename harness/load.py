@@ -32,7 +32,9 @@ def _trace(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
 @ARRIVALS.register("poisson")
 def _poisson(requests: list[Request], load: LoadConfig, seed: int) -> list[float]:
     if load.rate is None or load.rate <= 0:
-        raise BadInput(f"load.rate must be a positive number of requests/s for load.mode=poisson, got {load.rate}")
+        raise BadInput(
+            f"load.rate must be a positive number of requests/s for load.mode=poisson, got {load.rate}"
+        )
     if load.burstiness <= 0:
         raise BadInput(f"load.burstiness must be positive, got {load.burstiness}")
     n = len(requests)

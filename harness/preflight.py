@@ -56,7 +56,11 @@ def preflight(argv: list[str]) -> str | None:
         return problem
     dirs = search_dirs(argv)
     # hydra.searchpath stays: composing a user's own config needs it.
-    argv = [a for a in argv if a.startswith("hydra.searchpath=") or not a.startswith(("hydra.", "hydra/"))]
+    argv = [
+        a
+        for a in argv
+        if a.startswith("hydra.searchpath=") or not a.startswith(("hydra.", "hydra/"))
+    ]
     # A suite is a multirun by configuration (hydra.mode: MULTIRUN), even without -m.
     if any(a in SWEEP_FLAGS or a.lstrip("+").startswith("suite=") for a in argv):
         return _sweep_problem([a for a in argv if a not in SWEEP_FLAGS], dirs)
@@ -126,7 +130,11 @@ def group_file_problem(group: str, name: str, dirs: tuple[Path, ...] = ()) -> st
         return None
     from workloads.base import FAMILIES
 
-    bases = [d for d in (body or {}).get("defaults") or [] if isinstance(d, str) and d.startswith("base_")]
+    bases = [
+        d
+        for d in (body or {}).get("defaults") or []
+        if isinstance(d, str) and d.startswith("base_")
+    ]
     valid = ", ".join(f"base_{f}" for f in FAMILIES.names())
     if len(bases) != 1 or bases[0].removeprefix("base_") not in FAMILIES:
         return f"workload={name}: {path} needs `defaults: [<one of {valid}>, _self_]` naming its family's schema"
@@ -162,7 +170,9 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
     from harness.checks import check_known_keys, check_run_config
 
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"):
+        with initialize_config_dir(
+            config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"
+        ):
             dcfg = compose(config_name="config", overrides=overrides)
             check_known_keys(dcfg)
             cfg = OmegaConf.to_object(dcfg)

@@ -50,4 +50,6 @@ def count_rows(path: Path) -> int:
 def rows_table(path: Path) -> pd.DataFrame:
     """The rows file as a request table (the dtypes of harness.metrics.COLUMNS), arrival order."""
     df = pd.DataFrame(read_rows(path), columns=list(COLUMNS)).astype(COLUMNS)
-    return df.sort_values(["arrival_s", "request_index", "sample_index"], kind="stable").reset_index(drop=True)
+    return df.sort_values(
+        ["arrival_s", "request_index", "sample_index"], kind="stable"
+    ).reset_index(drop=True)

@@ -112,7 +112,9 @@ def _measure(cfg: RunConfig, out: RunDir, rows: RowLog, setup: _SetUp) -> RunOut
     total = len(setup.gen_requests)
     bar = progress(None, f"{cfg.workload.name}/{cfg.engine.cache}", "req", total=total)
     try:
-        engine.run(setup.gen_requests, on_finish=on_finish, max_concurrency=cfg.load.max_concurrency)
+        engine.run(
+            setup.gen_requests, on_finish=on_finish, max_concurrency=cfg.load.max_concurrency
+        )
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed

@@ -33,7 +33,9 @@ PRESETS = {"apc": dict(cache="apc", block_size=16), "radix": dict(cache="radix",
 
 
 def make_engine(cache: str, model: str):
-    cfg = EngineConfig(**PRESETS[cache], kv_capacity_tokens=1 << 16, max_num_batched_tokens=2048, backend="torch")
+    cfg = EngineConfig(
+        **PRESETS[cache], kv_capacity_tokens=1 << 16, max_num_batched_tokens=2048, backend="torch"
+    )
     return build_engine(cfg, get_preset(model), device="cpu")
 
 
@@ -46,8 +48,13 @@ def to_engine_requests(requests) -> list[GenerationRequest]:
 
 def workload_run(cache: str, model: str, quick: bool) -> dict:
     params = SystemPromptParams(
-        name="system_prompt", family="system_prompt", num_groups=4 if quick else 16,
-        prompts_per_group=8, system_prompt_len=1024, question_len=64, output_len=32,
+        name="system_prompt",
+        family="system_prompt",
+        num_groups=4 if quick else 16,
+        prompts_per_group=8,
+        system_prompt_len=1024,
+        question_len=64,
+        output_len=32,
     )
     space = TokenSpace(vocab_size=get_preset(model).vocab_size, first_ordinary_id=1)
     reqs = to_engine_requests(generate(params, 0, space))
@@ -57,8 +64,15 @@ def workload_run(cache: str, model: str, quick: bool) -> dict:
     wall_s = time.perf_counter() - t0
     prompt = sum(r.prompt_tokens for r in records)
     cached = sum(r.cached_tokens for r in records)
-    return {"case": "shared_prompt_workload", "engine": cache, "requests": len(records), "wall_s": wall_s,
-            "hit_rate": cached / prompt, "goal_wall_s": 120.0, "ok": wall_s < 120.0}
+    return {
+        "case": "shared_prompt_workload",
+        "engine": cache,
+        "requests": len(records),
+        "wall_s": wall_s,
+        "hit_rate": cached / prompt,
+        "goal_wall_s": 120.0,
+        "ok": wall_s < 120.0,
+    }
 
 
 def ttft_ratio(cache: str, model: str, repeats: int) -> dict:
@@ -78,9 +92,16 @@ def ttft_ratio(cache: str, model: str, repeats: int) -> dict:
         h = rec_hot.cached_tokens / rec_hot.prompt_tokens
     ratio = statistics.median(hot) / statistics.median(cold)
     goal = (1 - h) + 0.1
-    return {"case": "ttft_hit_over_cold", "engine": cache, "hit_fraction": h,
-            "ttft_cold_ms": 1e3 * statistics.median(cold), "ttft_hit_ms": 1e3 * statistics.median(hot),
-            "ratio": ratio, "goal_ratio": goal, "ok": ratio <= goal}
+    return {
+        "case": "ttft_hit_over_cold",
+        "engine": cache,
+        "hit_fraction": h,
+        "ttft_cold_ms": 1e3 * statistics.median(cold),
+        "ttft_hit_ms": 1e3 * statistics.median(hot),
+        "ratio": ratio,
+        "goal_ratio": goal,
+        "ok": ratio <= goal,
+    }
 
 
 def main() -> None:
@@ -97,7 +118,9 @@ def main() -> None:
         rows.append(ttft_ratio(cache, args.model, args.repeats))
         rows.append(workload_run(cache, args.model, args.quick))
     for r in rows:
-        print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+        print(
+            "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+        )
     text = json.dumps(rows, indent=2)
     if args.json:
         args.json.write_text(text)

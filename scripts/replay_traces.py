@@ -31,9 +31,21 @@ ENGINE_KNOBS = ("engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256")
 # token model, prices them, so the token model's context limit is lifted.
 MODEL_KNOBS = ("model.max_position_embeddings=262144",)
 SUMMARY_FIELDS = (
-    "status", "completed", "duration", "hit_rate", "ideal_hit_rate",
-    "theoretical_hit_rate_capped", "median_ttft_ms", "p90_ttft_ms", "median_tpot_ms",
-    "request_throughput", "output_throughput", "evictions", "num_steps", "cache_bookkeeping_ms", "wall_s",
+    "status",
+    "completed",
+    "duration",
+    "hit_rate",
+    "ideal_hit_rate",
+    "theoretical_hit_rate_capped",
+    "median_ttft_ms",
+    "p90_ttft_ms",
+    "median_tpot_ms",
+    "request_throughput",
+    "output_throughput",
+    "evictions",
+    "num_steps",
+    "cache_bookkeeping_ms",
+    "wall_s",
 )
 
 
@@ -60,7 +72,8 @@ def main() -> None:
     ap.add_argument("--max-requests", default="null", help="null = every request")
     ap.add_argument("--slowdown", type=float, default=1.0, help="arrival = timestamp * slowdown")
     ap.add_argument(
-        "--bound-granularities", default="512",
+        "--bound-granularities",
+        default="512",
         help="granularities of the runner's hit-rate bounds ('all' = unrestricted; at g=1 a whole "
         "trace needs ~25 GB and minutes, see the report)",
     )
@@ -86,17 +99,29 @@ def main() -> None:
         for engine in args.engines:
             for capacity in capacities:
                 overrides = [
-                    f"workload=mooncake_{trace}", f"workload.max_requests={args.max_requests}",
-                    f"workload.slowdown={args.slowdown}", "executor=simulated",
-                    hardware_override(args.hardware), f"engine={engine}",
-                    f"engine.kv_capacity_tokens={capacity}", *ENGINE_KNOBS, *MODEL_KNOBS,
-                    "label=replay_traces", f"hydra.run.dir={out_dir}/{trace}-{engine}-kv{capacity}",
+                    f"workload=mooncake_{trace}",
+                    f"workload.max_requests={args.max_requests}",
+                    f"workload.slowdown={args.slowdown}",
+                    "executor=simulated",
+                    hardware_override(args.hardware),
+                    f"engine={engine}",
+                    f"engine.kv_capacity_tokens={capacity}",
+                    *ENGINE_KNOBS,
+                    *MODEL_KNOBS,
+                    "label=replay_traces",
+                    f"hydra.run.dir={out_dir}/{trace}-{engine}-kv{capacity}",
                     *args.overrides,
                 ]
                 run = run_harness(overrides, bound_granularities=bounds)
-                row = {"trace": trace, "engine": engine, "kv_capacity_tokens": capacity,
-                       "kv_capacity_blocks_512": capacity // 512, "child_wall_s": run.wall_s,
-                       "peak_rss_mib": run.peak_rss_mib, "returncode": run.returncode}
+                row = {
+                    "trace": trace,
+                    "engine": engine,
+                    "kv_capacity_tokens": capacity,
+                    "kv_capacity_blocks_512": capacity // 512,
+                    "child_wall_s": run.wall_s,
+                    "peak_rss_mib": run.peak_rss_mib,
+                    "returncode": run.returncode,
+                }
                 summary = run.summary or {}
                 row.update({k: summary.get(k) for k in SUMMARY_FIELDS})
                 if run.summary is None:
@@ -104,8 +129,14 @@ def main() -> None:
                 rows.append(row)
                 print(_line(row), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    report = {"hardware": args.hardware, "hbm_kv_tokens": base, "slowdown": args.slowdown,
-              "engine_knobs": list(ENGINE_KNOBS), "bound_granularities": bounds, "rows": rows}
+    report = {
+        "hardware": args.hardware,
+        "hbm_kv_tokens": base,
+        "slowdown": args.slowdown,
+        "engine_knobs": list(ENGINE_KNOBS),
+        "bound_granularities": bounds,
+        "rows": rows,
+    }
     (out_dir / "replay.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out_dir / 'replay.json'}")
 

@@ -22,7 +22,12 @@ def tiny_model():
 
 
 def make_engine(cache: str = "apc", executor: str = "real", **overrides):
-    fields = {**ENGINE_PRESETS[cache], "kv_capacity_tokens": 4096, "max_num_batched_tokens": 512, "backend": "torch"}
+    fields = {
+        **ENGINE_PRESETS[cache],
+        "kv_capacity_tokens": 4096,
+        "max_num_batched_tokens": 512,
+        "backend": "torch",
+    }
     fields.update(overrides)
     cfg = EngineConfig(**fields)
     return build_engine(cfg, tiny_model(), executor=executor, device="cpu")

@@ -162,13 +162,15 @@ def test_dfs_weight_orders_by_the_hash_chain_tree():
     x, y = list(range(12)), list(range(100, 108))
     d.waiting.extend([S("x", x), S("y", y)])
     d.step()
-    d.waiting.extend([
-        S("w1", x[:8] + [900, 901, 902, 903]),
-        S("w2", x + [910, 911, 912, 913]),
-        S("w3", y + [920, 921, 922, 923]),
-        S("w4", x[:8] + [930, 931, 932, 933]),
-        S("w5", list(range(5000, 5012))),
-    ])
+    d.waiting.extend(
+        [
+            S("w1", x[:8] + [900, 901, 902, 903]),
+            S("w2", x + [910, 911, 912, 913]),
+            S("w3", y + [920, 921, 922, 923]),
+            S("w4", x[:8] + [930, 931, 932, 933]),
+            S("w5", list(range(5000, 5012))),
+        ]
+    )
     plan = d.step()
     assert [item.seq.seq_id for item in plan.scheduled] == ["w2", "w1", "w4", "w3", "w5"]
 

@@ -40,7 +40,13 @@ def test_selection_sets_up_only_the_chosen_cases_and_names_the_valid_ones():
 
 
 def test_before_after_run_prints_a_paired_ratio_per_case():
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_radix_tree.py"), "--quick", "--rounds", "2"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "bench_radix_tree.py"),
+        "--quick",
+        "--rounds",
+        "2",
+    ]
     cmd += ["--cases", "alloc_free,checkpoint", "--baseline", str(ROOT)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
     header, *rows = out.strip().splitlines()

@@ -44,25 +44,33 @@ ARMS = {  # every upstream pairing the harness offers, plus the radix eviction p
 SMALL = ("engine.debug_checks=true",)  # integrity checks after every step on the small workloads
 WORKLOADS = {
     "multiturn_tight": (
-        *SMALL, "workload=multiturn", "workload.num_users=8", "workload.num_rounds=4",
-        "engine.kv_capacity_tokens=2048", "engine.max_num_seqs=8",
+        *SMALL,
+        "workload=multiturn",
+        "workload.num_users=8",
+        "workload.num_rounds=4",
+        "engine.kv_capacity_tokens=2048",
+        "engine.max_num_seqs=8",
     ),
     "system_prompt_tenants": (
-        *SMALL, "workload=system_prompt", "workload.num_tenants=2",
-        "engine.kv_capacity_tokens=3072", "engine.max_num_seqs=6",
+        *SMALL,
+        "workload=system_prompt",
+        "workload.num_tenants=2",
+        "engine.kv_capacity_tokens=3072",
+        "engine.max_num_seqs=6",
     ),
     "parallel_tight": (*SMALL, "workload=parallel", "engine.kv_capacity_tokens=1024"),
     "mooncake_prefix": (  # the trace_h100 settings on the first 80 requests, 131,072 KV tokens
-        "workload=mooncake_conversation", "workload.max_requests=80",
-        "model.max_position_embeddings=131072", "load.slowdown=8",
-        "engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256",
+        "workload=mooncake_conversation",
+        "workload.max_requests=80",
+        "model.max_position_embeddings=131072",
+        "load.slowdown=8",
+        "engine.max_num_batched_tokens=8192",
+        "engine.max_num_seqs=256",
         "engine.kv_capacity_tokens=131072",
     ),
 }
 LARGE_ARMS = ("apc", "radix", "radix_p16")  # the long trace prefix: the suites' arms only
-CASES = [
-    (w, a) for w in WORKLOADS for a in ARMS if w != "mooncake_prefix" or a in LARGE_ARMS
-]
+CASES = [(w, a) for w in WORKLOADS for a in ARMS if w != "mooncake_prefix" or a in LARGE_ARMS]
 
 
 def observe(workload: str, arm: str) -> dict:

@@ -100,8 +100,15 @@ def test_verification_also_refuses_a_cross_tenant_collision():
     # block, extra keys, tokens), so tenant t2 must not reuse tenant t1's KV.
     rng = np.random.default_rng(11)
     prompt = tuple(rng.integers(1, 1024, PROMPT_LEN).tolist())
-    reqs = [GenerationRequest("t1", prompt, OUTPUT_LEN, salt="t1"), GenerationRequest("t2", prompt, OUTPUT_LEN, salt="t2")]
+    reqs = [
+        GenerationRequest("t1", prompt, OUTPUT_LEN, salt="t1"),
+        GenerationRequest("t2", prompt, OUTPUT_LEN, salt="t2"),
+    ]
     leaky = by_id(make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND).run(reqs))
     assert leaky["t2"].cached_tokens == 32  # the collision leaks across tenants without checking
-    safe = by_id(make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND, verify_tokens_on_hit=True).run(reqs))
+    safe = by_id(
+        make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND, verify_tokens_on_hit=True).run(
+            reqs
+        )
+    )
     assert safe["t2"].cached_tokens == 0

@@ -63,11 +63,15 @@ def test_scripted_decoding_emits_the_script(cache):
 @pytest.mark.parametrize("cache", CACHES)
 def test_preemption_under_pressure_keeps_outputs(cache):
     # Capacity for about two sequences at once forces preemption/retraction of the others.
-    reqs = shared_prompt_requests(groups=3, per_group=2, system_len=30, question_len=10, output_len=12)
+    reqs = shared_prompt_requests(
+        groups=3, per_group=2, system_len=30, question_len=10, output_len=12
+    )
     small = make_engine(cache, kv_capacity_tokens=112, max_num_batched_tokens=64, debug_checks=True)
     records = by_id(small.run(reqs))
     big = make_engine(cache)
     reference = by_id(big.run(reqs))
-    assert {k: r.output_ids for k, r in records.items()} == {k: r.output_ids for k, r in reference.items()}
+    assert {k: r.output_ids for k, r in records.items()} == {
+        k: r.output_ids for k, r in reference.items()
+    }
     small.cache.check_integrity()
     assert small.cache.usage().protected == 0

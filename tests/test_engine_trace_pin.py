@@ -28,4 +28,6 @@ def test_trace_prefix_replay_is_unchanged(pinned, name):
     assert got["stats"]["num_evictions"] > 0  # the capacity is really exceeded
     assert got["requests"].keys() == want["requests"].keys()
     changed = [rid for rid, row in got["requests"].items() if row != want["requests"][rid]]
-    assert not changed, f"{len(changed)} requests differ, first {changed[0]}: {got['requests'][changed[0]]} != {want['requests'][changed[0]]}"
+    assert not changed, (
+        f"{len(changed)} requests differ, first {changed[0]}: {got['requests'][changed[0]]} != {want['requests'][changed[0]]}"
+    )

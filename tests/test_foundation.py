@@ -25,7 +25,9 @@ def test_registry_refuses_duplicates():
         reg.add("a", 2)
 
 
-@pytest.mark.parametrize("field", ["block_size", "kv_capacity_tokens", "max_num_seqs", "max_num_batched_tokens"])
+@pytest.mark.parametrize(
+    "field", ["block_size", "kv_capacity_tokens", "max_num_seqs", "max_num_batched_tokens"]
+)
 @pytest.mark.parametrize("value", [0, -4])
 def test_engine_config_rejects_non_positive(field, value):
     cfg = EngineConfig(**{field: value})

@@ -19,7 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+    }
 
 
 @pytest.mark.slow
@@ -33,7 +36,12 @@ def test_compare_notebook_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("PREFIXBENCH_REPORT_DIR", str(tmp_path / "report"))
     monkeypatch.setenv("MPLBACKEND", "Agg")  # headless
     nb = nbformat.read(ROOT / "notebooks" / "compare.ipynb", as_version=4)
-    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    client = NotebookClient(
+        nb,
+        timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    )
     client.execute(env=dict(os.environ))
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
@@ -49,7 +57,9 @@ def test_compare_notebook_runs(tmp_path, monkeypatch):
 def test_importing_the_report_keeps_the_backend():
     code = "import matplotlib; matplotlib.use('pdf'); import harness.report; print(matplotlib.get_backend())"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "pdf"
 
 

@@ -188,7 +188,9 @@ def test_a_claimed_or_finished_directory_is_refused_unless_overwrite(tmp_path):
         claim(run, "rows.jsonl", overwrite=False)  # a second run pointed at a running one
     (run / "rows.jsonl").unlink()
     write_json(run / "summary.json", {"status": "ok"})
-    with pytest.raises(BAD_INPUT, match=r"holds another run's results \(summary.json\); .*overwrite=true"):
+    with pytest.raises(
+        BAD_INPUT, match=r"holds another run's results \(summary.json\); .*overwrite=true"
+    ):
         claim(run, "rows.jsonl", overwrite=False)
     claim(run, "rows.jsonl", overwrite=True)
     assert not (run / "summary.json").exists() and (run / "rows.jsonl").exists()
@@ -198,5 +200,7 @@ def test_fingerprint_ignores_seed_and_output_settings_only():
     from harness.identity import fingerprint
 
     base = {"seed": 0, "engine": {"cache": "apc"}, "load": {"rate": 8.0}, "save_tokens": False}
-    assert fingerprint(base) == fingerprint({**base, "seed": 7, "save_tokens": True, "overwrite": True})
+    assert fingerprint(base) == fingerprint(
+        {**base, "seed": 7, "save_tokens": True, "overwrite": True}
+    )
     assert fingerprint(base) != fingerprint({**base, "load": {"rate": 64.0}})

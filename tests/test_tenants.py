@@ -11,8 +11,15 @@ from workloads.system_prompt import SystemPromptParams
 
 
 def test_tenants_get_round_robin_salts_and_share_only_within_a_tenant():
-    params = SystemPromptParams(num_groups=2, prompts_per_group=4, system_prompt_len=64, question_len=8,
-                                output_len=2, ordered=True, num_tenants=2)
+    params = SystemPromptParams(
+        num_groups=2,
+        prompts_per_group=4,
+        system_prompt_len=64,
+        question_len=8,
+        output_len=2,
+        ordered=True,
+        num_tenants=2,
+    )
     requests = generate(params, 0, TokenSpace(1000, 1))
     assert [r.salt for r in requests] == ["tenant0", "tenant1"] * 4
     # Group 0 is served to both tenants: each tenant's first copy of the system prompt is cold.
@@ -21,8 +28,16 @@ def test_tenants_get_round_robin_salts_and_share_only_within_a_tenant():
 
 @pytest.mark.parametrize("engine", ["apc", "radix"])
 def test_harness_run_with_tenants_hits_only_within_tenants(engine, tmp_path):
-    args = merged(SYSTEM_PROMPT_SMALL, SMALL, [f"engine={engine}", "workload.num_tenants=3",
-                                               "workload.ordered=true", "engine.max_num_seqs=1"])
+    args = merged(
+        SYSTEM_PROMPT_SMALL,
+        SMALL,
+        [
+            f"engine={engine}",
+            "workload.num_tenants=3",
+            "workload.ordered=true",
+            "engine.max_num_seqs=1",
+        ],
+    )
     run = run_harness(args, tmp_path / engine)
     assert run.returncode == 0, run.stderr[-2000:]
     summary = run.summary

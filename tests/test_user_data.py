@@ -104,6 +104,8 @@ def test_a_sharegpt_dump_with_bad_records_runs_and_reports_what_it_skipped(tmp_p
 
 def test_search_path_problems_are_one_line(tmp_path):
     assert "no viable alternative" in preflight([*SMALL, f"hydra.searchpath=[file://{tmp_path}"])
-    folder = user_folder(tmp_path, "mine", "defaults:\n  - base_unique\n  - _self_\nfamily: unique\n")
+    folder = user_folder(
+        tmp_path, "mine", "defaults:\n  - base_unique\n  - _self_\nfamily: unique\n"
+    )
     problem = preflight([*SMALL, folder, "workload=minE"])
     assert problem.startswith("unknown workload 'minE'; valid: ") and "mine" in problem

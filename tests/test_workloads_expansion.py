@@ -68,7 +68,9 @@ def test_a_draw_in_several_passes_equals_one_stream_per_row(monkeypatch):
 def test_replies_are_each_lines_own_stream(tmp_path):
     rows = _trace(tmp_path, [_line(i, 8, [i], out=1 + 5 * i) for i in range(7)])
     for row, reply in zip(rows, _replies(rows, 11, SPACE), strict=True):
-        assert reply == tuple(token_ids(SPACE, (11, "trace-output", row.line_no), row.output_length).tolist())
+        assert reply == tuple(
+            token_ids(SPACE, (11, "trace-output", row.line_no), row.output_length).tolist()
+        )
 
 
 def test_token_streams_concatenate_streams_of_any_lengths():
@@ -82,7 +84,9 @@ def test_shared_prefix_lens_follow_the_id_chains(tmp_path):
     lines = [*LINES, _line(6, 20, [5, 9, 7]), _line(7, 23, [5, 9, 7]), _line(8, 22, [5, 9, 8])]
     rows = _trace(tmp_path, lines)
     prompts = [tuple(p.tolist()) for p in prompt_arrays(rows, 0, SPACE, 8)]
-    want = [max((common_prefix(p, q) for q in prompts[:i]), default=0) for i, p in enumerate(prompts)]
+    want = [
+        max((common_prefix(p, q) for q in prompts[:i]), default=0) for i, p in enumerate(prompts)
+    ]
     assert shared_prefix_lens(rows, 8) == want
     assert want[4] == 8 and want[6:] == [20, 20, 16]  # partial last blocks: covered up to 4, then 7
 
@@ -102,5 +106,10 @@ def test_hashes_at_block_ends_equal_the_full_prefix_sums():
     hasher = _Hasher()
     assert np.array_equal(hasher.hashes_at(ids, ends), full[ends - 1])
     small = ids[ids < 100]
-    want = np.cumsum(mix_array(small.astype(np.uint64) + np.uint64(GAMMA)) * powers[: len(small)], dtype=np.uint64)
-    assert np.array_equal(hasher.hashes_at(small.astype(np.int32), np.arange(1, len(small) + 1)), want)
+    want = np.cumsum(
+        mix_array(small.astype(np.uint64) + np.uint64(GAMMA)) * powers[: len(small)],
+        dtype=np.uint64,
+    )
+    assert np.array_equal(
+        hasher.hashes_at(small.astype(np.int32), np.arange(1, len(small) + 1)), want
+    )

@@ -38,8 +38,13 @@ TRACE_H100 = (
 
 
 def trace_config(engine: str, kv_capacity_tokens: int, max_requests: int | None, *extra: str):
-    overrides = [*TRACE_H100, f"engine={engine}", f"engine.kv_capacity_tokens={kv_capacity_tokens}",
-                 f"workload.max_requests={'null' if max_requests is None else max_requests}", *extra]
+    overrides = [
+        *TRACE_H100,
+        f"engine={engine}",
+        f"engine.kv_capacity_tokens={kv_capacity_tokens}",
+        f"workload.max_requests={'null' if max_requests is None else max_requests}",
+        *extra,
+    ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return OmegaConf.to_object(compose("config", overrides=overrides))
 
@@ -47,17 +52,30 @@ def trace_config(engine: str, kv_capacity_tokens: int, max_requests: int | None,
 def replay(cfg) -> dict:
     """Per-request outcomes and cache counters of one replay, as plain JSON-able values."""
     space = token_space_for(cfg.model)
-    requests = fan_out(with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed), True)
-    engine = build_engine(cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware)
-    warm = warmup_requests(space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len)
+    requests = fan_out(
+        with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed), True
+    )
+    engine = build_engine(
+        cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
+    )
+    warm = warmup_requests(
+        space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len
+    )
     engine.run(fan_out(warm, scripted=True))
     assert engine.cache.reset()
     records = engine.run(requests)
     stats = engine.cache.stats()
     return {
         "requests": {
-            r.request_id: [r.cached_tokens, r.num_preemptions, r.recomputed_tokens, r.scheduled_s,
-                           r.first_token_s, r.finish_s, _digest(r.token_times_s)]
+            r.request_id: [
+                r.cached_tokens,
+                r.num_preemptions,
+                r.recomputed_tokens,
+                r.scheduled_s,
+                r.first_token_s,
+                r.finish_s,
+                _digest(r.token_times_s),
+            ]
             for r in records
         },
         "stats": asdict(stats),

@@ -305,7 +305,9 @@ def run_bounds(
     capped = {}
     if capped_granularity is not None:
         capped = {
-            p: _run(items[capped_granularity], capped_granularity, p, capacity_blocks, accounting).hit_rate
+            p: _run(
+                items[capped_granularity], capped_granularity, p, capacity_blocks, accounting
+            ).hit_rate
             for p in policies
         }
     return RunBounds(ideal, capped)

@@ -45,7 +45,10 @@ class MultiturnParams(WorkloadParams):
 
     def prompt_tokens_estimate(self) -> int:
         r = self.num_rounds  # turn t holds t questions and t - 1 answers after the shared part
-        per_user = r * (self.system_prompt_len + self.user_history_len) + self.question_len * r * (r + 1) // 2
+        per_user = (
+            r * (self.system_prompt_len + self.user_history_len)
+            + self.question_len * r * (r + 1) // 2
+        )
         return self.num_users * (per_user + self.answer_len * r * (r - 1) // 2)
 
     def check(self) -> None:

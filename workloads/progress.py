@@ -19,7 +19,9 @@ def progress(
     """`tqdm` over `iterable` (None: a bar moved with `.update()`), erased when done."""
     if total is None and hasattr(iterable, "__len__"):
         total = len(iterable)
-    return tqdm(iterable, desc=desc, unit=unit, total=total, leave=False, disable=_disable(), delay=1.0)
+    return tqdm(
+        iterable, desc=desc, unit=unit, total=total, leave=False, disable=_disable(), delay=1.0
+    )
 
 
 def _disable() -> bool | None:

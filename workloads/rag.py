@@ -94,7 +94,9 @@ class RagParams(WorkloadParams):
     }
 
     def prompt_tokens_estimate(self) -> int:
-        return self.num_prompts * (self.system_prompt_len + self.docs_per_request * self.doc_len + self.question_len)
+        return self.num_prompts * (
+            self.system_prompt_len + self.docs_per_request * self.doc_len + self.question_len
+        )
 
     def check(self) -> None:
         check_non_negative_number(self, "zipf_alpha")

@@ -48,7 +48,9 @@ class SystemPromptParams(WorkloadParams):
     choices = {"group_distribution": tuple(POPULARITY.names())}
 
     def prompt_tokens_estimate(self) -> int:
-        return self.num_groups * self.prompts_per_group * (self.system_prompt_len + self.question_len)
+        return (
+            self.num_groups * self.prompts_per_group * (self.system_prompt_len + self.question_len)
+        )
 
     def check(self) -> None:
         check_fraction(self, "range_ratio")

@@ -112,12 +112,16 @@ def _load_file(path: Path) -> LoadedTokenizer:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise ImportError(f"a tokenizer.json needs the 'tokenizers' package; {SETUP_HINT}") from None
+        raise ImportError(
+            f"a tokenizer.json needs the 'tokenizers' package; {SETUP_HINT}"
+        ) from None
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # a Rust-side parse error: name the file, keep one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"tokenizer {str(path)!r} cannot be read as a tokenizer.json: {first}") from None
+        raise BadInput(
+            f"tokenizer {str(path)!r} cannot be read as a tokenizer.json: {first}"
+        ) from None
     special = frozenset(i for i, t in tok.get_added_tokens_decoder().items() if t.special)
     vocab_ids = sorted(set(range(tok.get_vocab_size(with_added_tokens=True))) - special)
     if not vocab_ids:

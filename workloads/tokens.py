@@ -147,7 +147,9 @@ def token_streams(space: TokenSpace, keys: np.ndarray, lengths: np.ndarray) -> n
     draw for many short streams, such as a trace's replies)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     starts = np.cumsum(lengths) - lengths
-    steps = np.arange(int(lengths.sum()), dtype=np.uint64) - np.repeat(starts, lengths).astype(np.uint64)
+    steps = np.arange(int(lengths.sum()), dtype=np.uint64) - np.repeat(starts, lengths).astype(
+        np.uint64
+    )
     steps += np.uint64(1)
     steps *= np.uint64(GAMMA)
     steps += np.repeat(keys.astype(np.uint64), lengths)

@@ -250,7 +250,12 @@ def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request
             tags={"line": row.line_no, "num_blocks": len(row.hash_ids)},
         )
         for row, prompt, reply, shared_i in progress(
-            zip(rows, prompt_arrays(rows, seed, space, p.block_size), _replies(rows, seed, space), shared),
+            zip(
+                rows,
+                prompt_arrays(rows, seed, space, p.block_size),
+                _replies(rows, seed, space),
+                shared,
+            ),
             "expanding trace",
             "req",
             total=len(rows),

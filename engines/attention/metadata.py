@@ -58,7 +58,9 @@ class AttentionMetadata:
         seq_lens = [c + q for c, q in zip(context_lens, query_lens)]
         for s, (n, table) in enumerate(zip(seq_lens, block_tables)):
             if len(table) * block_size < n:
-                raise ValueError(f"block table of sequence {s} covers {len(table) * block_size} < {n} tokens")
+                raise ValueError(
+                    f"block table of sequence {s} covers {len(table) * block_size} < {n} tokens"
+                )
         max_blocks = max((len(t) for t in block_tables), default=0)
         table = torch.zeros((len(block_tables), max(max_blocks, 1)), dtype=torch.int32)
         for s, t in enumerate(block_tables):

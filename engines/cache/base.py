@@ -181,7 +181,9 @@ class PrefixCache(Protocol):
         free queue's head) does nothing."""
         ...
 
-    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
+    def allocate(
+        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+    ) -> bool:
         """KV for every item, in order, evicting the shortfall. One item is all-or-nothing: False
         changes nothing. Several items are one batch (one eviction for the total, as SGLang's
         prepare_extend); a failure part-way raises CacheIntegrityError.
@@ -200,7 +202,9 @@ class PrefixCache(Protocol):
         waiting-prefix refresh under LRU). APC has no recency outside its free queue: no-op."""
         ...
 
-    def dfs_weight_order(self, queue: list[Sequence], matches: dict[str, PrefixMatch]) -> list[Sequence]:
+    def dfs_weight_order(
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+    ) -> list[Sequence]:
         """SGLang's dfs-weight order of `queue` over this cache's prefix structure, given each
         request's uncapped match: heavier subtrees first, post-order, unmatched requests last."""
         ...
@@ -221,7 +225,9 @@ class PrefixCache(Protocol):
         `seqs` would newly allocate, from each sequence's current `num_computed_tokens`."""
         ...
 
-    def allocate_decode_run(self, items: list[Allocation], num_steps: int, matchable_lag: int) -> None:
+    def allocate_decode_run(
+        self, items: list[Allocation], num_steps: int, matchable_lag: int
+    ) -> None:
         """Exactly what `num_steps` successive `allocate(step_items, decode=True, budgeted=True)`
         calls of one token per item would do (same blocks, same evictions, same cached keys),
         where the caller has sized the run (`decode_run_tokens`) so that no step would evict

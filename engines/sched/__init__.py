@@ -24,9 +24,17 @@ _VLLM_PROFILE_DEFAULTS = "v024"
 @SCHEDULERS.register("vllm")
 def build_vllm(cache: PrefixCache, config: EngineConfig) -> VllmScheduler:
     """vLLM's scheduler; None knobs follow the APC free-order profile (v024: both true)."""
-    profile = FREE_ORDERS.get(config.free_order if config.cache == "apc" else _VLLM_PROFILE_DEFAULTS)
-    reserve = profile.reserve_full_prompt if config.reserve_full_prompt is None else config.reserve_full_prompt
-    async_sched = profile.async_scheduling if config.async_scheduling is None else config.async_scheduling
+    profile = FREE_ORDERS.get(
+        config.free_order if config.cache == "apc" else _VLLM_PROFILE_DEFAULTS
+    )
+    reserve = (
+        profile.reserve_full_prompt
+        if config.reserve_full_prompt is None
+        else config.reserve_full_prompt
+    )
+    async_sched = (
+        profile.async_scheduling if config.async_scheduling is None else config.async_scheduling
+    )
     return VllmScheduler(
         cache,
         policy=config.policy,

@@ -34,7 +34,9 @@ def _cap(seq: Sequence) -> int:
     return 0 if seq.skip_cache_read else max(seq.num_tokens - 1, 0)
 
 
-def lpm_order(queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: PrefixCache) -> list[Sequence]:
+def lpm_order(
+    queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: PrefixCache
+) -> list[Sequence]:
     def sort_key(seq: Sequence) -> float:
         if seq.seq_id in deprioritized:
             return float("inf")
@@ -43,7 +45,9 @@ def lpm_order(queue: list[Sequence], matches: Matches, deprioritized: set[str], 
     return sorted(queue, key=sort_key)
 
 
-def dfs_weight(queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: PrefixCache) -> list[Sequence]:
+def dfs_weight(
+    queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: PrefixCache
+) -> list[Sequence]:
     return cache.dfs_weight_order(queue, matches)
 
 

@@ -54,7 +54,10 @@ def run_arm(name: str, overrides: list[str], out_dir: Path, save_tokens: bool = 
     cfg, resolved = compose_config(args)
     files = RunDir(out_dir / name)
     rows = RowLog(claim(files.path, RunDir.ROWS, overwrite=False))
-    extra = {"device": VIRTUAL_DEVICE if cfg.executor != "real" else cfg.device, "config_fingerprint": fingerprint(resolved)}
+    extra = {
+        "device": VIRTUAL_DEVICE if cfg.executor != "real" else cfg.device,
+        "config_fingerprint": fingerprint(resolved),
+    }
     files.write_manifest(build_manifest(resolved, cfg.seed, extra))
     # The runner prints vLLM's result block and a progress bar; a failure is raised below.
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

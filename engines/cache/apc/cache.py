@@ -82,13 +82,17 @@ class ApcCache:
     def evict(self, num_tokens: int) -> None:
         """Nothing: allocation evicts cached blocks from the free queue's head as it takes them."""
 
-    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
+    def allocate(
+        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+    ) -> bool:
         """`allocate_slots` per item: it checks the fit itself, so `decode` and `budgeted` change
         nothing here."""
         for i, item in enumerate(items):
             if not self._allocate_one(item):
                 if i:
-                    raise CacheIntegrityError(f"out of KV blocks part-way through a batch at {item.seq.seq_id}")
+                    raise CacheIntegrityError(
+                        f"out of KV blocks part-way through a batch at {item.seq.seq_id}"
+                    )
                 return False
         return True
 
@@ -109,7 +113,9 @@ class ApcCache:
     def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
         return self.manager.decode_run_blocks(seqs, num_steps) * self.block_size
 
-    def allocate_decode_run(self, items: list[Allocation], num_steps: int, matchable_lag: int) -> None:
+    def allocate_decode_run(
+        self, items: list[Allocation], num_steps: int, matchable_lag: int
+    ) -> None:
         """The run's `allocate_slots` calls replayed as events (KVCacheManager.allocate_decode_run)."""
         seqs = [item.seq for item in items]
         if self.manager.decode_run_blocks(seqs, num_steps) > self.pool.get_num_free_blocks():
@@ -126,13 +132,17 @@ class ApcCache:
     def touch(self, seq: Sequence) -> None:
         """No recency refresh outside the free queue (vLLM has none)."""
 
-    def dfs_weight_order(self, queue: list[Sequence], matches: dict[str, PrefixMatch]) -> list[Sequence]:
+    def dfs_weight_order(
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+    ) -> list[Sequence]:
         def hit_keys(seq: Sequence) -> list[bytes]:
             return self.manager.block_keys(seq)[: matches[seq.seq_id].num_tokens // self.block_size]
 
         return dfs_weight_order(queue, hit_keys)
 
-    def record_admission(self, num_cached: int, num_new: int, *, new_request: bool, retried: bool) -> None:
+    def record_admission(
+        self, num_cached: int, num_new: int, *, new_request: bool, retried: bool
+    ) -> None:
         if self.enabled:  # vLLM keeps no prefix-cache stats with caching off
             self.manager.record_tokens(num_cached + num_new, num_cached, retried, new_request)
 

@@ -113,7 +113,9 @@ class RadixCache:
     def evict(self, num_tokens: int) -> None:
         evict_to_free_tokens(self, num_tokens)
 
-    def allocate(self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False) -> bool:
+    def allocate(
+        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+    ) -> bool:
         """Decode: one slot (or page) per running request (`prepare_decode`). Otherwise a prefill
         batch (`prepare_extend`); new requests take a row and adopt their matched, locked prefix.
         Unless budgeted, a single item is checked against `free_tokens()` first and refused whole."""
@@ -157,7 +159,9 @@ class RadixCache:
         states = [self.reqs[seq.seq_id] for seq in seqs]
         return decode_run_pages(self, states, num_steps) * self.page_size
 
-    def allocate_decode_run(self, items: list[Allocation], num_steps: int, matchable_lag: int) -> None:
+    def allocate_decode_run(
+        self, items: list[Allocation], num_steps: int, matchable_lag: int
+    ) -> None:
         """`prepare_decode` run `num_steps` times (decode allocates slots only: nothing becomes
         matchable before a commit, so the limits and the lag change nothing)."""
         prepare_decode_run(self, [self.reqs[item.seq.seq_id] for item in items], num_steps)
@@ -174,11 +178,15 @@ class RadixCache:
         if self.eviction_policy == "lru" and not self.tree.disable:
             self.tree.touch_prefix(request_key(seq))
 
-    def dfs_weight_order(self, queue: list[Sequence], matches: dict[str, PrefixMatch]) -> list[Sequence]:
+    def dfs_weight_order(
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+    ) -> list[Sequence]:
         found = {sid: SortPassMatch(m.num_tokens, m.handle) for sid, m in matches.items()}
         return dfs_weight_order(queue, found, set(), self.tree.root_node)
 
-    def record_admission(self, num_cached: int, num_new: int, *, new_request: bool, retried: bool) -> None:
+    def record_admission(
+        self, num_cached: int, num_new: int, *, new_request: bool, retried: bool
+    ) -> None:
         self._stats.record(num_cached, num_new, new_request=new_request, retried=retried)
 
     def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
@@ -284,7 +292,9 @@ class RadixCache:
         pages = [self.allocator.free_pages()]
         pages += [node.value[::p] // p for node in self.tree.nodes()]
         for st in self.reqs.values():
-            private = self.req_to_token_pool.rows[st.row][st.cache_protected_len : st.kv_allocated_len]
+            private = self.req_to_token_pool.rows[st.row][
+                st.cache_protected_len : st.kv_allocated_len
+            ]
             pages.append(np.unique(private // p))
         owners = np.bincount(np.concatenate(pages), minlength=self.num_blocks)
         doubles = np.flatnonzero(owners > 1)

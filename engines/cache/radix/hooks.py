@@ -143,7 +143,9 @@ def decode_run_pages(cache: RadixCache, states: list[ReqKV], num_steps: int) -> 
     p = cache.page_size
     if p == 1:
         return num_steps * len(states)
-    return sum(-(-(st.kv_allocated_len + num_steps) // p) - -(-st.kv_allocated_len // p) for st in states)
+    return sum(
+        -(-(st.kv_allocated_len + num_steps) // p) - -(-st.kv_allocated_len // p) for st in states
+    )
 
 
 def prepare_decode_run(cache: RadixCache, states: list[ReqKV], num_steps: int) -> None:

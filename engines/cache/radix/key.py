@@ -88,7 +88,9 @@ class RadixKey:
         limit: int | None = None,
         packed: bytes | None = None,
     ) -> None:
-        self.token_ids = token_ids if isinstance(token_ids, (list, array, np.ndarray)) else list(token_ids)
+        self.token_ids = (
+            token_ids if isinstance(token_ids, (list, array, np.ndarray)) else list(token_ids)
+        )
         self.extra_key = extra_key
         self.cache_salt = cache_salt or None  # an empty salt is the global namespace
         self.limit = limit
