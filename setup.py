@@ -8,11 +8,19 @@
 Both are optional: without a C compiler (or, for the first, OpenSSL's headers) the install still
 succeeds and APC runs the Python reference of each (hashing.py, pool_loops.py), with the same
 keys, blocks and evictions, only slower.
+
+It also maps the top-level conf/ into the wheel as harness/conf (see PACKAGES).
 """
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
+
+# conf/ is the repository's top-level Hydra tree; the wheel carries it as the data package
+# harness.conf (harness/config.py finds either), so there is one source of the configs.
+PACKAGES = find_packages(include=["harness*", "engines*", "workloads*"]) + ["harness.conf"]
 
 setup(
+    packages=PACKAGES,
+    package_dir={"harness.conf": "conf"},
     ext_modules=[
         Extension(
             "engines.cache.apc._pickle_chain",

@@ -37,6 +37,7 @@ def _cli() -> int:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from harness.config import CONF_DIR
     from harness.execute import EXIT_OK, execute, sweep_exit_code
     from harness.preflight import preflight
     from workloads.progress import progress
@@ -48,7 +49,7 @@ def _cli() -> int:
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
 
-    @hydra.main(version_base="1.3", config_path="conf", config_name="config")
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def main(dcfg) -> None:
         from pathlib import Path
 

@@ -19,7 +19,20 @@ from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from harness.identity import register_resolver
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+def _conf_dir() -> Path:
+    """The Hydra config tree. A wheel ships the top-level `conf/` as `harness/conf` (setup.py's
+    package_dir mapping: one source, no copy); a checkout or an editable install reads `conf/`
+    at the repository's top. The packaged copy is looked for first, since only a wheel has it."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "conf", here.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(f"no conf/config.yaml beside or above {here}")
+
+
+CONF_DIR = _conf_dir()
 
 
 @dataclass

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from engines.build import build_engine
 from harness.config import CONF_DIR, RunConfig  # noqa: F401  (registers the schemas)
 from harness.load import fan_out, with_arrivals
-from harness.stats import ratio_ci
+from harness.report.stats import ratio_ci
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 from workloads.tokens import warmup_requests

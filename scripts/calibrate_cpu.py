@@ -1,4 +1,4 @@
-"""Calibrate the `fitted` cost model on this CPU and write `harness/conf/hardware/cpu_measured.yaml`.
+"""Calibrate the `fitted` cost model on this CPU and write `conf/hardware/cpu_measured.yaml`.
 
     python scripts/calibrate_cpu.py [--model s] [--threads 1] [--repeats 5]
 
@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--model", default="s", help="model preset to time (engines.model.presets)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds over the grid")
-    ap.add_argument("--out", default=str(ROOT / "harness/conf/hardware/cpu_measured.yaml"))
+    ap.add_argument("--out", default=str(ROOT / "conf/hardware/cpu_measured.yaml"))
     ap.add_argument("--report", default=str(ROOT / "results/calibration/cpu_measured.json"))
     args = ap.parse_args()
 

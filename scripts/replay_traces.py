@@ -56,7 +56,7 @@ def kv_capacity_of(hardware: str) -> int:
 
     import harness.config  # noqa: F401  (registers base_hardware)
 
-    with initialize_config_dir(config_dir=str(ROOT / "harness" / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         hw = OmegaConf.to_object(compose(f"hardware/{hardware}")["hardware"])
     return hw.kv_capacity_tokens()
 

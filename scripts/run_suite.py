@@ -1,4 +1,4 @@
-"""Run one pinned experiment suite (harness/conf/suite/<name>.yaml), time it, then build its report.
+"""Run one pinned experiment suite (conf/suite/<name>.yaml), time it, then build its report.
 
     python scripts/run_suite.py overhead                 # = python -m harness +suite=overhead
     python scripts/run_suite.py main_smoke --out /tmp/x  # sweep into /tmp/x
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITE_DIR = ROOT / "harness" / "conf" / "suite"
+SUITE_DIR = ROOT / "conf" / "suite"
 
 
 def suites() -> list[str]:
@@ -27,8 +27,8 @@ def suites() -> list[str]:
 
 
 def simulated_available() -> bool:
-    """True when harness/conf/hardware exists and the `simulated` executor is registered."""
-    if not (ROOT / "harness" / "conf" / "hardware").is_dir():
+    """True when conf/hardware exists and the `simulated` executor is registered."""
+    if not (ROOT / "conf" / "hardware").is_dir():
         return False
     probe = "import engines.simulate, engines.build as b; import sys; sys.exit(0 if 'simulated' in b.EXECUTORS.names() else 1)"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True)
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.name.startswith("trace_sim") and not simulated_available():
         print(
-            "error: suite trace_sim needs the simulated executor (engines/simulate, harness/conf/hardware)",
+            "error: suite trace_sim needs the simulated executor (engines/simulate, conf/hardware)",
             file=sys.stderr,
         )
         return 2

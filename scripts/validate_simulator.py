@@ -186,7 +186,7 @@ def cpu_clock_metrics(workload: str, engine: str, model: str, hardware: str) -> 
     from workloads.tokens import warmup_requests
 
     torch.set_num_threads(1)
-    with initialize_config_dir(config_dir=str(ROOT / "harness" / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         overrides = [f"workload={workload}", f"engine={engine}", f"model={model}"]
         cfg = OmegaConf.to_object(
             compose("config", overrides=overrides + [hardware_override(hardware)])

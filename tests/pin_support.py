@@ -24,7 +24,7 @@ from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 
-CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 PINS = Path(__file__).resolve().parent / "data" / "pins.json"
 SIM = ("executor=simulated", "hardware=h100_llama3_8b_bf16")
 

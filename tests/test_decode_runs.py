@@ -36,7 +36,7 @@ from tests.test_engine_fuzz import build_requests, pressure, streams
 
 
 def hardware_preset(name: str):
-    """A `harness/conf/hardware` preset as its HardwareConfig."""
+    """A `conf/hardware` preset as its HardwareConfig."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return OmegaConf.to_object(compose(f"hardware/{name}")["hardware"])
 

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness.decomposition import decomposition_table
+from harness.report.decomposition import decomposition_table
 from tests.test_suites import run_suite
 
 GRANULARITY = {"apc": 16, "radix": 1}

@@ -28,7 +28,7 @@ from engines.registry import UnknownNameError
 from workloads import tokenizer as tok_mod
 
 ATOL = 1e-4
-CONF_DIR = Path(__file__).resolve().parents[1] / "harness" / "conf" / "model"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "model"
 
 
 class Session:

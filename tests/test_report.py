@@ -10,9 +10,9 @@ import statistics
 import pandas as pd
 import pytest
 
-from harness.plots_sim import capacity_points
+from harness.report.plots_sim import capacity_points
 from harness.report import FIGURE_DIR, build_report, describe, main
-from harness.stats import mean_ci, t_quantile_975
+from harness.report.stats import mean_ci, t_quantile_975
 from tests.report_support import (
     APC_PAIRS,
     RADIX_PAIRS,
@@ -345,7 +345,7 @@ def test_killed_runs_are_listed_as_incomplete_with_their_rows(tmp_path):
 
 
 def test_arm_colours_are_fixed_across_figures(report):
-    from harness.figstyle import ARM_COLOURS
+    from harness.report.figstyle import ARM_COLOURS
 
     for stem in ("latency_throughput", "overhead", "bookkeeping"):
         svg = (report.root / FIGURE_DIR / f"{stem}.svg").read_text()
@@ -353,7 +353,7 @@ def test_arm_colours_are_fixed_across_figures(report):
 
 
 def test_intervals_never_go_below_zero_and_single_runs_get_none():
-    from harness.stats import bounded_ci, ratio_ci
+    from harness.report.stats import bounded_ci, ratio_ci
 
     assert bounded_ci([0.1, 5.0, 0.2], non_negative=True).low == 0.0
     assert bounded_ci([3.0], non_negative=True)[1:] == (None, None, 1)
@@ -366,7 +366,7 @@ def test_bookkeeping_of_macro_stepped_runs_is_not_a_per_step_share():
     """A simulated run with decode runs replays its decode stretches' bookkeeping in bulk: its
     share is left out of the bookkeeping figure and the projected overhead; stepped runs, runs
     that charge host time (never macro-stepped), real runs and older runs keep theirs."""
-    from harness.tables import tidy_runs
+    from harness.report.tables import tidy_runs
 
     base = {"duration": 10.0, "cache_bookkeeping_ms": 50.0, "status": "ok"}
     runs = pd.DataFrame(

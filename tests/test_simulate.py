@@ -28,7 +28,7 @@ from engines.simulate.cost_model import (
     build_cost_model,
 )
 
-CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 # Hand numbers: 1e15 FLOP/s at 50% and 1e12 B/s at 50% -> 5e14 FLOP/s and 5e11 B/s effective.
 HAND = dict(

@@ -1,4 +1,4 @@
-"""Experiment suites (harness/conf/suite/*.yaml): they compose, sweep what they claim, and run end to end."""
+"""Experiment suites (conf/suite/*.yaml): they compose, sweep what they claim, and run end to end."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 import harness.config  # noqa: F401  (registers the schemas)
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "harness" / "conf"
+CONF = ROOT / "conf"
 SUITES = sorted(p.stem for p in (CONF / "suite").glob("*.yaml"))
 
 

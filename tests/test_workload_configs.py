@@ -1,4 +1,4 @@
-"""Every harness/conf/workload/*.yaml composes through Hydra against its family's schema and generates
+"""Every conf/workload/*.yaml composes through Hydra against its family's schema and generates
 (docs/benchmarking.md §13, pitfall 9: compose configs without running the app)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from harness.config import register_configs  # noqa: E402
 
-CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 NAMES = sorted(p.stem for p in (CONF / "workload").glob("*.yaml"))
 NEEDS_TOKENIZER = {"dataset"}
 SPACE = TokenSpace(vocab_size=32000, first_ordinary_id=1)  # model s

@@ -2,7 +2,7 @@
 
 Field names follow Hugging Face's LlamaConfig where one exists (`num_layers` is its
 `num_hidden_layers`). `weights` names a source in `engines.model.weights.WEIGHTS`; `seed` seeds the
-random source. Presets live in `engines.model.presets` and, identically, in `harness/conf/model/*.yaml`.
+random source. Presets live in `engines.model.presets` and, identically, in `conf/model/*.yaml`.
 """
 
 from __future__ import annotations

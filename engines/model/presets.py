@@ -1,4 +1,4 @@
-"""Named model presets, usable without Hydra (`harness/conf/model/<name>.yaml` holds the same values).
+"""Named model presets, usable without Hydra (`conf/model/<name>.yaml` holds the same values).
 
 `tiny` is for tests, `s` is the default CPU benchmark model (both seeded random weights), and
 `smollm2-135m` is SmolLM2-135M-Instruct, whose shape is the one its GGUF metadata declares

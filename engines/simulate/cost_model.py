@@ -3,7 +3,7 @@
 A step is reduced to its shape (`StepShape`: new tokens, cached context per sequence, batch size).
 `roofline` prices it on a GPU from datasheet numbers and the model's shape; `fitted` uses
 coefficients measured on this CPU by `engines.simulate.calibrate`. `HardwareConfig` names every
-constant; it is the Hydra schema of the `hardware` group (`harness/conf/hardware/*.yaml`).
+constant; it is the Hydra schema of the `hardware` group (`conf/hardware/*.yaml`).
 """
 
 from __future__ import annotations

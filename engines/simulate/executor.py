@@ -141,7 +141,7 @@ def as_hardware_config(hardware: HardwareConfig | Mapping | None) -> HardwareCon
     if hardware is None:
         raise BadInput(
             "executor=simulated needs a cost model: select one with hardware=<preset> "
-            "(harness/conf/hardware/*.yaml, e.g. hardware=cpu_measured or hardware=h100_llama3_70b_fp8)"
+            "(conf/hardware/*.yaml, e.g. hardware=cpu_measured or hardware=h100_llama3_70b_fp8)"
         )
     if isinstance(hardware, HardwareConfig):
         return hardware

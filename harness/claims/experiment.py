@@ -1,6 +1,6 @@
 """Runs for the claims: compose a configuration like the CLI does and run it in-process.
 
-`run_arm` composes Hydra overrides over harness/conf/config.yaml (through harness.config.CONF_DIR,
+`run_arm` composes Hydra overrides over conf/config.yaml (through harness.config.CONF_DIR,
 so the configs are found wherever they live), checks them like the CLI, claims its own run
 directory under the claims output, writes the manifest and calls harness.runner.run. The result keeps the summary, the per-request
 table and, when asked, the generated token ids.

@@ -12,7 +12,7 @@ from harness.claims.arms import ARMS, H100_70B_FP8
 from harness.claims.experiment import Context, has_option
 from harness.claims.record import FAILS, HOLDS, Figure, Finding, not_measurable
 from harness.claims.registry import claim
-from harness.stats import mean_ci
+from harness.report.stats import mean_ci
 
 FOLDER = "4-mixed"
 CLOSE = 0.10  # |radix / apc - 1| within 10% counts as "close"

@@ -17,8 +17,8 @@ from harness.claims.arms import GPU_BUDGETS, GPU_PRESETS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Figure, Finding, depends, undecided
 from harness.claims.registry import claim
-from harness.stats import mean_ci
-from harness.tables import VLLM_OVERHEAD_CLAIM
+from harness.report.stats import mean_ci
+from harness.report.tables import VLLM_OVERHEAD_CLAIM
 
 SEEDS = 3  # per preset, as suite overhead_sim
 

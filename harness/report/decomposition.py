@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from engines.config import UPSTREAM_SCHEDULER
-from harness.plots import Inputs, Skip, figure, footnote, main_config, plt, save
-from harness.tables import DEFAULT_GRANULARITY
+from harness.report.plots import Inputs, Skip, figure, footnote, main_config, plt, save
+from harness.report.tables import DEFAULT_GRANULARITY
 
 TIE_TOLERANCE = 0.05  # relative
 CELLS = (("apc", "vllm"), ("radix", "vllm"), ("apc", "sglang"), ("radix", "sglang"))

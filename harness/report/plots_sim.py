@@ -1,7 +1,7 @@
 """The report's figures of simulated-executor runs: whole-trace TTFT against KV capacity per hardware
 preset, and the projected 0%-hit overhead per preset (measured bookkeeping / virtual duration).
 
-Registered into `harness.plots.FIGURES` on import (harness.report imports this module). Runs of the
+Registered into `harness.report.plots.FIGURES` on import (harness.report imports this module). Runs of the
 simulated executor carry their cost model's name as `hardware` (the manifest's resolved config).
 """
 
@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from harness.figstyle import colour
-from harness.plots import Inputs, Skip, arm_label, capacity_axes, figure, footnote, save
-from harness.tables import VLLM_OVERHEAD_CLAIM, projected_overhead_table
+from harness.report.figstyle import colour
+from harness.report.plots import Inputs, Skip, arm_label, capacity_axes, figure, footnote, save
+from harness.report.tables import VLLM_OVERHEAD_CLAIM, projected_overhead_table
 
 
 def simulated(runs: pd.DataFrame) -> pd.DataFrame:

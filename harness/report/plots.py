@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.figstyle import (
+from harness.report.figstyle import (
     colour,
     inside,
     plain_ms_axis,
@@ -25,8 +25,8 @@ from harness.figstyle import (
     safe_stem,
     series_style,
 )
-from harness.stats import bounded_ci
-from harness.tables import PAIR_COLUMNS, overhead_table
+from harness.report.stats import bounded_ci
+from harness.report.tables import PAIR_COLUMNS, overhead_table
 
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from engines.config import UPSTREAM_SCHEDULER
-from harness.stats import mean_ci, ratio_ci
+from harness.report.stats import mean_ci, ratio_ci
 
 DEFAULT_GRANULARITY = {"apc": 16, "radix": 1}  # upstream defaults: vLLM block 16, SGLang page 1
 
@@ -251,7 +251,7 @@ def overhead_pairs(tidy: pd.DataFrame) -> pd.DataFrame:
 
 def overhead_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and metric: n pairs, the geometric mean on/off ratio and its 95%
-    t-interval on the log scale (harness.stats.ratio_ci)."""
+    t-interval on the log scale (harness.report.stats.ratio_ci)."""
     if pairs.empty:
         return pd.DataFrame(
             columns=[*PAIR_COLUMNS, "metric", "n_pairs", "ratio", "ci_low", "ci_high"]

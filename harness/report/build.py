@@ -4,7 +4,7 @@ Loads every run below RESULTS_DIR (default results/) with `harness.results.load_
 `RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
 0%-hit on/off ratios with their 95% t-intervals), `projected_overhead.csv` (simulated 0%-hit
 bookkeeping / duration per hardware preset), `decomposition.csv` (the scheduler x cache effects per
-workload, harness/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
+workload, harness/report/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
 status is not `ok` are counted, never plotted; runs killed before writing a summary are listed
 as `incomplete` with their row counts; a figure whose runs are absent is skipped with one
 log line, so a partial results tree always gives a report.
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pandas as pd
 
-import harness.plots_load  # noqa: F401  (registers the load and speed-up figures)
-import harness.plots_sim  # noqa: F401  (registers the simulated-executor figures)
-from harness.decomposition import decomposition_table
-from harness.plots import FIGURES, Inputs, Skip
+import harness.report.plots_load  # noqa: F401  (registers the load and speed-up figures)
+import harness.report.plots_sim  # noqa: F401  (registers the simulated-executor figures)
+from harness.report.decomposition import decomposition_table
+from harness.report.plots import FIGURES, Inputs, Skip
 from harness.results import load_runs
-from harness.tables import (
+from harness.report.tables import (
     overhead_pairs,
     overhead_table,
     projected_overhead_table,
@@ -180,6 +180,3 @@ def main(argv: list[str] | None = None) -> int:
     print(describe(build_report(root, out_dir=root)))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """The report's figures of load and of caching's payoff: metrics against request rate, speed-up over
 caching off, and the TTFT of requests that hit the cache against those that missed.
 
-Registered into `harness.plots.FIGURES` on import (harness.report imports this module). Each is
+Registered into `harness.report.plots.FIGURES` on import (harness.report imports this module). Each is
 drawn once per platform (model, executor, hardware).
 """
 
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.figstyle import (
+from harness.report.figstyle import (
     colour,
     plain_ms_axis,
     platform_title,
@@ -19,7 +19,7 @@ from harness.figstyle import (
     ratio_axis,
     series_style,
 )
-from harness.plots import (
+from harness.report.plots import (
     Inputs,
     Skip,
     arm_label,
@@ -29,7 +29,7 @@ from harness.plots import (
     main_config,
     save,
 )
-from harness.stats import bounded_ci, ratio_ci
+from harness.report.stats import bounded_ci, ratio_ci
 
 LOAD_KEYS = ("load.rate", "load.max_concurrency")  # the x axis of a load sweep, first found
 # Cache-on and cache-off runs pair when all of these match (and the sweep and seed).
