@@ -35,5 +35,5 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
-    ]
+    ],
 )

@@ -1,4 +1,4 @@
-"""Assemble an Engine from configs: cache + admission, scheduler, executor (from a registry).
+"""Assemble an Engine from configs: cache + scheduler design, step loop, executor (from a registry).
 
 `build_engine` is the one entry point the harness and scripts use; it needs no Hydra.
 """
@@ -14,8 +14,8 @@ from engines.cache.base import PrefixCache, StepBudget
 from engines.clock import WallClock
 from engines.config import EngineConfig
 from engines.engine import Engine
+from engines.loop import StepLoop
 from engines.registry import Registry
-from engines.scheduler import Scheduler
 
 if TYPE_CHECKING:
     import torch
@@ -76,12 +76,10 @@ def build_engine(
     engine_config.validate()
     cache, admission = build_cache(engine_config)
     budget = StepBudget(engine_config.max_num_seqs, engine_config.max_num_batched_tokens)
-    scheduler = Scheduler(admission, budget, debug_checks=engine_config.debug_checks)
+    loop = StepLoop(admission, budget, debug_checks=engine_config.debug_checks)
     ctx = ExecutorContext(engine_config, model_config, cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
-    return Engine(
-        scheduler, exe, max_model_len=getattr(model_config, "max_position_embeddings", None)
-    )
+    return Engine(loop, exe, max_model_len=getattr(model_config, "max_position_embeddings", None))
 
 
 # Executors beyond `real` register themselves on import.

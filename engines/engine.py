@@ -1,6 +1,6 @@
 """The engine loop: release requests on the run clock, schedule, execute, record.
 
-    arrivals ──▶ Scheduler.waiting ──Admission──▶ StepPlan ──Executor──▶ tokens ──▶ complete()
+    arrivals ──▶ StepLoop.waiting ──Admission──▶ StepPlan ──Executor──▶ tokens ──▶ complete()
         ▲                                                                               │
         └──── multi-turn: a request `after` X is released think_s after X finishes ◀────┘
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from engines.cache.base import PrefixCache
 from engines.errors import BadInput
+from engines.loop import StepLoop
 from engines.records import RequestRecord
 from engines.request import GenerationRequest
-from engines.scheduler import Scheduler
 from engines.sequence import Sequence
 
 # A decode run shorter than this is stepped normally (same result; planning one costs a little).
@@ -42,10 +42,10 @@ class _Timeline:
 
 
 class Engine:
-    def __init__(self, scheduler: Scheduler, executor, max_model_len: int | None = None) -> None:
-        self.scheduler = scheduler
+    def __init__(self, loop: StepLoop, executor, max_model_len: int | None = None) -> None:
+        self.loop = loop
         self.executor = executor
-        self.cache: PrefixCache = scheduler.cache
+        self.cache: PrefixCache = loop.cache
         self.max_model_len = max_model_len
         self.records: list[RequestRecord] = []
 
@@ -92,7 +92,7 @@ class Engine:
         order_of = {r.request_id: i for i, r in enumerate(requests)}
         timelines: dict[str, _Timeline] = {}
         unscheduled: set[str] = set()  # released, never scheduled yet (scheduled_s unset)
-        sched = self.scheduler
+        sched = self.loop
         runs = getattr(self.executor, "decode_runs", False)
         idle_steps = 0
         slot_freed_s = 0.0  # when the cap last stopped being reached
@@ -155,11 +155,11 @@ class Engine:
         """Advance a stretch of pure decode in one macro-step if the next steps are one (at least
         MIN_RUN_STEPS), stopping at the step that reaches the next release: the same steps, clock
         and token times as stepping one by one."""
-        run = self.scheduler.plan_decode_run()
+        run = self.loop.plan_decode_run()
         if run is None or run.max_steps < MIN_RUN_STEPS:
             return False
         result = self.executor.execute_decode_run(run, next_release_s)
-        self.scheduler.complete_decode_run(run, result.tokens)
+        self.loop.complete_decode_run(run, result.tokens)
         for seq in run.seqs:
             timelines[seq.seq_id].token_times_s.extend(result.end_times_s)
         return True

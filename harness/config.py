@@ -20,7 +20,6 @@ from engines.model.config import ModelConfig
 from harness.identity import register_resolver
 
 
-
 def _conf_dir() -> Path:
     """The Hydra config tree. A wheel ships the top-level `conf/` as `harness/conf` (setup.py's
     package_dir mapping: one source, no copy); a checkout or an editable install reads `conf/`

@@ -38,7 +38,8 @@ AREAS = (
     ("cache/apc", "engines/cache/apc/"),
     ("cache/radix", "engines/cache/radix/"),
     ("cache/base", "engines/cache/"),
-    ("scheduler", "engines/scheduler.py"),
+    ("scheduler", "engines/sched/"),
+    ("step loop", "engines/loop.py"),
     ("engine loop", "engines/engine.py"),
     ("executor+model", "engines/"),
     ("torch (python)", "torch/"),
@@ -76,7 +77,7 @@ def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) 
     engine.run(fan_out(warm, scripted=True))
     engine.records.clear()
     assert engine.cache.reset(), "the cache refused to flush"
-    engine.scheduler.bookkeeping_ns = 0
+    engine.loop.bookkeeping_ns = 0
     wall0, cpu0 = time.perf_counter(), time.process_time()
     if profile is not None:
         profile.enable()
@@ -93,8 +94,8 @@ def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) 
         "tokens": tokens,
         "cached_tokens": hit,
         "duration_s": duration_s,
-        "bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6,
-        "num_steps": engine.scheduler.num_steps,
+        "bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
+        "num_steps": engine.loop.num_steps,
     }
 
 

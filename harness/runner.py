@@ -214,8 +214,8 @@ def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
         raise CacheIntegrityError(
             "the cache refused to flush after warm-up: a request still holds KV"
         )
-    engine.scheduler.bookkeeping_ns = 0
-    engine.scheduler.num_steps = 0
+    engine.loop.bookkeeping_ns = 0
+    engine.loop.num_steps = 0
     info["cache_flushed"] = flushed
     return info
 
@@ -251,8 +251,8 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table) 
         "engine_hits": stats.hits,
         "evictions": stats.num_evictions,
         "evicted_tokens": stats.evicted_tokens,
-        "cache_bookkeeping_ms": engine.scheduler.bookkeeping_ns / 1e6,
-        "num_steps": engine.scheduler.num_steps,
+        "cache_bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
+        "num_steps": engine.loop.num_steps,
         "wall_s": wall_s,
         "status": status,
         "error": error,
@@ -265,7 +265,7 @@ def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:
     profile = cfg.engine.design_knobs()
     for name in ("reserve_full_prompt", "async_scheduling"):  # None: the free-order profile's
         if name in profile:
-            profile[name] = getattr(engine.scheduler.admission, name)
+            profile[name] = getattr(engine.loop.admission, name)
     return profile
 
 

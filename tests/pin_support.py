@@ -124,7 +124,7 @@ def run_overrides(overrides: tuple[str, ...]) -> tuple[dict, list]:
         "evicted_tokens": stats.evicted_tokens,
         "hits": stats.hits,
         "queries": stats.queries,
-        "num_steps": engine.scheduler.num_steps,
+        "num_steps": engine.loop.num_steps,
     }
     return run, records
 

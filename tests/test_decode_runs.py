@@ -341,7 +341,7 @@ def test_random_streams_with_and_without_runs(stream, pool, arm, block_size, pol
             )
             for r in out
         )
-        return [rows, stats.num_evictions, engine.scheduler.num_steps]
+        return [rows, stats.num_evictions, engine.loop.num_steps]
 
     assert records(True) == records(False)
 

@@ -71,7 +71,7 @@ def held_blocks_per_step(engine) -> list[dict[str, tuple[str | None, set[int]]]]
     execute = engine.executor.execute
 
     def spy(plan):
-        seqs = {s.seq_id: s for s in engine.scheduler.running}
+        seqs = {s.seq_id: s for s in engine.loop.running}
         seqs.update({item.seq.seq_id: item.seq for item in plan.scheduled})
         steps.append({sid: (s.salt, set(engine.cache.block_table(s))) for sid, s in seqs.items()})
         return execute(plan)

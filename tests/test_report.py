@@ -10,8 +10,8 @@ import statistics
 import pandas as pd
 import pytest
 
-from harness.report.plots_sim import capacity_points
 from harness.report import FIGURE_DIR, build_report, describe, main
+from harness.report.plots_sim import capacity_points
 from harness.report.stats import mean_ci, t_quantile_975
 from tests.report_support import (
     APC_PAIRS,

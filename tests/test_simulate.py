@@ -257,8 +257,8 @@ def test_virtual_clock_counts_steps_and_tokens_follow_the_script():
     assert record.first_token_s == pytest.approx(0.01)
     assert tuple(record.token_times_s) == pytest.approx((0.01, 0.02, 0.03, 0.04, 0.05))
     assert eng.clock.now() == pytest.approx(0.05)
-    assert eng.executor.num_steps == eng.scheduler.num_steps == 5
-    assert eng.scheduler.bookkeeping_ns > 0  # admission is still timed on the wall clock
+    assert eng.executor.num_steps == eng.loop.num_steps == 5
+    assert eng.loop.bookkeeping_ns > 0  # admission is still timed on the wall clock
 
 
 def test_virtual_clock_jumps_to_arrivals():

@@ -20,7 +20,7 @@ Where an upstream scheduler relies on a behaviour of its own cache, the protocol
   chunk); on APC it caches the full blocks computed so far, a no-op when they were cached at
   allocation, and vLLM's async catch-up at finish otherwise.
 
-The generic `engines.scheduler.Scheduler` owns the waiting/running lists and token bookkeeping;
+The step loop `engines.loop.StepLoop` owns the waiting/running lists and token bookkeeping;
 it calls only `Admission.schedule` and `Admission.finish_step`, and the executor reads
 `PrefixCache.block_table` to address the KV pool.
 

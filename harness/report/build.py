@@ -29,7 +29,6 @@ import harness.report.plots_load  # noqa: F401  (registers the load and speed-up
 import harness.report.plots_sim  # noqa: F401  (registers the simulated-executor figures)
 from harness.report.decomposition import decomposition_table
 from harness.report.plots import FIGURES, Inputs, Skip
-from harness.results import load_runs
 from harness.report.tables import (
     overhead_pairs,
     overhead_table,
@@ -37,6 +36,7 @@ from harness.report.tables import (
     summary_table,
     tidy_runs,
 )
+from harness.results import load_runs
 from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
@@ -179,4 +179,3 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")  # the command line draws to files only, with or without a display
     print(describe(build_report(root, out_dir=root)))
     return 0
-

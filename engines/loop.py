@@ -1,4 +1,4 @@
-"""The generic scheduler: waiting and running lists, one admission contract, token bookkeeping.
+"""The step loop: waiting and running lists, one scheduler contract, token bookkeeping; design-free.
 
 Per step:  admission.schedule(waiting, running) -> StepPlan -> executor runs it -> `complete()`
 advances each scheduled sequence, appends the token it produced, finishes sequences that reached
@@ -21,7 +21,7 @@ from engines.cache.base import Admission, DecodeRun, StepBudget, StepPlan
 from engines.sequence import SeqStatus, Sequence
 
 
-class Scheduler:
+class StepLoop:
     def __init__(
         self, admission: Admission, budget: StepBudget, debug_checks: bool = False
     ) -> None:
