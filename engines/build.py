@@ -9,13 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engines.cache import build_cache
-from engines.cache.base import PrefixCache, StepBudget
+from engines.cache.protocol import PrefixCache
 from engines.clock import WallClock
 from engines.config import EngineConfig
 from engines.engine import Engine
+from engines.executor import Executor
 from engines.loop import StepLoop
 from engines.registry import Registry
+from engines.sched.base import StepBudget, build_scheduler
 
 if TYPE_CHECKING:
     import torch
@@ -30,11 +31,11 @@ class ExecutorContext:
     options: dict
 
 
-EXECUTORS: Registry[Callable[[ExecutorContext], object]] = Registry("executor")
+EXECUTORS: Registry[Callable[[ExecutorContext], Executor]] = Registry("executor")
 
 
 @EXECUTORS.register("real")
-def _real_executor(ctx: ExecutorContext):
+def _real_executor(ctx: ExecutorContext) -> Executor:
     import torch
 
     from engines.attention.backend import get_attention_backend
@@ -74,10 +75,10 @@ def build_engine(
     **options,
 ) -> Engine:
     engine_config.validate()
-    cache, admission = build_cache(engine_config)
+    scheduler = build_scheduler(engine_config)
     budget = StepBudget(engine_config.max_num_seqs, engine_config.max_num_batched_tokens)
-    loop = StepLoop(admission, budget, debug_checks=engine_config.debug_checks)
-    ctx = ExecutorContext(engine_config, model_config, cache, device, options)
+    loop = StepLoop(scheduler, budget, debug_checks=engine_config.debug_checks)
+    ctx = ExecutorContext(engine_config, model_config, scheduler.cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
     return Engine(loop, exe, max_model_len=getattr(model_config, "max_position_embeddings", None))
 

@@ -7,6 +7,23 @@ jumps on the virtual one, so the engine loop is the same for both.
 from __future__ import annotations
 
 import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Seconds since the start of the measured run."""
+
+    def restart(self) -> None: ...
+
+    def now(self) -> float: ...
+
+    def wait_until(self, t_s: float) -> None:
+        """Block (wall) or jump (virtual) until the clock reads at least `t_s`."""
+        ...
+
+    def advance(self, dt_s: float) -> None:
+        """Account `dt_s` seconds of work (the wall clock advances by itself)."""
+        ...
 
 
 class WallClock:

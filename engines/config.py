@@ -66,7 +66,7 @@ class EngineConfig:
     backend: str = "auto"  # auto | triton | torch
     debug_checks: bool = False  # check_integrity() after every step
     # Simulated executor: advance stretches of pure decode as one macro-step (exact, see
-    # engines/cache/base.py DecodeRun); false steps one by one (results are identical).
+    # engines/sched/base.py DecodeRun); false steps one by one (results are identical).
     decode_runs: bool = True
 
     @property

@@ -1,11 +1,11 @@
 """The engine loop: release requests on the run clock, schedule, execute, record.
 
-    arrivals ──▶ StepLoop.waiting ──Admission──▶ StepPlan ──Executor──▶ tokens ──▶ complete()
+    arrivals ──▶ StepLoop.waiting ──Scheduler──▶ StepPlan ──Executor──▶ tokens ──▶ complete()
         ▲                                                                               │
         └──── multi-turn: a request `after` X is released think_s after X finishes ◀────┘
 
 With an executor that supports decode runs (the simulated one), a stretch of pure decode is
-advanced as one macro-step with the same outcome (engines/cache/base.py `DecodeRun`).
+advanced as one macro-step with the same outcome (engines/sched/base.py `DecodeRun`).
 Records accumulate in `self.records` as requests finish, so a caller that is interrupted still
 has every finished row.
 """
@@ -18,8 +18,10 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engines.cache.base import PrefixCache
+from engines.cache.protocol import PrefixCache
+from engines.clock import Clock
 from engines.errors import BadInput
+from engines.executor import Executor
 from engines.loop import StepLoop
 from engines.records import RequestRecord
 from engines.request import GenerationRequest
@@ -42,7 +44,9 @@ class _Timeline:
 
 
 class Engine:
-    def __init__(self, loop: StepLoop, executor, max_model_len: int | None = None) -> None:
+    def __init__(
+        self, loop: StepLoop, executor: Executor, max_model_len: int | None = None
+    ) -> None:
         self.loop = loop
         self.executor = executor
         self.cache: PrefixCache = loop.cache
@@ -50,7 +54,7 @@ class Engine:
         self.records: list[RequestRecord] = []
 
     @property
-    def clock(self):
+    def clock(self) -> Clock:
         return self.executor.clock
 
     def check_fits(self, requests: list[GenerationRequest]) -> None:

@@ -8,9 +8,10 @@ torch, so a simulated run never imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from engines.cache.base import StepPlan
+from engines.clock import Clock
+from engines.sched.base import DecodeRun, StepPlan
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,23 @@ class DecodeRunResult:
 
 
 class Executor(Protocol):
-    clock: object
-    # Whether `execute_decode_run(run, until_s) -> DecodeRunResult` may be called: run steps of
-    # `run` until its max_steps or the first step that ends at or after `until_s`.
+    """Runs one StepPlan: the model forward (real) or its priced cost (simulated)."""
+
+    clock: Clock
+    # Whether this executor is also a `DecodeRunExecutor` whose decode runs the engine may use.
     decode_runs: bool
 
-    def execute(self, plan: StepPlan) -> dict[str, int]: ...
+    def execute(self, plan: StepPlan) -> dict[str, int]:
+        """Run `plan`; returns seq_id -> the token sampled for every sequence whose step reached
+        its last known token."""
+        ...
+
+
+@runtime_checkable
+class DecodeRunExecutor(Executor, Protocol):
+    """Capability: run a `DecodeRun` as one macro-step (the simulated executor)."""
+
+    def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
+        """Run steps of `run` until its max_steps or the first step that ends at or after
+        `until_s`."""
+        ...

@@ -14,7 +14,9 @@ from typing import ClassVar
 import torch
 
 from engines.attention.metadata import AttentionMetadata
-from engines.cache.base import PrefixCache, StepPlan
+from engines.cache.protocol import PrefixCache
+from engines.clock import Clock
+from engines.sched.base import StepPlan
 from engines.sequence import Sequence
 
 
@@ -34,7 +36,7 @@ class RealExecutor:
     kv_pool: object
     attn: object
     cache: PrefixCache
-    clock: object
+    clock: Clock
     device: torch.device
 
     @torch.inference_mode()

@@ -37,7 +37,7 @@ ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
 AREAS = (
     ("cache/apc", "engines/cache/apc/"),
     ("cache/radix", "engines/cache/radix/"),
-    ("cache/base", "engines/cache/"),
+    ("cache/common", "engines/cache/"),  # protocol.py, records.py
     ("scheduler", "engines/sched/"),
     ("step loop", "engines/loop.py"),
     ("engine loop", "engines/engine.py"),

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engines.build import build_engine
-from engines.cache.base import CacheIntegrityError
+from engines.cache.records import CacheIntegrityError
 from engines.engine import Engine
 from engines.request import GenerationRequest
 from harness.checks import check_requests
@@ -265,7 +265,7 @@ def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:
     profile = cfg.engine.design_knobs()
     for name in ("reserve_full_prompt", "async_scheduling"):  # None: the free-order profile's
         if name in profile:
-            profile[name] = getattr(engine.loop.admission, name)
+            profile[name] = getattr(engine.loop.scheduler, name)
     return profile
 
 

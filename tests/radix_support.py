@@ -2,14 +2,13 @@
 
 `serve` runs one request through the hooks by hand (admit, prefill, decode, finish), the way the
 scheduler would; `drive` runs a RadixAdmission under the generic scheduler's contract
-(engines/cache/base.py: advance, append the scripted token, finish, `finish_step`).
+(engines/sched/base.py: advance, append the scripted token, finish, `finish_step`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.base import StepBudget
 from engines.cache.radix.cache import RadixCache
 from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import (
@@ -19,6 +18,7 @@ from engines.cache.radix.hooks import (
     release_kv_cache,
     start_request,
 )
+from engines.sched.base import StepBudget
 from engines.sequence import SeqStatus, Sequence
 
 

@@ -14,8 +14,8 @@ from collections import deque
 import pytest
 
 from engines.cache.apc import ApcCache
-from engines.cache.base import StepBudget
 from engines.request import GenerationRequest
+from engines.sched.base import StepBudget
 from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.sequence import SeqStatus, Sequence
 from tests.engine_util import by_id, make_engine

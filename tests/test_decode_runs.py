@@ -1,4 +1,4 @@
-"""Decode runs (engines/cache/base.py `DecodeRun`): the simulated executor's macro-steps over pure
+"""Decode runs (engines/sched/base.py `DecodeRun`): the simulated executor's macro-steps over pure
 decode give exactly what stepping one by one gives.
 
 Engine level: every simulated pin case (both upstream pairings, tight KV with preemptions and
@@ -23,8 +23,8 @@ from omegaconf import OmegaConf
 
 from engines.build import build_engine
 from engines.cache.apc.cache import ApcCache
-from engines.cache.base import Allocation
 from engines.cache.radix.cache import RadixCache
+from engines.cache.records import Allocation
 from engines.config import EngineConfig
 from engines.sequence import Sequence
 from engines.simulate.cost_model import StepShape, build_cost_model

@@ -21,7 +21,6 @@ from radix_support import (
     step,
 )
 
-from engines.cache.base import CacheIntegrityError, StepBudget
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from engines.cache.radix.cache import RadixCache
 from engines.cache.radix.clock import LogicalClock
@@ -31,6 +30,8 @@ from engines.cache.radix.key import pack, unpack
 from engines.cache.radix.policies import make_eviction_policy
 from engines.cache.radix.schedule_policy import dfs_weight_order
 from engines.cache.radix.tree import UnifiedRadixTree
+from engines.cache.records import CacheIntegrityError
+from engines.sched.base import StepBudget
 from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.sequence import Sequence
 

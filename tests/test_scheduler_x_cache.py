@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engines.build import build_engine
-from engines.cache.base import CacheIntegrityError
+from engines.cache.records import CacheIntegrityError
 from engines.config import DESIGN_KNOBS, EngineConfig
 from engines.sequence import Sequence
 from harness.preflight import preflight

@@ -14,11 +14,11 @@ import torch
 
 import engines.simulate.executor  # noqa: F401  (registers executor=simulated)
 from engines.build import build_engine
-from engines.cache.base import ScheduledSeq, StepPlan
 from engines.config import EngineConfig
 from engines.model.presets import get_preset
 from engines.registry import UnknownNameError
 from engines.request import GenerationRequest
+from engines.sched.base import ScheduledSeq, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import (
     FittedCostModel,

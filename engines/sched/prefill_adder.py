@@ -15,7 +15,8 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple
 
-from engines.cache.base import PrefixCache, PrefixMatch
+from engines.cache.protocol import PrefixCache
+from engines.cache.records import PrefixMatch
 from engines.sequence import Sequence
 
 

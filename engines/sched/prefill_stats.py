@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from engines.cache.base import PrefixCache
+from engines.cache.protocol import PrefixCache
 
 
 class PrefillBatchStats(NamedTuple):

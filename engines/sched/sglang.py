@@ -19,15 +19,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.base import (
-    Allocation,
-    CacheIntegrityError,
-    DecodeRun,
-    PrefixCache,
-    ScheduledSeq,
-    StepBudget,
-    StepPlan,
-)
+from engines.cache.protocol import DecodeRunAllocation, PrefixCache
+from engines.cache.records import Allocation, CacheIntegrityError
+from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.prefill_stats import PrefillBatchStats, record_prefill
@@ -39,7 +33,7 @@ BASE_MIN_NEW_TOKEN_RATIO = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 
 
-class SglangScheduler:
+class SglangScheduler(Scheduler):
     def __init__(
         self,
         cache: PrefixCache,
@@ -55,6 +49,8 @@ class SglangScheduler:
         ignore_eos: bool = False,
     ) -> None:
         self.cache = cache
+        # decode runs need the cache's DecodeRunAllocation; without it every step is planned
+        self.runs = cache if isinstance(cache, DecodeRunAllocation) else None
         self.policy = SglangPolicy(
             policy,
             cache,
@@ -211,13 +207,17 @@ class SglangScheduler:
         """Steps that are decode batches of the same requests: no chunk in flight, and the prefill
         round returns at once (nobody waiting, or a full batch that this step's filter of finished
         requests does not un-fill), with the decode memory check passing without eviction."""
-        if self.chunked is not None:
+        if self.runs is None or self.chunked is not None:
             return None
         batch = self._unfinished_batch()
         if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
             return None
         num_steps = fitting_steps(
-            self.cache, batch, steps_before_finish(batch), self._decode_need(len(batch))
+            self.runs,
+            self.cache.available_tokens(),
+            batch,
+            steps_before_finish(batch),
+            self._decode_need(len(batch)),
         )
         return DecodeRun(batch, num_steps) if num_steps > 0 else None
 
@@ -229,7 +229,9 @@ class SglangScheduler:
         for _ in range(num_steps):  # step by step: the float decay must round as per step
             self._decay_new_token_ratio()
         self._last_plan_is_prefill = False
-        self.cache.allocate_decode_run(
+        if self.runs is None:
+            raise TypeError(f"cache {self.cache.name!r} has no decode runs to apply")
+        self.runs.allocate_decode_run(
             [Allocation(seq, 1) for seq in run.seqs], num_steps, matchable_lag=0
         )
 

@@ -17,13 +17,13 @@ import numpy as np
 import torch
 
 from engines.attention.backend import get_attention_backend
-from engines.cache.base import ScheduledSeq, StepPlan
 from engines.clock import WallClock
 from engines.kv_pool import KVPool
 from engines.model.config import ModelConfig
 from engines.model.llama import LlamaModel
 from engines.model.weights import build_model
 from engines.real_executor import RealExecutor
+from engines.sched.base import ScheduledSeq, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import FITTED_TERMS, HardwareConfig, StepShape, fitted_features
 

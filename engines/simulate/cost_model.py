@@ -15,9 +15,9 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from engines.cache.base import StepPlan
 from engines.errors import BadInput
 from engines.registry import Registry
+from engines.sched.base import StepPlan
 
 
 @dataclass
@@ -140,7 +140,7 @@ class StepShape(NamedTuple):
 
 
 class DecodeRunShape(NamedTuple):
-    """The steps of a decode run (engines/cache/base.py `DecodeRun`) as arrays over its steps.
+    """The steps of a decode run (engines/sched/base.py `DecodeRun`) as arrays over its steps.
 
     Step s schedules one new token for each of `num_seqs` sequences and reads `num_kv_tokens[s]`
     K/V tokens over `num_kv_blocks[s]` block-table entries. `as_step_shape` is the StepShape of

@@ -2,7 +2,7 @@
 
 Each step advances a `VirtualClock` by the cost model's step time and emits the scripted tokens,
 with the real executor's rule; a stretch of pure decode runs as one macro-step priced step by
-step (`execute_decode_run`, engines/cache/base.py `DecodeRun`). Capacity is still enforced by the
+step (`execute_decode_run`, engines/sched/base.py `DecodeRun`). Capacity is still enforced by the
 cache in blocks/tokens, and cache bookkeeping is still timed on the wall clock by the Scheduler
 (`bookkeeping_ns`), as in a real run.
 With `hardware.charge_host_time` the clock also advances by the engine loop's own CPU time between
@@ -20,10 +20,11 @@ from itertools import accumulate
 import numpy as np
 
 from engines.build import EXECUTORS, ExecutorContext
-from engines.cache.base import DecodeRun, PrefixCache, StepPlan
+from engines.cache.protocol import PrefixCache
 from engines.clock import VirtualClock
 from engines.errors import BadInput
 from engines.executor import DecodeRunResult
+from engines.sched.base import DecodeRun, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import CostModel, DecodeRunShape, HardwareConfig, build_cost_model
 

@@ -17,7 +17,7 @@ from engines.cache.apc.hashing import (
     RequestHasher,
     init_none_hash,
 )
-from engines.cache.base import CacheIntegrityError
+from engines.cache.records import CacheIntegrityError
 from engines.registry import Registry
 from engines.sequence import Sequence
 

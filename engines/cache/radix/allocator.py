@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.slot_row import SLOT_DTYPE, SlotRow
+from engines.cache.records import CacheIntegrityError
 
 
 def as_slots(index: Sequence[int] | np.ndarray) -> np.ndarray:

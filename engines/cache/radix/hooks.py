@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.key import RadixKey, packed_tokens
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.tree import MatchResult, TreeLock, UnifiedRadixTree
+from engines.cache.records import CacheIntegrityError
 from engines.sequence import Sequence
 
 if TYPE_CHECKING:

@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
 from engines.cache.radix.key import (
     TOKEN_BYTES,
@@ -37,6 +36,7 @@ from engines.cache.radix.node import TreeNode
 from engines.cache.radix.policies import LRU, EvictionPolicy
 from engines.cache.radix.runs import build_run, drop_run_of
 from engines.cache.radix.slot_row import SLOT_DTYPE
+from engines.cache.records import CacheIntegrityError
 
 ANCESTOR_STAMP_STEP = (
     1e-5  # §2.1: parent of the stamped node gets t - 1e-5, grandparent t - 2e-5, ...
