@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engines.cache.protocol import PrefixCache
 from engines.clock import WallClock
@@ -21,14 +21,16 @@ from engines.sched.base import StepBudget, build_scheduler
 if TYPE_CHECKING:
     import torch
 
+    from engines.model.config import ModelConfig
+
 
 @dataclass(frozen=True)
 class ExecutorContext:
     engine_config: EngineConfig
-    model_config: object
+    model_config: ModelConfig
     cache: PrefixCache
     device: str  # as configured ("auto", "cpu", "cuda:0"); executors that need torch resolve it
-    options: dict
+    options: dict[str, Any]
 
 
 EXECUTORS: Registry[Callable[[ExecutorContext], Executor]] = Registry("executor")
@@ -36,7 +38,6 @@ EXECUTORS: Registry[Callable[[ExecutorContext], Executor]] = Registry("executor"
 
 @EXECUTORS.register("real")
 def _real_executor(ctx: ExecutorContext) -> Executor:
-    import torch
 
     from engines.attention.backend import get_attention_backend
     from engines.kv_pool import KVPool
@@ -52,7 +53,7 @@ def _real_executor(ctx: ExecutorContext) -> Executor:
         block_size=ctx.cache.block_size,
         num_kv_heads=mc.num_kv_heads,
         head_dim=mc.head_dim,
-        dtype=getattr(torch, mc.dtype),
+        dtype=mc.torch_dtype,
         device=device,
     )
     attn = get_attention_backend(ctx.engine_config.backend, device)
@@ -69,10 +70,10 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 def build_engine(
     engine_config: EngineConfig,
-    model_config,
+    model_config: ModelConfig,
     executor: str = "real",
     device: str = "auto",
-    **options,
+    **options: Any,
 ) -> Engine:
     engine_config.validate()
     scheduler = build_scheduler(engine_config)

@@ -26,9 +26,16 @@ class DecodeRunResult:
 class Executor(Protocol):
     """Runs one StepPlan: the model forward (real) or its priced cost (simulated)."""
 
-    clock: Clock
-    # Whether this executor is also a `DecodeRunExecutor` whose decode runs the engine may use.
-    decode_runs: bool
+    @property
+    def clock(self) -> Clock:
+        """The run clock the executor advances (wall or virtual)."""
+        ...
+
+    @property
+    def decode_runs(self) -> bool:
+        """Whether this executor is also a `DecodeRunExecutor` whose decode runs the engine may
+        use."""
+        ...
 
     def execute(self, plan: StepPlan) -> dict[str, int]:
         """Run `plan`; returns seq_id -> the token sampled for every sequence whose step reached

@@ -13,9 +13,12 @@ from typing import ClassVar
 
 import torch
 
+from engines.attention.backend import AttentionBackend
 from engines.attention.metadata import AttentionMetadata
-from engines.cache.protocol import PrefixCache
+from engines.cache.protocol import BlockTables
 from engines.clock import Clock
+from engines.kv_pool import KVPool
+from engines.model.llama import LlamaModel
 from engines.sched.base import StepPlan
 from engines.sequence import Sequence
 
@@ -32,10 +35,10 @@ def next_token(seq: Sequence, logits_row: torch.Tensor | None) -> int:
 class RealExecutor:
     decode_runs: ClassVar[bool] = False  # every step runs the model
 
-    model: torch.nn.Module
-    kv_pool: object
-    attn: object
-    cache: PrefixCache
+    model: LlamaModel
+    kv_pool: KVPool
+    attn: AttentionBackend
+    cache: BlockTables  # a cache, or calibrate.py's stand-in layout
     clock: Clock
     device: torch.device
 

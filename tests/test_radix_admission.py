@@ -8,7 +8,6 @@ import random
 from collections import deque
 
 import pytest
-from radix_support import complete, drive, make_seq, new_cache, serve, step
 
 from engines.cache import CACHES, build_cache
 from engines.cache.radix.clock import LogicalClock
@@ -23,6 +22,7 @@ from engines.sched.base import StepBudget, build_scheduler
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.sequence import SeqStatus
+from tests.radix_support import complete, drive, make_seq, new_cache, serve, step
 
 BUDGET = StepBudget(max_num_seqs=8, max_num_batched_tokens=64)
 

@@ -12,7 +12,6 @@ import random
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from radix_support import make_seq
 
 from engines.cache.radix.cache import RadixCache
 from engines.cache.radix.clock import LogicalClock
@@ -26,6 +25,7 @@ from engines.cache.radix.hooks import (
 )
 from engines.cache.radix.key import RadixKey
 from engines.sequence import SeqStatus
+from tests.radix_support import make_seq
 
 OPS = [
     "admit",

@@ -10,16 +10,6 @@ import random
 from collections import deque
 
 import pytest
-from radix_support import (
-    RecordingAllocator,
-    admit,
-    decode_to_end,
-    drive,
-    make_seq,
-    new_cache,
-    serve,
-    step,
-)
 
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from engines.cache.radix.cache import RadixCache
@@ -34,6 +24,16 @@ from engines.cache.records import CacheIntegrityError
 from engines.sched.base import StepBudget
 from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.sequence import Sequence
+from tests.radix_support import (
+    RecordingAllocator,
+    admit,
+    decode_to_end,
+    drive,
+    make_seq,
+    new_cache,
+    serve,
+    step,
+)
 
 
 def make_tree(page_size=1, policy="lru", allocator=None, **params):

@@ -5,8 +5,9 @@ structure. Its contract is layered the way mini-sglang layers `BasePrefixCache`:
 
 * `ReuseIndex`: match a prefix (with a handle), lock/unlock it, commit computed tokens (make them
   matchable), evict.
-* `KVOwner`: allocate new tokens (evicting exactly the shortfall), release a request, the block
-  table the executor addresses the KV pool with, capacity and occupancy.
+* `KVOwner`: allocate new tokens (evicting exactly the shortfall), release a request, capacity
+  and occupancy, and (its base `BlockTables`) the block table the executor addresses the KV pool
+  with.
 * `CacheBookkeeping`: hit statistics, an integrity check, flushing.
 * `PrefixCache` is the three together: what every cache is and every scheduler needs.
 * Optional capabilities, each its own protocol, which a cache declares when it has them:
@@ -79,10 +80,20 @@ class ReuseIndex(Protocol):
 
 
 @runtime_checkable
-class KVOwner(Protocol):
-    """The KV blocks/slots: who holds which, and what is left."""
+class BlockTables(Protocol):
+    """KV addressing: what the real executor reads to find a sequence's K/V in the pool."""
 
     block_size: int  # tokens per KV block that block_table() indexes (APC B, radix page size)
+
+    def block_table(self, seq: Sequence) -> list[int]:
+        """Block ids covering the tokens of `seq` that have KV allocated, in order."""
+        ...
+
+
+@runtime_checkable
+class KVOwner(BlockTables, Protocol):
+    """The KV blocks/slots: who holds which, and what is left (and where they are)."""
+
     num_blocks: int  # pool blocks including the reserved block 0
 
     @property
@@ -109,10 +120,6 @@ class KVOwner(Protocol):
         budgeted=True: the caller has budgeted the batch (SGLang's PrefillAdder, decode memory
         check), so no fit check runs first and running out raises CacheIntegrityError.
         """
-        ...
-
-    def block_table(self, seq: Sequence) -> list[int]:
-        """Block ids covering the tokens of `seq` that have KV allocated, in order."""
         ...
 
     def release(self, seq: Sequence, *, finished: bool) -> None:

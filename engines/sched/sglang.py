@@ -202,7 +202,7 @@ class SglangScheduler(Scheduler):
 
     # ------------------------------------------------------------- decode runs
     def plan_decode_run(
-        self, waiting: deque, running: list, budget: StepBudget
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
     ) -> DecodeRun | None:
         """Steps that are decode batches of the same requests: no chunk in flight, and the prefill
         round returns at once (nobody waiting, or a full batch that this step's filter of finished

@@ -48,10 +48,13 @@ class SglangPolicy:
 
     def calc_priority(self, waiting: deque[Sequence]) -> None:
         """Reorder `waiting` in place for this prefill round."""
-        if is_active(self.spec, self.cache, len(waiting), self.lpm_fallback_queue_len):
+        order = self.spec.order  # None for fcfs, which is never active
+        if order is not None and is_active(
+            self.spec, self.cache, len(waiting), self.lpm_fallback_queue_len
+        ):
             queue = list(waiting)
             self.last_matches, self.last_deprioritized = self.compute_prefix_matches(queue)
-            ordered = self.spec.order(queue, self.last_matches, self.last_deprioritized, self.cache)
+            ordered = order(queue, self.last_matches, self.last_deprioritized, self.cache)
             waiting.clear()
             waiting.extend(ordered)
             return

@@ -58,17 +58,20 @@ class VllmScheduler(Scheduler):
         return plan
 
     def _order(self, waiting: deque[Sequence]) -> None:
-        if len(waiting) <= 1 or not is_active(
-            self.policy, self.cache, len(waiting), self.lpm_fallback_queue_len
+        order = self.policy.order  # None for fcfs, which is never active
+        if (
+            order is None
+            or len(waiting) <= 1
+            or not is_active(self.policy, self.cache, len(waiting), self.lpm_fallback_queue_len)
         ):
             return
         queue = list(waiting)
-        ranked = self.policy.order(queue, uncapped_matches(self.cache, queue), set(), self.cache)
+        ranked = order(queue, uncapped_matches(self.cache, queue), set(), self.cache)
         waiting.clear()
         waiting.extend(ranked)
 
     def _schedule_running(
-        self, plan: StepPlan, waiting: deque, running: list, token_budget: int
+        self, plan: StepPlan, waiting: deque[Sequence], running: list[Sequence], token_budget: int
     ) -> int:
         i = 0
         while i < len(running) and token_budget > 0:
@@ -94,7 +97,12 @@ class VllmScheduler(Scheduler):
         return token_budget
 
     def _schedule_waiting(
-        self, plan: StepPlan, waiting: deque, running: list, budget: StepBudget, token_budget: int
+        self,
+        plan: StepPlan,
+        waiting: deque[Sequence],
+        running: list[Sequence],
+        budget: StepBudget,
+        token_budget: int,
     ) -> None:
         cache = self.cache
         while waiting and token_budget > 0 and len(running) < budget.max_num_seqs:
@@ -139,7 +147,7 @@ class VllmScheduler(Scheduler):
             # request.num_tokens (the caching cap) does not include yet.
             self._known_tokens[seq.seq_id] = seq.num_tokens
 
-    def _preempt(self, seq: Sequence, waiting: deque) -> None:
+    def _preempt(self, seq: Sequence, waiting: deque[Sequence]) -> None:
         self._computed_at_preemption[seq.seq_id] = seq.num_computed_tokens
         self.cache.release(seq, finished=False)
         self._known_tokens.pop(seq.seq_id, None)
@@ -149,7 +157,7 @@ class VllmScheduler(Scheduler):
         waiting.appendleft(seq)
 
     def plan_decode_run(
-        self, waiting: deque, running: list, budget: StepBudget
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
     ) -> DecodeRun | None:
         """With nobody waiting and every running request one token behind (decoding), each step
         schedules one token of every running request in order, as long as allocation never fails

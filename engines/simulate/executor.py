@@ -16,6 +16,7 @@ from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +139,7 @@ def _script(seq: Sequence) -> tuple[int, ...]:
     return seq.scripted_output_ids
 
 
-def as_hardware_config(hardware: HardwareConfig | Mapping | None) -> HardwareConfig:
+def as_hardware_config(hardware: HardwareConfig | Mapping[str, Any] | None) -> HardwareConfig:
     if hardware is None:
         raise BadInput(
             "executor=simulated needs a cost model: select one with hardware=<preset> "

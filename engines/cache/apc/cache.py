@@ -233,7 +233,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
         if self.debug:
             self.check_ancestor_closure()
 
-    def _check_map(self, free_list: list) -> None:
+    def _check_map(self, free_list: list[KVCacheBlock]) -> None:
         pool = self.pool
         cached = pool.cached_block_hash_to_block
         num_mapped = 0

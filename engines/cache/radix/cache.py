@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -76,7 +76,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         *,
         enabled: bool = True,
         eviction_policy: str = "lru",
-        eviction_params: dict | None = None,
+        eviction_params: dict[str, Any] | None = None,
         max_num_reqs: int = 256,
         clock: LogicalClock = PROCESS_CLOCK,
     ) -> None:
@@ -211,9 +211,10 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         st = self.reqs.get(seq.seq_id)
         if st is None:
             return []
-        row = self.req_to_token_pool.rows[st.row][: st.kv_allocated_len]
+        row = self.req_to_token_pool.row(st.row)[: st.kv_allocated_len]
         p = self.page_size
-        return row.tolist() if p == 1 else (row[::p] // p).tolist()
+        table: list[int] = row.tolist() if p == 1 else (row[::p] // p).tolist()
+        return table
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.pop(seq.seq_id, None)
@@ -270,7 +271,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
     def _check_nodes(self) -> None:
         """Invariants 8 (lock monotonicity), 14 (evictable-leaf set) and one lock per request."""
         tree = self.tree
-        expected: Counter = Counter()
+        expected: Counter[TreeNode] = Counter()
         for st in self.reqs.values():
             if st.lock is not None:
                 node = st.lock.node
@@ -283,7 +284,10 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
                 raise CacheIntegrityError(
                     f"{node!r}: lock_ref {node.lock_ref} != {expected[node]} request locks"
                 )
-            if node.parent.parent is not None and node.lock_ref > node.parent.lock_ref:
+            parent = node.parent
+            if parent is None:
+                raise CacheIntegrityError(f"{node!r}: a tree node without a parent")
+            if parent.parent is not None and node.lock_ref > parent.lock_ref:
                 raise CacheIntegrityError(f"lock monotonicity broken at {node!r}")
             if len(node.value) != len(node.key) or len(node.value) % self.page_size:
                 raise CacheIntegrityError(
@@ -303,7 +307,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         pages = [self.allocator.free_pages()]
         pages += [node.value[::p] // p for node in self.tree.nodes()]
         for st in self.reqs.values():
-            private = self.req_to_token_pool.rows[st.row][
+            private = self.req_to_token_pool.row(st.row)[
                 st.cache_protected_len : st.kv_allocated_len
             ]
             pages.append(np.unique(private // p))
