@@ -83,7 +83,8 @@ def check_known_keys(node, path: str = "") -> None:
             raise BadInput(f"unknown field {where}; valid: {', '.join(sorted(valid))}")
     for key, child in node.items_ex(resolve=False):
         if key != "hydra":
-            check_known_keys(child, f"{path}.{key}" if path else str(key))
+            name = str(key)
+            check_known_keys(child, f"{path}.{name}" if path else name)
 
 
 def check_requests(requests, load) -> None:
@@ -151,8 +152,13 @@ def require_int(name: str, value: object, minimum: int, maximum: int) -> None:
 
 def require_number(name: str, value: object, maximum: float) -> None:
     """A finite number in (0, maximum]: NaN and infinity never reach the engine loop."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= maximum
-    if not ok or not math.isfinite(value):
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 < value <= maximum
+        and math.isfinite(value)
+    )
+    if not ok:
         raise BadInput(f"{name} must be a positive finite number <= {maximum:g}, got {value!r}")
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
@@ -113,6 +113,18 @@ class RunConfig:
     save_tokens: bool = False
     label: str | None = None
     overwrite: bool = False  # write into a run directory that holds another run's results
+
+
+T = TypeVar("T")
+
+
+def to_schema(node: Any, schema: type[T]) -> T:
+    """`OmegaConf.to_object(node)`, the dataclass of a node composed from `schema`'s structured
+    config (a RunConfig from `compose("config")`, a HardwareConfig from `hardware/<preset>`)."""
+    obj = OmegaConf.to_object(node)
+    if not isinstance(obj, schema):
+        raise TypeError(f"composed {type(obj).__name__}, not a {schema.__name__}")
+    return obj
 
 
 def register_configs() -> None:

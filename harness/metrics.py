@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -161,7 +162,7 @@ def token_rows(
 
 def summarize(
     df: pd.DataFrame,
-    itls_ms: Mapping[str, Sequence[float]] | Sequence[float],
+    itls_ms: Mapping[str, Sequence[float] | np.ndarray] | Sequence[float],
     duration_s: float,
     extra: Mapping[str, object] | None = None,
     *,
@@ -238,14 +239,16 @@ def summarize(
         num_preemptions=int(df["num_preemptions"].sum()),
     )
     out.update(extra or {})
-    return json_safe(out)
+    return cast(dict[str, Any], json_safe(out))
 
 
 def _rate(amount: float, duration_s: float) -> float | None:
     return amount / duration_s if duration_s > 0 else None
 
 
-def _stats(name: str, values: Sequence[float], percentiles: Sequence[float]) -> dict:
+def _stats(
+    name: str, values: Sequence[float] | np.ndarray, percentiles: Sequence[float]
+) -> dict[str, float]:
     """mean/median/population std/percentiles (linear interpolation); an empty list counts as 0."""
     arr = np.asarray(values, dtype=float) if len(values) else np.zeros(1)
     out = {f"mean_{name}": arr.mean(), f"median_{name}": np.median(arr), f"std_{name}": arr.std()}
@@ -338,10 +341,11 @@ _PLAIN = frozenset({str, int, bool, type(None)})  # returned as they are
 def json_safe(value: object) -> object:
     """Plain Python values only: numpy scalars/arrays unwrapped, NaN -> None, +-inf -> "inf"."""
     kind = type(value)  # exact types first: the rows file calls this for every finished request
-    if kind in _PLAIN or (kind is float and math.isfinite(value)):
+    if kind in _PLAIN or (kind is float and math.isfinite(cast(float, value))):
         return value
     if kind is dict:
-        return {k: v if type(v) in _PLAIN else json_safe(v) for k, v in value.items()}
+        items = cast("dict[object, object]", value).items()
+        return {k: v if type(v) in _PLAIN else json_safe(v) for k, v in items}
     if isinstance(value, Mapping):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):

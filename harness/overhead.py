@@ -22,10 +22,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from engines.build import build_engine
-from harness.config import CONF_DIR, RunConfig  # noqa: F401  (registers the schemas)
+from harness.config import CONF_DIR, RunConfig, to_schema
 from harness.load import fan_out, with_arrivals
 from harness.report.stats import ratio_ci
 from harness.tokenspace import token_space_for
@@ -58,7 +57,7 @@ def config(engine: str, cache_on: bool, overrides: list[str]) -> RunConfig:
         *overrides,
     ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="overhead"):
-        return OmegaConf.to_object(compose(config_name="config", overrides=args))
+        return to_schema(compose(config_name="config", overrides=args), RunConfig)
 
 
 def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) -> dict:
@@ -102,7 +101,8 @@ def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) 
 def area_seconds(profile: cProfile.Profile) -> dict[str, float]:
     """Self time (tottime) per code area."""
     out = dict.fromkeys([a for a, _ in AREAS] + ["other"], 0.0)
-    for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(profile).stats.items():
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]  # not in typeshed
+    for (filename, _, _), (_, _, tottime, _, _) in stats.items():
         path = filename.replace("\\", "/")
         area = next((a for a, key in AREAS if key in path), "other")
         out[area] += tottime

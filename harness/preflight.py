@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.config import CONF_DIR
+from harness.config import CONF_DIR, RunConfig, to_schema
 from harness.errors import config_errors, describe
 from harness.identity import holds_results
 
@@ -38,7 +38,8 @@ def search_dirs(argv: list[str]) -> tuple[Path, ...]:
                 values = OverridesParser.create().parse_overrides([arg])[0].value()
             except HydraException:  # composing reports the syntax error as one line
                 continue
-            found += [Path(v[len("file://") :]) for v in values if str(v).startswith("file://")]
+            if isinstance(values, list):
+                found += [Path(v[len("file://") :]) for v in values if str(v).startswith("file://")]
     return tuple(found)
 
 
@@ -149,7 +150,7 @@ def _sweep_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | N
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
         return describe(exc)
-    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override() and o.input_line]
     problem = _group_problem(fixed, dirs) or _compose_problem(fixed, check=False)
     for o in (o for o in parsed if o.is_sweep_override()):
         for value in o.sweep_string_iterator():
@@ -165,7 +166,6 @@ def _sweep_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | N
 def _compose_problem(overrides: list[str], check: bool) -> str | None:
     """Compose like Hydra would; with `check`, also apply check_run_config."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
     from harness.checks import check_known_keys, check_run_config
 
@@ -175,7 +175,7 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
         ):
             dcfg = compose(config_name="config", overrides=overrides)
             check_known_keys(dcfg)
-            cfg = OmegaConf.to_object(dcfg)
+            cfg = to_schema(dcfg, RunConfig)
         if check:
             check_run_config(cfg)
     except config_errors() as exc:

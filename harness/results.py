@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 import pandas as pd
 import pyarrow as pa
@@ -62,7 +62,12 @@ def _fsync_dir(directory: Path) -> None:
 
 def write_json(path: str | os.PathLike, obj: object) -> None:
     """Pretty JSON; NaN/inf are refused (strict JSON), so pass `metrics.json_safe` output."""
-    _atomic_write(path, lambda f: (json.dump(obj, f, indent=2, allow_nan=False), f.write("\n")))
+
+    def dump(f: IO[Any]) -> None:
+        json.dump(obj, f, indent=2, allow_nan=False)
+        f.write("\n")
+
+    _atomic_write(path, dump)
 
 
 def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:

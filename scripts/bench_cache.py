@@ -131,7 +131,7 @@ def protocol(name: str, prompt_len: int) -> Callable[[Sequence], None]:
     budget = StepBudget(max_num_seqs=1, max_num_batched_tokens=prompt_len)
 
     def one_request(seq: Sequence) -> None:
-        waiting, running = deque([seq]), []
+        waiting, running = deque([seq]), list[Sequence]()
         plan = scheduler.schedule(waiting, running, budget)
         seq.num_computed_tokens = prompt_len
         seq.token_ids.append(7)
@@ -149,7 +149,9 @@ def build_cases(prompt_len: int, quick: bool) -> dict[str, Callable[[], bench_pa
     def requests(make: Callable[..., Callable[[Sequence], None]], arg: str, hit: bool):
         return lambda: request_case(make(arg, prompt_len), prompt_len, hit, batch)
 
-    factories = {f"hash/{a}": partial(hash_case, a, prompt_len, batch) for a in ALGOS}
+    factories: dict[str, Callable[[], bench_pairs.Case]] = {
+        f"hash/{a}": partial(hash_case, a, prompt_len, batch) for a in ALGOS
+    }
     for hit in (0, 90):
         for a in ALGOS:
             factories[f"native/{a}/{hit}%"] = requests(apc_native, a, hit > 0)
@@ -173,8 +175,11 @@ def rows_here(rounds: list[dict[str, float]]) -> list[dict]:
     for case in rounds[0]:
         values = [r[case] for r in rounds]
         base = _baseline_of(case)
-        paired = base in rounds[0]
-        ratio = bench_pairs.paired(values, [r[base] for r in rounds]) if paired else None
+        ratio = (
+            bench_pairs.paired(values, [r[base] for r in rounds])
+            if base is not None and base in rounds[0]
+            else None
+        )
         rows.append(
             {
                 "case": case,

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-import harness.config  # noqa: F401  (registers the schemas)
 from engines.build import build_engine
+from harness.config import RunConfig, to_schema
 from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
 from workloads.base import generate
@@ -105,7 +104,7 @@ CASES = _cases()
 def compose_run(overrides: tuple[str, ...]):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["model=tiny", "load.mode=burst", *overrides])
-    return OmegaConf.to_object(cfg)
+    return to_schema(cfg, RunConfig)
 
 
 def run_overrides(overrides: tuple[str, ...]) -> tuple[dict, list]:

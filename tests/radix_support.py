@@ -84,6 +84,7 @@ def admit(cache: RadixCache, seq: Sequence, capped: bool = True):
 def decode_to_end(cache: RadixCache, seq: Sequence) -> None:
     """Append the scripted outputs; every token but the last gets its KV slot (a decode step)."""
     st = cache.reqs[seq.seq_id]
+    assert seq.scripted_output_ids is not None  # make_seq scripts every reply
     for i, token in enumerate(seq.scripted_output_ids[: seq.max_new_tokens]):
         if i:
             prepare_decode(cache, [st])
@@ -131,7 +132,8 @@ def drive(
     admission, seqs, budget: StepBudget, check: bool = True, max_steps: int = 100_000
 ) -> list:
     """Run until every sequence finished; returns the plans."""
-    waiting, running, plans = deque(seqs), [], []
+    waiting, plans = deque(seqs), []
+    running: list[Sequence] = []
     while waiting or running:
         plan, _ = step(admission, waiting, running, budget)
         plans.append(plan)

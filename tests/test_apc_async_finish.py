@@ -28,7 +28,7 @@ def _cache(bs: int, num_blocks: int = 128) -> ApcCache:
 def _run_alone(adm: ApcAdmission, seq: Sequence, output_ids: list[int]) -> None:
     """Drive one request to completion, one scheduler step at a time (tokens from a script)."""
     script = iter(output_ids)
-    waiting, running = deque([seq]), []
+    waiting, running = deque([seq]), list[Sequence]()
     while not seq.is_finished:
         plan = adm.schedule(waiting, running, StepBudget(8, 1024))
         finished = []

@@ -8,6 +8,7 @@ scheduler's part. Granularity g is the cache's block_size (APC block, radix page
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import pytest
 
@@ -29,8 +30,8 @@ BUDGET = StepBudget(max_num_seqs=16, max_num_batched_tokens=256)
 PROMPT = list(range(1000, 1100))  # 100 tokens
 
 
-def _config(name: str, **kw) -> EngineConfig:
-    base = dict(
+def _config(name: str, **kw: Any) -> EngineConfig:
+    base: dict[str, Any] = dict(
         cache=name,
         block_size=16 if name == "apc" else 1,
         kv_capacity_tokens=4096,
@@ -64,6 +65,7 @@ class Driver:
             seq = item.seq
             seq.num_computed_tokens = item.end
             if item.end == seq.num_tokens:
+                assert seq.scripted_output_ids is not None  # submit scripts every reply
                 seq.token_ids.append(seq.scripted_output_ids[seq.num_output_tokens])
                 if seq.done_generating:
                     seq.status = SeqStatus.FINISHED

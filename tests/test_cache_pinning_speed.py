@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from engines.build import build_engine
 from harness.config import (
     CONF_DIR,
-    RunConfig,  # noqa: F401  (registers the schemas)
+    RunConfig,
+    to_schema,
 )
 from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
@@ -77,9 +77,9 @@ def observe(workload: str, arm: str) -> dict:
     """Run one case and return what the pin compares."""
     overrides = [*SIM, *WORKLOADS[workload], *ARMS[arm]]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="pin"):
-        cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
-    requests = generate(cfg.workload, cfg.seed, token_space_for(cfg.model))
-    requests = fan_out(with_arrivals(requests, cfg.load, cfg.seed), scripted=True)
+        cfg = to_schema(compose(config_name="config", overrides=overrides), RunConfig)
+    generated = generate(cfg.workload, cfg.seed, token_space_for(cfg.model))
+    requests = fan_out(with_arrivals(generated, cfg.load, cfg.seed), scripted=True)
     engine = build_engine(
         cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
     )

@@ -3,6 +3,8 @@ the same cache reuses the same tokens under both schedulers one request at a tim
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -37,8 +39,8 @@ WORKLOADS = [
 ]
 
 
-def engine_for(cache: str, scheduler: str, **overrides):
-    fields = dict(
+def engine_for(cache: str, scheduler: str, **overrides: Any):
+    fields: dict[str, Any] = dict(
         cache=cache,
         scheduler=scheduler,
         block_size=GRANULARITY[cache],

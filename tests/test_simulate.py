@@ -7,6 +7,7 @@ timing-dependent release) every per-request hit count and preemption must be ide
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -190,7 +191,7 @@ TINY_VOCAB = 1024
 
 
 def engine(cache: str, executor: str, hardware: HardwareConfig | None = None, **overrides):
-    fields = dict(
+    fields: dict[str, Any] = dict(
         cache=cache,
         block_size=16 if cache == "apc" else 1,
         kv_capacity_tokens=4096,

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from workloads.errors import BadInput
 from workloads.registry import Registry
@@ -153,7 +153,8 @@ def params_from_mapping(values: Mapping[str, object]) -> WorkloadParams:
         raise BadInput(
             f"workload.{extra[0]} is not a parameter of family {values['family']!r}; valid: {', '.join(sorted(known))}"
         )
-    return family.params_cls(**values)
+    kwargs: dict[str, Any] = dict(values)  # checked against the family's fields above
+    return family.params_cls(**kwargs)
 
 
 def generate(

@@ -139,6 +139,7 @@ def read_prompts(path: str, max_requests: int | None = None) -> tuple[Path, list
 def _encode(row: PromptLine, p: PromptsParams, tok) -> list[int]:
     if row.prompt_ids is not None:
         return list(row.prompt_ids)
+    assert row.prompt is not None  # a prompt line holds text or token ids (parse_line)
     if p.chat_template:
         from workloads.tokenizer import render_chatml
 

@@ -13,8 +13,12 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from workloads.errors import BadInput
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 SETUP_HINT = "run `bash scripts/setup.sh`"
 TOKEN_TYPE_NORMAL = 1  # llama.cpp token types: 1 normal, 3 control (special), 4 user-defined
@@ -27,7 +31,7 @@ class LoadedTokenizer:
     """A tokenizer plus the metadata that came with it."""
 
     name: str
-    tokenizer: object  # tokenizers.Tokenizer
+    tokenizer: Tokenizer
     special_token_ids: frozenset[int]
     first_ordinary_id: int
     bos_token_id: int | None
@@ -64,7 +68,8 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], special_ids: list[int]
             f"the smollm2-135m tokenizer needs the 'tokenizers' package; {SETUP_HINT}"
         ) from None
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    # each merge line is two tokens separated by one space
+    pairs = cast(list[tuple[str, str]], [tuple(m.split(" ", 1)) for m in merges])
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre == "smollm":

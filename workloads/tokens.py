@@ -101,7 +101,7 @@ def stream_keys(prefix: tuple[int | str, ...], last: np.ndarray) -> np.ndarray:
 
 def _to_ids(raw: np.ndarray, space: TokenSpace, dtype: type = np.int64) -> np.ndarray:
     """Token ids of the uint64 draws `raw` (overwritten)."""
-    out = np.empty(raw.shape, dtype=dtype)
+    out: np.ndarray = np.empty(raw.shape, dtype=dtype)
     _ids_into(raw, np.empty_like(raw), space, out)
     return out
 
@@ -130,7 +130,7 @@ def token_block(
     spilled out of the CPU cache, or were fresh pages, made a large draw twice as slow per token."""
     steps = np.arange(1, length + 1, dtype=np.uint64) * np.uint64(GAMMA)
     keys = keys.astype(np.uint64)
-    out = np.empty((len(keys), length), dtype=dtype)
+    out: np.ndarray = np.empty((len(keys), length), dtype=dtype)
     per_pass = max(1, min(len(keys), DRAW_TOKENS // max(length, 1)))
     x, scratch = np.empty((2, per_pass, length), dtype=np.uint64)
     for lo in range(0, len(keys), per_pass):

@@ -190,7 +190,7 @@ def compact_ids(ids: np.ndarray) -> array:
     """Token ids as a read-only-by-convention `array('i')`: a sequence of Python ints (indexing,
     iteration, `tolist`) that numpy reads without copying."""
     out = array("i")
-    out.frombytes(memoryview(np.ascontiguousarray(ids, dtype=np.int32)).cast("B"))  # one copy
+    out.frombytes(np.ascontiguousarray(ids, dtype=np.int32).data.cast("B"))  # one copy
     return out
 
 

@@ -248,7 +248,7 @@ def hardware_config(model_config: ModelConfig, result: Fit, description: str) ->
     )
 
 
-def report_rows(measurements: list[Measurement], result: Fit) -> list[dict[str, object]]:
+def report_rows(measurements: list[Measurement], result: Fit) -> list[dict[str, Any]]:
     """One row per grid point: its shape, measured median, prediction and relative error."""
     rows = []
     for m, pred in zip(measurements, result.predicted_s):

@@ -27,19 +27,21 @@ FIGURES = "figures"
 def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
     """Measure one claim; a crash becomes a row saying so (never a verdict)."""
     start = time.perf_counter()
+    finding: Finding | None
     try:
-        finding = claim.measure(ctx)
+        found = claim.measure(ctx)
     except Exception as exc:  # one claim's crash must not lose the others' results
         traceback.print_exc()
         finding = None
         verdict, result = f"failed: {type(exc).__name__}: {exc}", "the experiment crashed"
         setup = measured = ""
     else:
+        finding = found
         verdict, result, setup, measured = (
-            finding.verdict,
-            finding.result,
-            finding.setup,
-            finding.measured,
+            found.verdict,
+            found.result,
+            found.setup,
+            found.measured,
         )
     figure = ""
     if finding is not None and finding.figure is not None:

@@ -39,7 +39,8 @@ def measure(ctx: Context) -> Finding:
     if not has_option("load", "max_concurrency"):
         why = "needs a client-side concurrency limit, load.max_concurrency (issue [5/6])"
         return Finding(setup, measured, "not run", not_measurable(why))
-    ratios, tput = [], {"apc": [], "radix": []}
+    ratios: list[float] = []
+    tput: dict[str, list[float]] = {"apc": [], "radix": []}
     for seed in range(ctx.size(1, 3)):
         for a in tput:
             overrides = (

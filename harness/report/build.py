@@ -96,6 +96,8 @@ def build_report(
 
 
 def _figures(report: Report, pairs: pd.DataFrame) -> None:
+    if report.out_dir is None:  # build_report draws figures only where it writes
+        raise ValueError("figures need the report's out_dir")
     ok = report.runs[report.runs["ok"]] if not report.runs.empty else report.runs
     if "run_id" in report.requests and not ok.empty:
         requests = report.requests[report.requests["run_id"].isin(ok["run_id"])]

@@ -130,13 +130,18 @@ def _grouped_bars(ax, df: pd.DataFrame, column: str, scale: float = 1.0) -> dict
     width = 0.8 / len(series)
     marks = []
     for i, name in enumerate(series):
-        means, errs, single = [], [[], []], []
+        means: list[float] = []
+        errs: list[list[float]] = [[], []]
+        single: list[bool] = []
         for w in workloads:
             vals = pd.to_numeric(
                 df[(df["workload"] == w) & (df["series"] == name)][column], errors="coerce"
             ).dropna()
             if vals.empty:
-                means.append(np.nan), errs[0].append(0), errs[1].append(0), single.append(False)
+                means.append(np.nan)
+                errs[0].append(0)
+                errs[1].append(0)
+                single.append(False)
                 continue
             ci = bounded_ci((vals * scale).tolist(), non_negative=True)
             means.append(ci.mean)

@@ -272,4 +272,5 @@ def _spread(values: pd.Series) -> tuple[float, float, float]:
     vals = values.dropna().to_numpy()
     if not vals.size:
         return (np.nan, np.nan, np.nan)
-    return tuple(float(v) for v in np.percentile(vals, [10, 50, 90]))
+    p10, p50, p90 = (float(v) for v in np.percentile(vals, [10, 50, 90]))
+    return p10, p50, p90
