@@ -192,8 +192,9 @@ class SglangScheduler:
         if not self.batch:
             self.batch_is_full = False
             return StepPlan()
+        retracted: list[Sequence] = []
         if not self._check_decode_mem(len(self.batch)):
-            self._retract(waiting, running)
+            retracted = self._retract(waiting, running)
         else:
             self._decay_new_token_ratio()
         if len(self.batch) < initial_bs:
@@ -202,7 +203,9 @@ class SglangScheduler:
             [Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True
         ):
             raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
-        return StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch])
+        return StepPlan(
+            [ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch], retracted
+        )
 
     # ------------------------------------------------------------- decode runs
     def plan_decode_run(
@@ -251,8 +254,9 @@ class SglangScheduler:
         self.cache.evict(need)
         return self.cache.free_tokens() >= need
 
-    def _retract(self, waiting: deque[Sequence], running: list[Sequence]) -> None:
-        """§7.3: victims (fewest outputs, longest input) from the back until the step fits."""
+    def _retract(self, waiting: deque[Sequence], running: list[Sequence]) -> list[Sequence]:
+        """§7.3: victims (fewest outputs, longest input) from the back until the step fits.
+        Returns the victims in retraction order."""
         batch, cache = self.batch, self.cache
         order = sorted(
             range(len(batch)),
@@ -260,6 +264,7 @@ class SglangScheduler:
             reverse=True,
         )
         first = True
+        victims: list[Sequence] = []
         while first or not self._check_decode_mem(len(order)):
             if len(order) == 1:
                 break
@@ -276,9 +281,11 @@ class SglangScheduler:
             seq.num_preemptions += 1
             running.remove(seq)
             waiting.append(seq)
+            victims.append(seq)
         self.batch = [batch[i] for i in order]
         decoded = sum(seq.num_output_tokens for seq in self.batch)
         max_new = sum(seq.max_new_tokens for seq in self.batch)
         self.new_token_ratio = min(
             1.0, (decoded + RETRACT_DECODE_STEPS * len(self.batch)) / (max_new + 1)
         )
+        return victims
