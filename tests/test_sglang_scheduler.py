@@ -85,3 +85,34 @@ def test_warm_up_requests_never_reach_the_measured_batch():
     plan = step(loop)
     assert [item.seq.seq_id for item in plan.scheduled] == ["m0", "m1", "m2"]
     assert [seq.seq_id for seq in sched.batch] == ["m0", "m1", "m2"]
+
+
+# --------------------------------------------------- rule 2: a decode needs a page where one opens
+def test_mid_page_batch_needs_no_page_and_does_not_retract():
+    """Page 16, 160 KV tokens. `a` (prompt 17, 100 new) decodes 85 tokens alone, then `b` (prompt
+    17, 2 new) is admitted: the adder counts only part of `a`'s remaining 15 tokens. After `b`'s
+    prefill 16 tokens are free, less than one page per request (32), but both requests sit
+    mid-page (101 and 17 committed), so the next decode needs no page and retracts nobody."""
+    engine = radix_engine(block_size=16, kv_capacity_tokens=160)
+    loop, sched = engine.loop, scheduler(engine)
+    a, b = sequence("a", 100, 17, 100), sequence("b", 300, 17, 2)
+    loop.add(a)
+    while a.num_output_tokens < 85:
+        step(loop)
+    loop.add(b)
+    assert [i.seq.seq_id for i in step(loop).scheduled] == ["b"]  # admitted, prefilled
+    assert (a.num_computed_tokens, b.num_computed_tokens) == (101, 17)  # neither on a boundary
+    assert engine.cache.free_tokens() < 2 * 16  # what one page per request would have asked
+    assert sched._decode_need(sched.batch) == 0
+    plan = step(loop)
+    assert plan.preempted == []
+    assert [i.seq.seq_id for i in plan.scheduled] == ["a", "b"]
+    assert a.num_preemptions == b.num_preemptions == 0
+
+
+def test_a_request_on_a_page_boundary_needs_one_page():
+    sched = scheduler(radix_engine(block_size=16))
+    on, mid = sequence("on", 1, 32, 4), sequence("mid", 100, 33, 4)
+    on.num_computed_tokens, mid.num_computed_tokens = 32, 33
+    assert sched._decode_need([on, mid]) == 16
+    assert sched._decode_need([mid]) == 0

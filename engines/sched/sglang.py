@@ -5,7 +5,7 @@ in flight; otherwise it is a decode batch of every running request. The two neve
 
     schedule:    commit the in-flight chunk -> filter finished requests out of the running batch
                  -> prefill round (calc_priority, PrefillAdder, head-of-line break) -> else decode
-                 (memory check, retraction, ratio decay)
+                 (page-aligned memory check, retraction, ratio decay)
     finish_step: prefill: release finished / commit the rest, merge into the running batch;
                  decode:  release finished as one free group
 
@@ -195,7 +195,7 @@ class SglangScheduler:
         if not self.batch:
             return StepPlan()
         retracted: list[Sequence] = []
-        if not self._check_decode_mem(len(self.batch)):
+        if not self._check_decode_mem(self.batch):
             retracted = self._retract(waiting, running)
         else:
             self._decay_new_token_ratio()
@@ -222,7 +222,7 @@ class SglangScheduler:
         if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
             return None
         num_steps = fitting_steps(
-            self.cache, batch, steps_before_finish(batch), self._decode_need(len(batch))
+            self.cache, batch, steps_before_finish(batch), self._decode_headroom(len(batch))
         )
         return DecodeRun(batch, num_steps) if num_steps > 0 else None
 
@@ -255,12 +255,22 @@ class SglangScheduler:
             self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
         )
 
-    def _decode_need(self, batch_size: int) -> int:
-        """Tokens a decode step of `batch_size` requests must find free: one page each."""
+    def _decode_need(self, seqs: list[Sequence]) -> int:
+        """`new_tokens_required_next_decode`: a page for each request whose committed length is
+        on a page boundary (its next token opens a page), nothing for the others."""
+        page = self.cache.block_size
+        if page == 1:
+            return len(seqs)
+        return page * sum(1 for seq in seqs if seq.num_computed_tokens % page == 0)
+
+    def _decode_headroom(self, batch_size: int) -> int:
+        """Free tokens a decode step of `batch_size` requests needs so that nothing evicts: the
+        step's allocation (`alloc_paged_token_slots_decode`) evicts up to one page per request,
+        an over-estimate upstream keeps; it covers the memory check's page-aligned need too."""
         return batch_size * self.cache.block_size
 
-    def _check_decode_mem(self, batch_size: int) -> bool:
-        need = self._decode_need(batch_size)
+    def _check_decode_mem(self, seqs: list[Sequence]) -> bool:
+        need = self._decode_need(seqs)
         self.cache.evict(need)
         return self.cache.free_tokens() >= need
 
@@ -275,7 +285,7 @@ class SglangScheduler:
         )
         first = True
         victims: list[Sequence] = []
-        while first or not self._check_decode_mem(len(order)):
+        while first or not self._check_decode_mem([batch[i] for i in order]):
             if len(order) == 1:
                 break
             first = False
