@@ -106,6 +106,7 @@ class Engine:
                 unscheduled.add(rid)
                 sched.add(_sequence(req))
             if not sched.has_work:
+                sched.idle()
                 self.clock.wait_until(ready[0][0])
                 continue
             if runs and self._decode_run(
@@ -149,6 +150,7 @@ class Engine:
                 for nxt in followers.pop(seq.seq_id, []):
                     release_s = end + nxt.think_s
                     heapq.heappush(ready, (release_s, order_of[nxt.request_id], nxt.request_id))
+        sched.idle()  # the run ended with nothing left: the engine idles until the next one
         return self.records
 
     def _decode_run(self, timelines: dict[str, _Timeline], next_release_s: float) -> bool:

@@ -12,7 +12,7 @@ macro-step: `plan_decode_run` sizes it, `complete_decode_run` applies as many st
 the same effect on sequences, admission and cache as that many `schedule`/`complete` rounds.
 
 With `step_log` on, each completed step (a decode run: each of its steps) appends a StepRecord
-(engines/step_log.py) to `self.step_log`.
+(engines/step_log.py) to `self.step_log`; `idle()` tells admission that an iteration found no work.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ class StepLoop:
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def idle(self) -> None:
+        """An iteration with nothing to run (no request waiting or running)."""
+        self.admission.on_idle()
 
     def schedule(self) -> StepPlan:
         if self.step_log is not None:

@@ -116,3 +116,24 @@ def test_a_request_on_a_page_boundary_needs_one_page():
     on.num_computed_tokens, mid.num_computed_tokens = 32, 33
     assert sched._decode_need([on, mid]) == 16
     assert sched._decode_need([mid]) == 0
+
+
+# --------------------------------------------------- rule 3: an idle engine resets the ratio
+def test_ratio_after_warm_up_and_flush_is_the_initial_one():
+    engine = radix_engine()
+    sched = scheduler(engine)
+    loop = engine.loop
+    loop.add(sequence("w", 100, 8, 20))
+    while loop.has_work:
+        step(loop)
+        if loop.has_work:
+            decayed = sched.new_token_ratio
+    assert decayed < sched.init_new_token_ratio  # the warm-up's decode steps decayed it
+    loop.idle()  # the engine's next iteration finds nothing to run
+    assert engine.cache.reset()
+    assert sched.new_token_ratio == sched.init_new_token_ratio
+    # Through the engine: its run ends idle, and that idle iteration filtered the batch too.
+    engine.run([request("w2", 500, 8, 20)])
+    assert sched.batch == []
+    assert engine.cache.reset()
+    assert sched.new_token_ratio == sched.init_new_token_ratio

@@ -5,7 +5,7 @@ in flight; otherwise it is a decode batch of every running request. The two neve
 
     schedule:    commit the in-flight chunk -> filter finished requests out of the running batch
                  -> prefill round (calc_priority, PrefillAdder, head-of-line break) -> else decode
-                 (page-aligned memory check, retraction, ratio decay)
+                 (page-aligned memory check, retraction, ratio decay); nothing to run: on_idle
     finish_step: prefill: release finished / commit the rest, merge into the running batch;
                  decode:  release finished as one free group
 
@@ -91,7 +91,17 @@ class SglangScheduler:
         self._filter_batch()
         plan = self._prefill_round(waiting, running, budget)
         self._last_plan_is_prefill = plan is not None
-        return plan if plan is not None else self._decode_round(waiting, running)
+        if plan is None:
+            plan = self._decode_round(waiting, running)
+        if not plan.scheduled:
+            self.on_idle()  # upstream's loop found no batch to run
+        return plan
+
+    def on_idle(self) -> None:
+        """An iteration with nothing to run: its `get_next_batch_to_run` filtered the batch, and
+        `self_check_during_idle` starts the ratio over."""
+        self._filter_batch()
+        self.new_token_ratio = self.init_new_token_ratio
 
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
         cache = self.cache
