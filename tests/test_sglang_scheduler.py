@@ -10,6 +10,10 @@ upstream's own figures (not values regenerated from this code), read from the st
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from engines.build import build_engine
 from engines.config import EngineConfig
 from engines.request import GenerationRequest
@@ -17,6 +21,7 @@ from engines.sched.sglang import SglangScheduler
 from engines.sequence import Sequence
 from engines.step_log import DECODE, PREFILL
 from tests.engine_util import tiny_model
+from tests.harness_util import run_harness
 from tests.test_decode_runs import hardware_preset
 
 
@@ -137,3 +142,63 @@ def test_ratio_after_warm_up_and_flush_is_the_initial_one():
     assert sched.batch == []
     assert engine.cache.reset()
     assert sched.new_token_ratio == sched.init_new_token_ratio
+
+
+# --------------------------------------------------- upstream's figures (SGLang 0.5.23, real Scheduler)
+WORST = [
+    "workload=system_prompt",
+    "engine=radix",
+    "model=tiny",
+    "executor=simulated",
+    "hardware=cpu_measured",
+    "load.mode=burst",
+    "engine.max_num_seqs=64",
+    "engine.max_num_batched_tokens=2048",
+    "engine.kv_capacity_tokens=4096",
+    "workload.output_len=400",
+    "engine.step_log=true",
+]
+PAGE_16 = [
+    "workload=system_prompt",
+    "engine=radix",
+    "model=tiny",
+    "executor=simulated",
+    "hardware=cpu_measured",
+    "load.mode=burst",
+    "engine.block_size=16",
+    "engine.kv_capacity_tokens=2048",
+    "engine.step_log=true",
+]
+
+
+def run_steps(overrides, run_dir):
+    run = run_harness(overrides, run_dir)
+    assert run.returncode == 0, run.stderr
+    lines = (run_dir / "steps.jsonl").read_text().splitlines()
+    return run.summary, [json.loads(line) for line in lines]
+
+
+def first_step_of(steps, rid: str) -> int:
+    """1-based, counted from the warm-up's first step, as upstream's replay counts."""
+    return next(s["step"] for s in steps if any(r == rid for r, _ in s["requests"])) + 1
+
+
+def test_worst_run_matches_upstream(tmp_path):
+    summary, steps = run_steps(WORST, tmp_path)
+    assert first_step_of(steps, "g2-q0") == 406  # upstream; the project admitted it at step 8
+    assert sum(len(s["preempted"]) for s in steps) == 5  # upstream's retractions
+    assert summary["prompt_tokens_cached"] == 10_752  # upstream's cached tokens total
+    assert summary["num_preemptions"] == 5  # the measured run's: all of them
+
+
+def test_page_16_run_retracts_as_upstream(tmp_path):
+    summary, steps = run_steps(PAGE_16, tmp_path)
+    assert sum(len(s["preempted"]) for s in steps) == 0  # upstream; the project retracted twice
+    assert summary["num_preemptions"] == 0
+
+
+@pytest.mark.parametrize("overrides", [WORST, PAGE_16], ids=["worst", "page16"])
+def test_step_log_is_the_same_with_decode_runs_off(overrides, tmp_path):
+    _, with_runs = run_steps(overrides, tmp_path / "on")
+    _, stepped = run_steps([*overrides, "engine.decode_runs=false"], tmp_path / "off")
+    assert with_runs == stepped
