@@ -21,7 +21,7 @@ from engines.sched.sglang import SglangScheduler
 from engines.sequence import Sequence
 from engines.step_log import DECODE, PREFILL
 from tests.engine_util import tiny_model
-from tests.harness_util import run_harness
+from tests.harness_util import SMALL, SYSTEM_PROMPT_SMALL, merged, run_harness
 from tests.test_decode_runs import hardware_preset
 
 
@@ -202,3 +202,18 @@ def test_step_log_is_the_same_with_decode_runs_off(overrides, tmp_path):
     _, with_runs = run_steps(overrides, tmp_path / "on")
     _, stepped = run_steps([*overrides, "engine.decode_runs=false"], tmp_path / "off")
     assert with_runs == stepped
+
+
+# --------------------------------------------------- the step log in the run directory
+def test_steps_jsonl_is_written_only_with_the_knob(tmp_path):
+    base = merged(SMALL, SYSTEM_PROMPT_SMALL, ["executor=simulated", "hardware=cpu_measured"])
+    off = run_harness(base, tmp_path / "off")
+    assert off.returncode == 0, off.stderr
+    assert not (tmp_path / "off" / "steps.jsonl").exists()
+    summary, steps = run_steps([*base, "engine.step_log=true"], tmp_path / "on")
+    assert [s["step"] for s in steps] == list(range(len(steps)))
+    warm_up = len(steps) - summary["num_steps"]  # the measured run's steps come last
+    assert warm_up > 0
+    measured = {r for s in steps[warm_up:] for r, _ in s["requests"]}
+    assert measured == {f"g{g}-q{i}" for g in range(2) for i in range(3)}
+    assert {s["kind"] for s in steps} <= {"prefill", "decode", "mixed"}
