@@ -291,6 +291,8 @@ def finish(run: Finished) -> RunOutcome:
     summary = summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
     if cfg.save_tokens:
         out.write_tokens(token_rows(table, records, by_id))
+    if engine.loop.step_log is not None:
+        out.write_steps(engine.loop.step_log)
     out.write_summary(summary)
     run.rows.close()
     out.rows_path.unlink()  # the rows are in requests.parquet now
