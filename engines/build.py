@@ -14,6 +14,7 @@ from engines.clock import WallClock
 from engines.config import EngineConfig
 from engines.engine import Engine
 from engines.executor import Executor
+from engines.frontend import FRONTENDS
 from engines.loop import StepLoop
 from engines.registry import Registry
 from engines.sched.base import StepBudget, build_scheduler
@@ -38,7 +39,6 @@ EXECUTORS: Registry[Callable[[ExecutorContext], Executor]] = Registry("executor"
 
 @EXECUTORS.register("real")
 def _real_executor(ctx: ExecutorContext) -> Executor:
-
     from engines.attention.backend import get_attention_backend
     from engines.kv_pool import KVPool
     from engines.model.weights import build_model
@@ -78,10 +78,14 @@ def build_engine(
     engine_config.validate()
     scheduler = build_scheduler(engine_config)
     budget = StepBudget(engine_config.max_num_seqs, engine_config.max_num_batched_tokens)
-    loop = StepLoop(scheduler, budget, debug_checks=engine_config.debug_checks)
+    loop = StepLoop(
+        scheduler, budget, debug_checks=engine_config.debug_checks, step_log=engine_config.step_log
+    )
     ctx = ExecutorContext(engine_config, model_config, scheduler.cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
-    return Engine(loop, exe, max_model_len=getattr(model_config, "max_position_embeddings", None))
+    frontend = FRONTENDS.get(engine_config.scheduler_design)
+    max_model_len = getattr(model_config, "max_position_embeddings", None)
+    return Engine(loop, exe, frontend, max_model_len=max_model_len)
 
 
 # Executors beyond `real` register themselves on import.

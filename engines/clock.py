@@ -10,7 +10,7 @@ import time
 from typing import Protocol
 
 
-class Clock(Protocol):
+class RunClock(Protocol):
     """Seconds since the start of the measured run."""
 
     def restart(self) -> None: ...

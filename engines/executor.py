@@ -8,9 +8,9 @@ torch, so a simulated run never imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
-from engines.clock import Clock
+from engines.clock import RunClock
 from engines.sched.base import DecodeRun, StepPlan
 
 
@@ -27,14 +27,13 @@ class Executor(Protocol):
     """Runs one StepPlan: the model forward (real) or its priced cost (simulated)."""
 
     @property
-    def clock(self) -> Clock:
+    def clock(self) -> RunClock:
         """The run clock the executor advances (wall or virtual)."""
         ...
 
     @property
     def decode_runs(self) -> bool:
-        """Whether this executor is also a `DecodeRunExecutor` whose decode runs the engine may
-        use."""
+        """Whether `execute_decode_run` may be called (the real executor runs every step)."""
         ...
 
     def execute(self, plan: StepPlan) -> dict[str, int]:
@@ -42,12 +41,7 @@ class Executor(Protocol):
         its last known token."""
         ...
 
-
-@runtime_checkable
-class DecodeRunExecutor(Executor, Protocol):
-    """Capability: run a `DecodeRun` as one macro-step (the simulated executor)."""
-
     def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
         """Run steps of `run` until its max_steps or the first step that ends at or after
-        `until_s`."""
+        `until_s` (only where `decode_runs`)."""
         ...

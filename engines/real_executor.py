@@ -16,10 +16,11 @@ import torch
 from engines.attention.backend import AttentionBackend
 from engines.attention.metadata import AttentionMetadata
 from engines.cache.protocol import BlockTables
-from engines.clock import Clock
+from engines.clock import RunClock
+from engines.executor import DecodeRunResult
 from engines.kv_pool import KVPool
 from engines.model.llama import LlamaModel
-from engines.sched.base import StepPlan
+from engines.sched.base import DecodeRun, StepPlan
 from engines.sequence import Sequence
 
 
@@ -39,8 +40,12 @@ class RealExecutor:
     kv_pool: KVPool
     attn: AttentionBackend
     cache: BlockTables  # a cache, or calibrate.py's stand-in layout
-    clock: Clock
+    clock: RunClock
     device: torch.device
+
+    def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
+        """Never called: `decode_runs` is False, so the engine steps every decode."""
+        raise NotImplementedError("the real executor runs every step (decode_runs is False)")
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> dict[str, int]:

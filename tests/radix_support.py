@@ -107,7 +107,7 @@ def retract(cache: RadixCache, seq: Sequence) -> None:
 
 
 def step(admission, waiting: deque, running: list, budget: StepBudget):
-    """One scheduler step under the Admission contract; returns (plan, finished)."""
+    """One scheduler step under the Scheduler contract; returns (plan, finished)."""
     plan = admission.schedule(waiting, running, budget)
     return plan, complete(admission, plan, running)
 

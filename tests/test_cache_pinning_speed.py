@@ -19,12 +19,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from engines.build import build_engine
+from harness.client.arrivals import with_arrivals
+from harness.client.inprocess import drive
 from harness.config import (
     CONF_DIR,
     RunConfig,
     to_schema,
 )
-from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 
@@ -78,12 +79,12 @@ def observe(workload: str, arm: str) -> dict:
     overrides = [*SIM, *WORKLOADS[workload], *ARMS[arm]]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="pin"):
         cfg = to_schema(compose(config_name="config", overrides=overrides), RunConfig)
-    generated = generate(cfg.workload, cfg.seed, token_space_for(cfg.model))
-    requests = fan_out(with_arrivals(generated, cfg.load, cfg.seed), scripted=True)
+    requests = generate(cfg.workload, cfg.seed, token_space_for(cfg.model))
+    requests = with_arrivals(requests, cfg.load, cfg.seed)
     engine = build_engine(
         cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
     )
-    engine.run(requests)
+    drive(engine, requests)
     stats = engine.cache.stats()
     return {
         "requests": {

@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engines.batch import run_batch
 from engines.build import build_engine
 from engines.cache.apc.cache import ApcCache
 from engines.cache.radix.cache import RadixCache
@@ -28,8 +29,9 @@ from engines.config import EngineConfig
 from engines.sequence import Sequence
 from engines.simulate.cost_model import HardwareConfig, StepShape, build_cost_model
 from engines.simulate.executor import SimulatedExecutor, decode_run_shape
+from harness.client.inprocess import drive
 from harness.config import CONF_DIR, to_schema
-from tests.engine_util import ENGINE_PRESETS, shared_prompt_requests, tiny_model
+from tests.engine_util import ENGINE_PRESETS, as_workload, shared_prompt_requests, tiny_model
 from tests.pin_support import CASES, SIM, run_overrides
 from tests.test_engine_fuzz import build_requests, pressure, streams
 
@@ -130,7 +132,7 @@ def test_decode_runs_under_a_concurrency_cap(cache, cap, run_counter):
     def records(runs: bool) -> list[tuple]:
         config = EngineConfig(**ENGINE_PRESETS[cache], kv_capacity_tokens=4096, decode_runs=runs)
         engine = simulated_engine(config)
-        out = engine.run(requests, max_concurrency=cap)
+        out = drive(engine, as_workload(requests), max_concurrency=cap)
         return sorted(
             (r.request_id, r.arrival_s, r.cached_tokens, tuple(r.token_times_s)) for r in out
         )
@@ -328,7 +330,7 @@ def test_random_streams_with_and_without_runs(stream, pool, arm, block_size, pol
             decode_runs=runs,
         )
         engine = simulated_engine(config)
-        out = engine.run(requests)
+        out = run_batch(engine, requests)
         stats = engine.cache.stats()
         rows = sorted(
             (

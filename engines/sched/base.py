@@ -112,6 +112,11 @@ class Scheduler(Protocol):
         step state), given sequences in the state `allocate_decode_run` documents."""
         ...
 
+    def on_idle(self) -> None:
+        """The engine's iteration found nothing waiting or running (SGLang resets its
+        `new_token_ratio`; vLLM keeps no such state)."""
+        ...
+
 
 # name -> factory(PrefixCache, EngineConfig) -> Scheduler; filled in engines/sched/__init__.py.
 SCHEDULERS: Registry[Callable[[PrefixCache, EngineConfig], Scheduler]] = Registry("scheduler")
