@@ -17,6 +17,7 @@ from omegaconf import MISSING, OmegaConf
 
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
+from engines.model.presets import PRESETS
 from harness.identity import register_resolver
 
 
@@ -135,6 +136,10 @@ def register_configs() -> None:
     cs.store(name="base_config", node=RunConfig)
     cs.store(group="engine", name="base_engine", node=EngineConfig)
     cs.store(group="model", name="base_model", node=ModelConfig)
+    # The model presets' values live in engines/model/presets.py alone; conf/model/<name>.yaml
+    # only selects `preset_<name>` (so engines need no Hydra and the YAML holds no second copy).
+    for name in PRESETS.names():
+        cs.store(group="model", name=f"preset_{name}", node=PRESETS.get(name))
     for family in FAMILIES.names():
         cs.store(group="workload", name=f"base_{family}", node=FAMILIES.get(family).params_cls)
     _register_hardware(cs)
