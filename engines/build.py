@@ -6,18 +6,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engines.cache.protocol import PrefixCache
 from engines.clock import WallClock
 from engines.config import EngineConfig
 from engines.engine import Engine
-from engines.executor import Executor
+from engines.executor import Executor, ExecutorContext
 from engines.frontend import FRONTENDS
 from engines.loop import StepLoop
 from engines.registry import Registry
 from engines.sched.base import StepBudget, build_scheduler
+from engines.simulate.executor import build_simulated_executor
 
 if TYPE_CHECKING:
     import torch
@@ -25,20 +24,8 @@ if TYPE_CHECKING:
     from engines.model.config import ModelConfig
 
 
-@dataclass(frozen=True)
-class ExecutorContext:
-    engine_config: EngineConfig
-    model_config: ModelConfig
-    cache: PrefixCache
-    device: str  # as configured ("auto", "cpu", "cuda:0"); executors that need torch resolve it
-    options: dict[str, Any]
-
-
-EXECUTORS: Registry[Callable[[ExecutorContext], Executor]] = Registry("executor")
-
-
-@EXECUTORS.register("real")
-def _real_executor(ctx: ExecutorContext) -> Executor:
+def build_real_executor(ctx: ExecutorContext) -> Executor:
+    """The model forward on a paged KV pool sized to the cache, on the wall clock."""
     from engines.attention.backend import get_attention_backend
     from engines.kv_pool import KVPool
     from engines.model.weights import build_model
@@ -58,6 +45,12 @@ def _real_executor(ctx: ExecutorContext) -> Executor:
     )
     attn = get_attention_backend(ctx.engine_config.backend, device)
     return RealExecutor(model, kv_pool, attn, ctx.cache, WallClock(), device)
+
+
+# registry: every executor (name -> factory)
+EXECUTORS: Registry[Callable[[ExecutorContext], Executor]] = Registry("executor")
+EXECUTORS.add("real", build_real_executor)
+EXECUTORS.add("simulated", build_simulated_executor)
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -86,7 +79,3 @@ def build_engine(
     frontend = FRONTENDS.get(engine_config.scheduler_design)
     max_model_len = getattr(model_config, "max_position_embeddings", None)
     return Engine(loop, exe, frontend, max_model_len=max_model_len)
-
-
-# Executors beyond `real` register themselves on import.
-import engines.simulate.executor  # noqa: E402, F401

@@ -8,10 +8,15 @@ torch, so a simulated run never imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engines.clock import RunClock
 from engines.sched.base import DecodeRun, StepPlan
+
+if TYPE_CHECKING:
+    from engines.cache.protocol import PrefixCache
+    from engines.config import EngineConfig
+    from engines.model.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -45,3 +50,14 @@ class Executor(Protocol):
         """Run steps of `run` until its max_steps or the first step that ends at or after
         `until_s` (only where `decode_runs`)."""
         ...
+
+
+@dataclass(frozen=True)
+class ExecutorContext:
+    """What an executor factory (engines/build.py `EXECUTORS`) builds an executor from."""
+
+    engine_config: EngineConfig
+    model_config: ModelConfig
+    cache: PrefixCache
+    device: str  # as configured ("auto", "cpu", "cuda:0"); executors that need torch resolve it
+    options: dict[str, Any]

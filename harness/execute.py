@@ -4,7 +4,7 @@ Exit codes: 0 ok; 2 bad input (one `error: ` line on stderr, no traceback); 1 a 
 check, a crash: its traceback is printed and its finished rows are kept); 130 SIGINT/SIGTERM, with
 the rows finished so far kept and status `interrupted`, whenever it arrives. The run directory,
 once claimed, always ends with a summary.json whose status says which; a directory holding
-another run's results is never written (harness.identity.claim).
+another run's results is never written (harness.identity.claim_run_dir).
 """
 
 from __future__ import annotations

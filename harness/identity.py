@@ -68,7 +68,7 @@ def holds_results(run_dir: Path) -> list[str]:
     return [name for name in RESULT_FILES if (run_dir / name).exists()]
 
 
-def claim(run_dir: Path, rows_name: str, overwrite: bool) -> Path:
+def claim_run_dir(run_dir: Path, rows_name: str, overwrite: bool) -> Path:
     """Make `run_dir` this run's: create its rows file exclusively; returns the rows file's path.
 
     Refused (BadInput) when the directory holds another run's results, unless `overwrite`, which

@@ -38,7 +38,7 @@ from harness.checks import check_known_keys, check_requests, check_run_config
 from harness.client.arrivals import resolve_mode, with_arrivals
 from harness.client.inprocess import completion_request, drive
 from harness.config import CONF_DIR, RunConfig
-from harness.identity import claim, fingerprint
+from harness.identity import claim_run_dir, fingerprint
 from harness.manifest import VIRTUAL_DEVICE, build_manifest
 from harness.metrics import (
     RunContext,
@@ -132,7 +132,7 @@ def identity(composed: Composed) -> dict[str, str]:
 def start(run_dir: Path, overwrite: bool) -> tuple[RunDir, RowLog]:
     """Claim `run_dir` (never another run's results) and open its append-only rows file."""
     out = RunDir(Path(run_dir))
-    return out, RowLog(claim(out.path, RunDir.ROWS, overwrite))
+    return out, RowLog(claim_run_dir(out.path, RunDir.ROWS, overwrite))
 
 
 def write_manifest(out: RunDir, composed: Composed) -> None:

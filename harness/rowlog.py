@@ -18,7 +18,7 @@ from harness.metrics import COLUMNS, json_safe
 
 
 class RowLog:
-    """Appends rows to an already claimed file (harness.identity.claim creates it)."""
+    """Appends rows to an already claimed file (harness.identity.claim_run_dir creates it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

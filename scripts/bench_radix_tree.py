@@ -28,8 +28,8 @@ import bench_pairs
 bench_pairs.use_root(sys.argv)
 
 from engines.cache.radix.allocator import TokenToKVPoolAllocator  # noqa: E402
-from engines.cache.radix.clock import LogicalClock  # noqa: E402
 from engines.cache.radix.key import RadixKey  # noqa: E402
+from engines.cache.radix.recency import LogicalClock  # noqa: E402
 from engines.cache.radix.tree import UnifiedRadixTree  # noqa: E402
 
 GOALS = {  # case -> (unit, goal)

@@ -177,7 +177,6 @@ def cpu_clock_metrics(workload: str, engine: str, model: str, hardware: str) -> 
     import torch
     from hydra import compose, initialize_config_dir
 
-    import engines.simulate.executor  # noqa: F401
     from engines.build import build_engine
     from harness.client.arrivals import with_arrivals
     from harness.client.inprocess import drive

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import deque
 
 from engines.cache.radix.cache import RadixCache
-from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import (
     match_request,
     prepare_decode,
@@ -18,6 +17,7 @@ from engines.cache.radix.hooks import (
     release_kv_cache,
     start_request,
 )
+from engines.cache.radix.recency import LogicalClock
 from engines.sched.base import StepBudget
 from engines.sequence import SeqStatus, Sequence
 

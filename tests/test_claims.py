@@ -13,9 +13,11 @@ import pytest
 from harness.claims.__main__ import main, run_claims
 from harness.claims.record import FAILS, HOLDS
 from harness.claims.registry import ordered
-from harness.config import RunConfig  # noqa: F401  (registers the schemas)
+from harness.config import register_configs
 from workloads.base import generate, params_from_mapping
 from workloads.tokens import TokenSpace
+
+register_configs()  # the schemas Hydra composes against
 
 VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
 

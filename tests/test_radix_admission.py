@@ -10,9 +10,9 @@ from collections import deque
 import pytest
 
 from engines.cache import CACHES, build_cache
-from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import match_request
 from engines.cache.radix.key import RadixKey as K
+from engines.cache.radix.recency import LogicalClock
 from engines.cache.radix.schedule_policy import dfs_weight_order
 from engines.cache.radix.tree import UnifiedRadixTree
 from engines.cache.records import PrefixMatch

@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from engines.cache.radix.cache import RadixCache
-from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import (
     checkpoint,
     evict_to_free_tokens,
@@ -24,6 +23,7 @@ from engines.cache.radix.hooks import (
     start_request,
 )
 from engines.cache.radix.key import RadixKey
+from engines.cache.radix.recency import LogicalClock
 from engines.sequence import SeqStatus
 from tests.radix_support import make_seq
 

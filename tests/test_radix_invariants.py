@@ -13,11 +13,11 @@ import pytest
 
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from engines.cache.radix.cache import RadixCache
-from engines.cache.radix.clock import LogicalClock
+from engines.cache.radix.eviction import make_eviction_policy
 from engines.cache.radix.hooks import checkpoint, evict_to_free_tokens
 from engines.cache.radix.key import RadixKey as K
 from engines.cache.radix.key import pack, unpack
-from engines.cache.radix.policies import make_eviction_policy
+from engines.cache.radix.recency import LogicalClock
 from engines.cache.radix.schedule_policy import dfs_weight_order
 from engines.cache.radix.tree import UnifiedRadixTree
 from engines.cache.records import CacheIntegrityError

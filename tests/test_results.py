@@ -180,19 +180,19 @@ def test_fresh_dir_never_reuses_a_name(tmp_path):
 
 def test_a_claimed_or_finished_directory_is_refused_unless_overwrite(tmp_path):
     from harness.errors import BAD_INPUT
-    from harness.identity import claim
+    from harness.identity import claim_run_dir
 
     run = tmp_path / "run"
-    claim(run, "rows.jsonl", overwrite=False)
+    claim_run_dir(run, "rows.jsonl", overwrite=False)
     with pytest.raises(BAD_INPUT, match=r"holds another run's results \(rows.jsonl\)"):
-        claim(run, "rows.jsonl", overwrite=False)  # a second run pointed at a running one
+        claim_run_dir(run, "rows.jsonl", overwrite=False)  # a second run pointed at a running one
     (run / "rows.jsonl").unlink()
     write_json(run / "summary.json", {"status": "ok"})
     with pytest.raises(
         BAD_INPUT, match=r"holds another run's results \(summary.json\); .*overwrite=true"
     ):
-        claim(run, "rows.jsonl", overwrite=False)
-    claim(run, "rows.jsonl", overwrite=True)
+        claim_run_dir(run, "rows.jsonl", overwrite=False)
+    claim_run_dir(run, "rows.jsonl", overwrite=True)
     assert not (run / "summary.json").exists() and (run / "rows.jsonl").exists()
 
 

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-import engines.simulate.executor  # noqa: F401  (registers executor=simulated)
 from engines.batch import run_batch
 from engines.build import build_engine
 from engines.config import EngineConfig
@@ -176,8 +175,9 @@ def test_every_preset_composes_and_prices_a_step(path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import harness.config  # noqa: F401  (registers base_hardware)
+    from harness.config import register_configs
 
+    register_configs()  # the hardware/base_hardware schema the presets start from
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         hw = OmegaConf.to_object(compose(f"hardware/{path.stem}")["hardware"])
     assert isinstance(hw, HardwareConfig) and hw.name == path.stem

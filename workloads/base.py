@@ -128,20 +128,12 @@ class Generated(NamedTuple):
 
 class Family(NamedTuple):
     params_cls: type[WorkloadParams]
-    generate_fn: Callable[[WorkloadParams, int, TokenSpace], list[Request] | Generated]
+    # takes a `params_cls` instance (generate() builds it from the config, so the pair matches)
+    generate_fn: Callable[[Any, int, TokenSpace], list[Request] | Generated]
 
 
+# Filled in workloads/__init__.py, the one place every family is registered.
 FAMILIES: Registry[Family] = Registry("workload family")
-
-
-def register_family(name: str, params_cls: type[WorkloadParams]):
-    """Decorator for a generator function: `@register_family("unique", UniqueParams)`."""
-
-    def deco(fn):
-        FAMILIES.add(name, Family(params_cls, fn))
-        return fn
-
-    return deco
 
 
 def params_from_mapping(values: Mapping[str, object]) -> WorkloadParams:
@@ -221,18 +213,3 @@ def json_object(line: str, where: str) -> dict:
     if not isinstance(obj, dict):
         raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
     return obj
-
-
-# The family modules register themselves on import; they import this module, so this comes last.
-from workloads import (  # noqa: E402, F401
-    dataset,
-    fewshot,
-    mix,
-    multiturn,
-    parallel,
-    prompts,
-    rag,
-    system_prompt,
-    trace,
-    unique,
-)

@@ -22,7 +22,6 @@ from workloads.base import (
     WorkloadParams,
     check_non_negative_number,
     fail,
-    register_family,
     resolve_data_path,
 )
 from workloads.errors import BadInput
@@ -159,7 +158,6 @@ def _session(
     return turns, None
 
 
-@register_family("dataset", DatasetParams)
 def generate_dataset(p: DatasetParams, seed: int, space: TokenSpace) -> Generated:
     from workloads.bounds import shared_prefix_lens
     from workloads.tokenizer import load

@@ -24,7 +24,6 @@ from workloads.base import (
     check_non_negative_number,
     fail,
     json_object,
-    register_family,
     resolve_data_path,
 )
 from workloads.dataset import fold_ids
@@ -147,7 +146,6 @@ def _encode(row: PromptLine, p: PromptsParams, tok) -> list[int]:
     return tok.encode(row.prompt)
 
 
-@register_family("prompts", PromptsParams)
 def generate_prompts(p: PromptsParams, seed: int, space: TokenSpace) -> Generated:
     from workloads.bounds import shared_prefix_lens
     from workloads.tokenizer import load

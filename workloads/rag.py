@@ -21,7 +21,6 @@ from workloads.base import (
     check_distinct,
     check_non_negative_number,
     fail,
-    register_family,
 )
 from workloads.popularity import POPULARITY, probabilities
 from workloads.registry import Registry
@@ -114,7 +113,6 @@ def _shared(p: RagParams, layout: Layout, docs: list[int], seen: set[tuple[int, 
     return p.system_prompt_len + common * p.doc_len
 
 
-@register_family("rag", RagParams)
 def generate_rag(p: RagParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_docs", p.num_docs, space, "documents")
     check_distinct("num_prompts", p.num_prompts, space, "questions")

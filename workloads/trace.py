@@ -25,7 +25,6 @@ from workloads.base import (
     check_non_negative_number,
     fail,
     json_object,
-    register_family,
     resolve_data_path,
 )
 from workloads.errors import BadInput
@@ -235,7 +234,6 @@ def _replies(rows: list[TraceRow], seed: int, space: TokenSpace) -> Iterator[tup
         yield from (flat[e - n : e] for e, n in zip(ends, lengths.tolist()))
 
 
-@register_family("trace", TraceParams)
 def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request]:
     rows = read_trace(p.path, p.block_size, p.max_requests)
     stem = Path(p.path).stem

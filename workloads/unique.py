@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.base import WorkloadParams, check_distinct, register_family
+from workloads.base import WorkloadParams, check_distinct
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, distinct_heads, token_ids
 
@@ -28,7 +28,6 @@ class UniqueParams(WorkloadParams):
         return self.num_prompts * self.prompt_len
 
 
-@register_family("unique", UniqueParams)
 def generate_unique(p: UniqueParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_prompts", p.num_prompts, space, "prompts")
     heads = distinct_heads(space, p.num_prompts, seed, "unique")

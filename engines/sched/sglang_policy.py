@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 
 from engines.cache.protocol import PrefixCache, RecencyRefresh
-from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import request_key
+from engines.cache.radix.recency import LogicalClock
 from engines.cache.radix.tree import UnifiedRadixTree
 from engines.sched.policies import POLICIES, Matches, is_active, uncapped_matches
 from engines.sequence import Sequence

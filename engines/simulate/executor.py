@@ -3,7 +3,7 @@
 Each step advances a `VirtualClock` by the cost model's step time and emits the scripted tokens,
 with the real executor's rule; a stretch of pure decode runs as one macro-step priced step by
 step (`execute_decode_run`, engines/sched/base.py `DecodeRun`). Capacity is still enforced by the
-cache in blocks/tokens, and cache bookkeeping is still timed on the wall clock by the Scheduler
+cache in blocks/tokens, and cache bookkeeping is still timed on the wall clock by the step loop
 (`bookkeeping_ns`), as in a real run.
 With `hardware.charge_host_time` the clock also advances by the engine loop's own CPU time between
 steps, so a CPU model (where host and model share the core) sees the scheduler's cost too.
@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from engines.build import EXECUTORS, ExecutorContext
 from engines.cache.protocol import PrefixCache
 from engines.clock import VirtualClock
 from engines.errors import BadInput
-from engines.executor import DecodeRunResult
+from engines.executor import DecodeRunResult, ExecutorContext
 from engines.sched.base import DecodeRun, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import CostModel, DecodeRunShape, HardwareConfig, build_cost_model
@@ -150,8 +149,8 @@ def as_hardware_config(hardware: HardwareConfig | Mapping[str, Any] | None) -> H
     return HardwareConfig(**dict(hardware))
 
 
-@EXECUTORS.register("simulated")
-def _simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
+def build_simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
+    """A cost model of `ctx.options["hardware"]` on a virtual clock (registered in engines/build.py)."""
     hardware = as_hardware_config(ctx.options.get("hardware"))
     runs = ctx.engine_config.decode_runs and not hardware.charge_host_time
     return SimulatedExecutor(build_cost_model(hardware, ctx.cache.block_size), ctx.cache, runs)

@@ -12,8 +12,7 @@ import pandas as pd
 
 from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 from harness.claims.requests import reusable_tokens
 
 FOLDER = "8-free_order"
@@ -29,15 +28,6 @@ VARIANTS = {
 }
 
 
-@claim(
-    8,
-    "free_order",
-    "vLLM frees a finished request's blocks tail first, so shared heads outlive personal tails.",
-    "vLLM V1 prefix caching design doc (free_block_queue, reverse order on free)",
-    "Holds when, for apc under both free orders and at every capacity, the shared system prompt is still "
-    "reused by >= 90% of the requests that lost part of their reusable prefix to eviction; does not hold "
-    "below that; undecided when no capacity evicted anything a later request needed.",
-)
 def measure(ctx: Context) -> Finding:
     users, rounds = ctx.size(8, 16), ctx.size(4, 6)
     workload = (
@@ -120,3 +110,15 @@ def _row(variant: str, capacity: int, df: pd.DataFrame) -> dict:
         "hit_rate": float(df["cached_tokens"].sum() / df["prompt_tokens"].sum()),
         "per_turn": (per_turn["cached_tokens"] / per_turn["prompt_tokens"]).tolist(),
     }
+
+
+CLAIM = Claim(
+    8,
+    "free_order",
+    "vLLM frees a finished request's blocks tail first, so shared heads outlive personal tails.",
+    "vLLM V1 prefix caching design doc (free_block_queue, reverse order on free)",
+    "Holds when, for apc under both free orders and at every capacity, the shared system prompt is still "
+    "reused by >= 90% of the requests that lost part of their reusable prefix to eviction; does not hold "
+    "below that; undecided when no capacity evicted anything a later request needed.",
+    measure,
+)

@@ -12,8 +12,7 @@ import pandas as pd
 
 from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 
 FOLDER = "9-isolation"
 WORKLOAD = (
@@ -28,14 +27,6 @@ WORKLOAD = (
 )
 
 
-@claim(
-    9,
-    "isolation",
-    "A per-tenant cache_salt isolates tenants.",
-    "vLLM cache_salt (RFC #16016); SGLang cache_salt",
-    "Holds when, for both designs, probe requests reuse 0 tokens with salts while they reuse some "
-    "without (the probe is sensitive); does not hold when a salted probe reuses any token.",
-)
 def measure(ctx: Context) -> Finding:
     rows = []
     for design in ("apc", "radix"):
@@ -91,3 +82,14 @@ def _row(design: str, salted: pd.DataFrame, plain: pd.DataFrame) -> dict:
         "salted_ttft_ms": float(probes["ttft_ms_salted"].median()),
         "unsalted_ttft_ms": float(probes["ttft_ms_plain"].median()),
     }
+
+
+CLAIM = Claim(
+    9,
+    "isolation",
+    "A per-tenant cache_salt isolates tenants.",
+    "vLLM cache_salt (RFC #16016); SGLang cache_salt",
+    "Holds when, for both designs, probe requests reuse 0 tokens with salts while they reuse some "
+    "without (the probe is sensitive); does not hold when a salted probe reuses any token.",
+    measure,
+)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from harness.claims import keys
 from harness.claims.arms import ARMS, H100_70B_FP8
 from harness.claims.experiment import Context, has_option
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, not_measurable
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, not_measurable
 from harness.report.stats import mean_ci
 
 FOLDER = "4-mixed"
@@ -20,15 +19,6 @@ CLAIMED_RATIO = 1920 / 1850
 CONCURRENCY = 50
 
 
-@claim(
-    4,
-    "mixed",
-    "On general mixed traffic the two engines are close: SGLang ~1,920 tok/s against vLLM ~1,850 (~4%) on "
-    "an H100 SXM5, Llama-3.3-70B FP8, 50 concurrent requests.",
-    "third-party benchmark, January 2026",
-    "Holds when radix's output throughput is within 10% of apc's (mean over seeds) at a client "
-    "concurrency of 50; does not hold otherwise. The sign is compared with the claim's +4%.",
-)
 def measure(ctx: Context) -> Finding:
     setup = (
         "mixed workload (ShareGPT sample conversations + 16 groups x 16 requests sharing 1,024-2,048-token "
@@ -76,3 +66,15 @@ def measure(ctx: Context) -> Finding:
         figure,
         [{"seed": i, "ratio": r} for i, r in enumerate(ratios)],
     )
+
+
+CLAIM = Claim(
+    4,
+    "mixed",
+    "On general mixed traffic the two engines are close: SGLang ~1,920 tok/s against vLLM ~1,850 (~4%) on "
+    "an H100 SXM5, Llama-3.3-70B FP8, 50 concurrent requests.",
+    "third-party benchmark, January 2026",
+    "Holds when radix's output throughput is within 10% of apc's (mean over seeds) at a client "
+    "concurrency of 50; does not hold otherwise. The sign is compared with the claim's +4%.",
+    measure,
+)

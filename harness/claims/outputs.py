@@ -9,8 +9,7 @@ from __future__ import annotations
 from harness.claims import keys
 from harness.claims.arms import ARMS
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 
 FOLDER = "7-outputs"
 # Two requests at a time: batches mix prefill and decode, and radix's scheduler still finds
@@ -50,14 +49,6 @@ WORKLOADS = {
 }
 
 
-@claim(
-    7,
-    "outputs",
-    "A prefix cache never changes the model's outputs.",
-    "vLLM and SGLang documentation (prefix caching is an exact optimisation)",
-    "Holds when, for both designs and every workload, every request's greedy tokens with caching on equal "
-    "those with caching off and the cached runs did reuse tokens; does not hold on any difference.",
-)
 def measure(ctx: Context) -> Finding:
     names = ctx.size(("system_prompt",), tuple(WORKLOADS))
     rows = []
@@ -117,3 +108,14 @@ def measure(ctx: Context) -> Finding:
         ),
         details=rows,
     )
+
+
+CLAIM = Claim(
+    7,
+    "outputs",
+    "A prefix cache never changes the model's outputs.",
+    "vLLM and SGLang documentation (prefix caching is an exact optimisation)",
+    "Holds when, for both designs and every workload, every request's greedy tokens with caching on equal "
+    "those with caching off and the cached runs did reuse tokens; does not hold on any difference.",
+    measure,
+)

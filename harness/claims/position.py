@@ -9,21 +9,12 @@ from __future__ import annotations
 from harness.claims import keys
 from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 
 FOLDER = "5-position"
 LAYOUTS = {"documents first": "workload=rag", "question first": "workload=rag_question_first"}
 
 
-@claim(
-    5,
-    "position",
-    "Shared content that is not at the start of the prompt is never reused.",
-    "prefix caching's definition (vLLM APC docs; SGLang RadixAttention)",
-    "Holds when the question-first layout's hit rate is exactly 0 for both designs while the "
-    "documents-first layout's is above 0; does not hold when question-first reuses any token.",
-)
 def measure(ctx: Context) -> Finding:
     size = f"workload.num_prompts={ctx.size(24, 96)}"
     hits = {
@@ -62,3 +53,14 @@ def measure(ctx: Context) -> Finding:
         ),
         details=[{"layout": k, **v} for k, v in hits.items()],
     )
+
+
+CLAIM = Claim(
+    5,
+    "position",
+    "Shared content that is not at the start of the prompt is never reused.",
+    "prefix caching's definition (vLLM APC docs; SGLang RadixAttention)",
+    "Holds when the question-first layout's hit rate is exactly 0 for both designs while the "
+    "documents-first layout's is above 0; does not hold when question-first reuses any token.",
+    measure,
+)

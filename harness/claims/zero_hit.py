@@ -15,25 +15,13 @@ import pandas as pd
 from harness import overhead
 from harness.claims.arms import GPU_BUDGETS, GPU_PRESETS
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, depends, undecided
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
 from harness.report.stats import mean_ci
 from harness.report.tables import VLLM_OVERHEAD_CLAIM
 
 SEEDS = 3  # per preset, as suite overhead_sim
 
 
-@claim(
-    1,
-    "zero_hit",
-    "Prefix caching costs under 1% throughput at a 0% hit rate.",
-    "vLLM V1 alpha release blog, 2025-01-27",
-    "Holds when, for both designs on every GPU preset, the 95% interval of the projected added "
-    "cost (CPU seconds caching adds to the engine loop, over the simulated run time) lies below "
-    "1%; does not hold when every preset has a design above 1%; undecided when every preset "
-    "straddles 1%; otherwise depends on the preset (each as far from the claim as its worse "
-    "design). The CPU end-to-end cost is reported beside it.",
-)
 def measure(ctx: Context) -> Finding:
     cpu = _cpu_ratios(ctx)
     projected = _projected(ctx)
@@ -175,3 +163,17 @@ def _pct(x: float | None) -> str:
 
 def _cost(ratio_bound: float | None) -> str:
     return "n/a" if ratio_bound is None or pd.isna(ratio_bound) else f"{1 - ratio_bound:+.2%}"
+
+
+CLAIM = Claim(
+    1,
+    "zero_hit",
+    "Prefix caching costs under 1% throughput at a 0% hit rate.",
+    "vLLM V1 alpha release blog, 2025-01-27",
+    "Holds when, for both designs on every GPU preset, the 95% interval of the projected added "
+    "cost (CPU seconds caching adds to the engine loop, over the simulated run time) lies below "
+    "1%; does not hold when every preset has a design above 1%; undecided when every preset "
+    "straddles 1%; otherwise depends on the preset (each as far from the claim as its worse "
+    "design). The CPU end-to-end cost is reported beside it.",
+    measure,
+)

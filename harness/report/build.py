@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 
-import harness.report.plots_load  # noqa: F401  (registers the load and speed-up figures)
-import harness.report.plots_sim  # noqa: F401  (registers the simulated-executor figures)
 from harness.report.decomposition import decomposition_table
-from harness.report.plots import FIGURES, Inputs, Skip
+from harness.report.plots import Inputs, Skip
+from harness.report.registry import FIGURES
 from harness.report.tables import (
     overhead_pairs,
     overhead_table,

@@ -7,7 +7,6 @@ raises `Skip` with the reason; the report logs it and goes on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,17 +39,6 @@ class Inputs(NamedTuple):
     requests: pd.DataFrame  # requests of those runs
     pairs: pd.DataFrame  # overhead pairs (tables.overhead_pairs)
     out_dir: Path
-
-
-FIGURES: dict[str, Callable[[Inputs], list[str]]] = {}
-
-
-def figure(name: str):
-    def register(fn):
-        FIGURES[name] = fn
-        return fn
-
-    return register
 
 
 def save(fig, out_dir: Path, *name: object) -> str:
@@ -200,7 +188,6 @@ def legend_outside(ax, fontsize: int = 7) -> None:
     ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
-@figure("ttft_cdf")
 def ttft_cdf(inp: Inputs) -> list[str]:
     if inp.requests.empty or "ttft_ms" not in inp.requests:
         raise Skip("no request tables")
@@ -231,7 +218,6 @@ def ttft_cdf(inp: Inputs) -> list[str]:
     return written
 
 
-@figure("latency_throughput")
 def latency_throughput(inp: Inputs) -> list[str]:
     panels = (
         ("median_ttft_ms", "TTFT p50 (ms)"),
@@ -260,7 +246,6 @@ def latency_throughput(inp: Inputs) -> list[str]:
     return written
 
 
-@figure("hit_rate")
 def hit_rate(inp: Inputs) -> list[str]:
     written = []
     for suffix, platform_runs in platforms(inp.runs[inp.runs["cache_enabled"]]):
@@ -304,7 +289,6 @@ def hit_rate(inp: Inputs) -> list[str]:
     return written
 
 
-@figure("capacity")
 def capacity(inp: Inputs) -> list[str]:
     written = []
     # Runs of a hardware preset have their own figure (plots_sim.trace_capacity), one per preset.
@@ -384,7 +368,6 @@ def capacity_axes(axes, caps, legend_size: int) -> None:
         ax.legend(fontsize=legend_size)
 
 
-@figure("overhead")
 def overhead(inp: Inputs) -> list[str]:
     table = overhead_table(inp.pairs)
     if table.empty:
@@ -446,7 +429,6 @@ def overhead(inp: Inputs) -> list[str]:
     return [save(fig, inp.out_dir, "overhead")]
 
 
-@figure("bookkeeping")
 def bookkeeping(inp: Inputs) -> list[str]:
     written = []
     for suffix, platform_runs in platforms(inp.runs):

@@ -1,7 +1,7 @@
 """The report's figures of load and of caching's payoff: metrics against request rate, speed-up over
 caching off, and the TTFT of requests that hit the cache against those that missed.
 
-Registered into `harness.report.plots.FIGURES` on import (harness.report imports this module). Each is
+Listed in the report's registry of figures, harness/report/registry.py. Each is
 drawn once per platform (model, executor, hardware).
 """
 
@@ -23,7 +23,6 @@ from harness.report.plots import (
     Inputs,
     Skip,
     arm_label,
-    figure,
     footnote,
     legend_outside,
     main_config,
@@ -36,7 +35,6 @@ LOAD_KEYS = ("load.rate", "load.max_concurrency")  # the x axis of a load sweep,
 SPEEDUP_KEYS = ("workload", "engine", "kv_capacity_tokens", "model", "executor", "hardware")
 
 
-@figure("metric_vs_load")
 def metric_vs_load(inp: Inputs) -> list[str]:
     """Per workload of a load sweep: TTFT p50, p99 and throughput against the load, a line per arm."""
     panels = (
@@ -132,7 +130,6 @@ def speedup_pairs(runs: pd.DataFrame) -> pd.DataFrame:
     return pairs
 
 
-@figure("speedup")
 def speedup(inp: Inputs) -> list[str]:
     """Per workload and arm: how much faster caching makes TTFT and throughput than caching off."""
     written = []
@@ -198,7 +195,6 @@ def _ratio(values: pd.Series):
     return ratio_ci(vals.tolist()) if len(vals) else None
 
 
-@figure("ttft_hit_miss")
 def ttft_hit_miss(inp: Inputs) -> list[str]:
     """Per workload and arm: TTFT of requests that reused cached tokens against those that did not
     (median, whiskers to p10 and p90), requests pooled over seeds."""

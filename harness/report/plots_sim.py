@@ -1,7 +1,7 @@
 """The report's figures of simulated-executor runs: whole-trace TTFT against KV capacity per hardware
 preset, and the projected 0%-hit overhead per preset (measured bookkeeping / virtual duration).
 
-Registered into `harness.report.plots.FIGURES` on import (harness.report imports this module). Runs of the
+Listed in the report's registry of figures, harness/report/registry.py. Runs of the
 simulated executor carry their cost model's name as `hardware` (the manifest's resolved config).
 """
 
@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from harness.report.figstyle import colour
-from harness.report.plots import Inputs, Skip, arm_label, capacity_axes, figure, footnote, save
+from harness.report.plots import Inputs, Skip, arm_label, capacity_axes, footnote, save
 from harness.report.tables import VLLM_OVERHEAD_CLAIM, projected_overhead_table
 
 
@@ -46,7 +46,6 @@ def capacity_points(runs: pd.DataFrame) -> pd.DataFrame:
     return points[num_caps >= 2]
 
 
-@figure("trace_capacity")
 def trace_capacity(inp: Inputs) -> list[str]:
     """Per (workload, preset) run at >= 2 capacities: TTFT p50/p99 and hit rate against capacity."""
     written = []
@@ -113,7 +112,6 @@ def trace_capacity(inp: Inputs) -> list[str]:
     return written
 
 
-@figure("projected_overhead")
 def projected_overhead(inp: Inputs) -> list[str]:
     """Bars per preset (x) and engine (colour): bookkeeping / virtual duration, the 1% claim as a line."""
     table = projected_overhead_table(inp.runs)

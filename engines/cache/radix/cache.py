@@ -30,7 +30,7 @@ from engines.cache.radix.allocator import (
     ReqToTokenPool,
     TokenToKVPoolAllocator,
 )
-from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
+from engines.cache.radix.eviction import make_eviction_policy
 from engines.cache.radix.hooks import (
     ReqKV,
     checkpoint,
@@ -45,7 +45,7 @@ from engines.cache.radix.hooks import (
     start_request,
 )
 from engines.cache.radix.node import TreeNode
-from engines.cache.radix.policies import make_eviction_policy
+from engines.cache.radix.recency import PROCESS_CLOCK, LogicalClock
 from engines.cache.radix.schedule_policy import SortPassMatch, dfs_weight_order
 from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
 from engines.cache.records import (

@@ -20,8 +20,8 @@ import heapq
 from collections import deque
 from typing import Any
 
+from engines.cache.radix.eviction import EvictionPolicy
 from engines.cache.radix.node import TreeNode
-from engines.cache.radix.policies import EvictionPolicy
 
 _COMPACT_SLACK = 1024
 

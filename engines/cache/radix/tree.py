@@ -22,7 +22,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
+from engines.cache.radix.eviction import LRU, EvictionPolicy
 from engines.cache.radix.key import (
     TOKEN_BYTES,
     TOKEN_DTYPE,
@@ -33,7 +33,7 @@ from engines.cache.radix.key import (
 )
 from engines.cache.radix.leaves import EvictableLeaves
 from engines.cache.radix.node import TreeNode
-from engines.cache.radix.policies import LRU, EvictionPolicy
+from engines.cache.radix.recency import PROCESS_CLOCK, LogicalClock
 from engines.cache.radix.runs import build_run, drop_run_of
 from engines.cache.radix.slot_row import SLOT_DTYPE
 from engines.cache.records import CacheIntegrityError

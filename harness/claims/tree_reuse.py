@@ -10,8 +10,7 @@ from __future__ import annotations
 from harness.claims import keys
 from harness.claims.arms import H100_8B, arm, cross_arms_missing
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, depends, not_measurable
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, not_measurable
 
 FOLDER = "6-decomposition"
 POINTS = 0.02  # a data-structure effect of 2 hit-rate points or more is "pays off"
@@ -26,16 +25,6 @@ GRID = {
 }
 
 
-@claim(
-    6,
-    "decomposition",
-    "Tree-shaped reuse (multi-turn, parallel sampling) is where the tree pays off; a plain shared prefix does "
-    "not need it.",
-    "SGLang RadixAttention (LMSYS blog, January 2024; NeurIPS 2024 paper)",
-    "Holds when the data-structure effect (radix cache - apc cache, same scheduler, mean of both schedulers) "
-    "is >= 2 hit-rate points on every tree-shaped workload and < 2 points on every plain shared-prefix one; "
-    "does not hold when it is < 2 points on every tree-shaped workload; depends on the workload otherwise.",
-)
 def measure(ctx: Context) -> Finding:
     setup = "simulated H100 Llama-3.1-8B, burst; workloads " + ", ".join((*PLAIN, *TREE_SHAPED))
     measured = (
@@ -108,3 +97,16 @@ def _effects(ctx: Context, workload: str) -> dict:
         [ttft[c, "sglang"] / ttft[c, "vllm"] - 1 for c in ("apc", "radix")]
     )
     return row
+
+
+CLAIM = Claim(
+    6,
+    "decomposition",
+    "Tree-shaped reuse (multi-turn, parallel sampling) is where the tree pays off; a plain shared prefix does "
+    "not need it.",
+    "SGLang RadixAttention (LMSYS blog, January 2024; NeurIPS 2024 paper)",
+    "Holds when the data-structure effect (radix cache - apc cache, same scheduler, mean of both schedulers) "
+    "is >= 2 hit-rate points on every tree-shaped workload and < 2 points on every plain shared-prefix one; "
+    "does not hold when it is < 2 points on every tree-shaped workload; depends on the workload otherwise.",
+    measure,
+)
