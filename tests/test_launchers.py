@@ -1,6 +1,6 @@
 """Sweeps on Hydra launchers: a bad job records its failure and the sweep goes on (docs/benchmarking.md
-§13 pitfall 5), on the basic launcher and on submitit_local (the SLURM launcher's local twin).
-joblib behaves as submitit_local (jobs in worker processes); it is documented, not tested here."""
+§13 pitfall 5), on the basic launcher, on submitit_local (the SLURM launcher's local twin) and on
+joblib (jobs in joblib's worker processes)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,16 @@ def test_submitit_local_sweep_of_two_jobs(tmp_path):
     # Jobs run in other processes, so the parent cannot see their exit codes: 0, or 2 once it can.
     assert_one_good_one_bad(proc, sweep, codes=(0, 2))
     assert (sweep / ".submitit").is_dir()  # submitit's logs and pickles, one folder per job
+
+
+@pytest.mark.slow
+def test_joblib_sweep_of_two_jobs(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="the launchers extra")
+    sweep = tmp_path / "sweep"
+    proc = multirun(
+        ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "engine=apc", ONE_GOOD_ONE_BAD],
+        sweep,
+        timeout=300,
+    )
+    # Jobs run in joblib's worker processes, as on submitit_local: 0, or 2 once it can tell.
+    assert_one_good_one_bad(proc, sweep, codes=(0, 2))
