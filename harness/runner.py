@@ -254,6 +254,9 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table) 
         "cache_bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
         "num_steps": engine.loop.num_steps,
         "wall_s": wall_s,
+        # Simulated durations and latencies are the cost model's virtual time (metrics.CLOCKS).
+        "clock": "virtual" if cfg.executor == "simulated" else "wall",
+        "hardware": getattr(cfg.hardware, "name", None),
         "status": status,
         "error": error,
         **warm,
@@ -284,6 +287,7 @@ def _bounds(cfg: RunConfig, workload_requests) -> dict:
     ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
     return {
         "ideal_hit_rate": ideal.get(g),
+        "ideal_hit_rate_token": ideal.get(1),  # page 1: the same ceiling for every engine
         "theoretical_hit_rate_capped": lru,
         "belady_hit_rate": belady,
         "theoretical_hit_rate_by_granularity": {str(k): v for k, v in sorted(ideal.items())},
