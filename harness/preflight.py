@@ -167,7 +167,7 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.checks import check_known_keys, check_run_config
+    from harness.checks import check_executor_hardware, check_known_keys, check_run_config
 
     try:
         with initialize_config_dir(
@@ -176,6 +176,8 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
             dcfg = compose(config_name="config", overrides=overrides)
             check_known_keys(dcfg)
             cfg = OmegaConf.to_object(dcfg)
+        # Static, so a sweep's jobs are held to it too: no job of either kind could run.
+        check_executor_hardware(cfg.executor, cfg.hardware)
         if check:
             check_run_config(cfg)
     except config_errors() as exc:
