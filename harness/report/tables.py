@@ -134,7 +134,7 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     )
     df["fingerprint"] = _coalesce(df, "fingerprint").fillna("unknown")
     df["varies"] = _varying_keys(df)
-    df["series"] = [_series(row) for _, row in df.iterrows()]
+    df["series"] = _series(df)
     return df
 
 
@@ -157,12 +157,40 @@ def _varying_keys(df: pd.DataFrame) -> pd.Series:
     return out
 
 
-def _series(row: pd.Series) -> str:
-    """The arm, plus the values of the varying keys that the arm and workload do not already say:
-    `apc load.rate=8`. One series is one configuration within a figure."""
-    shown = ("engine.", "workload.", "hardware.", "model.", "executor")
-    keys = [k for k in str(row["varies"]).split(", ") if k and not k.startswith(shown)]
-    return " ".join([str(row["arm"]), *(f"{k}={_plain(row.get(f'config.{k}'))}" for k in keys)])
+# Varying keys a series name need not repeat: the arm names the cache, scheduler, caching, policy
+# and granularity; the x axis the workload; the figure the platform; capacity and load sweeps
+# have figures of their own.
+IN_ARM_OR_AXIS = (
+    "engine.cache",
+    "engine.scheduler",
+    "engine.prefix_caching",
+    "engine.policy",
+    "engine.block_size",
+    "engine.kv_capacity_tokens",
+    "workload.name",
+    "executor",
+)
+
+
+def _series(df: pd.DataFrame) -> pd.Series:
+    """The arm, plus the values of the config keys that differ between runs of one workload in
+    one sweep and that the arm does not already say: `apc load.rate=8`, `apc
+    workload.max_requests=200`. One series is one configuration within a figure, so a bar or a
+    line never averages runs of two configurations."""
+    config = [c for c in df.columns if c.startswith("config.") and c not in NOT_VARYING]
+    out = pd.Series("", index=df.index, dtype=object)
+    for _, group in df.groupby(["sweep", "workload"], dropna=False, sort=False):
+        keys = [
+            c.removeprefix("config.")
+            for c in config
+            if group[c].map(str).nunique() > 1
+            and not c.removeprefix("config.").startswith((*IN_ARM_OR_AXIS, "hardware.", "model."))
+        ]
+        for i, row in group.iterrows():
+            out[i] = " ".join(
+                [str(row["arm"]), *(f"{k}={_plain(row.get(f'config.{k}'))}" for k in keys)]
+            )
+    return out
 
 
 def _plain(value: object) -> str:
