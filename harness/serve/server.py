@@ -1,0 +1,157 @@
+"""Set up and run the server: compose the config, build the engine and app, run uvicorn.
+
+`compose_config` reads conf/serve.yaml plus command-line overrides into a checked `ServeConfig`;
+`prepare` builds the engine (real executor, greedy decoding), its thread and the Starlette app;
+`serve` runs uvicorn in this process (its signal handling: SIGTERM/SIGINT shut down cleanly);
+`InProcessServer` runs one in a background thread on a free port (tests, in-process clients).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+
+from harness.checks import require_int, require_number
+from harness.config import CONF_DIR, ServeConfig
+from harness.errors import BadInput
+from harness.serve.app import ServedModel, build_app
+from harness.serve.engine_thread import EngineThread
+from harness.serve.incremental import IncrementalEngine
+from harness.serve.step_log import StepLog
+from harness.serve.text import load_codec
+
+GROUPS = ("engine", "model")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    cfg: ServeConfig
+    app: Starlette
+    thread: EngineThread
+    model: ServedModel
+
+
+def compose_config(argv: list[str]) -> ServeConfig:
+    """conf/serve.yaml with `argv`'s overrides, as a checked ServeConfig (BadInput otherwise)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from harness.checks import check_known_keys
+    from harness.preflight import options
+
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key in GROUPS and value not in options(key):
+            raise BadInput(f"unknown {key} {value!r}; valid: {', '.join(options(key))}")
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="serve"):
+        dcfg = compose(config_name="serve", overrides=argv)
+    check_known_keys(dcfg)
+    cfg: ServeConfig = OmegaConf.to_object(dcfg)
+    check_serve_config(cfg)
+    return cfg
+
+
+def check_serve_config(cfg: ServeConfig) -> None:
+    cfg.engine.validate()
+    cfg.model.validate()
+    if not isinstance(cfg.host, str) or not cfg.host:
+        raise BadInput(f"host must be an address to listen on, got {cfg.host!r}")
+    require_int("port", cfg.port, 0, 65535)
+    if cfg.served_model_name is not None and not cfg.served_model_name:
+        raise BadInput("served_model_name must be a non-empty name or null")
+    require_int("max_tokens_default", cfg.max_tokens_default, 1, cfg.model.max_position_embeddings)
+    require_int("step_log_size", cfg.step_log_size, 1, 10**8)
+    require_int("threads", cfg.threads, 1, 1024)
+    require_number("timeout_graceful_shutdown_s", cfg.timeout_graceful_shutdown_s, 86_400)
+    if cfg.log_level not in LOG_LEVELS:
+        raise BadInput(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {cfg.log_level!r}")
+
+
+def prepare(cfg: ServeConfig) -> Prepared:
+    """Build the engine on the real executor, its thread and the app (the thread starts with
+    the app's lifespan)."""
+    import torch
+
+    from engines.build import build_engine
+
+    engine = build_engine(cfg.engine, cfg.model, executor="real", device=cfg.device)
+    torch.set_num_threads(cfg.threads)
+    model = ServedModel(
+        name=cfg.served_model_name or cfg.model.name,
+        max_model_len=cfg.model.max_position_embeddings,
+        vocab_size=cfg.model.vocab_size,
+        max_tokens_default=cfg.max_tokens_default,
+        codec=load_codec(cfg.model.tokenizer),
+        created=int(time.time()),
+    )
+    thread = EngineThread(
+        IncrementalEngine(engine),
+        StepLog(cfg.step_log_size, cfg.step_log),
+        scheduler=cfg.engine.scheduler_design,
+    )
+    return Prepared(cfg, build_app(thread, model), thread, model)
+
+
+def _uvicorn_config(prepared: Prepared, port: int):
+    import uvicorn
+
+    cfg = prepared.cfg
+    return uvicorn.Config(
+        prepared.app,
+        host=cfg.host,
+        port=port,
+        log_level=cfg.log_level,
+        timeout_graceful_shutdown=cfg.timeout_graceful_shutdown_s,
+        lifespan="on",
+    )
+
+
+def serve(prepared: Prepared) -> None:
+    """Serve until SIGINT/SIGTERM (uvicorn's handlers), then stop the engine thread."""
+    import uvicorn
+
+    cfg = prepared.cfg
+    print(
+        f"serving {prepared.model.name} ({cfg.engine.cache} cache, {cfg.engine.scheduler_design} "
+        f"scheduler) on http://{cfg.host}:{cfg.port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.Server(_uvicorn_config(prepared, cfg.port)).run()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class InProcessServer:
+    """uvicorn in a background thread on a free port of 127.0.0.1 (no signal handlers)."""
+
+    def __init__(self, prepared: Prepared, port: int | None = None) -> None:
+        import uvicorn
+
+        self.port = port or free_port(prepared.cfg.host)
+        self.url = f"http://{prepared.cfg.host}:{self.port}"
+        self.server = uvicorn.Server(_uvicorn_config(prepared, self.port))
+        self._thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
+
+    def __enter__(self) -> InProcessServer:
+        self._thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self._thread.join(60)
