@@ -167,6 +167,10 @@ class EngineThread:
     def abort(self, request_id: str) -> None:
         self._inbox.put(_Abort(request_id))
 
+    def fail_in_flight(self, message: str) -> None:
+        """End every request in flight with a 503 (shutdown: their handlers then return)."""
+        self.call(lambda: self._fail_all(503, message))
+
     def call(self, fn: Callable[[], object]) -> Future:
         """Run `fn` on the engine thread between two steps; its result comes in the future."""
         future: Future = Future()

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import socket
 import sys
 import threading
@@ -98,24 +100,40 @@ def prepare(cfg: ServeConfig) -> Prepared:
     return Prepared(cfg, build_app(thread, model), thread, model)
 
 
-def _uvicorn_config(prepared: Prepared, port: int):
+SHUTDOWN_MARGIN_S = 5.0  # uvicorn's own deadline, after ours: it cancels handlers (tracebacks)
+
+
+def _uvicorn_server(prepared: Prepared, port: int):
+    """A uvicorn server whose shutdown ends what is still in flight after the grace period:
+    the engine thread fails those requests (a stream gets an error event and [DONE]), so every
+    handler returns and uvicorn never has to cancel one."""
     import uvicorn
 
-    cfg = prepared.cfg
-    return uvicorn.Config(
+    cfg, thread = prepared.cfg, prepared.thread
+    grace_s = cfg.timeout_graceful_shutdown_s
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(grace_s, thread.fail_in_flight, "the server is shutting down")
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+    config = uvicorn.Config(
         prepared.app,
         host=cfg.host,
         port=port,
         log_level=cfg.log_level,
-        timeout_graceful_shutdown=cfg.timeout_graceful_shutdown_s,
+        timeout_graceful_shutdown=grace_s + SHUTDOWN_MARGIN_S,
         lifespan="on",
     )
+    return Server(config)
 
 
 def serve(prepared: Prepared) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn's handlers), then stop the engine thread."""
-    import uvicorn
-
     cfg = prepared.cfg
     print(
         f"serving {prepared.model.name} ({cfg.engine.cache} cache, {cfg.engine.scheduler_design} "
@@ -123,7 +141,16 @@ def serve(prepared: Prepared) -> None:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.Server(_uvicorn_config(prepared, cfg.port)).run()
+    # uvicorn handles SIGINT/SIGTERM while it runs and raises the signal again once it has shut
+    # down; by then the shutdown is complete, so the handler it restores is a no-op (the
+    # defaults would end the process with the signal, or a KeyboardInterrupt traceback).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _already_handled)
+    _uvicorn_server(prepared, cfg.port).run()
+
+
+def _already_handled(signum, frame) -> None:
+    """A signal uvicorn has acted on: the server has shut down, the process ends normally."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -136,11 +163,9 @@ class InProcessServer:
     """uvicorn in a background thread on a free port of 127.0.0.1 (no signal handlers)."""
 
     def __init__(self, prepared: Prepared, port: int | None = None) -> None:
-        import uvicorn
-
         self.port = port or free_port(prepared.cfg.host)
         self.url = f"http://{prepared.cfg.host}:{self.port}"
-        self.server = uvicorn.Server(_uvicorn_config(prepared, self.port))
+        self.server = _uvicorn_server(prepared, self.port)
         self._thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
 
     def __enter__(self) -> InProcessServer:
