@@ -1,6 +1,6 @@
 """The HTTP routes (Starlette): vLLM's OpenAI completions API and cache endpoints over one engine.
 
-POST /v1/completions (JSON or SSE stream), GET /v1/models, GET /health, GET /metrics
+POST /v1/completions (JSON or SSE stream), GET /v1/models, GET /health, GET /version, GET /metrics
 (Prometheus text), POST /reset_prefix_cache (vLLM's name) and GET|POST /flush_cache (SGLang's),
 GET /step_log?since=N. Handlers never touch the engine: they post to the engine thread and await
 their request's events. A handler that ends before its request did (the client went away, a
@@ -44,6 +44,7 @@ class ServedModel:
     max_tokens_default: int
     codec: TextCodec | None  # None: token-id prompts only
     created: int  # unix time the server started (the model card's `created`)
+    version: str  # the project's version (GET /version)
 
 
 def build_app(thread: EngineThread, model: ServedModel) -> Starlette:
@@ -62,6 +63,7 @@ def build_app(thread: EngineThread, model: ServedModel) -> Starlette:
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
+            Route("/version", routes.version, methods=["GET"]),
             Route("/metrics", routes.metrics, methods=["GET"]),
             Route("/reset_prefix_cache", routes.reset_prefix_cache, methods=["POST"]),
             Route("/flush_cache", routes.flush_cache, methods=["GET", "POST"]),
@@ -89,6 +91,9 @@ class _Routes:
         if self.thread.failure is not None:
             return PlainTextResponse(f"engine failed: {self.thread.failure}", status_code=503)
         return Response(status_code=200)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": f"prefixbench-{self.model.version}"})
 
     async def models(self, request: Request) -> Response:
         m = self.model

@@ -313,7 +313,7 @@ class EngineThread:
             requests_waiting=len(loop.waiting),
             kv_cache_usage=use.protected / use.capacity if use.capacity else 0.0,
             block_size=cache.block_size,
-            num_blocks=cache.num_blocks - 1,
+            num_blocks=cache.num_blocks,
             cache=cache.name,
             scheduler=self.scheduler,
         )

@@ -30,7 +30,7 @@ class MetricsSnapshot:
     requests_waiting: int
     kv_cache_usage: float  # fraction of KV tokens that requests hold
     block_size: int
-    num_blocks: int  # usable KV blocks (vLLM's num_gpu_blocks less the null block)
+    num_blocks: int  # KV blocks including the reserved block 0 (vLLM's num_gpu_blocks)
     cache: str  # apc | radix
     scheduler: str  # vllm | sglang
 

@@ -91,6 +91,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         max_tokens_default=cfg.max_tokens_default,
         codec=load_codec(cfg.model.tokenizer),
         created=int(time.time()),
+        version=_version(),
     )
     thread = EngineThread(
         IncrementalEngine(engine),
@@ -101,6 +102,15 @@ def prepare(cfg: ServeConfig) -> Prepared:
 
 
 SHUTDOWN_MARGIN_S = 5.0  # uvicorn's own deadline, after ours: it cancels handlers (tracebacks)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("prefixbench")
+    except PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+        return "unknown"
 
 
 def _uvicorn_server(prepared: Prepared, port: int):
