@@ -26,6 +26,7 @@ from harness.serve import protocol
 from harness.serve.metrics import parse as parse_metrics
 from harness.serve.protocol import ApiError
 from harness.serve.server import InProcessServer, compose_config, free_port, prepare
+from harness.serve.step_log import StepEntry, StepLog
 from harness.serve.text import Detokenizer, load_codec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,6 +303,16 @@ def test_protocol_checks_fields_by_name():
         protocol.parse_completion({"prompt": ["a", "b"]})
     with pytest.raises(ApiError, match="stream must be true or false"):
         protocol.parse_completion({"prompt": [1], "stream": "yes"})
+
+
+def test_the_step_log_file_holds_every_step(tmp_path):
+    log = StepLog(size=2, path=str(tmp_path / "steps.jsonl"))
+    for i in range(3):
+        log.append(StepEntry(i, 0.1 * i, [("a", 5 - i), ("b", 1)]))
+    log.close()
+    lines = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [0, 1, 2] and lines[2]["requests"] == [["a", 3], ["b", 1]]
+    assert [e.step for e in log.since(0)] == [1, 2] and [e.step for e in log.since(2)] == [2]
 
 
 # ---------------------------------------------------------------------------- text

@@ -163,7 +163,7 @@ class IncrementalEngine:
         self.cache.release(seq, finished=False)
         seq.status = SeqStatus.FINISHED  # SGLang's batch drops finished requests
         if getattr(admission, "chunked", None) is seq:
-            admission.chunked = None
+            admission.chunked = None  # type: ignore[attr-defined]  # SGLang's chunked request
         batch = getattr(admission, "batch", None)
         if isinstance(batch, list) and seq in batch:
             batch.remove(seq)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import socket
 import sys
@@ -54,7 +55,8 @@ def compose_config(argv: list[str]) -> ServeConfig:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="serve"):
         dcfg = compose(config_name="serve", overrides=argv)
     check_known_keys(dcfg)
-    cfg: ServeConfig = OmegaConf.to_object(dcfg)
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, ServeConfig)  # conf/serve.yaml's schema is base_serve
     check_serve_config(cfg)
     return cfg
 
@@ -136,7 +138,7 @@ def _uvicorn_server(prepared: Prepared, port: int):
         host=cfg.host,
         port=port,
         log_level=cfg.log_level,
-        timeout_graceful_shutdown=grace_s + SHUTDOWN_MARGIN_S,
+        timeout_graceful_shutdown=math.ceil(grace_s + SHUTDOWN_MARGIN_S),
         lifespan="on",
     )
     return Server(config)
