@@ -148,6 +148,7 @@ def test_cached_tokens_on_a_shared_prefix_and_metrics_deltas(servers, engine):
     after = metrics(client)
     delta = {k: after[k] - before[k] for k in after}
     assert delta["vllm:prefix_cache_hits_total"] == sum(cached(r) for r in replies)
+    assert delta["sglang:cached_tokens_total"] == delta["vllm:prefix_cache_hits_total"]
     assert delta["vllm:prompt_tokens_total"] == 3 * 49
     assert delta["vllm:generation_tokens_total"] == 3 * 4
     assert after["vllm:num_requests_running"] == after["vllm:num_requests_waiting"] == 0

@@ -3,8 +3,9 @@
 Names, types and units are vLLM 0.32's (vllm/v1/metrics/loggers.py `PrometheusStatLogger`), so
 tools that scrape vLLM read this server unchanged: prefix-cache queries and hits in tokens,
 prompt and generation tokens, running and waiting requests, KV usage as a fraction (1 = full),
-and `vllm:cache_config_info` carrying the block size and block count. Counters never go back:
-a cache reset zeroes the cache's own statistics, so the engine thread keeps what came before.
+and `vllm:cache_config_info` carrying the block size and block count; SGLang's names for the
+hit, token and load figures too. Counters never go back: a cache reset zeroes the cache's own
+statistics, so the engine thread keeps what came before.
 Text exposition format 0.0.4, written here (a dozen lines; no client library needed).
 """
 
@@ -44,6 +45,18 @@ _COUNTERS = (
     ("vllm:num_preemptions", "preemptions", "Cumulative number of preemptions."),
     ("vllm:request_success", "requests_finished", "Count of successfully processed requests."),
 )
+# SGLang 0.5's names for the same quantities (python/sglang/srt/metrics/collector.py), so a
+# client that reads an SGLang server's counters (cached tokens over prompt tokens) reads these.
+_SGLANG_COUNTERS = (
+    ("sglang:cached_tokens", "prefix_cache_hits", "Number of cached prompt tokens."),
+    ("sglang:prompt_tokens", "prompt_tokens", "Number of prefill tokens processed."),
+    ("sglang:generation_tokens", "generation_tokens", "Number of generation tokens processed."),
+)
+_SGLANG_GAUGES = (
+    ("sglang:num_running_reqs", "requests_running", "The number of running requests."),
+    ("sglang:num_queue_reqs", "requests_waiting", "The number of requests in the waiting queue."),
+    ("sglang:token_usage", "kv_cache_usage", "The token usage."),
+)
 _GAUGES = (
     ("vllm:num_requests_running", "requests_running", "Number of requests in model execution."),
     ("vllm:num_requests_waiting", "requests_waiting", "Number of requests waiting to be run."),
@@ -57,6 +70,10 @@ def render(snap: MetricsSnapshot, model_name: str) -> str:
     for name, attr, doc in _COUNTERS:
         lines += _family(f"{name}_total", "counter", doc, labels, getattr(snap, attr))
     for name, attr, doc in _GAUGES:
+        lines += _family(name, "gauge", doc, labels, getattr(snap, attr))
+    for name, attr, doc in _SGLANG_COUNTERS:
+        lines += _family(f"{name}_total", "counter", doc, labels, getattr(snap, attr))
+    for name, attr, doc in _SGLANG_GAUGES:
         lines += _family(name, "gauge", doc, labels, getattr(snap, attr))
     info = (
         f'{{block_size="{snap.block_size}",cache="{snap.cache}",engine="0",'
