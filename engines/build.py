@@ -14,6 +14,7 @@ from engines.cache.base import PrefixCache, StepBudget
 from engines.clock import WallClock
 from engines.config import EngineConfig
 from engines.engine import Engine
+from engines.frontend import FRONTENDS
 from engines.loop import StepLoop
 from engines.registry import Registry
 
@@ -79,7 +80,9 @@ def build_engine(
     loop = StepLoop(admission, budget, debug_checks=engine_config.debug_checks)
     ctx = ExecutorContext(engine_config, model_config, cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
-    return Engine(loop, exe, max_model_len=getattr(model_config, "max_position_embeddings", None))
+    frontend = FRONTENDS.get(engine_config.scheduler_design)
+    max_model_len = getattr(model_config, "max_position_embeddings", None)
+    return Engine(loop, exe, frontend, max_model_len=max_model_len)
 
 
 # Executors beyond `real` register themselves on import.

@@ -42,6 +42,18 @@ class StepLoop:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def find(self, seq_id: str) -> Sequence | None:
+        """The waiting or running sequence of that id (a scan: for aborts, not per step)."""
+        return next((s for s in (*self.waiting, *self.running) if s.seq_id == seq_id), None)
+
+    def drop_waiting(self, seq: Sequence) -> bool:
+        """Remove `seq` from the queue if it waits without any computed KV (never admitted, or
+        preempted and freed); False otherwise (it runs, or a chunk of it is in flight)."""
+        if seq.num_computed_tokens or seq not in self.waiting:
+            return False
+        self.waiting.remove(seq)
+        return True
+
     def schedule(self) -> StepPlan:
         t0 = time.perf_counter_ns()
         plan = self.admission.schedule(self.waiting, self.running, self.budget)
