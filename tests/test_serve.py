@@ -20,6 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
+from engines.batch import run_batch
 from engines.build import build_engine
 from engines.request import GenerationRequest
 from harness.serve import protocol
@@ -197,6 +198,9 @@ def test_a_disconnected_client_frees_its_kv(servers):
 # ---------------------------------------------------------------------------- concurrency
 
 
+LONG = 400
+
+
 def test_a_burst_of_64_requests_completes_with_continuous_batching(servers):
     client = servers("apc")
     url = str(client.base_url)
@@ -207,8 +211,8 @@ def test_a_burst_of_64_requests_completes_with_continuous_batching(servers):
     async def run() -> tuple[list[int], list[dict]]:
         limits = httpx.Limits(max_connections=100)
         async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as ac:
-            body = {"model": "tiny", "prompt": prompts(7, 1, 12)[0], "max_tokens": 48}
-            # A long request decodes while the burst arrives.
+            body = {"model": "tiny", "prompt": prompts(7, 1, 12)[0], "max_tokens": LONG}
+            # A long request decodes while the burst arrives (long enough to outlast sending it).
             async with ac.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
                 lines = r.aiter_lines()
                 async for line in lines:
@@ -223,7 +227,7 @@ def test_a_burst_of_64_requests_completes_with_continuous_batching(servers):
         return [streamed], [r.json() for r in replies]
 
     streamed, replies = asyncio.run(run())
-    assert streamed == [48]
+    assert streamed == [LONG]
     assert [r["usage"]["completion_tokens"] for r in replies] == lengths
     steps = client.get("/step_log", params={"since": since}).json()["steps"]
     assert max(len(s["requests"]) for s in steps) > 1
@@ -250,7 +254,7 @@ def test_one_at_a_time_greedy_outputs_equal_the_in_process_engine(servers, engin
     records = []  # the same requests one at a time, from an empty cache as the server's
 
     for i, (p, n) in enumerate(zip(batch, sizes)):
-        records += engine_.run([GenerationRequest(f"r{i}", tuple(p), n)])
+        records += run_batch(engine_, [GenerationRequest(f"r{i}", tuple(p), n)])
     assert [r["choices"][0]["token_ids"] for r in replies] == [list(r.output_ids) for r in records]
     assert [cached(r) for r in replies] == [r.cached_tokens for r in records]
 

@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from engines.request import CompletionRequest
 from harness.serve import protocol as api
 from harness.serve.engine_thread import Accepted, Done, EngineThread, Failed, RequestSink, Tokens
-from harness.serve.incremental import CompletionRequest
 from harness.serve.metrics import CONTENT_TYPE, render
 from harness.serve.protocol import ApiError, CompletionParams
 from harness.serve.text import Detokenizer, TextCodec

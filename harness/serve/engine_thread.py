@@ -22,12 +22,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from harness.serve.incremental import CompletionRequest, IncrementalEngine, StepOutput
+from engines.engine import CapacityError, Engine, StepOutput
+from engines.errors import BadInput
+from engines.request import CompletionRequest
 from harness.serve.metrics import MetricsSnapshot
 from harness.serve.step_log import StepEntry, StepLog
 
 log = logging.getLogger(__name__)
-MAX_STALLED_STEPS = 2  # steps that schedule nothing while requests wait: they never will
 
 
 # ------------------------------------------------------------------ events, engine -> handler
@@ -135,7 +136,7 @@ class _Counters:
 
 @dataclass
 class EngineThread:
-    engine: IncrementalEngine
+    engine: Engine
     step_log: StepLog
     scheduler: str = ""
     failure: str | None = None  # set when a step crashed: the server then refuses requests
@@ -144,11 +145,10 @@ class EngineThread:
     _parents: dict[str, RequestSink] = field(default_factory=dict)
     _counters: _Counters = field(default_factory=_Counters)
     _thread: threading.Thread | None = None
-    _stalled: int = 0
 
     # ---------------------------------------------------------------- handler side
     def start(self) -> None:
-        self.engine.clock.restart()
+        self.engine.restart()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
 
@@ -211,8 +211,6 @@ class EngineThread:
                 command.future.set_exception(exc)
 
     def _submit(self, req: CompletionRequest, sink: RequestSink) -> None:
-        from engines.errors import BadInput
-
         if self.failure is not None:
             sink.push([Failed(503, f"the engine has failed: {self.failure}")])
             return
@@ -234,21 +232,25 @@ class EngineThread:
             del self._children[cid]
 
     def _step(self) -> None:
+        engine = self.engine
         try:
-            out = self.engine.step()
+            out = engine.step()
+        except CapacityError as exc:  # requests that can never be scheduled: end them all
+            self._fail_all(503, str(exc))
+            return
         except Exception as exc:  # a bug: keep serving errors rather than hanging clients
             traceback.print_exc()
             self.failure = f"{type(exc).__name__}: {exc}"
             self._fail_all(500, f"the engine failed: {self.failure}")
             return
         if not out.progressed:
-            self._stalled += 1
-            if self._stalled > MAX_STALLED_STEPS:
-                self._fail_all(503, "the engine cannot schedule the waiting requests")
-            return
-        self._stalled = 0
-        self.step_log.append(StepEntry(out.step_index, out.end_s, list(out.scheduled)))
+            return  # the engine raises CapacityError if it stays stuck
+        plan = engine.last_plan
+        scheduled = [] if plan is None else plan.scheduled
+        requests = [(item.seq.seq_id, item.num_new_tokens) for item in scheduled]
+        self.step_log.append(StepEntry(engine.loop.num_steps - 1, out.end_s, requests))
         self._deliver(out)
+        engine.records.clear()  # the replies carry what a server needs; keep memory flat
 
     def _deliver(self, out: StepOutput) -> None:
         counters = self._counters

@@ -24,7 +24,6 @@ from harness.config import CONF_DIR, ServeConfig
 from harness.errors import BadInput
 from harness.serve.app import ServedModel, build_app
 from harness.serve.engine_thread import EngineThread
-from harness.serve.incremental import IncrementalEngine
 from harness.serve.step_log import StepLog
 from harness.serve.text import load_codec
 
@@ -96,7 +95,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         version=_version(),
     )
     thread = EngineThread(
-        IncrementalEngine(engine),
+        engine,
         StepLog(cfg.step_log_size, cfg.step_log),
         scheduler=cfg.engine.scheduler_design,
     )
