@@ -1,7 +1,7 @@
 """vLLM's own benchmark client against `python -m harness.serve`, for both engines.
 
 Needs the vLLM environment `.venv-vllm` (scripts/setup_vllm.sh): skipped without it, a failure
-under CI=true. The prompts share a 256-token prefix; the client's result file must show every
+under CI=true once the tree has that script. The prompts share a 256-token prefix; the client's result file must show every
 request completed at its length, and the server's /metrics a hit delta that the prefix explains.
 """
 
@@ -33,7 +33,8 @@ pytestmark = pytest.mark.slow
 def tokenizer_dir(tmp_path_factory) -> Path:
     """SmolLM2's tokenizer as a folder Hugging Face reads (the client tokenizes with it)."""
     if not VLLM_PYTHON.is_file():
-        if os.environ.get("CI") == "true":
+        # CI runs scripts/setup_vllm.sh where the tree has it ([2/7]'s .ci/run).
+        if os.environ.get("CI") == "true" and (ROOT / "scripts" / "setup_vllm.sh").is_file():
             pytest.fail("CI needs .venv-vllm (bash scripts/setup_vllm.sh)")
         pytest.skip("no .venv-vllm (bash scripts/setup_vllm.sh)")
     out = tmp_path_factory.mktemp("smollm2_tokenizer")
