@@ -28,8 +28,10 @@ def run_batch(engine: Engine, requests: list[GenerationRequest]) -> list[Request
             engine.add_request(requests[i], t_s)
         next_s = ready[0][0] if ready else math.inf
         if not engine.has_work:
+            engine.idle()
             clock.wait_until(next_s)
             continue
         if not engine.step(next_s).progressed and next_s < math.inf:
             clock.wait_until(next_s)
+    engine.idle()
     return engine.records

@@ -77,7 +77,9 @@ def build_engine(
     engine_config.validate()
     cache, admission = build_cache(engine_config)
     budget = StepBudget(engine_config.max_num_seqs, engine_config.max_num_batched_tokens)
-    loop = StepLoop(admission, budget, debug_checks=engine_config.debug_checks)
+    loop = StepLoop(
+        admission, budget, debug_checks=engine_config.debug_checks, step_log=engine_config.step_log
+    )
     ctx = ExecutorContext(engine_config, model_config, cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
     frontend = FRONTENDS.get(engine_config.scheduler_design)

@@ -107,6 +107,11 @@ class Engine:
                 f"engine.kv_capacity_tokens is {capacity}"
             )
 
+    def idle(self) -> None:
+        """Nothing is waiting or running: a scheduler design may reset state here (SGLang resets
+        its new-token ratio on an idle iteration). Drivers call it whenever the engine idles."""
+        self.loop.idle()
+
     def restart(self) -> None:
         """A new run from an idle engine: the clock from zero, no records."""
         if self.has_work:

@@ -50,6 +50,7 @@ def drive(
         for req, arrival_s in queue.due(clock.now()):
             engine.submit(completion_request(req, scripted), arrival_s)
         if not engine.has_work:
+            engine.idle()
             clock.wait_until(queue.next_pending_s())
             continue
         out = engine.step(queue.next_release_s())
@@ -62,4 +63,5 @@ def drive(
                 on_finish(record)
         for parent_id in out.finished_parents:
             queue.finished(parent_id, out.end_s)
+    engine.idle()  # the run ended with nothing left: the engine idles until the next one
     return engine.records
