@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from engines.cache.base import PrefixCache, StepPlan
+from engines.cache.base import PrefixCache
 from engines.clock import RunClock
 from engines.errors import BadInput
 from engines.executor import Executor
@@ -77,7 +77,6 @@ class Engine:
         self._unscheduled: set[str] = set()  # in flight, never scheduled yet
         self._children_left: dict[str, int] = {}  # parent id -> children not finished
         self._idle_steps = 0
-        self.last_plan: StepPlan | None = None  # the last step's plan (a server's step log)
 
     @property
     def clock(self) -> RunClock:
@@ -159,7 +158,7 @@ class Engine:
             if out is not None:
                 return out
         now = self.clock.now()
-        plan = self.last_plan = self.loop.schedule()
+        plan = self.loop.schedule()
         if not plan.scheduled:
             return self._no_progress(next_release_s)
         self._idle_steps = 0

@@ -240,6 +240,7 @@ def test_a_burst_of_64_requests_completes_with_continuous_batching(servers):
             joined_while_decoding = True
         seen |= ids
     assert joined_while_decoding
+    assert any(s["kind"] == "mixed" for s in steps)  # vLLM's scheduler: prefill beside decode
     assert client.get("/health").status_code == 200
 
 
@@ -313,7 +314,7 @@ def test_protocol_checks_fields_by_name():
 def test_the_step_log_file_holds_every_step(tmp_path):
     log = StepLog(size=2, path=str(tmp_path / "steps.jsonl"))
     for i in range(3):
-        log.append(StepEntry(i, 0.1 * i, [("a", 5 - i), ("b", 1)]))
+        log.append(StepEntry(i, 0.1 * i, "mixed", [("a", 5 - i), ("b", 1)], []))
     log.close()
     lines = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [0, 1, 2] and lines[2]["requests"] == [["a", 3], ["b", 1]]

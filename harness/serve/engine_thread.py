@@ -145,6 +145,7 @@ class EngineThread:
     _parents: dict[str, RequestSink] = field(default_factory=dict)
     _counters: _Counters = field(default_factory=_Counters)
     _thread: threading.Thread | None = None
+    _steps_logged: int = 0
 
     # ---------------------------------------------------------------- handler side
     def start(self) -> None:
@@ -179,8 +180,14 @@ class EngineThread:
 
     # ---------------------------------------------------------------- engine side
     def _run(self) -> None:
-        while self._drain(block=not self.engine.has_work):
-            if self.engine.has_work and self.failure is None:
+        engine = self.engine
+        while True:
+            idle = not engine.has_work
+            if idle:
+                engine.idle()  # a scheduler design may reset state (SGLang's new-token ratio)
+            if not self._drain(block=idle):
+                return
+            if engine.has_work and self.failure is None:
                 self._step()
 
     def _drain(self, block: bool) -> bool:
@@ -245,12 +252,22 @@ class EngineThread:
             return
         if not out.progressed:
             return  # the engine raises CapacityError if it stays stuck
-        plan = engine.last_plan
-        scheduled = [] if plan is None else plan.scheduled
-        requests = [(item.seq.seq_id, item.num_new_tokens) for item in scheduled]
-        self.step_log.append(StepEntry(engine.loop.num_steps - 1, out.end_s, requests))
+        self._log_steps(out.end_s)
         self._deliver(out)
         engine.records.clear()  # the replies carry what a server needs; keep memory flat
+
+    def _log_steps(self, end_s: float) -> None:
+        """Move the engine's new step records into the server's (bounded) log."""
+        records = self.engine.loop.step_log
+        if not records:
+            return
+        for rec in records:
+            entry = StepEntry(
+                self._steps_logged, end_s, rec.kind, list(rec.scheduled), list(rec.preempted)
+            )
+            self.step_log.append(entry)
+            self._steps_logged += 1
+        records.clear()  # the engine would keep every step of a server's lifetime otherwise
 
     def _deliver(self, out: StepOutput) -> None:
         counters = self._counters

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import signal
 import socket
@@ -83,7 +84,9 @@ def prepare(cfg: ServeConfig) -> Prepared:
 
     from engines.build import build_engine
 
-    engine = build_engine(cfg.engine, cfg.model, executor="real", device=cfg.device)
+    # The engine's step records feed the server's step log (which bounds their number).
+    engine_cfg = dataclasses.replace(cfg.engine, step_log=True)
+    engine = build_engine(engine_cfg, cfg.model, executor="real", device=cfg.device)
     torch.set_num_threads(cfg.threads)
     model = ServedModel(
         name=cfg.served_model_name or cfg.model.name,

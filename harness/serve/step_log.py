@@ -2,7 +2,9 @@
 
 Continuous batching makes the batches a burst of requests runs in depend on timing; the log is
 what a concurrency test or the harness's server target reads to see them (GET /step_log, and a
-JSON-lines file when `step_log` names one). The last `size` entries stay in memory.
+JSON-lines file when `step_log` names one). Entries come from the engine's own step records
+(engines/step_log.py: kind, scheduled requests, preemptions), with the run clock added; the
+last `size` stay in memory.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class StepEntry:
-    step: int  # the engine's step index
+    step: int  # the engine's step index since the server started
     end_s: float  # run clock after the step
+    kind: str  # prefill | decode | mixed
     requests: list[tuple[str, int]]  # (child request id, tokens computed for it in the step)
+    preempted: list[str]  # preempted (vLLM) or retracted (SGLang) while the step was planned
 
 
 class StepLog:
