@@ -16,10 +16,11 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
 
 def main(argv: list[str]) -> int:
-    from harness.serve.server import compose_config, prepare, serve
+    from harness.serve.server import check_bindable, compose_config, prepare, serve
 
     try:
         cfg = compose_config(argv)
+        check_bindable(cfg.host, cfg.port)
         prepared = prepare(cfg)
     except config_errors() as exc:
         print(f"error: {describe(exc)}", file=sys.stderr)

@@ -77,6 +77,16 @@ def check_serve_config(cfg: ServeConfig) -> None:
         raise BadInput(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {cfg.log_level!r}")
 
 
+def check_bindable(host: str, port: int) -> None:
+    """Fail fast, before the model is built, when the address cannot be listened on."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            s.bind((host, port))
+    except OSError as exc:
+        raise BadInput(f"host/port: cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
 def prepare(cfg: ServeConfig) -> Prepared:
     """Build the engine on the real executor, its thread and the app (the thread starts with
     the app's lifespan)."""
