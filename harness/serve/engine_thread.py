@@ -185,7 +185,8 @@ class EngineThread:
             idle = not engine.has_work
             if idle:
                 engine.idle()  # a scheduler design may reset state (SGLang's new-token ratio)
-            if not self._drain(block=idle):
+            # A failed engine steps no more: wait for commands (to refuse them) instead of spinning.
+            if not self._drain(block=idle or self.failure is not None):
                 return
             if engine.has_work and self.failure is None:
                 self._step()
