@@ -259,12 +259,17 @@ class _Reply:
         self.started = [False] * req.n
         self.outputs = [0] * req.n
         self.cached = [0] * req.n
+        self.first_sample: int | None = None  # the sample that emitted first
+        self.last_finished = 0  # the sample that finished last
 
     def add(self, event: Tokens) -> str:
         """Take a sample's new tokens; the text they complete."""
         detok = self.samples[event.sample]
         text = detok.add(event.ids)
+        if self.first_sample is None:
+            self.first_sample = event.sample
         if event.finish is not None:
+            self.last_finished = event.sample
             text += detok.flush()
             self.outputs[event.sample] = event.finish.output_tokens
             self.cached[event.sample] = event.finish.cached_tokens
@@ -285,12 +290,15 @@ class _Reply:
         )
         return self._envelope([choice], None)
 
-    def usage(self) -> dict:
-        # One prompt for all samples, as vLLM counts it; cached tokens are the first sample's.
-        return api.usage(len(self.req.prompt_ids), sum(self.outputs), self.cached[0])
+    def usage(self, sample: int) -> dict:
+        """One prompt for all samples, as vLLM counts it, and one sample's cached tokens."""
+        return api.usage(len(self.req.prompt_ids), sum(self.outputs), self.cached[sample])
 
     def usage_chunk(self) -> dict:
-        return self._envelope([], self.usage())
+        # vLLM 0.32 (entrypoints/openai/completion/serving.py) streams the cached tokens of the
+        # first output it received, and answers a whole reply with the final output's.
+        first = self.first_sample if self.first_sample is not None else 0
+        return self._envelope([], self.usage(first))
 
     def whole(self) -> dict:
         ids = self.params.return_token_ids
@@ -305,7 +313,7 @@ class _Reply:
             )
             for i, d in enumerate(self.samples)
         ]
-        return self._envelope(choices, self.usage())
+        return self._envelope(choices, self.usage(self.last_finished))
 
     def _envelope(self, choices: list[dict], usage: dict | None) -> dict:
         return api.completion(self.req.request_id, self.created, self.model.name, choices, usage)
