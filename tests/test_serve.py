@@ -135,6 +135,21 @@ def test_streamed_chunks_are_in_order_and_complete(servers):
     assert len({c["id"] for c in events[:-1]}) == 1
 
 
+def test_n_samples_go_through_the_engines_fan_out(servers):
+    client = servers("apc")
+    since = len(client.get("/step_log").json()["steps"])
+    before = metrics(client)
+    reply = complete(client, prompts(9, 1, 69)[0], max_tokens=3, n=3)
+    assert [c["index"] for c in reply["choices"]] == [0, 1, 2]
+    assert all(len(c["token_ids"]) == 3 for c in reply["choices"])
+    first = client.get("/step_log", params={"since": since}).json()["steps"][0]
+    rid = reply["id"]
+    assert [r for r, _ in first["requests"]] == [f"{i}_{rid}" for i in range(3)]  # vLLM's ids
+    # Samples 1 and 2 reuse sample 0's four full blocks, allocated in the same step (APC).
+    hits = metrics(client)["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+    assert hits == 2 * 64 and cached(reply) == 64  # the final output's, as vLLM reports it
+
+
 # ---------------------------------------------------------------------------- cache
 
 
