@@ -115,12 +115,37 @@ class RunConfig:
     overwrite: bool = False  # write into a run directory that holds another run's results
 
 
+@dataclass
+class ServeConfig:
+    """`python -m harness.serve` (conf/serve.yaml): one engine behind the OpenAI API (harness/serve).
+
+    The engine and model groups are the harness's, so every engine knob works. Decoding is greedy.
+    served_model_name: the name clients send as `model` (None: the model preset's name).
+    step_log: a JSON-lines file of every step (step index, requests with their new tokens);
+    None keeps the last `step_log_size` steps in memory only (GET /step_log serves both).
+    """
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: ModelConfig = MISSING
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str | None = None
+    max_tokens_default: int = 16  # `max_tokens` of a request that sends none (OpenAI's default)
+    step_log: str | None = None
+    step_log_size: int = 100_000
+    device: str = "auto"
+    threads: int = 1  # torch CPU threads of the engine thread
+    timeout_graceful_shutdown_s: float = 10.0  # SIGTERM: in-flight requests get this long
+    log_level: str = "warning"  # uvicorn's
+
+
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     from workloads.base import FAMILIES
 
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=RunConfig)
+    cs.store(name="base_serve", node=ServeConfig)
     cs.store(group="engine", name="base_engine", node=EngineConfig)
     cs.store(group="model", name="base_model", node=ModelConfig)
     for family in FAMILIES.names():
