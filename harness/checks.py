@@ -41,6 +41,8 @@ def check_run_config(cfg) -> None:
     EXECUTORS.get(cfg.executor)  # unknown executor lists the valid ones
     if cfg.hardware is not None:
         cfg.hardware.validate()
+    if cfg.server is not None:
+        cfg.server.validate()
     require_name("workload.name", cfg.workload.name)
     if cfg.label is not None:
         require_name("label", cfg.label)
