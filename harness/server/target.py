@@ -372,6 +372,8 @@ def _finish(cfg, out, rows, requests, m: Measured, notes, wall_s) -> dict:
     table = _table(writer, sent_order, requests, facts, twin)
     itls = {rid: _itls(t) for rid, t in zip(table["request_id"], table.pop("_times"))}
     out.write_requests(table)
+    if cfg.save_tokens:
+        out.write_tokens(_token_rows(sent_order))
     ok = table[table["status"] == OK]
     duration_s = float(ok["finish_s"].max()) if len(ok) else 0.0
     extra = _extras(cfg, requests, m, table, twin, one_at_a_time, wall_s, notes)
@@ -389,6 +391,20 @@ def _finish(cfg, out, rows, requests, m: Measured, notes, wall_s) -> dict:
     out.rows_path.unlink(missing_ok=True)
     log.info("%s", format_summary(summary))
     return summary
+
+
+def _token_rows(sent: list[Sent]) -> list[dict]:
+    """tokens.jsonl: per sample, the prompt ids as sent and the ids the server returned."""
+    return [
+        {
+            "request_id": child_id(s.request.request_id, s.request.n, i),
+            "prompt_ids": list(s.prompt_ids),
+            "output_ids": list(c.token_ids),
+            "prompt_source": s.prompt_source,
+        }
+        for s in sent
+        for i, c in enumerate(s.reply.choices)
+    ]
 
 
 def _one_at_a_time(sent: list[Sent]) -> bool:
