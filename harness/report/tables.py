@@ -176,6 +176,8 @@ def _plain(value: object) -> str:
 
 
 def _arm(row: pd.Series) -> str:
+    if str(row["engine"]).endswith("-server"):
+        return str(row["engine"])  # the server ships its own design; `engine=` names only its twin
     parts = [str(row["engine"])]
     if row["scheduler"] not in (None, UPSTREAM_SCHEDULER.get(row["engine"])):
         parts.append(str(row["scheduler"]))  # a cross arm: apc-sglang, radix-vllm
