@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
+from harness.client.arrivals import with_arrivals
 from harness.config import LoadConfig
-from harness.load import with_arrivals
 from harness.server.config import ServerConfig
 from harness.server.driver import completion_body, drive
 from harness.server.flavours import FLAVOURS

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from harness.client.inprocess import drive
 from harness.config import MetricsConfig
 from harness.execute import execute
 from harness.metrics import format_summary, itls_ms, parse_slos, request_table, summarize
-from tests.engine_util import make_engine, replace_all, shared_prompt_requests
+from tests.engine_util import as_workload, make_engine, replace_all, shared_prompt_requests
 from tests.test_bad_input import compose_config, with_base
 from tests.test_faults import summary_of
 from tests.test_metrics import CTX, RECORDS, REQUESTS
@@ -70,7 +71,7 @@ def test_percentiles_are_the_ones_asked_for():
 def test_max_concurrency_caps_requests_in_flight(cache):
     requests = replace_all(shared_prompt_requests(groups=2, per_group=3), arrival_s=0.0)
     engine = make_engine(cache)
-    records = engine.run(requests, max_concurrency=2)
+    records = drive(engine, as_workload(requests), scripted=False, max_concurrency=2)
     assert len(records) == len(requests)
     events = sorted([(r.arrival_s, 1) for r in records] + [(r.finish_s, -1) for r in records])
     in_flight = peak = 0

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from harness.client.releases import ReleaseQueue
 from harness.server.flavours import Flavour
 from harness.server.http_client import FAILED, Reply, ServerClient
-from harness.server.releases import ReleaseQueue  # the client layer's interface ([1/7])
 from workloads.request import Request
 
 SCRIPTED, RETURNED, RETOKENIZED, UNMATCHED, SKIPPED = (

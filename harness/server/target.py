@@ -25,8 +25,8 @@ import pandas as pd
 
 from engines.records import RequestRecord
 from harness.checks import check_requests
+from harness.client.arrivals import resolve_mode, with_arrivals
 from harness.errors import BadInput
-from harness.load import resolve_mode, with_arrivals
 from harness.metrics import RunContext, format_summary, request_row, summarize
 from harness.results import RunDir
 from harness.rowlog import RowLog
@@ -236,7 +236,7 @@ async def warm_up_and_reset(
 
 def run_server(cfg, out: RunDir, rows: RowLog):
     """Measure one run against cfg.server; returns harness.runner.RunOutcome."""
-    from harness.runner import RunOutcome
+    from harness.pipeline import RunOutcome
 
     scfg: ServerConfig = cfg.server
     flavour = FLAVOURS.get(scfg.flavour)

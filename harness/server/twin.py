@@ -20,10 +20,11 @@ import yaml
 
 from engines.build import build_engine
 from engines.config import EngineConfig
-from engines.request import GenerationRequest
+from harness.client.inprocess import drive
 from harness.config import CONF_DIR
 from harness.server.driver import Sent
 from workloads.bounds import Replay, run_bounds
+from workloads.request import Request
 
 TWIN_HARDWARE = "cpu_measured"  # prices the steps of a concurrent replay (host time not charged)
 
@@ -52,25 +53,27 @@ def child_id(parent: str, n: int, index: int) -> str:
     return parent if n == 1 else f"{index}_{parent}"
 
 
-def twin_requests(sent: Sequence[Sent]) -> list[GenerationRequest]:
-    """Every sample the server generated at least one token for, in send order."""
+def twin_requests(sent: Sequence[Sent]) -> list[Request]:
+    """Every API request the server generated tokens for, as a workload Request whose prompt is
+    what was sent and whose script is what came back, released at its send offset."""
     out = []
     for s in sorted(sent, key=lambda s: s.reply.send_s):
-        for index, choice in enumerate(s.reply.choices):
-            if not choice.token_ids:
-                continue  # never admitted (HTTP 400, refused) or cut before any token
-            out.append(
-                GenerationRequest(
-                    request_id=child_id(s.request.request_id, s.request.n, index),
-                    prompt_ids=s.prompt_ids,
-                    max_new_tokens=len(choice.token_ids),
-                    scripted_output_ids=tuple(choice.token_ids),
-                    arrival_s=max(0.0, s.send_s),
-                    parent_id=s.request.request_id,
-                    sample_index=index,
-                    salt=s.request.salt,
-                )
+        outputs = [tuple(c.token_ids) for c in s.reply.choices]
+        length = min((len(o) for o in outputs), default=0)
+        if length == 0:
+            continue  # never admitted (HTTP 400, refused) or cut before any token
+        outputs = [o[:length] for o in outputs]
+        out.append(
+            Request(
+                request_id=s.request.request_id,
+                prompt_ids=s.prompt_ids,
+                output_ids=outputs[0],
+                arrival_s=max(0.0, s.send_s),
+                n=len(outputs),
+                sample_output_ids=tuple(outputs) if len(outputs) > 1 else (),
+                salt=s.request.salt,
             )
+        )
     return out
 
 
@@ -112,7 +115,8 @@ def predict(
     twin = build_engine(
         cfg, _Context(facts.max_model_len), executor="simulated", hardware=twin_hardware(hardware)
     )
-    records = twin.run(requests, max_concurrency=1 if one_at_a_time else None) if requests else []
+    cap = 1 if one_at_a_time else None
+    records = drive(twin, requests, scripted=True, max_concurrency=cap) if requests else []
     stats = twin.cache.stats()
     knobs = {
         **cfg.design_knobs(),

@@ -1,13 +1,18 @@
-"""One benchmark run: generate requests, warm up, flush, measure, check, write results.
+"""One run of one configuration, the only place a run is prepared, measured and recorded.
 
-    workload ─▶ arrivals ─▶ fan-out ─▶ Engine (warm-up ▸ flush ▸ measured run) ─▶ rows ─▶ files
+    compose ▸ start (claim the run dir, manifest) ▸ prepare (requests, engine, warm-up, flush)
+        ▸ measure (the client layer drives the target) ▸ finish (leak check, tables, summary)
 
-The cache-state protocol of benchmarking.md §4 is followed and recorded: warm-up on unrelated
-tokens, a flush that must succeed, then the measured window from an empty cache.
+The CLI (harness/execute.py), the claims (harness/claims/experiment.py) and the overhead tool
+(harness/overhead.py) all call these functions; only this module warms up, flushes and drives a
+measured run (a test enforces it). The cache-state protocol of benchmarking.md §4 is followed
+and recorded: warm-up on unrelated tokens, a flush that must succeed, then the measured window
+from an empty cache with the step and bookkeeping counters zeroed.
 """
 
 from __future__ import annotations
 
+import cProfile
 import gc
 import logging
 import os
@@ -16,17 +21,25 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
 from engines.engine import Engine
-from engines.request import GenerationRequest
-from harness.checks import check_requests
-from harness.config import RunConfig
-from harness.load import fan_out, resolve_mode, with_arrivals
+from engines.records import RequestRecord
+from harness.checks import check_known_keys, check_requests, check_run_config
+from harness.client.arrivals import resolve_mode, with_arrivals
+from harness.client.inprocess import completion_request, drive
+from harness.config import CONF_DIR, RunConfig
+from harness.identity import claim, fingerprint
+from harness.manifest import VIRTUAL_DEVICE, build_manifest
 from harness.metrics import (
     RunContext,
     format_summary,
@@ -39,7 +52,7 @@ from harness.metrics import (
 from harness.results import RunDir
 from harness.rowlog import RowLog
 from harness.tokenspace import token_space_for
-from workloads.base import generate_with_notes
+from workloads.base import TokenSpace, generate_with_notes
 from workloads.bounds import run_bounds
 from workloads.progress import progress
 from workloads.request import Request
@@ -52,6 +65,14 @@ class RunInterrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM arrived (a KeyboardInterrupt, so no `except Exception` swallows it)."""
 
 
+@dataclass(frozen=True)
+class Composed:
+    """A checked configuration and its resolved form (what the manifest records)."""
+
+    cfg: RunConfig
+    resolved: dict
+
+
 @dataclass
 class RunOutcome:
     summary: dict
@@ -59,61 +80,119 @@ class RunOutcome:
 
 
 @dataclass(frozen=True)
-class _SetUp:
-    """A run ready to measure: its requests, fanned out, and a warmed-up, flushed engine."""
+class Prepared:
+    """A run ready to measure: its requests with arrival times, and a warmed-up, flushed engine."""
 
     workload_requests: list[Request]
-    gen_requests: list[GenerationRequest]
     engine: Engine
     warm: dict  # warm-up facts and the workload's notes, both for the summary
 
 
+@dataclass(frozen=True)
+class Measured:
+    """How the measured window ended, what it cost on this host, and the records the client
+    received (in finish order; on an interrupt, exactly those delivered before it)."""
+
+    status: str  # ok | interrupted | failed
+    error: str | None
+    wall_s: float
+    cpu_s: float
+    records: list[RequestRecord]
+
+
+def compose(overrides: list[str], job_name: str = "harness") -> Composed:
+    """The configuration `python -m harness OVERRIDES` would run, composed and checked."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=job_name):
+        return checked(hydra_compose(config_name="config", overrides=overrides))
+
+
+def checked(dcfg: DictConfig) -> Composed:
+    """A composed Hydra config as a checked RunConfig (unknown keys and bad values refused)."""
+    check_known_keys(dcfg)
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, RunConfig)
+    check_run_config(cfg)
+    resolved = OmegaConf.to_container(dcfg, resolve=True)
+    assert isinstance(resolved, dict)
+    return Composed(cfg, resolved)
+
+
+def identity(composed: Composed) -> dict[str, str]:
+    """What the manifest records beside the config: the device as resolved, the fingerprint."""
+    cfg = composed.cfg
+    if cfg.executor == "real":
+        from engines.build import resolve_device
+
+        device = str(resolve_device(cfg.device))
+    else:
+        device = VIRTUAL_DEVICE
+    return {"device": device, "config_fingerprint": fingerprint(composed.resolved)}
+
+
+def start(run_dir: Path, overwrite: bool) -> tuple[RunDir, RowLog]:
+    """Claim `run_dir` (never another run's results) and open its append-only rows file."""
+    out = RunDir(Path(run_dir))
+    return out, RowLog(claim(out.path, RunDir.ROWS, overwrite))
+
+
+def write_manifest(out: RunDir, composed: Composed) -> None:
+    out.write_manifest(build_manifest(composed.resolved, composed.cfg.seed, identity(composed)))
+
+
 def run(cfg: RunConfig, out: RunDir, rows: RowLog) -> RunOutcome:
-    """Measure one run whose directory is claimed (`rows` is its append-only rows file)."""
+    """Prepare, measure and record one run whose directory is claimed."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:
         with collector_paused():
-            setup = _set_up(cfg)
+            prepared = prepare(cfg)
             gc.freeze()  # before the collector is back, which would walk them all once more
-        return _measure(cfg, out, rows, setup)
+        return _measure_and_finish(cfg, out, rows, prepared)
     finally:
         gc.unfreeze()  # cycles among the set-up objects are found again from here on
 
 
-def _set_up(cfg: RunConfig) -> _SetUp:
+def prepare(cfg: RunConfig) -> Prepared:
+    """Generate the requests, build the engine, check every request fits, warm up and flush."""
     space = token_space_for(cfg.model)
     generated = generate_with_notes(cfg.workload, cfg.seed, space)
     workload_requests = with_arrivals(generated.requests, cfg.load, cfg.seed)
     check_requests(workload_requests, cfg.load)
-    gen_requests = fan_out(workload_requests, scripted=cfg.decode == "scripted")
     engine = build_engine(
         cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
     )
     _cap_torch_threads(cfg.threads)
-    engine.check_fits(gen_requests)
-    warm = {**_warm_up(engine, cfg, space), **generated.notes}
-    return _SetUp(workload_requests, gen_requests, engine, warm)
+    engine.check_fits([completion_request(r, scripted=False) for r in workload_requests])
+    warm = {**warm_up_and_flush(engine, cfg, space), **generated.notes}
+    return Prepared(workload_requests, engine, warm)
 
 
-def _measure(cfg: RunConfig, out: RunDir, rows: RowLog, setup: _SetUp) -> RunOutcome:
-    """The measured window, then the files (summary and tables)."""
-    engine, workload_requests = setup.engine, setup.workload_requests
-    by_id = {r.request_id: r for r in workload_requests}
-    index_of = {rid: i for i, rid in enumerate(by_id)}
-    ctx = asdict(_context(cfg, out.path))
-
-    def on_finish(record) -> None:
-        rows.append(request_row(record, by_id[record.parent_id], index_of[record.parent_id], ctx))
-        bar.update(1)
-
-    t_start = time.perf_counter()
+def measure(
+    cfg: RunConfig,
+    prepared: Prepared,
+    on_finish: Callable[[RequestRecord], None] | None = None,
+    profile: cProfile.Profile | None = None,
+) -> Measured:
+    """The measured window: the client layer sends the workload to the engine. An interrupt or
+    a crash ends it early with the records received until then kept (`Measured.records`)."""
     status, error = "ok", None
-    total = len(setup.gen_requests)
-    bar = progress(None, f"{cfg.workload.name}/{cfg.engine.cache}", "req", total=total)
+    received: list[RequestRecord] = []
+
+    def deliver(record: RequestRecord) -> None:
+        received.append(record)
+        if on_finish is not None:
+            on_finish(record)
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    if profile is not None:
+        profile.enable()
     try:
-        engine.run(
-            setup.gen_requests, on_finish=on_finish, max_concurrency=cfg.load.max_concurrency
+        drive(
+            prepared.engine,
+            prepared.workload_requests,
+            scripted=cfg.decode == "scripted",
+            max_concurrency=cfg.load.max_concurrency,
+            on_finish=deliver,
         )
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
@@ -121,14 +200,47 @@ def _measure(cfg: RunConfig, out: RunDir, rows: RowLog, setup: _SetUp) -> RunOut
         traceback.print_exc(file=sys.stderr)
         status, error = "failed", f"{type(exc).__name__}: {exc}"
     finally:
+        if profile is not None:
+            profile.disable()
+    wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
+    return Measured(status, error, wall_s, cpu_s, received)
+
+
+def _measure_and_finish(
+    cfg: RunConfig, out: RunDir, rows: RowLog, prepared: Prepared
+) -> RunOutcome:
+    """The measured window with every finished row appended as it finishes, then the files."""
+    by_id = {r.request_id: r for r in prepared.workload_requests}
+    index_of = {rid: i for i, rid in enumerate(by_id)}
+    ctx = asdict(_context(cfg, out.path))
+    total = sum(r.n for r in prepared.workload_requests)
+    bar = progress(None, f"{cfg.workload.name}/{cfg.engine.cache}", "req", total=total)
+
+    def on_finish(record: RequestRecord) -> None:
+        rows.append(request_row(record, by_id[record.parent_id], index_of[record.parent_id], ctx))
+        bar.update(1)
+
+    try:
+        measured = measure(cfg, prepared, on_finish)
+    finally:
         bar.close()
     with interrupts_deferred():  # what was measured is final now: write it whole
-        wall_s = time.perf_counter() - t_start
-        return _finish(cfg, out, rows, engine, workload_requests, setup.warm, status, error, wall_s)
+        return finish(Finished(cfg, out, rows, prepared, measured))
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Everything `finish` records: the run, its files and how its measured window ended."""
+
+    cfg: RunConfig
+    out: RunDir
+    rows: RowLog
+    prepared: Prepared
+    measured: Measured
 
 
 @contextmanager
-def collector_paused():
+def collector_paused() -> Iterator[None]:
     """No garbage collection while the run is set up. Expanding a whole trace makes ~10^5
     long-lived objects (requests, replies) that form no cycles, and each full collection
     meanwhile walked all of them again; frozen afterwards (`run`), they stay out of the
@@ -163,28 +275,33 @@ def _context(cfg: RunConfig, run_dir: Path) -> RunContext:
     )
 
 
-def _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall_s) -> RunOutcome:
+def finish(run: Finished) -> RunOutcome:
     """Leak check, tables, summary and files of a run whose measured window has ended."""
+    cfg, out, engine = run.cfg, run.out, run.prepared.engine
+    status, error = run.measured.status, run.measured.error
     if status == "ok":
         status, error = _idle_check(engine)
-    records = engine.records
+    records = run.measured.records
     duration_s = max((r.finish_s for r in records), default=0.0)
+    workload_requests = run.prepared.workload_requests
     by_id = {r.request_id: r for r in workload_requests}
     table = request_table(records, by_id, _context(cfg, out.path))
     out.write_requests(table)
-    extra = _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table)
+    extra = _extras(run, status, error, table)
     summary = summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
     if cfg.save_tokens:
         out.write_tokens(token_rows(table, records, by_id))
+    if engine.loop.step_log is not None:
+        out.write_steps(engine.loop.step_log)
     out.write_summary(summary)
-    rows.close()
+    run.rows.close()
     out.rows_path.unlink()  # the rows are in requests.parquet now
     log.info("%s", format_summary(summary))
     return RunOutcome(summary, out.path)
 
 
 @contextmanager
-def interrupts_deferred():
+def interrupts_deferred() -> Iterator[None]:
     """Ignore SIGINT/SIGTERM until the block ends: they arrive after the measured window, and the
     finished rows must reach disk whole rather than be lost to a second Ctrl-C. (Handlers, not a
     signal mask: any thread may take a process signal, but Python handlers run in the main one.)"""
@@ -199,14 +316,15 @@ def interrupts_deferred():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-def _warm_up(engine: Engine, cfg: RunConfig, space) -> dict:
-    """Run unrelated requests, then flush; the flush must succeed (benchmarking.md §4)."""
-    info = {"warmup_policy": "none", "warmup_requests": 0}
+def warm_up_and_flush(engine: Engine, cfg: RunConfig, space: TokenSpace) -> dict:
+    """Run unrelated requests, then flush; the flush must succeed (benchmarking.md §4). The
+    step and bookkeeping counters start from zero for the measured window."""
+    info: dict[str, object] = {"warmup_policy": "none", "warmup_requests": 0}
     if cfg.warmup.enabled and cfg.warmup.num_requests > 0:
         reqs = warmup_requests(
             space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len
         )
-        engine.run(fan_out(reqs, scripted=True))
+        drive(engine, reqs, scripted=True)
         engine.records.clear()
         info = {"warmup_policy": "unrelated", "warmup_requests": len(reqs)}
     flushed = engine.cache.reset()
@@ -232,8 +350,9 @@ def _idle_check(engine: Engine) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table) -> dict:
+def _extras(run: Finished, status: str, error: str | None, table: object) -> dict:
     """Measurements beside the request table's; the configuration is in manifest.json."""
+    cfg, engine, workload_requests = run.cfg, run.prepared.engine, run.prepared.workload_requests
     stats = engine.cache.stats()
     return {
         "date": time.strftime("%Y%m%d-%H%M%S"),
@@ -253,10 +372,10 @@ def _extras(cfg, engine, workload_requests, warm, status, error, wall_s, table) 
         "evicted_tokens": stats.evicted_tokens,
         "cache_bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
         "num_steps": engine.loop.num_steps,
-        "wall_s": wall_s,
+        "wall_s": run.measured.wall_s,
         "status": status,
         "error": error,
-        **warm,
+        **run.prepared.warm,
     }
 
 
@@ -269,7 +388,7 @@ def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:
     return profile
 
 
-def _bounds(cfg: RunConfig, workload_requests) -> dict:
+def _bounds(cfg: RunConfig, workload_requests: list[Request]) -> dict:
     """Ideal, LRU-capped and Belady hit rates from the token streams (see BoundsConfig)."""
     g = cfg.engine.block_size
     gs = set(cfg.bounds.granularities) | ({g} if cfg.bounds.include_engine_granularity else set())
