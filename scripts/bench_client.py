@@ -1,4 +1,4 @@
-"""The server client's own cost at rising open-loop Poisson rates (docs/servers.md §1.7).
+"""The server client's own cost at rising open-loop Poisson rates (docs/servers.md §1.6).
 
     python scripts/bench_client.py --url http://127.0.0.1:8000 [--rates 25 50 100 200] [--n 400]
 
