@@ -309,3 +309,13 @@ def test_prometheus_counters_are_summed_over_label_sets():
         "block_size": "32",
         "num_gpu_blocks": "129",
     }
+
+
+def test_presets_pick_the_twin_and_engine_overrides_it():
+    from harness.pipeline import compose
+
+    assert compose(["server=vllm"]).cfg.engine.cache == "apc"
+    assert compose(["server=sglang"]).cfg.engine.cache == "radix"
+    assert compose(["server=sglang", "engine=apc"]).cfg.engine.cache == "apc"
+    assert compose(["server=openai"]).cfg.server.reset_cache is False
+    assert compose([]).cfg.server is None  # the in-process engine stays the default target
