@@ -27,7 +27,7 @@ from engines.records import RequestRecord
 from harness.checks import check_requests
 from harness.client.arrivals import resolve_mode, with_arrivals
 from harness.errors import BadInput
-from harness.metrics import RunContext, format_summary, request_row, summarize
+from harness.metrics import RunContext, format_summary, request_row, summarize, summary_dict
 from harness.results import RunDir
 from harness.rowlog import RowLog
 from harness.server import prometheus
@@ -375,13 +375,15 @@ def _finish(cfg, out, rows, requests, m: Measured, notes, wall_s) -> dict:
     ok = table[table["status"] == OK]
     duration_s = float(ok["finish_s"].max()) if len(ok) else 0.0
     extra = _extras(cfg, requests, m, table, twin, one_at_a_time, wall_s, notes)
-    summary = summarize(
-        ok,
-        itls,
-        duration_s,
-        extra,
-        metrics=cfg.metrics,
-        num_failed=int((table["status"] != OK).sum()),
+    summary = summary_dict(
+        summarize(
+            ok,
+            itls,
+            duration_s,
+            extra,
+            metrics=cfg.metrics,
+            num_failed=int((table["status"] != OK).sum()),
+        )
     )
     _update_manifest(out, cfg, m, twin)
     out.write_summary(summary)
