@@ -319,3 +319,22 @@ def test_presets_pick_the_twin_and_engine_overrides_it():
     assert compose(["server=sglang", "engine=apc"]).cfg.engine.cache == "apc"
     assert compose(["server=openai"]).cfg.server.reset_cache is False
     assert compose([]).cfg.server is None  # the in-process engine stays the default target
+
+
+def test_parallel_samples_are_one_request_and_the_counter_matches_the_twin(vllm_server, tmp_path):
+    """n = 4 goes out as one API request (seeded sampling: vLLM refuses n > 1 when greedy); its
+    usage reports one sample's cached tokens, the counter every sample's, and the twin's total
+    over every sample equals the counter."""
+    summary, table, _ = server_run(
+        vllm_server,
+        tmp_path,
+        "par",
+        "workload=parallel",
+        "workload.num_prompts=3",
+        "load.max_concurrency=1",
+    )
+    assert summary["failed"] == 0 and len(table) == 12
+    assert sorted(table["sample_index"].unique()) == [0, 1, 2, 3]
+    assert summary["server_hits_delta"] > 0
+    assert summary["twin_matches_counter"] is True
+    assert summary["twin_matches"] == summary["twin_requests"] == 3  # the rows with their own count

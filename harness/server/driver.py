@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -54,7 +55,8 @@ BodyFn = Callable[[Request, tuple[int, ...]], dict]
 def completion_body(
     flavour: Flavour, model: str, req: Request, prompt: Sequence[int], closed: bool = True
 ) -> dict:
-    """Token-exact: prompt ids, an exact output length, greedy, streamed with usage."""
+    """Token-exact: prompt ids, an exact output length, greedy (n > 1: seeded sampling),
+    streamed with usage."""
     body: dict[str, object] = {
         "model": model,
         "prompt": list(prompt),
@@ -67,6 +69,11 @@ def completion_body(
     }
     for name in flavour.fixed_length_fields:
         body[name] = req.output_len
+    if req.n > 1:
+        # vLLM refuses n > 1 under greedy sampling ("n must be 1 when using greedy sampling"):
+        # sample, seeded per request so a rerun sends the same; the twin replays what came back.
+        body["temperature"] = 1.0
+        body["seed"] = zlib.crc32(req.request_id.encode())
     if req.salt is not None:
         body["cache_salt"] = req.salt
     return body

@@ -348,7 +348,9 @@ def _records(s: Sent) -> list[tuple[RequestRecord, dict]]:
             "error": reply.error,
             "prompt_source": s.prompt_source,
             "send_lag_ms": (s.send_s - s.scheduled_s) * 1e3,
-            "cached_tokens_reported": reply.cached_tokens is not None,
+            # vLLM's usage carries one sample's cached tokens per API request (n > 1: the
+            # first's); the other samples' rows repeat it but are not comparable per row.
+            "cached_tokens_reported": reply.cached_tokens is not None and index == 0,
         }
         out.append((rec, extra))
     return out
@@ -425,7 +427,11 @@ def _table(writer, sent, requests, facts, twin: TwinResult | None) -> pd.DataFra
             row["_times"] = list(rec.token_times_s)
             predicted = twin.predicted.get(rec.request_id) if twin else None
             row["predicted_cached_tokens"] = predicted
-            row["twin_match"] = predicted is not None and predicted == rec.cached_tokens
+            row["twin_match"] = (
+                predicted is not None
+                and row["cached_tokens_reported"]
+                and predicted == rec.cached_tokens
+            )
             rows.append(row)
     df = pd.DataFrame(rows)
     df["_release"] = [release_s[p] for p in df["parent_id"]]
@@ -440,7 +446,7 @@ def _table(writer, sent, requests, facts, twin: TwinResult | None) -> pd.DataFra
 
 def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, notes) -> dict:
     ok = table[table["status"] == OK]
-    measured_sum = int(ok["cached_tokens"].sum())
+    measured_sum = int(ok.loc[ok["cached_tokens_reported"], "cached_tokens"].sum())
     hits_delta = _delta(m.before.hits, m.after.hits)
     queries_delta = _delta(m.before.queries, m.after.queries)
     failures = table[table["status"] != OK]
@@ -452,10 +458,14 @@ def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, note
         warnings.append(
             f"the run should start cold but its first request hit {cold_hits} cached tokens"
         )
+    fanned = any(r.n > 1 for r in requests)
     if hits_delta is not None and hits_delta != measured_sum:
+        why = (
+            " (n > 1: the replies report one sample's cached tokens per request)" if fanned else ""
+        )
         warnings.append(
             f"the server's hit counter moved by {hits_delta} tokens but the replies report "
-            f"{measured_sum}"
+            f"{measured_sum}{why}"
         )
     for w in warnings:
         log.warning("warning: %s", w)
@@ -489,7 +499,7 @@ def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, note
         **m.cache_state,
         **notes,
     }
-    extra.update(_twin_summary(ok, twin))
+    extra.update(_twin_summary(ok, twin, hits_delta))
     return extra
 
 
@@ -510,15 +520,18 @@ def _status(table, failures) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _twin_summary(ok: pd.DataFrame, twin: TwinResult | None) -> dict:
+def _twin_summary(ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | None) -> dict:
+    """Per-row comparisons where the server reported the row's own count; the twin's total over
+    every sample against the server's counter, which counts every sample (n > 1 too)."""
     if twin is None:
         return {"twin": None}
     pred = ok["predicted_cached_tokens"]
-    have = pred.notna()
+    have = pred.notna() & ok["cached_tokens_reported"].astype(bool)
     diff = (ok.loc[have, "cached_tokens"] - pred[have].astype(int)).abs()
     num_in = int(ok["prompt_tokens"].sum())
-    predicted_sum = int(pred[have].sum())
+    predicted_sum = int(pred[pred.notna()].sum())
     return {
+        "twin_matches_counter": None if hits_delta is None else predicted_sum == hits_delta,
         "twin_engine": twin.engine,
         "twin_one_at_a_time": twin.one_at_a_time,
         "twin_requests": int(have.sum()),
