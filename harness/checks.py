@@ -42,6 +42,8 @@ def check_run_config(cfg) -> None:
     check_executor_hardware(cfg.executor, cfg.hardware)
     if cfg.hardware is not None:
         cfg.hardware.validate()
+    if cfg.server is not None:
+        cfg.server.validate()
     require_name("workload.name", cfg.workload.name)
     if cfg.label is not None:
         require_name("label", cfg.label)

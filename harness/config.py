@@ -1,7 +1,8 @@
 """Run configuration: dataclass schemas registered in Hydra's ConfigStore; YAML only selects/overrides.
 
 Groups: `engine` (EngineConfig), `model` (ModelConfig), `workload` (one schema per family,
-registered as `base_<family>`), `hardware` (cost models of the simulated executor). Every entry
+registered as `base_<family>`), `hardware` (cost models of the simulated executor), `server`
+(ServerConfig: a live server as the target, `engine` then names its twin). Every entry
 point imports this module, so the schemas exist before Hydra composes (docs/benchmarking.md §13).
 Code below the CLI receives these dataclasses, never a DictConfig.
 """
@@ -18,6 +19,7 @@ from omegaconf import MISSING
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from harness.identity import register_resolver
+from harness.server.config import ServerConfig
 
 
 def _conf_dir() -> Path:
@@ -105,6 +107,7 @@ class RunConfig:
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     hardware: Any = None  # cost model of the simulated executor
+    server: Any = None  # a live server as the target (harness/server/config.py ServerConfig)
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy
     executor: str = "real"  # real | simulated
@@ -148,6 +151,7 @@ def register_configs() -> None:
     cs.store(name="base_serve", node=ServeConfig)
     cs.store(group="engine", name="base_engine", node=EngineConfig)
     cs.store(group="model", name="base_model", node=ModelConfig)
+    cs.store(group="server", name="base_server", node=ServerConfig)
     for family in FAMILIES.names():
         cs.store(group="workload", name=f"base_{family}", node=FAMILIES.get(family).params_cls)
     _register_hardware(cs)
