@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from engines.clock import WallClock
 from engines.config import EngineConfig
 from engines.engine import Engine
-from engines.executor import Executor, ExecutorContext
+from engines.errors import BadInput
+from engines.executor import Executor, ExecutorContext, ModelLimits
 from engines.frontend import FRONTENDS
 from engines.loop import StepLoop
 from engines.registry import Registry
@@ -28,10 +29,15 @@ def build_real_executor(ctx: ExecutorContext) -> Executor:
     """The model forward on a paged KV pool sized to the cache, on the wall clock."""
     from engines.attention.backend import get_attention_backend
     from engines.kv_pool import KVPool
+    from engines.model.config import ModelConfig
     from engines.model.weights import build_model
     from engines.real_executor import RealExecutor
 
     mc = ctx.model_config
+    if not isinstance(mc, ModelConfig):
+        raise BadInput(
+            f"executor=real runs a model: it needs a ModelConfig, not {type(mc).__name__}"
+        )
     device = resolve_device(ctx.device)
     model = build_model(mc, device)
     kv_pool = KVPool(
@@ -63,7 +69,7 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 def build_engine(
     engine_config: EngineConfig,
-    model_config: ModelConfig,
+    model_config: ModelConfig | ModelLimits,
     executor: str = "real",
     device: str = "auto",
     **options: Any,

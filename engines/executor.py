@@ -52,12 +52,20 @@ class Executor(Protocol):
         ...
 
 
+class ModelLimits(Protocol):
+    """What the engine needs of a model it does not run (the simulated executor, a server's
+    twin): its context length. A ModelConfig is one."""
+
+    @property
+    def max_position_embeddings(self) -> int | None: ...
+
+
 @dataclass(frozen=True)
 class ExecutorContext:
     """What an executor factory (engines/build.py `EXECUTORS`) builds an executor from."""
 
     engine_config: EngineConfig
-    model_config: ModelConfig
+    model_config: ModelConfig | ModelLimits  # the real executor needs a ModelConfig
     cache: PrefixCache
     device: str  # as configured ("auto", "cpu", "cuda:0"); executors that need torch resolve it
     options: dict[str, Any]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, cast
+from dataclasses import asdict
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -18,21 +18,15 @@ import pandas as pd
 from engines.records import RequestRecord
 from harness.config import MetricsConfig
 from harness.errors import BadInput
+from harness.summary import (
+    CacheFigures,
+    LatencyStats,
+    RunContext,
+    RunSummary,
+    SglangRates,
+    Throughput,
+)
 from workloads.request import Request
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What identifies a run; copied onto every row of its request table."""
-
-    workload: str
-    workload_version: int
-    engine: str
-    policy: str
-    block_size: int
-    seed: int
-    run_id: str
-
 
 _STR = pd.StringDtype()  # nullable (pd.NA), and round-trips through parquet on pandas 2 and 3
 _INT = "int64"
@@ -169,16 +163,16 @@ def summarize(
     context: RunContext | None = None,
     num_failed: int = 0,
     metrics: MetricsConfig | None = None,
-) -> dict:
-    """Aggregate the measured window's request table into a JSON-safe summary.
+) -> RunSummary:
+    """Aggregate the measured window's request table into the run's summary record.
 
     `df` holds the successful requests of the measured window. `itls_ms` is either `itls_ms(records)`
     (request_id -> ITLs; ids missing from `df` are ignored) or an already pooled list of ITLs, which
     gives the same statistics but no `max_output_tokens_per_s` (None): that peak needs each
-    request's token times. `context` fields, when given, come first; `extra`
-    (ideal_hit_rate, evictions, status, ...) is merged last and wins. NaN becomes None, and
-    +-inf the strings "inf"/"-inf" (vLLM writes request_rate=inf that way). `metrics` picks the
-    percentiles and the goodput SLOs (defaults: MetricsConfig()).
+    request's token times. `context` fields, when given, come first in `as_dict()`; `extra`
+    (ideal_hit_rate, evictions, status, ...) is merged last and wins. `metrics` picks the
+    percentiles and the goodput SLOs (defaults: MetricsConfig()). `summary_dict` gives the
+    JSON-safe object summary.json holds.
     """
     metrics = metrics or MetricsConfig()
     percentiles = tuple(metrics.percentiles)
@@ -199,11 +193,8 @@ def summarize(
     num_cached = int(df["cached_tokens"].sum())
     e2el = df["e2el_ms"].tolist()
     peak_tokens, peak_requests = _peaks(df, itl_lists)
-
-    out: dict[str, object] = {}
-    if context is not None:
-        out.update(asdict(context), backend=context.engine)
-    out.update(
+    overlapping = peak_overlap(df["arrival_s"].to_numpy(), df["finish_s"].to_numpy())
+    throughput = Throughput(
         duration=duration_s,
         completed=len(ids),
         failed=num_failed,
@@ -215,31 +206,37 @@ def summarize(
         total_token_throughput=_rate(num_in + num_out, duration_s),
         max_output_tokens_per_s=peak_tokens,
         max_concurrent_requests=peak_requests,
+        max_overlapping_requests=overlapping,
     )
-    out.update(_stats("ttft_ms", df["ttft_ms"].tolist(), percentiles))
-    out.update(_stats("tpot_ms", df["tpot_ms"].dropna().tolist(), percentiles))
-    out.update(_stats("itl_ms", pooled_itl, (*percentiles, 95)))
-    out["max_itl_ms"] = float(pooled_itl.max()) if len(pooled_itl) else 0.0
-    out.update(_stats("e2el_ms", e2el, percentiles))
-    out.update(_stats("queue_delay_ms", df["queue_delay_ms"].tolist(), percentiles))
-    # SGLang bench_serving names for the same quantities.
-    out.update(
+    latencies = (
+        _stats("ttft_ms", df["ttft_ms"].tolist(), percentiles),
+        _stats("tpot_ms", df["tpot_ms"].dropna().tolist(), percentiles),
+        _stats("itl_ms", pooled_itl, (*percentiles, 95)),
+        _stats("e2el_ms", e2el, percentiles),
+        _stats("queue_delay_ms", df["queue_delay_ms"].tolist(), percentiles),
+    )
+    sglang = SglangRates(  # SGLang bench_serving names for the same quantities
         input_throughput=_rate(num_in, duration_s),
         total_throughput=_rate(num_in + num_out, duration_s),
         concurrency=_rate(sum(e2el) / 1e3, duration_s),
     )
-    for stat in ("mean", "median", "std", *(percentile_name(p) for p in percentiles)):
-        out[f"{stat}_e2e_latency_ms"] = out[f"{stat}_e2el_ms"]
     # Measured hit rate (docs/benchmarking.md §5.1): first-admission reuse over client-side prompts.
-    hit_rate = num_cached / num_in if num_in else None
-    out.update(
+    cache = CacheFigures(
         prompt_tokens_cached=num_cached,
-        hit_rate=hit_rate,
+        hit_rate=num_cached / num_in if num_in else None,
         recomputed_tokens=int(df["recomputed_tokens"].sum()),
         num_preemptions=int(df["num_preemptions"].sum()),
     )
-    out.update(extra or {})
-    return cast(dict[str, Any], json_safe(out))
+    max_itl_ms = float(pooled_itl.max()) if len(pooled_itl) else 0.0
+    return RunSummary(throughput, latencies, max_itl_ms, sglang, cache, context, dict(extra or {}))
+
+
+def summary_dict(summary: RunSummary) -> dict:
+    """The JSON-safe flat object of summary.json: NaN becomes None, +-inf "inf"/"-inf" (vLLM
+    writes request_rate=inf that way)."""
+    out = json_safe(summary.as_dict())
+    assert isinstance(out, dict)
+    return out
 
 
 def _rate(amount: float, duration_s: float) -> float | None:
@@ -248,19 +245,13 @@ def _rate(amount: float, duration_s: float) -> float | None:
 
 def _stats(
     name: str, values: Sequence[float] | np.ndarray, percentiles: Sequence[float]
-) -> dict[str, float]:
+) -> LatencyStats:
     """mean/median/population std/percentiles (linear interpolation); an empty list counts as 0."""
     arr = np.asarray(values, dtype=float) if len(values) else np.zeros(1)
-    out = {f"mean_{name}": arr.mean(), f"median_{name}": np.median(arr), f"std_{name}": arr.std()}
     ps = sorted(set(percentiles))  # one partition for all: each value is as if computed alone
-    for p, value in zip(ps, np.percentile(arr, ps) if ps else ()):
-        out[f"{percentile_name(p)}_{name}"] = value
-    return out
-
-
-def percentile_name(p: float) -> str:
-    """vLLM's field prefix: p99 for 99 or 99.0, p99.9 for 99.9."""
-    return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+    values_at = np.percentile(arr, ps) if ps else ()
+    pairs = tuple((float(p), float(v)) for p, v in zip(ps, values_at))
+    return LatencyStats(name, float(arr.mean()), float(np.median(arr)), float(arr.std()), pairs)
 
 
 def parse_slos(text: str | None) -> dict[str, float]:
@@ -307,11 +298,25 @@ def check_metrics(metrics: MetricsConfig) -> None:
             raise BadInput(f"metrics.percentiles: each must be a number in [0, 100], got {p!r}")
 
 
+def peak_overlap(arrival_s: np.ndarray, finish_s: np.ndarray) -> int:
+    """The most requests in flight at one instant: each is in flight from its arrival to its
+    finish, and one that finishes at the instant another arrives does not overlap it."""
+    if not len(arrival_s):
+        return 0
+    times = np.concatenate([finish_s, arrival_s])
+    steps = np.concatenate([-np.ones(len(finish_s), int), np.ones(len(arrival_s), int)])
+    order = np.lexsort((steps, times))  # at equal times, finishes (-1) before arrivals (+1)
+    return int(np.cumsum(steps[order]).max())
+
+
 def _peaks(df: pd.DataFrame, itl_lists: list[np.ndarray] | None) -> tuple[float | None, int]:
     """Peak output tokens and active requests over 1-second buckets from the first arrival.
 
-    Token times are reconstructed as first_token + cumulative ITLs, as vLLM does. A request is
-    active in every bucket from its arrival's to its finish's, both included.
+    vLLM's definition (`calculate_metrics` in vllm/benchmarks/serve.py, vLLM 0.33): token times are
+    reconstructed as first_token + cumulative ITLs, and a request counts as active in every
+    1-second bucket from its arrival's to its finish's, both included, so two back-to-back turns
+    of one conversation that meet inside a second both count: `max_concurrent_requests` can
+    exceed what ever overlapped (`peak_overlap`, printed beside it).
     """
     if df.empty:
         return 0.0, 0
@@ -373,16 +378,25 @@ _ROWS: tuple[tuple[str, str], ...] = (  # (label, summary key), as vLLM prints t
     ("Output token throughput (tok/s):", "output_throughput"),
     ("Peak output token throughput (tok/s):", "max_output_tokens_per_s"),
     ("Peak concurrent requests:", "max_concurrent_requests"),
+    ("Peak overlapping requests (exact):", "max_overlapping_requests"),
     ("Total Token throughput (tok/s):", "total_token_throughput"),
 )
+# summary["clock"]: what `duration` and every latency are measured on.
+CLOCKS = {"wall": "wall clock", "virtual": "virtual clock (simulated executor)"}
 
 
 def format_summary(summary: Mapping[str, object]) -> str:
     """A vLLM-style printed block, plus the prefix-cache figures; absent values print as n/a."""
-    lines = [f"{' Serving Benchmark Result ':=^50}"]
+    virtual = summary.get("clock") == "virtual"
+    title = (
+        " Serving Benchmark Result (virtual clock) " if virtual else " Serving Benchmark Result "
+    )
+    lines = [f"{title:=^50}"]
+    if virtual:  # a simulated run's seconds are the cost model's, not the time it took
+        lines.append(_line("Clock:", f"virtual, hardware {summary.get('hardware') or 'n/a'}"))
     # Goodput is printed only when SLOs were given, as vLLM does.
     lines += [
-        _line(label, summary.get(key))
+        _line(_virtual(label) if virtual else label, summary.get(key))
         for label, key in _ROWS
         if key != "request_goodput" or summary.get(key) is not None
     ]
@@ -393,12 +407,17 @@ def format_summary(summary: Mapping[str, object]) -> str:
         ("End-to-end Latency", "E2EL", "e2el_ms"),
     )
     for heading, short, key in sections:
-        lines.append(f"{heading:-^50}")
+        lines.append(f"{heading + (' (virtual)' if virtual else ''):-^50}")
+        unit = "(ms, virtual):" if virtual else "(ms):"
         for stat, label in (("mean", "Mean"), ("median", "Median"), ("p99", "P99")):
-            lines.append(_line(f"{label} {short} (ms):", summary.get(f"{stat}_{key}")))
+            lines.append(_line(f"{label} {short} {unit}", summary.get(f"{stat}_{key}")))
     lines.append(f"{'Prefix Cache':-^50}")
     lines.append(_line("Prefix cache hit rate (%):", _percent(summary.get("hit_rate"))))
     lines.append(_line("Ideal hit rate (%):", _percent(summary.get("ideal_hit_rate"))))
+    # At the engine's own block/page size above; at page 1 here, the same for every engine.
+    lines.append(
+        _line("Ideal hit rate, page 1 (%):", _percent(summary.get("ideal_hit_rate_token")))
+    )
     lines.append(_line("Cached prompt tokens:", summary.get("prompt_tokens_cached")))
     lines.append(_line("Cache bookkeeping (ms):", summary.get("cache_bookkeeping_ms")))
     lines.append(_line("Evictions:", summary.get("evictions")))
@@ -406,6 +425,14 @@ def format_summary(summary: Mapping[str, object]) -> str:
     lines.append(_line("Recomputed tokens:", summary.get("recomputed_tokens")))
     lines.append("=" * 50)
     return "\n".join(lines)
+
+
+def _virtual(label: str) -> str:
+    """`Benchmark duration (s, virtual):`: units of time on a simulated run's clock."""
+    for unit in ("(s)", "(req/s)", "(tok/s)"):
+        if unit in label:
+            return label.replace(unit, f"{unit[:-1]}, virtual)")
+    return label
 
 
 def _percent(fraction: object) -> float | None:

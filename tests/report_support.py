@@ -7,6 +7,7 @@ with the fields the report reads, manifest.json with the resolved config, reques
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -37,9 +38,11 @@ def write_run(
     slowdown: float = 1.0,
     completed: int | None = None,
     rate: float | None = None,
+    extra: dict | None = None,
 ) -> Path:
+    """One run directory; `extra` ({"workload": {"max_requests": 8}}, say) merges into the config."""
     g = GRANULARITY[engine]
-    config = {
+    config: dict[str, Any] = {
         "workload": {"name": workload},
         "engine": {
             "cache": engine,
@@ -55,6 +58,8 @@ def write_run(
         "seed": seed,
         "label": None,
     }
+    for group, values in (extra or {}).items():
+        config[group] = {**(config.get(group) or {}), **values}
     summary = {
         "status": "ok",
         "workload": workload,

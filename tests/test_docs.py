@@ -87,8 +87,9 @@ CITING = [
     "workloads/README.md",
     *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")),
 ]
-# Upstream files whose path happens to start like one of ours (vLLM's design doc of APC).
-UPSTREAM = {"docs/design/prefix_caching.md"}
+# Paths that are not files of the clone: an upstream file whose path starts like one of ours
+# (vLLM's design doc of APC), and where the wheel installs conf/ (setup.py's package_dir).
+UPSTREAM = {"docs/design/prefix_caching.md", "harness/conf"}
 
 
 def _cited_path_exists(path: str, files: set[str]) -> bool:

@@ -205,7 +205,7 @@ def test_positions_beyond_the_model_context_are_refused(tiny):
 # ------------------------------------------------------------------ configs, presets, weights
 
 
-@pytest.mark.parametrize("name", ["tiny", "s", "smollm2-135m"])
+@pytest.mark.parametrize("name", ["tiny", "s", "smollm2-135m", "smollm2-rand"])
 def test_preset_yaml_only_selects_the_python_preset(name):
     """One source: the YAML holds no field value, and composing `model=<name>` gives the preset."""
     assert yaml.safe_load((CONF_DIR / f"{name}.yaml").read_text()) == {
@@ -226,7 +226,7 @@ def test_every_preset_has_a_yaml_and_back():
     mine = get_preset("tiny")
     mine.num_layers = 7
     assert PRESETS.get("tiny").num_layers == 2 == get_preset("tiny").num_layers
-    with pytest.raises(UnknownNameError, match="valid: s, smollm2-135m, tiny"):
+    with pytest.raises(UnknownNameError, match="valid: s, smollm2-135m, smollm2-rand, tiny"):
         get_preset("huge")
 
 

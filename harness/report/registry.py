@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.report import decomposition, plots, plots_load, plots_sim
+from harness.report import decomposition, plots, plots_load, plots_server, plots_sim
 from harness.report.plots import Inputs
 
 # registry: every figure
@@ -22,6 +22,7 @@ FIGURES: dict[str, Callable[[Inputs], list[str]]] = {
     "metric_vs_load": plots_load.metric_vs_load,
     "speedup": plots_load.speedup,
     "ttft_hit_miss": plots_load.ttft_hit_miss,
+    "server_twin": plots_server.server_twin,
     "trace_capacity": plots_sim.trace_capacity,
     "projected_overhead": plots_sim.projected_overhead,
     "decomposition": decomposition.decomposition,
