@@ -42,6 +42,8 @@ def check_run_config(cfg) -> None:
     check_executor_hardware(cfg.executor, cfg.hardware)
     if cfg.hardware is not None:
         cfg.hardware.validate()
+    if cfg.server is not None:
+        cfg.server.validate()
     require_name("workload.name", cfg.workload.name)
     if cfg.label is not None:
         require_name("label", cfg.label)
@@ -119,7 +121,7 @@ def check_requests(requests, load) -> None:
 
 
 def _check_load(load) -> None:
-    from harness.load import ARRIVALS
+    from harness.client.arrivals import ARRIVALS
 
     ARRIVALS.get(load.mode)  # unknown mode lists the valid ones
     if load.rate is not None:

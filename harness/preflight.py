@@ -15,7 +15,7 @@ from harness.config import CONF_DIR
 from harness.errors import config_errors, describe
 from harness.identity import holds_results
 
-GROUPS = ("workload", "engine", "model", "hardware", "suite")
+GROUPS = ("workload", "engine", "model", "hardware", "server", "suite")
 SWEEP_FLAGS = ("-m", "--multirun")
 SKIP_FLAGS = ("--help", "-h", "--cfg", "-c", "--info", "--hydra-help", "--shell-completion")
 OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir")

@@ -96,7 +96,7 @@ CASES: list[tuple[list[str], str]] = [
     # ---- unknown names list the valid ones
     (["workload=nope"], "unknown workload 'nope'; valid: agent, dataset_sharegpt, fewshot,"),
     (["engine=nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
-    (["model=nope"], "unknown model 'nope'; valid: s, smollm2-135m, tiny"),
+    (["model=nope"], "unknown model 'nope'; valid: s, smollm2-135m, smollm2-rand, tiny"),
     (["hardware=nope"], "unknown hardware 'nope'; valid:"),
     (["workload.nope=3"], "unknown field workload.nope; valid: family, group_distribution,"),
     (["engine.nope=1"], "unknown field engine.nope"),

@@ -99,8 +99,9 @@ def test_every_figure_written_as_png_and_svg(report):
         "ttft_hit_miss_tiny_real",
     }
     assert set(report.figures) == expected
-    # no simulated runs, no load sweep and no scheduler x cache square here
+    # no simulated runs, no load sweep, no scheduler x cache square and no live server here
     assert set(report.skipped) == {
+        "server_twin",
         "trace_capacity",
         "projected_overhead",
         "metric_vs_load",

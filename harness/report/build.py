@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 import harness.report.plots_load  # noqa: F401  (registers the load and speed-up figures)
+import harness.report.plots_server  # noqa: F401  (registers the live-server figures)
 import harness.report.plots_sim  # noqa: F401  (registers the simulated-executor figures)
 from harness.report.decomposition import decomposition_table
 from harness.report.plots import FIGURES, Inputs, Skip

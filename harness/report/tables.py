@@ -98,6 +98,9 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     df = runs.copy()
     df["workload"] = _coalesce(df, "workload", "config.workload.name").fillna("unknown")
     df["engine"] = _coalesce(df, "config.engine.cache", "backend").fillna("unknown")
+    if "server_flavour" in df:  # a live server is its own arm ("vllm-server"); engine is its twin
+        served = df["server_flavour"].notna()
+        df.loc[served, "engine"] = df.loc[served, "server_flavour"].astype(str) + "-server"
     upstream = df["engine"].map(UPSTREAM_SCHEDULER)
     df["scheduler"] = _coalesce(df, "config.engine.scheduler", "policy_profile.scheduler").fillna(
         upstream
@@ -115,6 +118,9 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
         _coalesce(df, "kv_capacity_tokens", "config.engine.kv_capacity_tokens")
     )
     df["model"] = _coalesce(df, "config.model.name", "model_id").fillna("unknown")
+    if "server_flavour" in df:  # the served model, not the (unused) in-process one
+        served = df["server_flavour"].notna()
+        df.loc[served, "model"] = df.loc[served, "model_id"]
     df["executor"] = _coalesce(df, "config.executor", "executor").fillna("real")
     df["seed"] = pd.to_numeric(_coalesce(df, "seed", "config.seed"))
     df["hardware"] = _coalesce(df, "config.hardware.name")
@@ -198,6 +204,8 @@ def _plain(value: object) -> str:
 
 
 def _arm(row: pd.Series) -> str:
+    if str(row["engine"]).endswith("-server"):
+        return str(row["engine"])  # the server ships its own design; `engine=` names only its twin
     parts = [str(row["engine"])]
     if row["scheduler"] not in (None, UPSTREAM_SCHEDULER.get(row["engine"])):
         parts.append(str(row["scheduler"]))  # a cross arm: apc-sglang, radix-vllm
