@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from harness.config import CONF_DIR
-from harness.errors import config_errors, describe
+from harness.errors import BAD_INPUT, config_errors, describe
 from harness.identity import holds_results
 
 GROUPS = ("workload", "engine", "model", "hardware", "suite")
@@ -116,10 +116,16 @@ def group_file_problem(group: str, name: str, dirs: tuple[Path, ...] = ()) -> st
     folder comes before the packaged configs, as in Hydra's search order."""
     import yaml
 
+    from workloads.readers import MIB, load_yaml, read_text
+
     candidates = [d / group / f"{name}.yaml" for d in (*dirs, CONF_DIR)]
-    path = next((c for c in candidates if c.is_file()), candidates[-1])
+    # The first that exists at all, as Hydra would pick it: a FIFO or a dangling link is refused
+    # here rather than hanging or failing inside Hydra.
+    path = next((c for c in candidates if c.exists() or c.is_symlink()), candidates[-1])
     try:
-        body = yaml.safe_load(path.read_text(encoding="utf-8"))
+        body = load_yaml(read_text(path, f"{group}={name}: config file", MIB), str(path))
+    except BAD_INPUT as exc:
+        return str(exc)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

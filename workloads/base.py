@@ -8,7 +8,6 @@ each schema in Hydra's ConfigStore as `workload/base_<family>`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar, NamedTuple
 
 from workloads.errors import BadInput
+from workloads.readers import check_regular, loads_json
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.tokens import TokenSpace
@@ -205,7 +205,8 @@ def resolve_data_path(path: str, what: str) -> Path:
     raw = Path(path).expanduser()
     candidates = [raw] if raw.is_absolute() else [DATA_DIR / raw, Path.cwd() / raw]
     for candidate in candidates:
-        if candidate.is_file():
+        if candidate.exists() or candidate.is_symlink():
+            check_regular(candidate, what)  # a FIFO, a directory, a dangling link: say so
             return candidate
     looked = ", ".join(str(c) for c in candidates)
     raise BadInput(f"{what} {path!r} not found (looked at {looked})")
@@ -213,10 +214,7 @@ def resolve_data_path(path: str, what: str) -> Path:
 
 def json_object(line: str, where: str) -> dict:
     """One JSONL line that must hold a JSON object; `where` (`file:line`) starts each error."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{where}: not valid JSON ({exc.msg})") from None
+    obj = loads_json(line, where)
     if not isinstance(obj, dict):
         raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
     return obj

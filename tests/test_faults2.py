@@ -1,0 +1,260 @@
+"""Bad input and faults, round two: no hang, no unbounded allocation, no write outside results.
+
+One table per class of issue [5/7]. Every case runs in a subprocess under a wall-clock timeout and
+an address-space limit of 2 GiB (RLIMIT_AS), so a hang or an unbounded allocation fails the case
+instead of the machine. Each case calls the layer that owns the problem (a reader, the preflight,
+the metrics, the report, a claims or overhead command) the way the CLI calls it: BadInput becomes
+one `error: ` line and exit 2. Data are generated per test in tmp_path; nothing large is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.harness_util import ROOT
+
+AS_LIMIT = 2 * 2**30  # bytes of address space a case may map
+TIMEOUT_S = 60  # a hang guard, not a speed test
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+def run_py(body: str, timeout: int = TIMEOUT_S, env: dict | None = None):
+    """Run `body` in a fresh interpreter, BadInput printed as the CLI prints it (exit 2)."""
+    code = "import sys\nfrom harness.errors import BAD_INPUT\ntry:\n"
+    code += textwrap.indent(textwrap.dedent(body), "    ")
+    code += '\nexcept BAD_INPUT as exc:\n    print(f"error: {exc}", file=sys.stderr)\n'
+    code += "    sys.exit(2)\n"
+    return _run([sys.executable, "-c", code], timeout, env)
+
+
+def run_module(args: list[str], timeout: int = TIMEOUT_S, env: dict | None = None, cwd=ROOT):
+    return _run([sys.executable, "-m", *args], timeout, env, cwd)
+
+
+def _run(cmd: list[str], timeout: int, env: dict | None, cwd=ROOT):
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    full_env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_limit,
+    )
+
+
+def assert_one_error(proc, needle: str) -> None:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def generate_body(params: dict) -> str:
+    return f"""
+from workloads.base import generate
+from workloads.tokens import TokenSpace
+reqs = generate({params!r}, 0, TokenSpace(vocab_size=49152, first_ordinary_id=17))
+print(len(reqs))
+"""
+
+
+# ------------------------------------------------ class 1 and 4: readers (hangs, text that crashes)
+
+GOOD_PROMPT = '{"prompt_ids": [20, 21, 22], "output_len": 2}\n'
+GOOD_TRACE = '{"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [0, 1]}\n'
+GOOD_RECORD = {
+    "id": "a",
+    "conversations": [
+        {"from": "human", "value": "hello there, how are you"},
+        {"from": "gpt", "value": "fine thanks and you"},
+    ],
+}
+
+
+def _prompts(path: Path) -> dict:
+    return {"family": "prompts", "path": str(path), "output_len": 2}
+
+
+def _trace(path: Path) -> dict:
+    return {"family": "trace", "path": str(path), "block_size": 16}
+
+
+def _dataset(path: Path) -> dict:
+    return {"family": "dataset", "path": str(path)}
+
+
+READER_CASES = {
+    # class 1: a non-finite arrival time after the first line (hung the run's release loop)
+    "prompt_inf_arrival_line2": (
+        "p.jsonl",
+        (GOOD_PROMPT + '{"prompt_ids": [20], "arrival_s": Infinity}\n').encode(),
+        _prompts,
+        "p.jsonl:2: not valid JSON (Infinity is not allowed",
+    ),
+    "prompt_overflow_arrival_line2": (
+        "p.jsonl",
+        (GOOD_PROMPT + '{"prompt_ids": [20], "arrival_s": 1e999}\n').encode(),
+        _prompts,
+        "p.jsonl:2: not valid JSON (1e999 overflows a float",
+    ),
+    # class 1: one 40 MB line (memory grew until the kernel killed the run)
+    "prompt_huge_line": (
+        "p.jsonl",
+        b'{"prompt": "' + b"a" * 40_000_000 + b'"}\n',
+        _prompts,
+        "p.jsonl:1: line longer than 16,777,216 bytes",
+    ),
+    # class 4: invalid UTF-8 and lone surrogates
+    "prompt_bad_utf8": (
+        "p.jsonl",
+        GOOD_PROMPT.encode() + b'{"prompt": "caf\xe9"}\n',
+        _prompts,
+        "p.jsonl:2: not valid UTF-8",
+    ),
+    "prompt_lone_surrogate": (
+        "p.jsonl",
+        b'{"prompt": "x \\ud800 y"}\n',
+        _prompts,
+        "p.jsonl:1: a string holds a lone UTF-16 surrogate",
+    ),
+    "trace_bad_utf8": (
+        "t.jsonl",
+        GOOD_TRACE.encode() + b'{"timestamp": 1, "x": "\xff\xfe"}\n',
+        _trace,
+        "t.jsonl:2: not valid UTF-8",
+    ),
+    "dataset_jsonl_bad_utf8": (
+        "d.jsonl",
+        json.dumps(GOOD_RECORD).encode() + b"\n" + b'{"id": "\xc3("}\n',
+        _dataset,
+        "d.jsonl:2: not valid UTF-8",
+    ),
+    "dataset_json_bad_utf8": (
+        "d.json",
+        b"[" + json.dumps(GOOD_RECORD).encode() + b',\n{"id": "\x80"}]',
+        _dataset,
+        "d.json:2: not valid UTF-8",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READER_CASES))
+def test_bad_data_files_are_one_line(name, tmp_path):
+    file_name, data, params, needle = READER_CASES[name]
+    path = tmp_path / file_name
+    path.write_bytes(data)
+    proc = run_py(generate_body(params(path)))
+    assert_one_error(proc, needle)
+
+
+def test_a_dataset_json_array_on_one_line_is_not_a_long_line(tmp_path):
+    """The line limit is for JSONL lines; a .json array is bounded by the file limit only."""
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps([GOOD_RECORD] * 50))
+    proc = run_py(generate_body(_dataset(path)), env={"PREFIXBENCH_MAX_LINE_BYTES": "1000"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "dangling"])
+def test_a_data_path_that_is_not_a_regular_file_is_refused_at_once(kind, tmp_path):
+    path = tmp_path / "p.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "gone.jsonl")
+    needle = {"fifo": "is a FIFO", "dir": "is a directory", "dangling": "is a dangling symlink"}
+    proc = run_py(generate_body(_prompts(path)))
+    assert_one_error(proc, needle[kind])
+
+
+def test_a_tokenizer_without_an_unknown_token_is_one_line(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"hello": 0, "world": 1}))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "hello unseen"}\n')
+    params = {**_prompts(path), "tokenizer": str(tmp_path / "tokenizer.json")}
+    proc = run_py(generate_body(params))
+    assert_one_error(proc, "cannot encode the text: WordLevel error: Missing [UNK] token")
+
+
+def test_a_tokenizer_json_with_invalid_utf8_is_one_line(tmp_path):
+    (tmp_path / "tokenizer.json").write_bytes(b'{"version": "1.0", "x": "\xff"}')
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "hello"}\n')
+    params = {**_prompts(path), "tokenizer": str(tmp_path / "tokenizer.json")}
+    assert_one_error(run_py(generate_body(params)), "tokenizer.json:1: not valid UTF-8")
+
+
+# ------------------------------------------------------- class 1 and 6: workload YAML files
+
+
+def preflight_body(argv: list[str]) -> str:
+    return f"""
+from harness.preflight import preflight
+problem = preflight({argv!r})
+if problem:
+    print(f"error: {{problem}}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+ALIAS_BOMB = (
+    "defaults:\n  - base_unique\n  - _self_\nname: bomb\nfamily: unique\na: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(9)
+    )
+)
+YAML_CASES = {
+    "alias_bomb": ("text", ALIAS_BOMB.encode(), "YAML aliases (*name) are not allowed"),
+    "duplicate_key": (
+        "text",
+        b"defaults:\n  - base_unique\n  - _self_\nname: c\nfamily: unique\nnum_prompts: 2\nnum_prompts: 3\n",
+        "line 7: duplicate key 'num_prompts'",
+    ),
+    "bad_utf8": (
+        "text",
+        b"defaults:\n  - base_unique\n  - _self_\nname: \xff\n",
+        "zz_case.yaml:4: not valid UTF-8",
+    ),
+    "fifo": ("fifo", b"", "is a FIFO, not a regular file"),
+    "dir": ("dir", b"", "is a directory, not a regular file"),
+    "dangling": ("dangling", b"", "is a dangling symlink"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(YAML_CASES))
+def test_bad_workload_yaml_files_are_one_line(name, tmp_path):
+    kind, data, needle = YAML_CASES[name]
+    (tmp_path / "workload").mkdir()
+    path = tmp_path / "workload" / "zz_case.yaml"
+    if kind == "text":
+        path.write_bytes(data)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "gone.yaml")
+    argv = [f"hydra.searchpath=[file://{tmp_path}]", "workload=zz_case", "model=tiny"]
+    assert_one_error(run_py(preflight_body(argv)), needle)
