@@ -258,3 +258,52 @@ def test_bad_workload_yaml_files_are_one_line(name, tmp_path):
         path.symlink_to(tmp_path / "gone.yaml")
     argv = [f"hydra.searchpath=[file://{tmp_path}]", "workload=zz_case", "model=tiny"]
     assert_one_error(run_py(preflight_body(argv)), needle)
+
+
+# ------------------------------------------------------- whole runs (in a subprocess, in-process CLI)
+
+SMALL_RUN = [
+    "model=tiny",
+    "engine.kv_capacity_tokens=4096",
+    "engine.max_num_batched_tokens=256",
+    "warmup.num_requests=1",
+    "warmup.prompt_len=16",
+    "warmup.output_len=2",
+    "workload=system_prompt",
+    "workload.num_groups=2",
+    "workload.prompts_per_group=3",
+    "workload.system_prompt_len=48",
+    "workload.question_len=8",
+    "workload.output_len=4",
+]
+SIM = ["executor=simulated", "hardware=cpu_measured"]
+
+
+def execute_body(overrides: list[str], run_dir: Path) -> str:
+    """preflight + execute, as `python -m harness` runs them (without Hydra's own run dir)."""
+    return f"""
+from pathlib import Path
+from hydra import compose, initialize_config_dir
+from harness.config import CONF_DIR
+from harness.execute import execute
+from harness.preflight import preflight
+problem = preflight({overrides!r})
+if problem:
+    print(f"error: {{problem}}", file=sys.stderr)
+    sys.exit(2)
+with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"):
+    cfg = compose(config_name="config", overrides={overrides!r})
+sys.exit(execute(cfg, Path({str(run_dir)!r})))
+"""
+
+
+# ------------------------------------------------ class 3: a finished simulated run is recorded ok
+
+
+@pytest.mark.parametrize("knob", ["hardware.step_overhead_s=1e9", "hardware.step_overhead_s=1e200"])
+def test_a_slow_simulated_clock_still_gives_a_summary(knob, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_py(execute_body([*SMALL_RUN, *SIM, knob], run_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["completed"] == 6, summary
