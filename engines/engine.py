@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from engines.cache.base import PrefixCache
 from engines.errors import BadInput
+from engines.fits import admission_problem
 from engines.loop import StepLoop
 from engines.records import RequestRecord
 from engines.request import GenerationRequest
@@ -68,6 +69,7 @@ class Engine:
                     f"request {req.request_id} needs {need} KV tokens (prompt {len(req.prompt_ids)} + "
                     f"output {req.max_new_tokens}) but engine.kv_capacity_tokens is {capacity}"
                 )
+            admission_problem(self.loop.admission, req, capacity)
 
     def run(
         self,

@@ -307,3 +307,38 @@ def test_a_slow_simulated_clock_still_gives_a_summary(knob, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["completed"] == 6, summary
+
+
+# ---------------------------------------- class 5: accepted values that crashed, or crashes as bad input
+
+PREFLIGHT_CASES = {
+    "device_meta": (["device=meta"], "device must be auto, cpu or cuda[:N], got 'meta'"),
+    "device_mps": (["device=mps"], "device must be auto, cpu or cuda[:N], got 'mps'"),
+    "zipf_1e308": (
+        ["workload=rag", "workload.zipf_alpha=1e308"],
+        "workload.zipf_alpha must be small enough that at least docs_per_request (3)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PREFLIGHT_CASES))
+def test_values_that_crashed_are_refused_by_the_preflight(name):
+    args, needle = PREFLIGHT_CASES[name]
+    overrides = [*SMALL_RUN, *args]
+    if any(a.startswith("workload=rag") for a in args):
+        overrides = [o for o in overrides if not o.startswith("workload.")]
+        overrides = [o for o in overrides if o != "workload=system_prompt"] + args
+    assert_one_error(run_py(preflight_body(overrides)), needle)
+
+
+def test_the_sglang_scheduler_refuses_a_pool_it_can_never_admit_into_up_front(tmp_path):
+    """One token short of SGLang's admission headroom: exit 2 before the run, as under vLLM."""
+    run_dir = tmp_path / "run"
+    args = [*SMALL_RUN, "engine=radix", "engine.kv_capacity_tokens=61"]
+    proc = run_py(execute_body(args, run_dir), timeout=120)
+    assert_one_error(proc, "the SGLang scheduler admits it only with 62 free")
+    ok = run_py(
+        execute_body([*SMALL_RUN, "engine=radix", "engine.kv_capacity_tokens=62"], tmp_path / "ok"),
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr[-2000:]
