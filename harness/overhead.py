@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 from engines.build import build_engine
 from harness.config import CONF_DIR, RunConfig  # noqa: F401  (registers the schemas)
 from harness.load import fan_out, with_arrivals
+from harness.owned_dir import out_and_overrides_problem
 from harness.report.stats import ratio_ci
 from harness.tokenspace import token_space_for
 from workloads.base import generate
@@ -188,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 2:
         print("error: --repeats must be >= 2 for an interval", file=sys.stderr)
+        return 2
+    problem = out_and_overrides_problem(args.out, args.overrides)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     runs, profiles = run(args.repeats, args.overrides)
     args.out.mkdir(parents=True, exist_ok=True)

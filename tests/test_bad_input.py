@@ -318,11 +318,11 @@ CASES: list[tuple[list[str], str]] = [
     (trace("no_field.jsonl"), "{d}/no_field.jsonl:1: missing field 'output_length'"),
     (
         trace("nan_time.jsonl"),
-        "{d}/nan_time.jsonl:2: timestamp must be a non-negative number of ms (finite), got nan",
+        "{d}/nan_time.jsonl:2: not valid JSON (NaN is not allowed (JSON numbers must be finite))",
     ),
     (
         trace("inf_time.jsonl"),
-        "{d}/inf_time.jsonl:1: timestamp must be a non-negative number of ms",
+        "{d}/inf_time.jsonl:1: not valid JSON (Infinity is not allowed",
     ),
     (
         trace("neg_time.jsonl"),
@@ -524,7 +524,7 @@ def test_cli_nan_timestamp_records_a_failed_run(tmp_path):
     proc = harness(
         with_base([*TRACE, f"workload.path={tmp_path}/nan_time.jsonl"]), run_dir, timeout=120
     )
-    _assert_one_error_line(proc, "nan_time.jsonl:2: timestamp must be a non-negative number of ms")
+    _assert_one_error_line(proc, "nan_time.jsonl:2: not valid JSON (NaN is not allowed")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     assert_failed_run_dir(run_dir)
 

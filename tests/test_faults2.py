@@ -342,3 +342,80 @@ def test_the_sglang_scheduler_refuses_a_pool_it_can_never_admit_into_up_front(tm
         timeout=120,
     )
     assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+# ------------------------------------------------------------- small mounts (read-only, full)
+
+
+@pytest.fixture
+def mount(tmp_path):
+    """`mount(size, read_only)` -> a fresh tmpfs folder; permission bits prove nothing as root, a
+    read-only or full file system does. Skipped where mounting is refused (no privilege)."""
+    made: list[Path] = []
+
+    def make(size: str = "1m", read_only: bool = False, fill: dict | None = None) -> Path:
+        where = tmp_path / f"mnt{len(made)}"
+        where.mkdir()
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+        made.append(where)
+        for name, text in (fill or {}).items():
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            (where / name).write_text(text)
+        if read_only:
+            subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        return where
+
+    yield make
+    for where in reversed(made):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+# ------------------------------------------------ class 11: claims and overhead own their outputs
+
+
+def test_claims_never_delete_a_runs_folder_they_did_not_make(tmp_path):
+    mine = tmp_path / "runs" / "notes.txt"
+    mine.parent.mkdir()
+    mine.write_text("a user's file\n")
+    proc = run_module(["harness.claims", "--out", str(tmp_path), "--only", "zero_hit", "--quick"])
+    assert_one_error(proc, "runs exists and was not made by python -m harness.claims")
+    assert mine.read_text() == "a user's file\n"
+
+
+def test_claims_replace_only_their_own_runs_folder(tmp_path):
+    from harness.owned_dir import MARKER, replace_owned
+
+    folder = tmp_path / "runs"
+    replace_owned(folder, "test")
+    (folder / "old-run").mkdir()
+    replace_owned(folder, "test")
+    assert sorted(p.name for p in folder.iterdir()) == [MARKER]
+
+
+@pytest.mark.parametrize("command", ["harness.claims", "harness.overhead"])
+def test_an_out_that_is_a_file_is_one_line(command, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("keep\n")
+    proc = run_module(
+        [command, "--out", str(target), *(["--quick"] if "claims" in command else [])]
+    )
+    assert_one_error(proc, "--out: ")
+    assert target.read_text() == "keep\n"
+
+
+def test_claims_out_on_a_read_only_file_system_is_one_line(mount):
+    where = mount(read_only=True)
+    proc = run_module(["harness.claims", "--out", str(where / "claims"), "--quick"])
+    assert_one_error(proc, "--out: cannot create or write")
+
+
+def test_overhead_refuses_an_unknown_model_in_one_line(tmp_path):
+    proc = run_module(["harness.overhead", "--out", str(tmp_path / "o"), "model=nope"])
+    assert_one_error(proc, "unknown model 'nope'; valid:")
+    assert not (tmp_path / "o").exists()
