@@ -108,7 +108,7 @@ def _close(out: RunDir, rows: RowLog, status: str, error: str) -> int:
     try:
         if completed:
             out.write_requests(table)
-        out.rows_path.unlink(missing_ok=True)
+        out.remove(out.rows_path)
     except OSError:
         pass
     date = time.strftime("%Y%m%d-%H%M%S")

@@ -1,7 +1,8 @@
 """Run directories on disk: atomic writes of the result files, and the loaders the report uses.
 
-Every file is written to a temporary sibling, fsynced, then `os.replace`d over the target, so a
-crash leaves the previous file or none, never a truncated one. summary.json is written last: a
+Every file is written through harness.safe_write (never outside the run directory, never through
+a symbolic link) to a temporary sibling, fsynced, then `os.replace`d over the target, so a crash
+leaves the previous file or none, never a truncated one. summary.json is written last: a
 directory holding it is a finished run (or a recorded failure), which is what `load_runs` finds.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -23,54 +23,34 @@ import pyarrow.parquet as pq
 
 from harness.identity import fingerprint
 from harness.rowlog import count_rows
+from harness.safe_write import SafeRoot
 from workloads.progress import progress
-
-FILE_MODE = 0o644
 
 
 def _atomic_write(
-    path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False
+    path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False, root=None
 ) -> None:
-    """Call `write(file)` on a temporary file next to `path`, then move it into place."""
+    """Call `write(file)` on a temporary file next to `path`, then move it into place, through
+    the path-safe writer (harness.safe_write) rooted at `root` (default: the file's folder)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600: unreadable in a shared results folder
-    try:
-        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)  # make the rename itself durable
+    SafeRoot(path.parent if root is None else root).write_atomic(path, write, binary)
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some platforms cannot open a directory; the data is already safe
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_json(path: str | os.PathLike, obj: object) -> None:
+def write_json(path: str | os.PathLike, obj: object, root=None) -> None:
     """Pretty JSON; NaN/inf are refused (strict JSON), so pass `metrics.json_safe` output."""
-    _atomic_write(path, lambda f: (json.dump(obj, f, indent=2, allow_nan=False), f.write("\n")))
+    _atomic_write(
+        path, lambda f: (json.dump(obj, f, indent=2, allow_nan=False), f.write("\n")), root=root
+    )
 
 
-def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
+def write_parquet(path: str | os.PathLike, df: pd.DataFrame, root=None) -> None:
     table = pa.Table.from_pandas(df, preserve_index=False)
-    _atomic_write(path, lambda f: pq.write_table(table, f), binary=True)
+    _atomic_write(path, lambda f: pq.write_table(table, f), binary=True, root=root)
 
 
-def write_tokens_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, object]]) -> None:
+def write_tokens_jsonl(
+    path: str | os.PathLike, rows: Iterable[Mapping[str, object]], root=None
+) -> None:
     """One compact JSON line per request, in the order given (arrival order, see metrics.token_rows)."""
 
     def write(f: IO) -> None:
@@ -78,7 +58,7 @@ def write_tokens_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, obje
             f.write(json.dumps(row, separators=(",", ":"), allow_nan=False))
             f.write("\n")
 
-    _atomic_write(path, write)
+    _atomic_write(path, write, root=root)
 
 
 @dataclass(frozen=True)
@@ -116,21 +96,29 @@ class RunDir:
         return self.path / self.ROWS
 
     def write_requests(self, df: pd.DataFrame) -> None:
-        write_parquet(self._ready(self.requests_path), df)
+        write_parquet(self._ready(self.requests_path), df, self.path)
 
     def write_tokens(self, rows: Iterable[Mapping[str, object]]) -> None:
-        write_tokens_jsonl(self._ready(self.tokens_path), rows)
+        write_tokens_jsonl(self._ready(self.tokens_path), rows, self.path)
 
     def write_manifest(self, manifest: Mapping[str, object]) -> None:
-        write_json(self._ready(self.manifest_path), manifest)
+        write_json(self._ready(self.manifest_path), manifest, self.path)
 
     def write_summary(self, summary: Mapping[str, object]) -> None:
         """Write this last: it marks the directory as a run for `load_runs`."""
-        write_json(self._ready(self.summary_path), summary)
+        write_json(self._ready(self.summary_path), summary, self.path)
 
     def _ready(self, file: Path) -> Path:
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.safe.mkdir()
         return file
+
+    @property
+    def safe(self) -> SafeRoot:
+        """The path-safe writer of this directory (harness.safe_write)."""
+        return SafeRoot(self.path)
+
+    def remove(self, file: Path) -> None:
+        self.safe.remove(file)
 
 
 def write_failed_summary(run_dir: str | os.PathLike, error: str) -> None:

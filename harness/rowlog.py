@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.metrics import COLUMNS, json_safe
+from harness.safe_write import SafeRoot
 
 
 class RowLog:
@@ -22,7 +23,7 @@ class RowLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = path.open("a", encoding="utf-8")
+        self._file = SafeRoot(path.parent).open_append(path)  # O_NOFOLLOW: never through a link
 
     def append(self, row: Mapping[str, object]) -> None:
         self._file.write(json.dumps(json_safe(row), separators=(",", ":")) + "\n")

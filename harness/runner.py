@@ -178,7 +178,7 @@ def _finish(cfg, out, rows, engine, workload_requests, warm, status, error, wall
         out.write_tokens(token_rows(table, records, by_id))
     out.write_summary(summary)
     rows.close()
-    out.rows_path.unlink()  # the rows are in requests.parquet now
+    out.remove(out.rows_path)  # the rows are in requests.parquet now
     log.info("%s", format_summary(summary))
     return RunOutcome(summary, out.path)
 

@@ -419,3 +419,151 @@ def test_overhead_refuses_an_unknown_model_in_one_line(tmp_path):
     proc = run_module(["harness.overhead", "--out", str(tmp_path / "o"), "model=nope"])
     assert_one_error(proc, "unknown model 'nope'; valid:")
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------ class 8: writes outside the results folder through links
+
+
+def test_a_run_never_writes_through_a_planted_log_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "harness.log").symlink_to(victim)
+    proc = run_module(["harness", *SMALL_RUN, f"hydra.run.dir={run_dir}"], timeout=120)
+    assert_one_error(proc, "harness.log is a symbolic link; results are never written through one")
+    assert victim.read_text() == "untouched\n"
+
+
+def test_a_run_dir_that_is_a_link_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "run").symlink_to(elsewhere)
+    proc = run_py(execute_body(SMALL_RUN, tmp_path / "run"), timeout=120)
+    assert_one_error(proc, "run is a symbolic link; results are never written through one")
+    assert list(elsewhere.iterdir()) == []
+
+
+def report_body(root: Path) -> str:
+    return f"""
+from harness.report.build import main
+sys.exit(main([{str(root)!r}]))
+"""
+
+
+def _one_run(root: Path) -> None:
+    run = root / "r1"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text('{"status": "failed", "error": "x", "completed": 0}\n')
+
+
+@pytest.mark.parametrize("planted", ["summary.csv", "figures"])
+def test_the_report_never_writes_through_a_planted_link(planted, tmp_path):
+    root = tmp_path / "results"
+    _one_run(root)
+    victim = tmp_path / "victim"
+    if planted == "figures":
+        victim.mkdir()
+        (root / "figures").symlink_to(victim)
+    else:
+        victim.write_text("untouched\n")
+        (root / "summary.csv").symlink_to(victim)
+    proc = run_py(report_body(root), timeout=120)
+    if planted == "summary.csv":
+        assert_one_error(proc, "summary.csv is a symbolic link")
+        assert victim.read_text() == "untouched\n"
+    else:  # no figure is drawn for failed runs; nothing may appear in the link's target anyway
+        assert list(victim.iterdir()) == [], proc.stderr[-2000:]
+
+
+def test_the_safe_writer_refuses_links_and_paths_outside_its_root(tmp_path):
+    from harness.safe_write import SafeFileHandler, SafeRoot, UnsafePath
+
+    root = SafeRoot(tmp_path / "root")
+    root.mkdir()
+    (tmp_path / "outside").write_text("keep\n")
+    (tmp_path / "root" / "link").symlink_to(tmp_path / "outside")
+    for bad in (
+        tmp_path / "outside",
+        tmp_path / "root" / ".." / "outside",
+        tmp_path / "root" / "link",
+    ):
+        with pytest.raises(UnsafePath):
+            root.write_text(bad, "overwritten\n")
+    with pytest.raises(UnsafePath):
+        root.open_append(tmp_path / "root" / "link")
+    with pytest.raises(UnsafePath):
+        SafeFileHandler(str(tmp_path / "root" / "link"))
+    assert (tmp_path / "outside").read_text() == "keep\n"
+    assert root.write_text(tmp_path / "root" / "a" / "b.txt", "ok\n").read_text() == "ok\n"
+
+
+# Modules that write a run or the report; only harness/safe_write.py may touch the file system.
+WRITERS = [
+    *sorted((ROOT / "harness").glob("*.py")),
+    *sorted((ROOT / "harness" / "report").glob("*.py")),
+]
+NOT_RUN_OR_REPORT = {"safe_write.py", "overhead.py", "owned_dir.py"}  # the writer; other tools
+WRITE_METHODS = {
+    "write_text",
+    "write_bytes",
+    "to_csv",
+    "to_parquet",
+    "to_json",
+    "savefig",
+    "write_table",
+    "unlink",
+    "rmtree",
+    "replace",
+    "remove",
+    "rename",
+    "symlink_to",
+}
+
+
+def _writes(path: Path) -> list[str]:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        owner = func.value if isinstance(func, ast.Attribute) else None
+        first = node.args[0] if node.args else None
+        at = 0 if owner is not None else 1  # Path.open(mode) or open(path, mode)
+        modes = [k.value for k in node.keywords if k.arg == "mode"] + node.args[at : at + 1]
+        if name == "open" and isinstance(owner, ast.Name) and owner.id == "os":
+            found.append(f"{path.name}:{node.lineno} os.open")
+        elif name == "open" and modes:
+            mode = modes[0].value if isinstance(modes[0], ast.Constant) else "?"
+            if any(c in str(mode) for c in "wax+?"):
+                found.append(f"{path.name}:{node.lineno} open(..., {mode!r})")
+        elif name in WRITE_METHODS and not (
+            # a file object the writer handed over (`lambda f: df.to_csv(f)`), or str.replace
+            (
+                isinstance(first, ast.Name)
+                and name in {"to_csv", "to_parquet", "to_json", "savefig", "write_table"}
+            )
+            or (name == "replace" and len(node.args) == 2 and not isinstance(owner, ast.Name))
+            or (name == "replace" and isinstance(owner, ast.Name) and owner.id != "os")
+            or (name == "remove" and not (isinstance(owner, ast.Name) and owner.id == "os"))
+        ):
+            found.append(f"{path.name}:{node.lineno} .{name}(...)")
+    return found
+
+
+def test_runs_and_the_report_write_only_through_the_path_safe_writer():
+    offending = [w for p in WRITERS if p.name not in NOT_RUN_OR_REPORT for w in _writes(p)]
+    assert offending == []
+
+
+def test_the_boundary_check_sees_a_direct_write(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "df.to_csv(out / 'x.csv')\nopen(p, 'w')\nPath(p).write_text('x')\nfig.savefig(d / 'a.png')\n"
+        "os.open(p, 1)\nos.remove(p)\nopen(p, mode='a')\nwith open(p) as f: pass\n"
+        "path.open('a')\n"
+    )
+    assert len(_writes(sample)) == 8

@@ -27,6 +27,7 @@ import pandas as pd
 
 import harness.report.plots_load  # noqa: F401  (registers the load and speed-up figures)
 import harness.report.plots_sim  # noqa: F401  (registers the simulated-executor figures)
+from harness.errors import BAD_INPUT
 from harness.report.decomposition import decomposition_table
 from harness.report.plots import FIGURES, Inputs, Skip
 from harness.report.tables import (
@@ -37,6 +38,7 @@ from harness.report.tables import (
     tidy_runs,
 )
 from harness.results import load_runs
+from harness.safe_write import SafeRoot
 from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
@@ -84,12 +86,14 @@ def build_report(
     if out_dir is None:
         return report
     report.out_dir = Path(out_dir)
-    report.out_dir.mkdir(parents=True, exist_ok=True)
-    summary.to_csv(report.out_dir / "summary.csv", index=False)
-    report.overhead.to_csv(report.out_dir / "overhead.csv", index=False)
-    report.projected.to_csv(report.out_dir / "projected_overhead.csv", index=False)
+    safe = SafeRoot(report.out_dir)  # never through a planted link, never outside out_dir
+    safe.mkdir()
+    tables = {"summary.csv": summary, "overhead.csv": report.overhead}
+    tables["projected_overhead.csv"] = report.projected
     if not report.decomposition.empty:
-        report.decomposition.to_csv(report.out_dir / "decomposition.csv", index=False)
+        tables["decomposition.csv"] = report.decomposition
+    for name, table in tables.items():
+        safe.write_atomic(report.out_dir / name, lambda f, t=table: t.to_csv(f, index=False))
     if figures:
         _figures(report, pairs)
     return report
@@ -177,5 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")  # the command line draws to files only, with or without a display
-    print(describe(build_report(root, out_dir=root)))
+    try:
+        report = build_report(root, out_dir=root)
+    except (*BAD_INPUT, OSError) as exc:  # a planted link, a read-only or full results folder
+        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+        print(f"error: cannot write the report into {root}: {what}{where}", file=sys.stderr)
+        return 2
+    print(describe(report))
     return 0

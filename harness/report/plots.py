@@ -27,6 +27,7 @@ from harness.report.figstyle import (
 )
 from harness.report.stats import bounded_ci
 from harness.report.tables import PAIR_COLUMNS, overhead_table
+from harness.safe_write import SafeRoot
 
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
 
@@ -56,9 +57,15 @@ def figure(name: str):
 def save(fig, out_dir: Path, *name: object) -> str:
     """Write `name` (joined and sanitised: names come from results) as PNG and SVG in out_dir."""
     stem = safe_stem(*name)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(inside(out_dir, stem, "png"), dpi=90, bbox_inches="tight")
-    fig.savefig(inside(out_dir, stem, "svg"), bbox_inches="tight")
+    safe = SafeRoot(out_dir)  # the figures folder: never a link, never written through one
+    safe.mkdir()
+    for suffix, dpi in (("png", 90), ("svg", None)):
+        target = inside(out_dir, stem, suffix)
+        safe.write_atomic(
+            target,
+            lambda f, s=suffix, d=dpi: fig.savefig(f, format=s, dpi=d, bbox_inches="tight"),
+            binary=True,
+        )
     plt.close(fig)
     return stem
 
