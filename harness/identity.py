@@ -7,8 +7,9 @@ until the process ends; an explicit hydra.run.dir is locked before Hydra writes 
 creates the append-only rows file with O_EXCL. A second run pointed at a directory in use is
 refused, overwrite=true included; one holding a finished run's results is refused unless
 `overwrite=true`. The fingerprint hashes the resolved config without the seed
-and output settings: runs with equal fingerprints differ only by seed, and the report never
-groups runs with different fingerprints.
+and output settings, plus the contents of the data files it names: runs with equal fingerprints
+differ only by seed, and the report never groups runs with different fingerprints. A run without
+a config has no fingerprint (the report lists it as `unknown`, alone, never averaged).
 """
 
 from __future__ import annotations
@@ -32,11 +33,47 @@ NOT_FINGERPRINTED = ("seed", "overwrite", "save_tokens")
 RESULT_FILES = ("summary.json", "requests.parquet", "rows.jsonl", "manifest.json", "tokens.jsonl")
 
 
-def fingerprint(config: Mapping[str, object]) -> str:
-    """12 hex digits of SHA-256 over the canonical JSON of the config minus NOT_FINGERPRINTED."""
+def fingerprint(config: Mapping[str, object], data: bool = True) -> str:
+    """12 hex digits of SHA-256 over the canonical JSON of the config minus NOT_FINGERPRINTED and,
+    with `data`, the SHA-256 of each data file the config names (data_digests): a trace edited in
+    place is another configuration, although its path is the same."""
     kept = {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED}
+    if data:
+        kept["data_sha256"] = data_digests(config)
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+DATA_KEYS = ("path", "tokenizer")  # workload fields that may name a file
+
+
+def data_digests(config: Mapping[str, object]) -> dict[str, str]:
+    """workload.<key> -> SHA-256 of the file it names (looked up as the workload does); fields
+    that name no readable regular file (a built-in tokenizer name) are left out."""
+    from workloads.base import resolve_data_path
+    from workloads.errors import BadInput as WorkloadBadInput
+    from workloads.readers import open_regular
+
+    workload = config.get("workload")
+    out: dict[str, str] = {}
+    if not isinstance(workload, Mapping):
+        return out
+    for key in DATA_KEYS:
+        value = workload.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        try:
+            path = resolve_data_path(value, f"workload.{key}")
+            if path.is_dir():
+                path = path / "tokenizer.json"
+            digest = hashlib.sha256()
+            with open_regular(path, f"workload.{key}") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+        except (WorkloadBadInput, OSError):
+            continue
+        out[f"workload.{key}"] = digest.hexdigest()
+    return out
 
 
 def fresh_dir(path: str) -> str:

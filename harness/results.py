@@ -191,7 +191,7 @@ def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
         row.setdefault("seed", manifest.get("seed"))
         row.update(_flatten(manifest.get("packages") or {}, "packages."))
         config = manifest.get("config") or _hydra_config(run_dir)
-        row["fingerprint"] = manifest.get("config_fingerprint") or fingerprint(config)
+        row["fingerprint"] = manifest.get("config_fingerprint") or _fingerprint(config)
         row.update(_flatten(config, "config."))
         runs.append(row)
         if not requests.empty:
@@ -230,11 +230,19 @@ def _incomplete_runs(root: Path) -> list[dict]:
             "run_dir": rel,
             "status": "incomplete",
             "completed": count_rows(rows_path),
-            "fingerprint": manifest.get("config_fingerprint") or fingerprint(config),
+            "fingerprint": manifest.get("config_fingerprint") or _fingerprint(config),
         }
         row.update(_flatten(config, "config."))
         out.append(row)
     return out
+
+
+def _fingerprint(config: object) -> str | None:
+    """The config's fingerprint for a run that recorded none (its data files may have changed
+    since: their contents are left out); None without a config: nothing to compare."""
+    if not isinstance(config, Mapping) or not config:
+        return None
+    return fingerprint(config, data=False)
 
 
 def _hydra_config(run_dir: Path) -> dict:

@@ -567,3 +567,42 @@ def test_the_boundary_check_sees_a_direct_write(tmp_path):
         "path.open('a')\n"
     )
     assert len(_writes(sample)) == 8
+
+
+# ------------------------------------------------ class 9: one configuration per row of the report
+
+
+def test_the_fingerprint_covers_the_data_files_contents(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    body = f"""
+import json
+from pathlib import Path
+from harness.identity import fingerprint
+config = {{"workload": {{"family": "trace", "path": {str(path)!r}}}, "seed": 0}}
+Path({str(path)!r}).write_text('{{"timestamp": 0}}\\n')
+first = fingerprint(config)
+Path({str(path)!r}).write_text('{{"timestamp": 1}}\\n')
+print(json.dumps([first, fingerprint(config)]))
+"""
+    proc = run_py(body)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert first != second
+
+
+def test_runs_without_a_config_are_unknown_and_never_averaged(tmp_path):
+    root = tmp_path / "results"
+    for name, ttft in (("a", 10.0), ("b", 30.0)):
+        (root / name).mkdir(parents=True)
+        summary = {"status": "ok", "completed": 1, "mean_ttft_ms": ttft, "duration": 1.0}
+        (root / name / "summary.json").write_text(json.dumps(summary))
+    body = f"""
+import json
+from harness.report.build import build_report
+table = build_report({str(root)!r}, figures=False).summary
+print(json.dumps({{"fp": list(table["fingerprint"]), "ttft": list(table["mean_ttft_ms"])}}))
+"""
+    proc = run_py(body, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["fp"] == ["unknown", "unknown"] and sorted(out["ttft"]) == [10.0, 30.0], out
