@@ -606,3 +606,45 @@ print(json.dumps({{"fp": list(table["fingerprint"]), "ttft": list(table["mean_tt
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["fp"] == ["unknown", "unknown"] and sorted(out["ttft"]) == [10.0, 30.0], out
+
+
+# ----------------------------------------------------- class 10: one live process per run directory
+
+
+def test_overwrite_never_takes_a_directory_another_live_run_holds(tmp_path):
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\nfrom harness.identity import hold\n"
+            f"hold(Path({str(run_dir)!r}))\nprint('held', flush=True)\ntime.sleep(120)\n",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=_limit,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = run_module(
+            ["harness", *SMALL_RUN, "overwrite=true", f"hydra.run.dir={run_dir}"], timeout=120
+        )
+        assert_one_error(proc, "is held by another live run")
+        assert not (run_dir / ".hydra").exists() and not (run_dir / "harness.log").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_lock_ends_with_its_process(tmp_path):
+    run_dir = tmp_path / "run"
+    body = f"""
+from pathlib import Path
+from harness.identity import hold
+hold(Path({str(run_dir)!r}))
+hold(Path({str(run_dir)!r}))  # again from the same process: a no-op
+"""
+    assert run_py(body).returncode == 0
+    assert run_py(body).returncode == 0  # the first process ended: its lock went with it
