@@ -136,18 +136,70 @@ def load_run(path: str | os.PathLike) -> tuple[dict, pd.DataFrame, dict]:
     empty table and an empty manifest.
     """
     run = RunDir(Path(path))
-    summary = _read_object(run.summary_path)
-    requests = pd.read_parquet(run.requests_path) if run.requests_path.exists() else pd.DataFrame()
-    manifest = _read_object(run.manifest_path) if run.manifest_path.exists() else {}
+    summary = _checked(_read_object(run.summary_path), run.summary_path, SUMMARY_TYPES)
+    manifest = (
+        _checked(_read_object(run.manifest_path), run.manifest_path, MANIFEST_TYPES)
+        if run.manifest_path.exists()
+        else {}
+    )
+    requests = (
+        pd.read_parquet(_regular(run.requests_path))
+        if run.requests_path.exists()
+        else pd.DataFrame()
+    )
     return summary, requests, manifest
 
 
+_NUMBER = (int, float, type(None))
+# Fields the report computes with: a value of another type (a hand-edited or corrupted file) makes
+# the run unreadable (skipped with a warning naming it) instead of crashing the whole report.
+SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "status": (str,),
+    "completed": _NUMBER,
+    "failed": _NUMBER,
+    "seed": _NUMBER,
+    "duration": (*_NUMBER, str),  # "inf" is how +-inf is written
+    "run_id": (str, int, type(None)),
+}
+MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "config": (dict, type(None)),
+    "packages": (dict, type(None)),
+    "seed": _NUMBER,
+    "config_fingerprint": (str, type(None)),
+    "run_id": (str, int, type(None)),
+}
+
+
+def _checked(obj: dict, path: Path, types: Mapping[str, tuple[type, ...]]) -> dict:
+    for key, allowed in types.items():
+        value = obj.get(key)
+        if key in obj and (isinstance(value, bool) or not isinstance(value, allowed)):
+            raise ValueError(f"{path}: field {key!r} has type {type(value).__name__}")
+    return obj
+
+
+def _regular(path: Path) -> Path:
+    """`path`, unless it is not a regular file (a FIFO would block the reader forever)."""
+    from workloads.readers import check_regular
+
+    try:
+        check_regular(path, "run file")
+    except ValueError as exc:  # workloads' BadInput
+        raise OSError(str(exc)) from None
+    return path
+
+
 def _read_object(path: Path) -> dict:
-    value = json.loads(path.read_text(encoding="utf-8"))
+    """A JSON object from a run file: bounded, strict UTF-8, never blocking on a FIFO."""
+    from workloads.readers import loads_json, read_text
+
+    value = loads_json(read_text(path, "run file", READ_LIMIT), str(path))
     if not isinstance(value, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
 
+
+READ_LIMIT = 256 * 2**20  # a run's summary or manifest is kilobytes; a larger one is not ours
 
 # Manifest fields copied onto each run's row (the resolved config is flattened as config.*).
 MANIFEST_FIELDS = (
@@ -224,12 +276,19 @@ def _incomplete_runs(root: Path) -> list[dict]:
         except (OSError, ValueError):
             manifest = {}
         config = manifest.get("config") or _hydra_config(run_dir)
+        if not isinstance(config, dict):
+            config = {}
         rel = run_dir.relative_to(root).as_posix()
+        try:
+            completed = count_rows(rows_path)
+        except (OSError, ValueError) as exc:  # a FIFO or a folder in the rows file's place
+            warnings.warn(f"skipped {run_dir}: {exc}", stacklevel=2)
+            continue
         row = {
             "run_id": rel,
             "run_dir": rel,
             "status": "incomplete",
-            "completed": count_rows(rows_path),
+            "completed": completed,
             "fingerprint": manifest.get("config_fingerprint") or _fingerprint(config),
         }
         row.update(_flatten(config, "config."))
@@ -252,9 +311,11 @@ def _hydra_config(run_dir: Path) -> dict:
         return {}
     import yaml  # PyYAML comes with hydra-core/omegaconf
 
+    from workloads.readers import load_yaml, read_text
+
     try:
-        value = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
+        value = load_yaml(read_text(path, "Hydra config", READ_LIMIT), str(path))
+    except (yaml.YAMLError, OSError, ValueError):  # unreadable: the run has no config
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -35,12 +35,17 @@ class RowLog:
 
 def read_rows(path: Path) -> list[dict]:
     """Every complete line; a truncated last line (the process died mid-write) is skipped."""
+    from workloads.readers import open_regular  # never blocks on a FIFO; a regular file only
+
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    with open_regular(path, "rows file") as f:
+        for raw in f:
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):  # a half-written or corrupted line
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 

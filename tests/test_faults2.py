@@ -648,3 +648,87 @@ hold(Path({str(run_dir)!r}))  # again from the same process: a no-op
 """
     assert run_py(body).returncode == 0
     assert run_py(body).returncode == 0  # the first process ended: its lock went with it
+
+
+# ---------------------------------- class 7 (and 1): the report over corrupted or special results
+
+GOOD_SUMMARY = {"status": "ok", "completed": 1, "mean_ttft_ms": 5.0, "duration": 1.0}
+CORRUPT = {
+    "summary_field_type": ("summary.json", {**GOOD_SUMMARY, "completed": "many"}),
+    "summary_status_type": ("summary.json", {**GOOD_SUMMARY, "status": 7}),
+    "manifest_config_list": ("manifest.json", {"config": [1, 2]}),
+    "manifest_packages_str": ("manifest.json", {"packages": "torch"}),
+}
+
+
+def _results_with(tmp_path: Path) -> Path:
+    root = tmp_path / "results"
+    (root / "good").mkdir(parents=True)
+    (root / "good" / "summary.json").write_text(json.dumps(GOOD_SUMMARY))
+    (root / "bad").mkdir()
+    return root
+
+
+def _report_rows(proc) -> list[str]:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def report_dirs_body(root: Path) -> str:
+    return f"""
+import json
+from harness.report.build import build_report
+report = build_report({str(root)!r}, figures=False, out_dir={str(root)!r})
+print(json.dumps(sorted(report.runs["run_dir"])))
+"""
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPT))
+def test_the_report_skips_a_corrupted_run_and_keeps_the_others(name, tmp_path):
+    root = _results_with(tmp_path)
+    file_name, content = CORRUPT[name]
+    if file_name == "manifest.json":
+        (root / "bad" / "summary.json").write_text(json.dumps(GOOD_SUMMARY))
+    (root / "bad" / file_name).write_text(json.dumps(content))
+    proc = run_py(report_dirs_body(root), timeout=120)
+    assert _report_rows(proc) == ["good"]
+    assert "bad" in proc.stderr  # the warning names the skipped directory
+
+
+@pytest.mark.parametrize("name", ["summary.json", "rows.jsonl", "requests.parquet"])
+def test_the_report_never_blocks_on_a_fifo(name, tmp_path):
+    root = _results_with(tmp_path)
+    if name == "requests.parquet":
+        (root / "bad" / "summary.json").write_text(json.dumps(GOOD_SUMMARY))
+    os.mkfifo(root / "bad" / name)
+    proc = run_py(report_dirs_body(root), timeout=120)
+    assert _report_rows(proc) == ["good"]
+
+
+def _assert_report_error(proc) -> None:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert [ln for ln in lines if ln.startswith("error: ")] == lines[-1:], proc.stderr[-3000:]
+    assert "cannot write the report into" in lines[-1] and "Traceback" not in proc.stderr
+
+
+def test_the_report_on_a_read_only_results_folder_is_one_line(mount):
+    summary = json.dumps(GOOD_SUMMARY)
+    where = mount(read_only=True, fill={"good/summary.json": summary})
+    _assert_report_error(run_py(report_body(where), timeout=120))
+
+
+def test_the_report_on_a_full_results_folder_leaves_no_empty_table(mount):
+    summary = json.dumps(GOOD_SUMMARY)
+    where = mount(size="64k", fill={"good/summary.json": summary})
+    fd = os.open(where / "filler", os.O_WRONLY | os.O_CREAT)  # fill it to the last block
+    try:
+        while os.write(fd, b"\0" * 1024):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    _assert_report_error(run_py(report_body(where), timeout=120))
+    assert not (where / "summary.csv").exists()
