@@ -732,3 +732,69 @@ def test_the_report_on_a_full_results_folder_leaves_no_empty_table(mount):
         os.close(fd)
     _assert_report_error(run_py(report_body(where), timeout=120))
     assert not (where / "summary.csv").exists()
+
+
+# ------------------------------------ class 2: sizes checked against one estimate before allocation
+
+SIZE_CASES = {
+    "output_len": (["workload.output_len=1000000000"], "workload: this run needs an estimated"),
+    "hidden_size": (
+        ["model.hidden_size=262144", "model.head_dim=65536"],
+        "model: this run needs an estimated",
+    ),
+    "vocab_size": (["model.vocab_size=1000000000"], "model: this run needs an estimated"),
+    "knob": (["workload.output_len=100000"], "GiB are available (PREFIXBENCH_MEMORY_LIMIT"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIZE_CASES))
+def test_sizes_are_refused_by_the_estimate_before_anything_is_allocated(name):
+    args, needle = SIZE_CASES[name]
+    env = {"PREFIXBENCH_MEMORY_LIMIT": "10M"} if name == "knob" else None
+    assert_one_error(run_py(preflight_body([*SMALL_RUN, *args]), env=env), needle)
+
+
+def _bounded(params: dict) -> str:
+    return f"""
+from workloads.base import generate
+from workloads.tokens import TokenSpace
+space = TokenSpace(vocab_size=49152, first_ordinary_id=17, max_request_tokens=4096)
+print(len(generate({params!r}, 0, space)))
+"""
+
+
+FILE_SIZE_CASES = {
+    "prompt_line_output": (
+        "p.jsonl",
+        '{"prompt_ids": [20, 21], "output_len": 2147483648}\n',
+        _prompts,
+        "a request needs 2,147,483,648 tokens in one piece",
+    ),
+    "trace_line_output": (
+        "t.jsonl",
+        '{"timestamp": 0, "input_length": 20, "output_length": 2147483647, "hash_ids": [0, 1]}\n',
+        _trace,
+        "a request needs 2,147,483,647 tokens in one piece",
+    ),
+    "trace_block_size": (
+        "t.jsonl",
+        '{"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [0]}\n',
+        lambda path: {**_trace(path), "block_size": 2**27},
+        "a request needs 134,217,728 tokens in one piece",
+    ),
+    "dataset_output": (
+        "d.jsonl",
+        json.dumps(GOOD_RECORD) + "\n",
+        lambda path: {**_dataset(path), "output_len": 2**31},
+        "tokens in one piece (an output or prompt length",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FILE_SIZE_CASES))
+def test_sizes_read_from_files_are_bounded_before_allocation(name, tmp_path):
+    file_name, text, params, needle = FILE_SIZE_CASES[name]
+    path = tmp_path / file_name
+    path.write_text(text)
+    proc = run_py(_bounded(params(path)))
+    assert_one_error(proc, needle)

@@ -93,6 +93,11 @@ class WorkloadParams:
         a run can refuse a workload too large for memory before generating it); None if unknown."""
         return None
 
+    def requests_estimate(self) -> int | None:
+        """Requests (engine sequences) the generator will make, from the parameters alone; each
+        gets `output_len` scripted output tokens (harness.footprint). None if unknown."""
+        return None
+
 
 def check_fraction(params: WorkloadParams, name: str, low_open: bool = True) -> None:
     """`name` must lie in (0, 1] (or [0, 1] with low_open=False)."""

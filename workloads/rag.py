@@ -98,6 +98,9 @@ class RagParams(WorkloadParams):
             self.system_prompt_len + self.docs_per_request * self.doc_len + self.question_len
         )
 
+    def requests_estimate(self) -> int:
+        return self.num_prompts
+
     def check(self) -> None:
         check_non_negative_number(self, "zipf_alpha")
         if self.docs_per_request > self.num_docs:
