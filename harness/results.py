@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.identity import fingerprint
+from harness.identity import RESERVE_FILE, fingerprint
 from harness.rowlog import count_rows
 from harness.safe_write import SafeRoot
 from workloads.progress import progress
@@ -105,7 +105,9 @@ class RunDir:
         write_json(self._ready(self.manifest_path), manifest, self.path)
 
     def write_summary(self, summary: Mapping[str, object]) -> None:
-        """Write this last: it marks the directory as a run for `load_runs`."""
+        """Write this last: it marks the directory as a run for `load_runs`. The space the claim
+        kept aside (identity.RESERVE_FILE) is freed first, so a full disk still gets a summary."""
+        self.safe.remove(self.path / RESERVE_FILE)
         write_json(self._ready(self.summary_path), summary, self.path)
 
     def _ready(self, file: Path) -> Path:

@@ -8,6 +8,7 @@ without a summary is a run that never finished (the report lists it as `incomple
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +31,8 @@ class RowLog:
         self._file.flush()  # to the OS: a killed process keeps it; fsync would only add power loss
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # a full disk: the rows on disk are what the run keeps
+            self._file.close()
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -129,6 +129,14 @@ class SafeRoot:
         path.unlink(missing_ok=True)
 
 
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def disk_fault(exc: BaseException) -> bool:
+    """A write that failed because the disk is full or read-only (not a bug in the run)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)

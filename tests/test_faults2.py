@@ -798,3 +798,66 @@ def test_sizes_read_from_files_are_bounded_before_allocation(name, tmp_path):
     path.write_text(text)
     proc = run_py(_bounded(params(path)))
     assert_one_error(proc, needle)
+
+
+# ------------------------------------------- class 6: start-up on unusable folders and Hydra groups
+
+
+def test_results_existing_as_a_file_with_the_default_run_dir_is_one_line(tmp_path):
+    (tmp_path / "results").write_text("not a folder\n")
+    proc = run_module(["harness", *SMALL_RUN], cwd=tmp_path, timeout=120)
+    assert_one_error(proc, "the default results folder: 'results' exists and is not a directory")
+
+
+def test_a_read_only_working_directory_with_the_default_run_dir_is_one_line(mount):
+    where = mount(read_only=True)
+    proc = run_module(["harness", *SMALL_RUN], cwd=where, timeout=120)
+    assert_one_error(proc, "the default results folder: cannot create or write 'results'")
+
+
+def test_a_full_disk_before_the_run_is_one_line(mount):
+    where = mount(size="64k", fill={"filler": "x" * 60_000})
+    proc = run_module(["harness", *SMALL_RUN, f"hydra.run.dir={where}/run"], timeout=120)
+    assert_one_error(proc, "its file system has")
+    assert not (where / "run").exists()
+
+
+def test_a_disk_that_fills_during_the_run_still_gets_a_summary(mount):
+    import threading
+    import time
+
+    where = mount(size="1200k", fill={"filler": "x" * 100_000})
+    run_dir = where / "run"
+
+    def fill() -> None:  # once the run has claimed its directory, take every free block
+        deadline = time.monotonic() + 100
+        while not (run_dir / "rows.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fd = os.open(where / "more", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    filler = threading.Thread(target=fill)
+    filler.start()
+    proc = run_module(
+        ["harness", *SMALL_RUN, "save_tokens=true", f"hydra.run.dir={run_dir}"], timeout=120
+    )
+    filler.join()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if summary["status"] == "ok":  # the run finished before the disk filled: nothing to check
+        pytest.skip("the run finished before the disk filled")
+    assert summary["status"] == "failed" and "No space left" in summary["error"], summary
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_an_unknown_hydra_launcher_is_one_line():
+    assert_one_error(
+        run_py(preflight_body([*SMALL_RUN, "hydra/launcher=nope"])),
+        "hydra/launcher=nope: In 'hydra/config': Could not find 'hydra/launcher/nope'",
+    )
