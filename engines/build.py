@@ -14,6 +14,7 @@ from engines.cache.base import PrefixCache, StepBudget
 from engines.clock import WallClock
 from engines.config import EngineConfig
 from engines.engine import Engine
+from engines.frontend import FRONTENDS
 from engines.loop import StepLoop
 from engines.registry import Registry
 
@@ -76,10 +77,14 @@ def build_engine(
     engine_config.validate()
     cache, admission = build_cache(engine_config)
     budget = StepBudget(engine_config.max_num_seqs, engine_config.max_num_batched_tokens)
-    loop = StepLoop(admission, budget, debug_checks=engine_config.debug_checks)
+    loop = StepLoop(
+        admission, budget, debug_checks=engine_config.debug_checks, step_log=engine_config.step_log
+    )
     ctx = ExecutorContext(engine_config, model_config, cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
-    return Engine(loop, exe, max_model_len=getattr(model_config, "max_position_embeddings", None))
+    frontend = FRONTENDS.get(engine_config.scheduler_design)
+    max_model_len = getattr(model_config, "max_position_embeddings", None)
+    return Engine(loop, exe, frontend, max_model_len=max_model_len)
 
 
 # Executors beyond `real` register themselves on import.

@@ -7,6 +7,19 @@ jumps on the virtual one, so the engine loop is the same for both.
 from __future__ import annotations
 
 import time
+from typing import Protocol
+
+
+class RunClock(Protocol):
+    """Seconds since the start of the measured run."""
+
+    def restart(self) -> None: ...
+
+    def now(self) -> float: ...
+
+    def wait_until(self, t_s: float) -> None: ...
+
+    def advance(self, dt_s: float) -> None: ...
 
 
 class WallClock:

@@ -68,6 +68,9 @@ class EngineConfig:
     # Simulated executor: advance stretches of pure decode as one macro-step (exact, see
     # engines/cache/base.py DecodeRun); false steps one by one (results are identical).
     decode_runs: bool = True
+    # Keep a StepRecord per step (engines/step_log.py; the harness writes steps.jsonl): index,
+    # kind, requests with their new tokens, preemptions. Off by default: it grows with the run.
+    step_log: bool = False
 
     @property
     def scheduler_design(self) -> str:

@@ -1,29 +1,33 @@
-"""The engine loop: release requests on the run clock, schedule, execute, record.
+"""The engine: an incremental interface over the step loop, the executor and the front stage.
 
-    arrivals ──▶ StepLoop.waiting ──Admission──▶ StepPlan ──Executor──▶ tokens ──▶ complete()
-        ▲                                                                               │
-        └──── multi-turn: a request `after` X is released think_s after X finishes ◀────┘
+    submit(CompletionRequest) ─frontend─▶ children ─▶ StepLoop.waiting
+    step():  StepLoop.schedule ─▶ StepPlan ─Executor─▶ tokens ─▶ StepLoop.complete ─▶ StepOutput
+    abort_request(id): the child (or every child of a parent) finishes at its next step, unrecorded
 
-With an executor that supports decode runs (the simulated one), a stretch of pure decode is
-advanced as one macro-step with the same outcome (engines/cache/base.py `DecodeRun`).
-Records accumulate in `self.records` as requests finish, so a caller that is interrupted still
-has every finished row.
+The engine knows nothing of arrival schedules, concurrency caps or conversations: a client drives
+it (harness/client/), in-process or behind a server (harness/serve/). With an executor that
+supports decode runs (the simulated one), `step` advances a stretch of pure decode as one
+macro-step with the same outcome (engines/cache/base.py `DecodeRun`), stopping before the
+caller's next release. Finished children are returned by the step that finished them and kept in
+`records`, so a caller that is interrupted still has every finished row.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engines.cache.base import PrefixCache
+from engines.clock import RunClock
 from engines.errors import BadInput
+from engines.executor import Executor
 from engines.fits import admission_problem
+from engines.frontend import Frontend
 from engines.loop import StepLoop
 from engines.records import RequestRecord
-from engines.request import GenerationRequest
+from engines.request import CompletionRequest, GenerationRequest
 from engines.sequence import Sequence
 
 # A decode run shorter than this is stepped normally (same result; planning one costs a little).
@@ -34,140 +38,199 @@ class CapacityError(BadInput):
     """A request can never run: it needs more KV than the engine has."""
 
 
+@dataclass(frozen=True)
+class StepOutput:
+    """What one `Engine.step` did. `progressed` is False when nothing could be scheduled."""
+
+    end_s: float  # the run clock after the step
+    progressed: bool
+    num_steps: int = 0  # steps taken (a decode run takes several)
+    tokens: dict[str, list[int]] = field(default_factory=dict)  # child id -> tokens, in order
+    finished: list[RequestRecord] = field(default_factory=list)  # children that finished
+    finished_parents: list[str] = field(default_factory=list)  # requests whose samples all did
+
+
 @dataclass
 class _Timeline:
+    request: GenerationRequest
     arrival_s: float
     scheduled_s: float | None = None
     # 8 bytes a token (a float object in a list costs 32): a whole trace emits ~4e6 tokens.
     token_times_s: array = field(default_factory=lambda: array("d"))
+    aborted: bool = False
 
 
 class Engine:
-    def __init__(self, loop: StepLoop, executor, max_model_len: int | None = None) -> None:
+    def __init__(
+        self,
+        loop: StepLoop,
+        executor: Executor,
+        frontend: Frontend,
+        max_model_len: int | None = None,
+    ) -> None:
         self.loop = loop
         self.executor = executor
+        self.frontend = frontend
         self.cache: PrefixCache = loop.cache
         self.max_model_len = max_model_len
         self.records: list[RequestRecord] = []
+        self._timelines: dict[str, _Timeline] = {}  # children in flight
+        self._unscheduled: set[str] = set()  # in flight, never scheduled yet
+        self._children_left: dict[str, int] = {}  # parent id -> children not finished
+        self._idle_steps = 0
 
     @property
-    def clock(self):
+    def clock(self) -> RunClock:
         return self.executor.clock
 
-    def check_fits(self, requests: list[GenerationRequest]) -> None:
-        """Fail before running if any request can never fit (named, with its need)."""
-        capacity = self.cache.capacity_tokens
-        for req in requests:
-            need = len(req.prompt_ids) + req.max_new_tokens
-            if self.max_model_len is not None and need > self.max_model_len:
-                raise CapacityError(
-                    f"request {req.request_id} needs {need} tokens (prompt {len(req.prompt_ids)} + "
-                    f"output {req.max_new_tokens}) but the model's context is {self.max_model_len}"
-                )
-            if need > capacity:
-                raise CapacityError(
-                    f"request {req.request_id} needs {need} KV tokens (prompt {len(req.prompt_ids)} + "
-                    f"output {req.max_new_tokens}) but engine.kv_capacity_tokens is {capacity}"
-                )
-            admission_problem(self.loop.admission, req, capacity)
+    @property
+    def has_work(self) -> bool:
+        return self.loop.has_work
 
-    def run(
-        self,
-        requests: list[GenerationRequest],
-        on_finish: Callable[[RequestRecord], None] | None = None,
-        max_concurrency: int | None = None,
-    ) -> list[RequestRecord]:
-        """Run `requests` to completion. `max_concurrency` is a client-side cap on requests in
-        flight (`vllm bench serve --max-concurrency`): a request due while the cap is reached is
-        sent, and its arrival_s taken, when the finish that freed a slot happens."""
-        self.check_fits(requests)
+    def check_fits(self, requests: Iterable[GenerationRequest | CompletionRequest]) -> None:
+        """Fail before running if any request can never fit (named, with its need)."""
+        for req in requests:
+            self._check_fits(req.request_id, len(req.prompt_ids), req.max_new_tokens)
+
+    def _check_fits(self, request_id: str, prompt_len: int, max_new_tokens: int) -> None:
+        need = prompt_len + max_new_tokens
+        what = f"(prompt {prompt_len} + output {max_new_tokens})"
+        if self.max_model_len is not None and need > self.max_model_len:
+            raise CapacityError(
+                f"request {request_id} needs {need} tokens {what} but the model's context is "
+                f"{self.max_model_len}"
+            )
+        capacity = self.cache.capacity_tokens
+        if need > capacity:
+            raise CapacityError(
+                f"request {request_id} needs {need} KV tokens {what} but "
+                f"engine.kv_capacity_tokens is {capacity}"
+            )
+        admission_problem(self.loop.admission, request_id, prompt_len, max_new_tokens, capacity)
+
+    def idle(self) -> None:
+        """Nothing is waiting or running: a scheduler design may reset state here (SGLang resets
+        its new-token ratio on an idle iteration). Drivers call it whenever the engine idles."""
+        self.loop.idle()
+
+    def restart(self) -> None:
+        """A new run from an idle engine: the clock from zero, no records."""
+        if self.has_work:
+            raise RuntimeError("restart() while requests are in flight")
         self.records = []
         self.clock.restart()
-        by_id = {r.request_id: r for r in requests}
-        followers: dict[str, list[GenerationRequest]] = {}
-        ready: list[tuple[float, int, str]] = []  # (release time, order, request_id)
-        for order, req in enumerate(requests):
-            if req.after is not None and req.after in by_id:
-                followers.setdefault(req.after, []).append(req)
-            else:
-                heapq.heappush(ready, (req.arrival_s, order, req.request_id))
-        order_of = {r.request_id: i for i, r in enumerate(requests)}
-        timelines: dict[str, _Timeline] = {}
-        unscheduled: set[str] = set()  # released, never scheduled yet (scheduled_s unset)
-        sched = self.loop
-        runs = getattr(self.executor, "decode_runs", False)
-        idle_steps = 0
-        slot_freed_s = 0.0  # when the cap last stopped being reached
-        cap = max_concurrency if max_concurrency is not None else len(requests) + 1
-        while ready or sched.has_work:
-            now = self.clock.now()
-            while ready and ready[0][0] <= now and len(timelines) < cap:
-                t_s, _, rid = heapq.heappop(ready)
-                req = by_id[rid]
-                timelines[rid] = _Timeline(arrival_s=max(t_s, slot_freed_s))
-                unscheduled.add(rid)
-                sched.add(_sequence(req))
-            if not sched.has_work:
-                self.clock.wait_until(ready[0][0])
-                continue
-            if runs and self._decode_run(
-                timelines, ready[0][0] if ready and len(timelines) < cap else math.inf
-            ):
-                idle_steps = 0
-                continue
-            plan = sched.schedule()
-            step_start = now
-            if not plan.scheduled:
-                idle_steps += 1
-                if ready and len(timelines) < cap:
-                    self.clock.wait_until(ready[0][0])
-                    continue
-                if idle_steps > 2:
-                    stuck = (sched.waiting or sched.running)[0]
-                    raise CapacityError(
-                        f"request {stuck.seq_id} cannot be scheduled: the engine made no progress "
-                        f"with {len(sched.waiting)} waiting and {len(sched.running)} running"
-                    )
-                continue
-            idle_steps = 0
-            tokens = self.executor.execute(plan)
-            end = self.clock.now()
-            if unscheduled:  # skipped in decode-only stretches: no per-sequence work here
-                for item in plan.scheduled:
-                    rid = item.seq.seq_id
-                    if rid in unscheduled:
-                        unscheduled.discard(rid)
-                        timelines[rid].scheduled_s = step_start
-            for rid in tokens:
-                timelines[rid].token_times_s.append(end)
-            for seq in sched.complete(plan, tokens):
-                if len(timelines) == cap:
-                    slot_freed_s = end
-                # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
-                record = _record(seq, by_id[seq.seq_id], timelines.pop(seq.seq_id))
-                self.records.append(record)
-                if on_finish is not None:
-                    on_finish(record)
-                for nxt in followers.pop(seq.seq_id, []):
-                    release_s = end + nxt.think_s
-                    heapq.heappush(ready, (release_s, order_of[nxt.request_id], nxt.request_id))
-        return self.records
 
-    def _decode_run(self, timelines: dict[str, _Timeline], next_release_s: float) -> bool:
+    def submit(self, req: CompletionRequest, arrival_s: float) -> list[str]:
+        """Queue an API request: checked, split by the front stage; returns the children's ids."""
+        self._check_fits(req.request_id, len(req.prompt_ids), req.max_new_tokens)
+        children = self.frontend.split(req)
+        self._children_left[req.request_id] = len(children)
+        for child in children:
+            self.add_request(child, arrival_s)
+        return [c.request_id for c in children]
+
+    def add_request(self, req: GenerationRequest, arrival_s: float) -> None:
+        """Queue one child as released at `arrival_s` on the run clock."""
+        if req.request_id in self._timelines:
+            raise BadInput(f"request {req.request_id} is already in flight")
+        self._timelines[req.request_id] = _Timeline(req, arrival_s)
+        self._unscheduled.add(req.request_id)
+        self.loop.add(_sequence(req, arrival_s))
+
+    def abort_request(self, request_id: str) -> bool:
+        """Drop a child, or every child of a parent id. A waiting child leaves at once; a running
+        one finishes at its next step (SGLang's abort path: its KV is released and cached as on
+        any finish), and neither is recorded. False if nothing by that id is in flight."""
+        ids = [
+            rid for rid, tl in self._timelines.items() if request_id in (rid, tl.request.parent_id)
+        ]
+        for rid in ids:
+            self._timelines[rid].aborted = True
+            seq = self.loop.find(rid)
+            if seq is not None and not self.loop.drop_waiting(seq):
+                seq.max_new_tokens = seq.num_output_tokens + 1
+            elif seq is not None:  # dropped from the queue before it held any KV
+                self._forget(rid)
+        return bool(ids)
+
+    def step(self, next_release_s: float = math.inf) -> StepOutput:
+        """One scheduling step, or a decode run that ends before `next_release_s`."""
+        if self.executor.decode_runs:
+            out = self._decode_run(next_release_s)
+            if out is not None:
+                return out
+        now = self.clock.now()
+        plan = self.loop.schedule()
+        if not plan.scheduled:
+            return self._no_progress(next_release_s)
+        self._idle_steps = 0
+        sampled = self.executor.execute(plan)
+        end = self.clock.now()
+        if self._unscheduled:  # skipped in decode-only stretches: no per-sequence work here
+            for item in plan.scheduled:
+                rid = item.seq.seq_id
+                if rid in self._unscheduled:
+                    self._unscheduled.discard(rid)
+                    self._timelines[rid].scheduled_s = now
+        tokens: dict[str, list[int]] = {}
+        for rid, token in sampled.items():
+            self._timelines[rid].token_times_s.append(end)
+            tokens[rid] = [token]
+        finished, parents = self._finish(self.loop.complete(plan, sampled))
+        return StepOutput(end, True, 1, tokens, finished, parents)
+
+    def _no_progress(self, next_release_s: float) -> StepOutput:
+        """Nothing could be scheduled: fine while a release is due, a stuck engine otherwise."""
+        self._idle_steps += 1
+        if self._idle_steps > 2 and next_release_s == math.inf and self.has_work:
+            stuck = (self.loop.waiting or self.loop.running)[0]
+            raise CapacityError(
+                f"request {stuck.seq_id} cannot be scheduled: the engine made no progress with "
+                f"{len(self.loop.waiting)} waiting and {len(self.loop.running)} running"
+            )
+        return StepOutput(self.clock.now(), False)
+
+    def _decode_run(self, next_release_s: float) -> StepOutput | None:
         """Advance a stretch of pure decode in one macro-step if the next steps are one (at least
         MIN_RUN_STEPS), stopping at the step that reaches the next release: the same steps, clock
         and token times as stepping one by one."""
         run = self.loop.plan_decode_run()
         if run is None or run.max_steps < MIN_RUN_STEPS:
-            return False
+            return None
         result = self.executor.execute_decode_run(run, next_release_s)
         self.loop.complete_decode_run(run, result.tokens)
+        self._idle_steps = 0
         for seq in run.seqs:
-            timelines[seq.seq_id].token_times_s.extend(result.end_times_s)
-        return True
+            self._timelines[seq.seq_id].token_times_s.extend(result.end_times_s)
+        steps = len(result.end_times_s)
+        return StepOutput(self.clock.now(), True, steps, result.tokens)
+
+    def _finish(self, seqs: list[Sequence]) -> tuple[list[RequestRecord], list[str]]:
+        records: list[RequestRecord] = []
+        parents: list[str] = []
+        for seq in seqs:
+            tl = self._forget(seq.seq_id)
+            if tl.aborted:
+                continue
+            # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
+            record = _record(seq, tl)
+            self.records.append(record)
+            records.append(record)
+            parent = tl.request.parent_id or tl.request.request_id
+            left = self._children_left.get(parent, 1) - 1
+            if left <= 0:
+                self._children_left.pop(parent, None)
+                parents.append(parent)
+            else:
+                self._children_left[parent] = left
+        return records, parents
+
+    def _forget(self, request_id: str) -> _Timeline:
+        self._unscheduled.discard(request_id)
+        return self._timelines.pop(request_id)
 
 
-def _sequence(req: GenerationRequest) -> Sequence:
+def _sequence(req: GenerationRequest, arrival_s: float) -> Sequence:
     return Sequence(
         seq_id=req.request_id,
         token_ids=_token_ids(req.prompt_ids),
@@ -176,7 +239,7 @@ def _sequence(req: GenerationRequest) -> Sequence:
         salt=req.salt,
         lora_id=req.lora_id,
         priority=req.priority,
-        arrival_s=req.arrival_s,
+        arrival_s=arrival_s,
         scripted_output_ids=req.scripted_output_ids,
     )
 
@@ -189,8 +252,8 @@ def _token_ids(prompt_ids) -> list[int] | array:
     return list(prompt_ids)
 
 
-def _record(seq: Sequence, req: GenerationRequest, tl: _Timeline) -> RequestRecord:
-    times = tl.token_times_s
+def _record(seq: Sequence, tl: _Timeline) -> RequestRecord:
+    req, times = tl.request, tl.token_times_s
     return RequestRecord(
         request_id=req.request_id,
         parent_id=req.parent_id or req.request_id,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from engines.cache.base import StepPlan
+from engines.cache.base import DecodeRun, StepPlan
+from engines.clock import RunClock
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,11 @@ class DecodeRunResult:
 
 
 class Executor(Protocol):
-    clock: object
+    clock: RunClock
     # Whether `execute_decode_run(run, until_s) -> DecodeRunResult` may be called: run steps of
     # `run` until its max_steps or the first step that ends at or after `until_s`.
     decode_runs: bool
 
     def execute(self, plan: StepPlan) -> dict[str, int]: ...
+
+    def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult: ...

@@ -9,19 +9,20 @@ as a CapacityError instead, the same class of bad input under every scheduler.
 from __future__ import annotations
 
 from engines.errors import BadInput
-from engines.request import GenerationRequest
 
 
-def admission_problem(admission: object, req: GenerationRequest, capacity: int) -> None:
-    """Raise BadInput when `admission` (a scheduler) can never admit `req` into `capacity` tokens."""
+def admission_problem(
+    admission: object, request_id: str, prompt_len: int, max_new_tokens: int, capacity: int
+) -> None:
+    """Raise BadInput when `admission` (a scheduler) can never admit the request into `capacity`
+    KV tokens."""
     need_of = getattr(admission, "lone_admission_need", None)  # designs without headroom lack it
     if need_of is None:
         return
-    prompt_len = len(req.prompt_ids)
-    need = need_of(prompt_len, req.max_new_tokens)
+    need = need_of(prompt_len, max_new_tokens)
     if need > capacity:
         raise BadInput(
-            f"request {req.request_id} needs {prompt_len + req.max_new_tokens} KV tokens (prompt "
-            f"{prompt_len} + output {req.max_new_tokens}) and the SGLang scheduler admits it only "
+            f"request {request_id} needs {prompt_len + max_new_tokens} KV tokens (prompt "
+            f"{prompt_len} + output {max_new_tokens}) and the SGLang scheduler admits it only "
             f"with {need} free, but engine.kv_capacity_tokens is {capacity}"
         )

@@ -10,6 +10,9 @@ pairing. Time spent in admission is the bookkeeping cost, measured here for both
 An executor that supports decode runs (the simulated one) advances stretches of pure decode in one
 macro-step: `plan_decode_run` sizes it, `complete_decode_run` applies as many steps as ran, with
 the same effect on sequences, admission and cache as that many `schedule`/`complete` rounds.
+
+With `step_log` on, each completed step (a decode run: each of its steps) appends a StepRecord
+(engines/step_log.py) to `self.step_log`; `idle()` tells admission that an iteration found no work.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from collections import deque
 
 from engines.cache.base import Admission, DecodeRun, StepBudget, StepPlan
 from engines.sequence import SeqStatus, Sequence
+from engines.step_log import StepRecord, decode_steps, record_step
 
 
 class StepLoop:
     def __init__(
-        self, admission: Admission, budget: StepBudget, debug_checks: bool = False
+        self,
+        admission: Admission,
+        budget: StepBudget,
+        debug_checks: bool = False,
+        step_log: bool = False,
     ) -> None:
         self.admission = admission
         self.cache = admission.cache
@@ -33,6 +41,9 @@ class StepLoop:
         self.running: list[Sequence] = []
         self.bookkeeping_ns = 0
         self.num_steps = 0
+        # Every step since the engine was built (not reset with num_steps); None when off.
+        self.step_log: list[StepRecord] | None = [] if step_log else None
+        self._running_before: set[str] = set()
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
@@ -42,7 +53,25 @@ class StepLoop:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def find(self, seq_id: str) -> Sequence | None:
+        """The waiting or running sequence of that id (a scan: for aborts, not per step)."""
+        return next((s for s in (*self.waiting, *self.running) if s.seq_id == seq_id), None)
+
+    def drop_waiting(self, seq: Sequence) -> bool:
+        """Remove `seq` from the queue if it waits without any computed KV (never admitted, or
+        preempted and freed); False otherwise (it runs, or a chunk of it is in flight)."""
+        if seq.num_computed_tokens or seq not in self.waiting:
+            return False
+        self.waiting.remove(seq)
+        return True
+
+    def idle(self) -> None:
+        """An iteration with nothing to run (no request waiting or running)."""
+        self.admission.on_idle()
+
     def schedule(self) -> StepPlan:
+        if self.step_log is not None:
+            self._running_before = {seq.seq_id for seq in self.running}
         t0 = time.perf_counter_ns()
         plan = self.admission.schedule(self.waiting, self.running, self.budget)
         self.bookkeeping_ns += time.perf_counter_ns() - t0
@@ -66,6 +95,9 @@ class StepLoop:
         self.bookkeeping_ns += time.perf_counter_ns() - t0
         for seq in run.seqs:
             seq.num_computed_tokens += num_steps
+        if self.step_log is not None:
+            ids = tuple(seq.seq_id for seq in run.seqs)
+            self.step_log.extend(decode_steps(len(self.step_log), ids, num_steps))
         self.num_steps += num_steps
         if self.debug_checks:
             self.cache.check_integrity()
@@ -73,6 +105,8 @@ class StepLoop:
     def complete(self, plan: StepPlan, next_tokens: dict[str, int]) -> list[Sequence]:
         """Apply an executed plan. `next_tokens` maps seq_id -> the token sampled for every
         sequence whose step reached its last known token. Returns the sequences that finished."""
+        if self.step_log is not None:  # before the sequences advance: kinds read their state
+            self.step_log.append(record_step(len(self.step_log), plan, self._running_before))
         finished: list[Sequence] = []
         for item in plan.scheduled:
             seq = item.seq

@@ -23,7 +23,7 @@ class StartupInterrupted(KeyboardInterrupt):
 
 def _on_signal(signum, frame):
     # SIGINT too: a shell may start us with SIGINT ignored, and one exception type is simpler.
-    from harness.runner import RunInterrupted
+    from harness.pipeline import RunInterrupted
 
     raise RunInterrupted(signal.Signals(signum).name)
 

@@ -103,7 +103,7 @@ def check_requests(requests, load) -> None:
 
 
 def _check_load(load) -> None:
-    from harness.load import ARRIVALS
+    from harness.client.arrivals import ARRIVALS
 
     ARRIVALS.get(load.mode)  # unknown mode lists the valid ones
     if load.rate is not None:

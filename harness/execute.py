@@ -19,14 +19,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.checks import check_known_keys, check_run_config
+from harness.checks import check_known_keys
 from harness.config import RunConfig
 from harness.errors import BAD_INPUT, config_errors, describe
-from harness.identity import claim, fingerprint
-from harness.manifest import VIRTUAL_DEVICE, build_manifest
+from harness.pipeline import RunInterrupted, checked, run, start, write_manifest
 from harness.results import RunDir
 from harness.rowlog import RowLog, rows_table
-from harness.runner import RunInterrupted, run
 from harness.safe_write import disk_fault
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -36,20 +34,18 @@ log = logging.getLogger("harness")
 def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
     """Run one job, report its outcome on stderr, and return its exit code."""
     _quiet_library_progress()
-    out = RunDir(Path(run_dir))
-    job = f"job {out.path.name}: " if multirun else ""
+    job = f"job {Path(run_dir).name}: " if multirun else ""
     try:
         check_known_keys(dcfg)
-        cfg: RunConfig = OmegaConf.to_object(dcfg)
-        rows = RowLog(claim(out.path, RunDir.ROWS, bool(cfg.overwrite)))
+        cfg = OmegaConf.to_object(dcfg)
+        assert isinstance(cfg, RunConfig)
+        out, rows = start(Path(run_dir), bool(cfg.overwrite))
     except (KeyboardInterrupt, RunInterrupted) as exc:  # nothing of ours is in the directory yet
         return _say(f"{job}{exc or 'SIGINT'} during start-up; nothing was run", EXIT_INTERRUPTED)
     except config_errors() as exc:
         return _say(f"{job}{describe(exc)}", EXIT_BAD_INPUT)
     try:
-        check_run_config(cfg)
-        resolved = OmegaConf.to_container(dcfg, resolve=True)
-        out.write_manifest(build_manifest(resolved, cfg.seed, _identity(cfg, resolved)))
+        write_manifest(out, checked(dcfg))
         outcome = run(cfg, out, rows)
     except (KeyboardInterrupt, RunInterrupted) as exc:  # start-up, warm-up or writing
         kept = _close(out, rows, "interrupted", f"{exc or 'SIGINT'} outside the measured run")
@@ -92,13 +88,6 @@ def _to_log_files(line: str) -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
-
-
-def _identity(cfg: RunConfig, resolved: dict) -> dict:
-    from engines.build import resolve_device
-
-    device = str(resolve_device(cfg.device)) if cfg.executor == "real" else VIRTUAL_DEVICE
-    return {"device": device, "config_fingerprint": fingerprint(resolved)}
 
 
 def _close(out: RunDir, rows: RowLog, status: str, error: str) -> int:

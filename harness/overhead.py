@@ -2,7 +2,8 @@
 
 The overhead suite measures the end-to-end on/off throughput ratio on the wall clock, which on a
 shared 2-core box carries other processes' load. This tool repeats the same measured window
-(unique workload, warm-up, flush, `Engine.run`) in one process, on/off pairs per engine in ABBA
+(unique workload, warm-up, flush, the measured run: harness/pipeline.py's prepare and
+measure, with the same checks and step accounting as the CLI) in one process, on/off pairs per engine in ABBA
 order (on-off for even seeds, off-on for odd ones), and
 records both clocks: wall time and this process's CPU time (immune to other processes' load), plus
 the scheduler's cache-bookkeeping time. One extra cProfile pass per arm attributes the run's time to
@@ -13,25 +14,18 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import json
 import pstats
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
-import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from engines.build import build_engine
-from harness.config import CONF_DIR, RunConfig  # noqa: F401  (registers the schemas)
-from harness.load import fan_out, with_arrivals
+from harness.config import RunConfig
 from harness.owned_dir import out_and_overrides_problem
+from harness.pipeline import compose, measure, prepare
 from harness.report.stats import ratio_ci
-from harness.tokenspace import token_space_for
-from workloads.base import generate
-from workloads.tokens import warmup_requests
 
 ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
 # Code areas for the profile, first match wins (paths relative to the repository).
@@ -58,43 +52,24 @@ def config(engine: str, cache_on: bool, overrides: list[str]) -> RunConfig:
         "engine.decode_runs=false",
         *overrides,
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="overhead"):
-        return OmegaConf.to_object(compose(config_name="config", overrides=args))
+    return compose(args, job_name="overhead").cfg
 
 
-def measure(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) -> dict:
-    """One measured window, as harness.runner runs it: warm up, flush, run the workload."""
-    torch.set_num_threads(cfg.threads)
-    space = token_space_for(cfg.model)
-    requests = fan_out(
-        with_arrivals(generate(cfg.workload, seed, space), cfg.load, seed), scripted=True
-    )
-    engine = build_engine(
-        cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
-    )
-    warm = warmup_requests(
-        space, seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len
-    )
-    engine.run(fan_out(warm, scripted=True))
-    engine.records.clear()
-    assert engine.cache.reset(), "the cache refused to flush"
-    engine.loop.bookkeeping_ns = 0
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    if profile is not None:
-        profile.enable()
-    engine.run(requests)
-    if profile is not None:
-        profile.disable()
-    wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
-    tokens = sum(len(r.prompt_ids) for r in requests) + sum(r.output_tokens for r in engine.records)
-    hit = sum(r.cached_tokens for r in engine.records)
-    duration_s = max((r.finish_s for r in engine.records), default=0.0)  # virtual when simulated
+def measure_arm(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) -> dict:
+    """One measured window of `cfg` at `seed`, through the run pipeline (warm-up, flush, run)."""
+    prepared = prepare(dataclasses.replace(cfg, seed=seed))
+    measured = measure(cfg, prepared, profile=profile)
+    if measured.status != "ok":
+        raise RuntimeError(f"overhead run {cfg.engine.cache} seed {seed}: {measured.error}")
+    engine, requests = prepared.engine, prepared.workload_requests
+    records = measured.records
+    prompt = sum(len(r.prompt_ids) * r.n for r in requests)
     return {
-        "wall_s": wall_s,
-        "cpu_s": cpu_s,
-        "tokens": tokens,
-        "cached_tokens": hit,
-        "duration_s": duration_s,
+        "wall_s": measured.wall_s,
+        "cpu_s": measured.cpu_s,
+        "tokens": prompt + sum(r.output_tokens for r in records),
+        "cached_tokens": sum(r.cached_tokens for r in records),
+        "duration_s": max((r.finish_s for r in records), default=0.0),  # virtual when simulated
         "bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
         "num_steps": engine.loop.num_steps,
     }
@@ -130,13 +105,13 @@ def run(repeats: int, overrides: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]
                     "engine": engine,
                     "cache_on": on,
                     "seed": seed,
-                    **measure(configs[engine, on], seed),
+                    **measure_arm(configs[engine, on], seed),
                 }
             )
     profiles = []
     for (engine, on), cfg in configs.items():
         prof = cProfile.Profile()
-        m = measure(cfg, 0, prof)
+        m = measure_arm(cfg, 0, prof)
         profiles.append(
             {"engine": engine, "cache_on": on, "wall_s": m["wall_s"], **area_seconds(prof)}
         )

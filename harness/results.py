@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engines.step_log import StepRecord
 from harness.identity import RESERVE_FILE, fingerprint
 from harness.rowlog import count_rows
 from harness.safe_write import SafeRoot
@@ -71,6 +72,7 @@ class RunDir:
     MANIFEST: ClassVar[str] = "manifest.json"
     TOKENS: ClassVar[str] = "tokens.jsonl"
     ROWS: ClassVar[str] = "rows.jsonl"  # harness.rowlog: appended while the run is measured
+    STEPS: ClassVar[str] = "steps.jsonl"  # engine.step_log: one line per engine step
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -95,11 +97,21 @@ class RunDir:
     def rows_path(self) -> Path:
         return self.path / self.ROWS
 
+    @property
+    def steps_path(self) -> Path:
+        return self.path / self.STEPS
+
     def write_requests(self, df: pd.DataFrame) -> None:
         write_parquet(self._ready(self.requests_path), df, self.path)
 
     def write_tokens(self, rows: Iterable[Mapping[str, object]]) -> None:
         write_tokens_jsonl(self._ready(self.tokens_path), rows, self.path)
+
+    def write_steps(self, steps: Iterable[StepRecord]) -> None:
+        """The engine's step log (warm-up steps included, indexed from the warm-up's first)."""
+        write_tokens_jsonl(
+            self._ready(self.steps_path), (step.as_row() for step in steps), self.path
+        )
 
     def write_manifest(self, manifest: Mapping[str, object]) -> None:
         write_json(self._ready(self.manifest_path), manifest, self.path)

@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engines.batch import run_batch
 from engines.build import build_engine  # noqa: E402
 from engines.config import EngineConfig  # noqa: E402
 from engines.model.presets import get_preset  # noqa: E402
@@ -60,7 +61,7 @@ def workload_run(cache: str, model: str, quick: bool) -> dict:
     reqs = to_engine_requests(generate(params, 0, space))
     engine = make_engine(cache, model)
     t0 = time.perf_counter()
-    records = engine.run(reqs)
+    records = run_batch(engine, reqs)
     wall_s = time.perf_counter() - t0
     prompt = sum(r.prompt_tokens for r in records)
     cached = sum(r.cached_tokens for r in records)
@@ -85,8 +86,8 @@ def ttft_ratio(cache: str, model: str, repeats: int) -> dict:
         q1, q2 = (torch.randint(1, vocab, (64,), generator=gen).tolist() for _ in range(2))
         first = GenerationRequest(f"cold{rep}", tuple(system + q1), 1, (1,))
         second = GenerationRequest(f"hit{rep}", tuple(system + q2), 1, (1,))
-        (rec_cold,) = engine.run([first])
-        (rec_hot,) = engine.run([second])
+        (rec_cold,) = run_batch(engine, [first])
+        (rec_hot,) = run_batch(engine, [second])
         cold.append(rec_cold.first_token_s - rec_cold.arrival_s)
         hot.append(rec_hot.first_token_s - rec_hot.arrival_s)
         h = rec_hot.cached_tokens / rec_hot.prompt_tokens

@@ -179,8 +179,9 @@ def cpu_clock_metrics(workload: str, engine: str, model: str, hardware: str) -> 
 
     import engines.simulate.executor  # noqa: F401
     from engines.build import build_engine
+    from harness.client.arrivals import with_arrivals
+    from harness.client.inprocess import drive
     from harness.config import RunConfig  # noqa: F401  (registers the schemas)
-    from harness.load import fan_out, with_arrivals
     from harness.tokenspace import token_space_for
     from workloads.base import generate
     from workloads.tokens import warmup_requests
@@ -192,21 +193,19 @@ def cpu_clock_metrics(workload: str, engine: str, model: str, hardware: str) -> 
             compose("config", overrides=overrides + [hardware_override(hardware)])
         )
     space = token_space_for(cfg.model)
-    requests = fan_out(
-        with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed), True
-    )
-    warm = fan_out(warmup_requests(space, cfg.seed, 2, 64, 4), True)
+    requests = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
+    warm = warmup_requests(space, cfg.seed, 2, 64, 4)
     out = {}
     for executor in ("real", "simulated"):
         eng = build_engine(
             cfg.engine, cfg.model, executor=executor, device="cpu", hardware=cfg.hardware
         )
-        eng.run(warm)
+        drive(eng, warm)
         eng.records.clear()
         assert eng.cache.reset()
         if executor == "real":
             eng.executor.clock = ThreadCpuClock()
-        records = eng.run(requests)
+        records = drive(eng, requests)
         out[executor] = _metrics(records)
     return out
 

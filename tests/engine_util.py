@@ -10,6 +10,7 @@ from engines.build import build_engine
 from engines.config import EngineConfig
 from engines.model.presets import PRESETS
 from engines.request import GenerationRequest
+from workloads.request import Request
 
 ENGINE_PRESETS = {
     "apc": dict(cache="apc", block_size=16),
@@ -70,3 +71,22 @@ def by_id(records):
 
 def replace_all(requests, **changes):
     return [dataclasses.replace(r, **changes) for r in requests]
+
+
+def as_workload(requests: list[GenerationRequest], **changes) -> list[Request]:
+    """The same requests as a client sends them (for tests that need the client layer: a
+    concurrency cap, conversation turns)."""
+    return [
+        dataclasses.replace(
+            Request(
+                request_id=r.request_id,
+                prompt_ids=r.prompt_ids,
+                output_ids=r.scripted_output_ids,
+                max_new_tokens=None if r.scripted_output_ids is not None else r.max_new_tokens,
+                arrival_s=r.arrival_s,
+                salt=r.salt,
+            ),
+            **changes,
+        )
+        for r in requests
+    ]

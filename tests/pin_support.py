@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 
 import harness.config  # noqa: F401  (registers the schemas)
 from engines.build import build_engine
-from harness.load import fan_out, with_arrivals
+from harness.client.arrivals import with_arrivals
+from harness.client.inprocess import drive
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 
@@ -113,11 +114,10 @@ def run_overrides(overrides: tuple[str, ...]) -> tuple[dict, list]:
     cfg = compose_run(overrides)
     space = token_space_for(cfg.model)
     reqs = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
-    gen = fan_out(reqs, scripted=cfg.decode == "scripted")
     engine = build_engine(
         cfg.engine, cfg.model, executor=cfg.executor, device="cpu", hardware=cfg.hardware
     )
-    records = engine.run(gen)
+    records = drive(engine, reqs, scripted=cfg.decode == "scripted")
     stats = engine.cache.stats()
     run = {
         "evictions": stats.num_evictions,

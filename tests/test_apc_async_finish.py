@@ -15,10 +15,11 @@ import pytest
 
 from engines.cache.apc import ApcCache
 from engines.cache.base import StepBudget
-from engines.request import GenerationRequest
 from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.sequence import SeqStatus, Sequence
+from harness.client.inprocess import drive
 from tests.engine_util import by_id, make_engine
+from workloads.request import Request
 
 
 def _cache(bs: int, num_blocks: int = 128) -> ApcCache:
@@ -91,7 +92,7 @@ def test_catch_up_is_a_no_op_with_caching_off():
     assert cache.usage().available == cache.capacity_tokens
 
 
-def _conversation(block_size: int, turns: int = 4) -> list[GenerationRequest]:
+def _conversation(block_size: int, turns: int = 4) -> list[Request]:
     """One multi-turn chat whose every turn has prompt + output - 1 on a block boundary."""
     history: tuple[int, ...] = ()
     out = []
@@ -107,11 +108,10 @@ def _conversation(block_size: int, turns: int = 4) -> list[GenerationRequest]:
         next_token += output_len
         rid = f"c0t{t}"
         out.append(
-            GenerationRequest(
+            Request(
                 request_id=rid,
                 prompt_ids=prompt,
-                max_new_tokens=output_len,
-                scripted_output_ids=reply,
+                output_ids=reply,
                 after=f"c0t{t - 1}" if t else None,
             )
         )
@@ -125,9 +125,9 @@ def test_multiturn_async_cached_tokens_equal_sync_on_block_aligned_turns():
     cached = {}
     for mode in (False, True):
         engine = make_engine("apc", async_scheduling=mode, debug_checks=True)
-        records = by_id(engine.run(requests))
+        records = by_id(drive(engine, requests))
         cached[mode] = [records[r.request_id].cached_tokens for r in requests]
     assert cached[True] == cached[False]
     # every follow-up reuses the whole previous turn's KV (prompt + output - 1 tokens)
     for prev, hit in zip(requests, cached[True][1:]):
-        assert hit == len(prev.prompt_ids) + prev.max_new_tokens - 1
+        assert hit == len(prev.prompt_ids) + prev.output_len - 1

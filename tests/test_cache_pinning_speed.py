@@ -20,11 +20,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from engines.build import build_engine
+from harness.client.arrivals import with_arrivals
+from harness.client.inprocess import drive
 from harness.config import (
     CONF_DIR,
     RunConfig,  # noqa: F401  (registers the schemas)
 )
-from harness.load import fan_out, with_arrivals
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 
@@ -79,11 +80,11 @@ def observe(workload: str, arm: str) -> dict:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="pin"):
         cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
     requests = generate(cfg.workload, cfg.seed, token_space_for(cfg.model))
-    requests = fan_out(with_arrivals(requests, cfg.load, cfg.seed), scripted=True)
+    requests = with_arrivals(requests, cfg.load, cfg.seed)
     engine = build_engine(
         cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
     )
-    engine.run(requests)
+    drive(engine, requests)
     stats = engine.cache.stats()
     return {
         "requests": {

@@ -13,6 +13,7 @@ import pickle
 
 import numpy as np
 
+from engines.batch import run_batch
 from engines.cache.apc.hashing import HASH_ALGOS, register_hash_fn
 from engines.config import EngineConfig
 from engines.request import GenerationRequest
@@ -49,7 +50,7 @@ def colliding_requests() -> list[GenerationRequest]:
 def run(**overrides):
     # One request at a time: each one sees the previous ones' blocks in the cache.
     engine = make_engine("apc", max_num_seqs=1, hash_algo=WEAK, **overrides)
-    records = by_id(engine.run(colliding_requests()))
+    records = by_id(run_batch(engine, colliding_requests()))
     engine.cache.check_integrity()
     return records
 
@@ -104,11 +105,12 @@ def test_verification_also_refuses_a_cross_tenant_collision():
         GenerationRequest("t1", prompt, OUTPUT_LEN, salt="t1"),
         GenerationRequest("t2", prompt, OUTPUT_LEN, salt="t2"),
     ]
-    leaky = by_id(make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND).run(reqs))
+    leaky = by_id(run_batch(make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND), reqs))
     assert leaky["t2"].cached_tokens == 32  # the collision leaks across tenants without checking
     safe = by_id(
-        make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND, verify_tokens_on_hit=True).run(
-            reqs
+        run_batch(
+            make_engine("apc", max_num_seqs=1, hash_algo=SALT_BLIND, verify_tokens_on_hit=True),
+            reqs,
         )
     )
     assert safe["t2"].cached_tokens == 0

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from engines.batch import run_batch
 from engines.build import build_engine
 from engines.cache.apc.cache import ApcCache
 from engines.cache.base import Allocation
@@ -29,8 +30,9 @@ from engines.config import EngineConfig
 from engines.sequence import Sequence
 from engines.simulate.cost_model import StepShape, build_cost_model
 from engines.simulate.executor import SimulatedExecutor, decode_run_shape
+from harness.client.inprocess import drive
 from harness.config import CONF_DIR
-from tests.engine_util import ENGINE_PRESETS, shared_prompt_requests, tiny_model
+from tests.engine_util import ENGINE_PRESETS, as_workload, shared_prompt_requests, tiny_model
 from tests.pin_support import CASES, SIM, run_overrides
 from tests.test_engine_fuzz import build_requests, pressure, streams
 
@@ -131,7 +133,7 @@ def test_decode_runs_under_a_concurrency_cap(cache, cap, run_counter):
     def records(runs: bool) -> list[tuple]:
         config = EngineConfig(**ENGINE_PRESETS[cache], kv_capacity_tokens=4096, decode_runs=runs)
         engine = simulated_engine(config)
-        out = engine.run(requests, max_concurrency=cap)
+        out = drive(engine, as_workload(requests), max_concurrency=cap)
         return sorted(
             (r.request_id, r.arrival_s, r.cached_tokens, tuple(r.token_times_s)) for r in out
         )
@@ -329,7 +331,7 @@ def test_random_streams_with_and_without_runs(stream, pool, arm, block_size, pol
             decode_runs=runs,
         )
         engine = simulated_engine(config)
-        out = engine.run(requests)
+        out = run_batch(engine, requests)
         stats = engine.cache.stats()
         rows = sorted(
             (

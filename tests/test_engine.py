@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from engines.batch import run_batch
 from tests.engine_util import by_id, make_engine, shared_prompt_requests
 
 CACHES = ["apc", "radix"]
@@ -12,7 +13,7 @@ CACHES = ["apc", "radix"]
 
 def _outputs(cache: str, **overrides):
     engine = make_engine(cache, **overrides)
-    records = engine.run(shared_prompt_requests())
+    records = run_batch(engine, shared_prompt_requests())
     return engine, {rid: r.output_ids for rid, r in by_id(records).items()}
 
 
@@ -44,7 +45,7 @@ def test_sequential_shared_prompt_hits_granularity_aligned_prefix(cache, granula
     # prompt, aligned down to the granularity and capped by the last-token rule.
     engine = make_engine(cache, block_size=granularity, max_num_seqs=1)
     requests = shared_prompt_requests(system_len=40, question_len=9)
-    records = by_id(engine.run(requests))
+    records = by_id(run_batch(engine, requests))
     for req in requests:
         first_of_group = req.request_id.endswith("q0")
         expected = 0 if first_of_group else (40 // granularity) * granularity
@@ -55,7 +56,7 @@ def test_sequential_shared_prompt_hits_granularity_aligned_prefix(cache, granula
 def test_scripted_decoding_emits_the_script(cache):
     engine = make_engine(cache)
     requests = shared_prompt_requests(scripted=True)
-    records = by_id(engine.run(requests))
+    records = by_id(run_batch(engine, requests))
     for req in requests:
         assert records[req.request_id].output_ids == req.scripted_output_ids
 
@@ -67,9 +68,9 @@ def test_preemption_under_pressure_keeps_outputs(cache):
         groups=3, per_group=2, system_len=30, question_len=10, output_len=12
     )
     small = make_engine(cache, kv_capacity_tokens=112, max_num_batched_tokens=64, debug_checks=True)
-    records = by_id(small.run(reqs))
+    records = by_id(run_batch(small, reqs))
     big = make_engine(cache)
-    reference = by_id(big.run(reqs))
+    reference = by_id(run_batch(big, reqs))
     assert {k: r.output_ids for k, r in records.items()} == {
         k: r.output_ids for k, r in reference.items()
     }

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engines.batch import run_batch
 from engines.request import GenerationRequest
 from tests.engine_util import make_engine
 
@@ -58,7 +59,7 @@ def build_requests(stream) -> list[GenerationRequest]:
 
 def outputs_and_idle_check(cache: str, requests, **config) -> dict[str, tuple[int, ...]]:
     engine = make_engine(cache, debug_checks=True, **config)
-    records = engine.run(requests)  # debug_checks: check_integrity() after every step
+    records = run_batch(engine, requests)  # debug_checks: check_integrity() after every step
     assert sorted(r.request_id for r in records) == sorted(r.request_id for r in requests)
     engine.cache.check_integrity()
     assert engine.cache.usage().protected == 0, "KV still held at idle"

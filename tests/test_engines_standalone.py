@@ -23,6 +23,7 @@ class Block(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, Block())
+from engines.batch import run_batch
 import engines.build, engines.cache.apc, engines.cache.radix, engines.simulate.executor
 import engines.attention.backend, engines.attention.triton_paged, engines.kv_pool
 from engines.build import build_engine
@@ -34,8 +35,8 @@ for cache, bs in (("apc", 16), ("radix", 1)):
     cfg = EngineConfig(cache=cache, block_size=bs, kv_capacity_tokens=1024, backend="torch")
     engine = build_engine(cfg, get_preset("tiny"), device="cpu")
     prompt = tuple(range(1, 40))
-    (a,) = engine.run([GenerationRequest("a", prompt, 3)])
-    (b,) = engine.run([GenerationRequest("b", prompt, 3)])
+    (a,) = run_batch(engine, [GenerationRequest("a", prompt, 3)])
+    (b,) = run_batch(engine, [GenerationRequest("b", prompt, 3)])
     assert b.cached_tokens > 0 and a.output_ids == b.output_ids, (cache, a, b)
 print("standalone ok")
 """

@@ -25,13 +25,13 @@ import pytest
 
 from engines.cache.apc.block_pool import BlockPool
 from engines.cache.radix.allocator import TokenToKVPoolAllocator
-from engines.engine import Engine
+from harness import pipeline
 from harness.__main__ import _on_signal
 from harness.execute import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, execute
 from harness.metrics import TIMING_COLUMNS
+from harness.pipeline import RunInterrupted
 from harness.results import RunDir
 from harness.rowlog import rows_table
-from harness.runner import RunInterrupted
 from tests.harness_util import ROOT, merged
 from tests.test_bad_input import BASE, assert_failed_run_dir, compose_config, with_base
 from tests.test_cli import harness
@@ -137,21 +137,24 @@ def run_in_process(tmp_path: Path, args: list[str] = ()) -> tuple[int, Path]:
 
 
 def interrupt_measured_run_after(monkeypatch, num_finished: int) -> None:
-    """Raise KeyboardInterrupt (what SIGINT does) once `num_finished` measured requests finished."""
-    original = Engine.run
+    """Raise KeyboardInterrupt (what SIGINT does) once `num_finished` measured requests finished
+    (were delivered to the pipeline: a step can finish several, the interrupt lands between)."""
+    original = pipeline.drive
+    delivered: list[object] = []
 
-    def run(self, requests, on_finish=None, **kwargs):
+    def drive(engine, requests, on_finish=None, **kwargs):
         if on_finish is None:  # the warm-up
-            return original(self, requests)
+            return original(engine, requests, **kwargs)
 
         def finish(record):
             on_finish(record)
-            if len(self.records) >= num_finished:
+            delivered.append(record)
+            if len(delivered) >= num_finished:
                 raise KeyboardInterrupt
 
-        return original(self, requests, on_finish=finish)
+        return original(engine, requests, on_finish=finish, **kwargs)
 
-    monkeypatch.setattr(Engine, "run", run)
+    monkeypatch.setattr(pipeline, "drive", drive)
 
 
 def test_interrupt_keeps_exactly_the_finished_rows(tmp_path, monkeypatch, capsys):
@@ -191,7 +194,7 @@ def test_crash_after_measuring_keeps_the_rows_and_prints_the_traceback(
     def boom(*args, **kwargs):
         raise ValueError("a bug in the summary, not bad input")
 
-    monkeypatch.setattr("harness.runner.summarize", boom)
+    monkeypatch.setattr("harness.pipeline.summarize", boom)
     code, run_dir = run_in_process(tmp_path)
     assert code == EXIT_FAILED
     summary = summary_of(run_dir)
@@ -202,10 +205,10 @@ def test_crash_after_measuring_keeps_the_rows_and_prints_the_traceback(
 
 
 def test_interrupt_before_measuring_records_no_rows(tmp_path, monkeypatch, capsys):
-    def warm_up_interrupted(self, requests, on_finish=None, **kwargs):
+    def warm_up_interrupted(engine, requests, on_finish=None, **kwargs):
         raise RunInterrupted("SIGTERM")
 
-    monkeypatch.setattr(Engine, "run", warm_up_interrupted)
+    monkeypatch.setattr(pipeline, "drive", warm_up_interrupted)
     code, run_dir = run_in_process(tmp_path)
     assert code == EXIT_INTERRUPTED
     summary = summary_of(run_dir)
@@ -215,7 +218,7 @@ def test_interrupt_before_measuring_records_no_rows(tmp_path, monkeypatch, capsy
     assert lines == ["error: SIGTERM outside the measured run; 0 finished rows were written"]
 
 
-def _warm_up_interrupted(self, requests, on_finish=None, **kwargs):
+def _warm_up_interrupted(engine, requests, on_finish=None, **kwargs):
     raise RunInterrupted("SIGTERM")
 
 
@@ -226,8 +229,8 @@ def _summary_crash(*args, **kwargs):
 # fault -> (what is replaced, by what, the exit code)
 FAULTS = {
     "none": (None, None, EXIT_OK),
-    "interrupted setting up": ("engines.engine.Engine.run", _warm_up_interrupted, EXIT_INTERRUPTED),
-    "crash after measuring": ("harness.runner.summarize", _summary_crash, EXIT_FAILED),
+    "interrupted setting up": ("harness.pipeline.drive", _warm_up_interrupted, EXIT_INTERRUPTED),
+    "crash after measuring": ("harness.pipeline.summarize", _summary_crash, EXIT_FAILED),
 }
 
 

@@ -14,6 +14,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from engines.batch import run_batch
 from engines.request import GenerationRequest
 from engines.sequence import Sequence
 from tests.engine_util import by_id, make_engine
@@ -44,7 +45,7 @@ def test_replaying_another_tenants_prompt_reuses_nothing(cache):
     # One request at a time, all with the same prompt: only the namespace differs.
     salts = [None, "tenant-a", "tenant-b", "tenant-a", None, "tenant-b"]
     engine = make_engine(cache, max_num_seqs=1)
-    records = by_id(engine.run(requests_for(salts, shared_prompt())))
+    records = by_id(run_batch(engine, requests_for(salts, shared_prompt())))
     hit = reusable(CACHES[cache])
     assert [records[f"r{i}"].cached_tokens for i in range(len(salts))] == [0, 0, 0, hit, hit, hit]
 
@@ -53,7 +54,7 @@ def test_replaying_another_tenants_prompt_reuses_nothing(cache):
 def test_match_after_the_run_sees_only_its_own_namespace(cache):
     prompt = shared_prompt(1)
     engine = make_engine(cache)
-    engine.run(requests_for(["tenant-a"], prompt))
+    run_batch(engine, requests_for(["tenant-a"], prompt))
 
     def matched(salt: str | None) -> int:
         seq = Sequence(f"probe-{salt}", list(prompt), PROMPT_LEN, OUTPUT_LEN, salt=salt)
@@ -87,7 +88,7 @@ def test_concurrent_tenants_never_hold_the_same_block(cache):
     salts = ["tenant-a", "tenant-b", None] * 3
     engine = make_engine(cache, max_num_batched_tokens=64)
     steps = held_blocks_per_step(engine)
-    records = by_id(engine.run(requests_for(salts, shared_prompt(2))))
+    records = by_id(run_batch(engine, requests_for(salts, shared_prompt(2))))
 
     shared_within_tenant = False
     for held in steps:

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from engines.batch import run_batch
 from engines.build import build_engine
 from engines.cache.base import CacheIntegrityError
 from engines.config import DESIGN_KNOBS, EngineConfig
@@ -55,8 +56,10 @@ def engine_for(cache: str, scheduler: str, **overrides):
 def test_greedy_outputs_equal_caching_off(cache, scheduler):
     requests = shared_prompt_requests(system_len=40, question_len=9, output_len=4)
     # Two at a time: in one burst SGLang's scheduler admits everything before anything is cached.
-    on = by_id(engine_for(cache, scheduler, max_num_seqs=2).run(requests))
-    off = by_id(engine_for(cache, scheduler, max_num_seqs=2, prefix_caching=False).run(requests))
+    on = by_id(run_batch(engine_for(cache, scheduler, max_num_seqs=2), requests))
+    off = by_id(
+        run_batch(engine_for(cache, scheduler, max_num_seqs=2, prefix_caching=False), requests)
+    )
     assert {k: r.output_ids for k, r in on.items()} == {k: r.output_ids for k, r in off.items()}
     assert sum(r.cached_tokens for r in on.values()) > 0
     assert all(r.cached_tokens == 0 for r in off.values())
@@ -183,7 +186,7 @@ def test_policy_profile_lists_only_the_chosen_designs_knobs():
 @pytest.mark.parametrize("cache", ["apc", "radix"])
 def test_a_lock_nobody_holds_breaks_integrity_until_unlocked(cache):
     engine = engine_for(cache, "vllm")
-    engine.run(shared_prompt_requests(output_len=2))
+    run_batch(engine, shared_prompt_requests(output_len=2))
     req = shared_prompt_requests(output_len=2)[0]
     seq = Sequence(req.request_id, list(req.prompt_ids), len(req.prompt_ids), 2)
     match = engine.cache.match(seq, capped=False)

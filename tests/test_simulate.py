@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import engines.simulate.executor  # noqa: F401  (registers executor=simulated)
+from engines.batch import run_batch
 from engines.build import build_engine
 from engines.cache.base import ScheduledSeq, StepPlan
 from engines.config import EngineConfig
@@ -27,6 +28,9 @@ from engines.simulate.cost_model import (
     StepShape,
     build_cost_model,
 )
+from harness.client.inprocess import drive
+from tests.engine_util import as_workload
+from workloads.request import Request
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -233,11 +237,10 @@ def multiturn(seed=0, users=3, rounds=4, system_len=40, question_len=11, answer_
             history += rng.integers(1, TINY_VOCAB, question_len).tolist()
             answer = tuple(rng.integers(1, TINY_VOCAB, answer_len).tolist())
             out.append(
-                GenerationRequest(
+                Request(
                     request_id=f"u{u}r{r}",
                     prompt_ids=tuple(history),
-                    max_new_tokens=answer_len,
-                    scripted_output_ids=answer,
+                    output_ids=answer,
                     after=f"u{u}r{r - 1}" if r else None,
                 )
             )
@@ -251,7 +254,7 @@ OVERHEAD_ONLY = HardwareConfig(name="ticks", kind="fitted", step_overhead_s=0.01
 def test_virtual_clock_counts_steps_and_tokens_follow_the_script():
     req = shared_prompt(groups=1, per_group=1, system_len=27, question_len=13, output_len=5)[0]
     eng = engine("apc", "simulated", OVERHEAD_ONLY)
-    (record,) = eng.run([req])
+    (record,) = run_batch(eng, [req])
     # 40-token prompt in one step (budget 512), then 4 decode steps: 5 steps of 10 ms.
     assert record.output_ids == req.scripted_output_ids
     assert record.first_token_s == pytest.approx(0.01)
@@ -265,7 +268,8 @@ def test_virtual_clock_jumps_to_arrivals():
     reqs = shared_prompt(groups=1, per_group=2, system_len=27, question_len=13, output_len=2)
     late = GenerationRequest(**{**reqs[1].__dict__, "arrival_s": 5.0})
     records = {
-        r.request_id: r for r in engine("radix", "simulated", OVERHEAD_ONLY).run([reqs[0], late])
+        r.request_id: r
+        for r in run_batch(engine("radix", "simulated", OVERHEAD_ONLY), [reqs[0], late])
     }
     assert records["g0q0"].finish_s == pytest.approx(0.02)
     assert records["g0q1"].first_token_s == pytest.approx(5.01)
@@ -274,7 +278,7 @@ def test_virtual_clock_jumps_to_arrivals():
 def test_greedy_decoding_is_refused():
     req = GenerationRequest(request_id="x", prompt_ids=(1, 2, 3), max_new_tokens=2)
     with pytest.raises(ValueError, match="no scripted output"):
-        engine("apc", "simulated", OVERHEAD_ONLY).run([req])
+        run_batch(engine("apc", "simulated", OVERHEAD_ONLY), [req])
 
 
 def test_missing_hardware_names_the_override():
@@ -291,7 +295,8 @@ def test_no_kv_tensors_are_allocated():
 
 def _outcomes(cache, executor, requests, **overrides):
     hardware = OVERHEAD_ONLY if executor == "simulated" else None
-    records = engine(cache, executor, hardware, **overrides).run(requests)
+    sent = [r if isinstance(r, Request) else as_workload([r])[0] for r in requests]
+    records = drive(engine(cache, executor, hardware, **overrides), sent)
     return {
         r.request_id: (r.cached_tokens, r.num_preemptions, r.recomputed_tokens, r.output_ids)
         for r in records
@@ -376,11 +381,11 @@ def test_host_time_is_charged_only_when_asked():
         name="ticks", kind="fitted", step_overhead_s=0.01, charge_host_time=True
     )
     eng = engine("apc", "simulated", charged)
-    (record,) = eng.run([req])
+    (record,) = run_batch(eng, [req])
     host_s = eng.executor.host_s
     assert host_s > 0  # the scheduler's CPU time between steps
     assert eng.clock.now() == pytest.approx(0.05 + host_s)
     assert record.output_ids == req.scripted_output_ids
     plain = engine("apc", "simulated", OVERHEAD_ONLY)
-    plain.run([req])
+    run_batch(plain, [req])
     assert plain.executor.host_s == 0 and plain.clock.now() == pytest.approx(0.05)

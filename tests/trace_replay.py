@@ -1,7 +1,7 @@
 """In-process replay of a Mooncake trace prefix with the trace_h100 suite's settings.
 
-The same pipeline as `harness.runner.run` (generate, arrivals, fan-out, warm-up, flush, measured
-run) without writing files, returning what the fidelity pin compares: per-request outcomes and
+The run pipeline's prepare and measure (harness/pipeline.py: generate, arrivals, warm-up, flush,
+measured run) without writing files, returning what the fidelity pin compares: per-request outcomes and
 the cache's eviction counters.
 """
 
@@ -16,12 +16,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import harness.config  # noqa: F401  (registers the schemas)
-from engines.build import build_engine
 from harness.config import CONF_DIR
-from harness.load import fan_out, with_arrivals
-from harness.tokenspace import token_space_for
-from workloads.base import generate
-from workloads.tokens import warmup_requests
+from harness.pipeline import measure, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,19 +47,11 @@ def trace_config(engine: str, kv_capacity_tokens: int, max_requests: int | None,
 
 def replay(cfg) -> dict:
     """Per-request outcomes and cache counters of one replay, as plain JSON-able values."""
-    space = token_space_for(cfg.model)
-    requests = fan_out(
-        with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed), True
-    )
-    engine = build_engine(
-        cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
-    )
-    warm = warmup_requests(
-        space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len
-    )
-    engine.run(fan_out(warm, scripted=True))
-    assert engine.cache.reset()
-    records = engine.run(requests)
+    prepared = prepare(cfg)
+    measured = measure(cfg, prepared)
+    assert measured.status == "ok", measured.error
+    engine = prepared.engine
+    records = engine.records
     stats = engine.cache.stats()
     return {
         "requests": {

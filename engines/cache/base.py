@@ -359,6 +359,11 @@ class Admission(Protocol):
         step state), given sequences in the state `allocate_decode_run` documents."""
         ...
 
+    def on_idle(self) -> None:
+        """The engine's iteration found nothing waiting or running (SGLang resets its
+        `new_token_ratio`; vLLM keeps no such state)."""
+        ...
+
 
 # name -> factory(EngineConfig) -> PrefixCache. Cache designs register on import.
 CACHES: Registry[Callable[[Any], PrefixCache]] = Registry("cache")

@@ -19,7 +19,8 @@ def steps_before_finish(seqs: list[Sequence]) -> int:
 def fitting_steps(cache: PrefixCache, seqs: list[Sequence], max_steps: int, headroom: int) -> int:
     """The most steps k <= max_steps of one token per sequence such that before every step the
     cache can allocate, without evicting through `evict`, both that step's tokens and `headroom`
-    (SGLang's decode memory check asks for one page per request; vLLM asks for nothing more).
+    (SGLang: one page per request, what its decode allocation evicts for, which covers its memory
+    check's page-aligned need in every step; vLLM asks for nothing more).
 
     Allocatable tokens only shrink during a run, so with tok(k) the tokens k steps allocate the
     condition is tok(k) <= available and tok(k - 1) <= available - headroom, monotone in k.

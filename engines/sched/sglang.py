@@ -3,16 +3,18 @@
 A step is a prefill (extend) batch when the prefill round admits anything or a chunked request is
 in flight; otherwise it is a decode batch of every running request. The two never mix.
 
-    schedule:    commit the in-flight chunk -> prefill round (calc_priority, PrefillAdder,
-                 head-of-line break) -> else decode (memory check, retraction, ratio decay)
+    schedule:    commit the in-flight chunk -> filter finished requests out of the running batch
+                 -> prefill round (calc_priority, PrefillAdder, head-of-line break) -> else decode
+                 (page-aligned memory check, retraction, ratio decay); nothing to run: on_idle
     finish_step: prefill: release finished / commit the rest, merge into the running batch;
                  decode:  release finished as one free group
 
 `commit` is the cache's `cache_unfinished_req`: on radix the content becomes matchable only there;
 on APC it was matchable at allocation already and the commit is a no-op.
 
-`self.batch` mirrors upstream `running_batch.reqs`: requests that finished in a decode step stay in
-it (counted by the running limit) until the next decode step filters them, as upstream does.
+`self.batch` mirrors upstream `running_batch.reqs`. Requests that finished in a decode step leave it
+at the start of the next iteration, before the prefill round, as `get_next_batch_to_run` filters
+every iteration (docs/radix.md, the scheduler's iteration order).
 """
 
 from __future__ import annotations
@@ -86,9 +88,20 @@ class SglangScheduler:
     ) -> StepPlan:
         if self.chunked is not None:
             self.cache.commit(self.chunked, self.chunked.num_computed_tokens)
+        self._filter_batch()
         plan = self._prefill_round(waiting, running, budget)
         self._last_plan_is_prefill = plan is not None
-        return plan if plan is not None else self._decode_round(waiting, running)
+        if plan is None:
+            plan = self._decode_round(waiting, running)
+        if not plan.scheduled:
+            self.on_idle()  # upstream's loop found no batch to run
+        return plan
+
+    def on_idle(self) -> None:
+        """An iteration with nothing to run: its `get_next_batch_to_run` filtered the batch, and
+        `self_check_during_idle` starts the ratio over."""
+        self._filter_batch()
+        self.new_token_ratio = self.init_new_token_ratio
 
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
         cache = self.cache
@@ -193,13 +206,13 @@ class SglangScheduler:
 
     # ----------------------------------------------------------------- decode
     def _decode_round(self, waiting: deque[Sequence], running: list[Sequence]) -> StepPlan:
+        """`update_running_batch` on a batch `schedule` has filtered already."""
         initial_bs = len(self.batch)
-        self.batch = self._unfinished_batch()
         if not self.batch:
-            self.batch_is_full = False
             return StepPlan()
-        if not self._check_decode_mem(len(self.batch)):
-            self._retract(waiting, running)
+        retracted: list[Sequence] = []
+        if not self._check_decode_mem(self.batch):
+            retracted = self._retract(waiting, running)
         else:
             self._decay_new_token_ratio()
         if len(self.batch) < initial_bs:
@@ -208,7 +221,9 @@ class SglangScheduler:
             [Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True
         ):
             raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
-        return StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch])
+        return StepPlan(
+            [ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch], retracted
+        )
 
     # ------------------------------------------------------------- decode runs
     def plan_decode_run(
@@ -223,7 +238,7 @@ class SglangScheduler:
         if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
             return None
         num_steps = fitting_steps(
-            self.cache, batch, steps_before_finish(batch), self._decode_need(len(batch))
+            self.cache, batch, steps_before_finish(batch), self._decode_headroom(len(batch))
         )
         return DecodeRun(batch, num_steps) if num_steps > 0 else None
 
@@ -243,22 +258,41 @@ class SglangScheduler:
         """The running batch without the requests that finished in the last decode step."""
         return [seq for seq in self.batch if not seq.is_finished]
 
+    def _filter_batch(self) -> None:
+        """`filter_batch` at the start of every iteration; a request that left un-fills the batch.
+        (An emptied batch is then the empty one that adopts the next prefill batch.)"""
+        batch = self._unfinished_batch()
+        if len(batch) < len(self.batch):
+            self.batch_is_full = False
+        self.batch = batch
+
     def _decay_new_token_ratio(self) -> None:
         self.new_token_ratio = max(
             self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
         )
 
-    def _decode_need(self, batch_size: int) -> int:
-        """Tokens a decode step of `batch_size` requests must find free: one page each."""
+    def _decode_need(self, seqs: list[Sequence]) -> int:
+        """`new_tokens_required_next_decode`: a page for each request whose committed length is
+        on a page boundary (its next token opens a page), nothing for the others."""
+        page = self.cache.block_size
+        if page == 1:
+            return len(seqs)
+        return page * sum(1 for seq in seqs if seq.num_computed_tokens % page == 0)
+
+    def _decode_headroom(self, batch_size: int) -> int:
+        """Free tokens a decode step of `batch_size` requests needs so that nothing evicts: the
+        step's allocation (`alloc_paged_token_slots_decode`) evicts up to one page per request,
+        an over-estimate upstream keeps; it covers the memory check's page-aligned need too."""
         return batch_size * self.cache.block_size
 
-    def _check_decode_mem(self, batch_size: int) -> bool:
-        need = self._decode_need(batch_size)
+    def _check_decode_mem(self, seqs: list[Sequence]) -> bool:
+        need = self._decode_need(seqs)
         self.cache.evict(need)
         return self.cache.free_tokens() >= need
 
-    def _retract(self, waiting: deque[Sequence], running: list[Sequence]) -> None:
-        """§7.3: victims (fewest outputs, longest input) from the back until the step fits."""
+    def _retract(self, waiting: deque[Sequence], running: list[Sequence]) -> list[Sequence]:
+        """§7.3: victims (fewest outputs, longest input) from the back until the step fits.
+        Returns the victims in retraction order."""
         batch, cache = self.batch, self.cache
         order = sorted(
             range(len(batch)),
@@ -266,7 +300,8 @@ class SglangScheduler:
             reverse=True,
         )
         first = True
-        while first or not self._check_decode_mem(len(order)):
+        victims: list[Sequence] = []
+        while first or not self._check_decode_mem([batch[i] for i in order]):
             if len(order) == 1:
                 break
             first = False
@@ -282,9 +317,11 @@ class SglangScheduler:
             seq.num_preemptions += 1
             running.remove(seq)
             waiting.append(seq)
+            victims.append(seq)
         self.batch = [batch[i] for i in order]
         decoded = sum(seq.num_output_tokens for seq in self.batch)
         max_new = sum(seq.max_new_tokens for seq in self.batch)
         self.new_token_ratio = min(
             1.0, (decoded + RETRACT_DECODE_STEPS * len(self.batch)) / (max_new + 1)
         )
+        return victims

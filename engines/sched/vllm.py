@@ -179,6 +179,9 @@ class VllmScheduler:
             for seq in run.seqs:
                 self._known_tokens[seq.seq_id] = seq.num_computed_tokens + num_steps
 
+    def on_idle(self) -> None:
+        """Nothing: vLLM's scheduler keeps no state that an idle iteration resets."""
+
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
         """Commit what the step computed where the cache needs it, then release finished requests.
 

@@ -1,9 +1,9 @@
 """Runs for the claims: compose a configuration like the CLI does and run it in-process.
 
-`run_arm` composes Hydra overrides over conf/config.yaml (through harness.config.CONF_DIR,
-so the configs are found wherever they live), checks them like the CLI, claims its own run
-directory under the claims output, writes the manifest and calls harness.runner.run. The result keeps the summary, the per-request
-table and, when asked, the generated token ids.
+`run_arm` runs one arm through the run pipeline (harness/pipeline.py) exactly as the CLI does:
+compose and check the overrides, claim the arm's run directory under the claims output, write the
+manifest (resolved device included), prepare, measure, finish. The result keeps the summary, the
+per-request table and, when asked, the generated token ids.
 """
 
 from __future__ import annotations
@@ -16,16 +16,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pandas as pd
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from harness.checks import check_known_keys, check_run_config
 from harness.config import CONF_DIR, RunConfig
-from harness.identity import claim, fingerprint
-from harness.manifest import VIRTUAL_DEVICE, build_manifest
-from harness.results import RunDir
-from harness.rowlog import RowLog
-from harness.runner import run
+from harness.pipeline import compose, run, start, write_manifest
 
 
 @dataclass(frozen=True)
@@ -40,28 +33,19 @@ class ArmResult:
 
 def compose_config(overrides: list[str]) -> tuple[RunConfig, dict]:
     """(RunConfig, resolved dict) for the overrides, as `python -m harness` would compose them."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="claims"):
-        dcfg = compose(config_name="config", overrides=overrides)
-    check_known_keys(dcfg)
-    cfg = OmegaConf.to_object(dcfg)
-    check_run_config(cfg)
-    return cfg, OmegaConf.to_container(dcfg, resolve=True)
+    composed = compose(overrides, job_name="claims")
+    return composed.cfg, composed.resolved
 
 
 def run_arm(name: str, overrides: list[str], out_dir: Path, save_tokens: bool = False) -> ArmResult:
     """Run one configuration into out_dir/name; a run that is not ok raises RuntimeError."""
     args = [*overrides, f"save_tokens={str(save_tokens).lower()}"]
-    cfg, resolved = compose_config(args)
-    files = RunDir(out_dir / name)
-    rows = RowLog(claim(files.path, RunDir.ROWS, overwrite=False))
-    extra = {
-        "device": VIRTUAL_DEVICE if cfg.executor != "real" else cfg.device,
-        "config_fingerprint": fingerprint(resolved),
-    }
-    files.write_manifest(build_manifest(resolved, cfg.seed, extra))
-    # The runner prints vLLM's result block and a progress bar; a failure is raised below.
+    composed = compose(args, job_name="claims")
+    files, rows = start(out_dir / name, overwrite=False)
+    write_manifest(files, composed)
+    # The pipeline prints vLLM's result block and a progress bar; a failure is raised below.
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        outcome = run(cfg, files, rows)
+        outcome = run(composed.cfg, files, rows)
     summary = outcome.summary
     if summary.get("status") != "ok":
         raise RuntimeError(f"claims run {name} ({' '.join(overrides)}): {summary.get('error')}")

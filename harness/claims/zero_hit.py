@@ -92,7 +92,7 @@ def _cpu_ratios(ctx: Context) -> pd.DataFrame:
 def _interleaved(extra: list[str], seeds: range) -> pd.DataFrame:
     configs = {(e, on): overhead.config(e, on, extra) for e, on in overhead.ARMS}
     rows = [
-        {"engine": e, "cache_on": on, "seed": seed, **overhead.measure(cfg, seed)}
+        {"engine": e, "cache_on": on, "seed": seed, **overhead.measure_arm(cfg, seed)}
         for seed in seeds
         for (e, on), cfg in configs.items()
     ]

@@ -1,4 +1,4 @@
-"""Arrival processes (docs/benchmarking.md §7) and the n > 1 fan-out into engine requests.
+"""Arrival processes (docs/benchmarking.md §7): when a client sends each request.
 
 Poisson/gamma follows `vllm bench serve`: gaps ~ Gamma(burstiness, 1/(rate * burstiness)),
 cumulated, then rescaled so the last send is at N / rate; seeded from the run seed.
@@ -11,7 +11,6 @@ import dataclasses
 import numpy as np
 
 from engines.registry import Registry
-from engines.request import GenerationRequest
 from harness.config import LoadConfig
 from harness.errors import BadInput
 from workloads.request import Request
@@ -62,34 +61,3 @@ def with_arrivals(requests: list[Request], load: LoadConfig, seed: int) -> list[
     """Requests with arrival_s set by the load mode (dependent turns keep their `after`)."""
     times = ARRIVALS.get(load.mode)(requests, load, seed)
     return [dataclasses.replace(r, arrival_s=t) for r, t in zip(requests, times)]
-
-
-def fan_out(requests: list[Request], scripted: bool) -> list[GenerationRequest]:
-    """One engine request per sample; n > 1 children get vLLM's ids "{index}_{parent}"."""
-    out: list[GenerationRequest] = []
-    for req in requests:
-        for index in range(req.n):
-            rid = req.request_id if req.n == 1 else f"{index}_{req.request_id}"
-            script = _script(req, index)
-            out.append(
-                GenerationRequest(
-                    request_id=rid,
-                    prompt_ids=req.prompt_ids,  # shared, never copied (a trace holds ~1e8)
-                    max_new_tokens=req.output_len,
-                    scripted_output_ids=script if scripted else None,
-                    arrival_s=req.arrival_s,
-                    parent_id=req.request_id,
-                    sample_index=index,
-                    after=req.after,
-                    think_s=req.think_s,
-                    salt=req.salt,
-                    lora_id=req.lora_id,
-                )
-            )
-    return out
-
-
-def _script(req: Request, index: int) -> tuple[int, ...] | None:
-    if req.sample_output_ids:
-        return tuple(req.sample_output_ids[index])
-    return tuple(req.output_ids) if req.output_ids is not None else None

@@ -1,0 +1,67 @@
+"""The in-process driver: the client layer sending workload requests to the built-in engine.
+
+The engine's own run clock is the client's clock, so a simulated run's arrivals, waits and
+token times are all virtual, and a real run's are on the wall clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engines.engine import Engine
+from engines.records import RequestRecord
+from engines.request import CompletionRequest
+from harness.client.releases import ReleaseQueue
+from workloads.request import Request
+
+
+def completion_request(req: Request, scripted: bool) -> CompletionRequest:
+    """The API request a client sends for `req`: its prompt, n samples, their scripts."""
+    scripts = None
+    if scripted and req.output_ids is not None:
+        if req.sample_output_ids:
+            scripts = tuple(tuple(s) for s in req.sample_output_ids)
+        else:
+            scripts = (tuple(req.output_ids),) * req.n
+    return CompletionRequest(
+        request_id=req.request_id,
+        prompt_ids=req.prompt_ids,  # shared, never copied (a trace holds ~1e8 tokens)
+        max_new_tokens=req.output_len,
+        n=req.n,
+        scripted_output_ids=scripts,
+        salt=req.salt,
+        lora_id=req.lora_id,
+    )
+
+
+def drive(
+    engine: Engine,
+    requests: list[Request],
+    *,
+    scripted: bool = True,
+    max_concurrency: int | None = None,
+    on_finish: Callable[[RequestRecord], None] | None = None,
+) -> list[RequestRecord]:
+    """Send `requests` on their schedule and step the engine until every one has finished."""
+    queue = ReleaseQueue(requests, max_concurrency)
+    clock = engine.clock
+    engine.restart()
+    while queue.pending or engine.has_work:
+        for req, arrival_s in queue.due(clock.now()):
+            engine.submit(completion_request(req, scripted), arrival_s)
+        if not engine.has_work:
+            engine.idle()
+            clock.wait_until(queue.next_pending_s())
+            continue
+        out = engine.step(queue.next_release_s())
+        if not out.progressed:
+            if queue.next_release_s() < float("inf"):
+                clock.wait_until(queue.next_release_s())
+            continue
+        if on_finish is not None:
+            for record in out.finished:
+                on_finish(record)
+        for parent_id in out.finished_parents:
+            queue.finished(parent_id, out.end_s)
+    engine.idle()  # the run ended with nothing left: the engine idles until the next one
+    return engine.records
