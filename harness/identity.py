@@ -152,12 +152,13 @@ RESERVE_BYTES = 256 * 2**10
 
 
 LOCK_FILE = ".lock"
-_held: dict[str, int] = {}  # run dir -> descriptor of its locked lock file (held until exit)
+_held: dict[str, int] = {}  # run dir -> descriptor of its locked lock file
 
 
 def hold(run_dir: Path) -> None:
-    """Take `run_dir`'s lock (flock on its lock file, released when this process ends, however
-    it ends); again from the same process is a no-op. BadInput while another process holds it."""
+    """Take `run_dir`'s lock (flock on its lock file, held until the run's summary is written or
+    this process ends, however it ends); again from the same process is a no-op. BadInput while
+    another process holds it."""
     key = os.path.abspath(run_dir)
     if key in _held:
         return
@@ -176,6 +177,14 @@ def hold(run_dir: Path) -> None:
         ) from None
     _held[key] = os.dup(f.fileno())  # the lock lives on the open file description
     f.close()
+
+
+def release(run_dir: Path) -> None:
+    """Let go of `run_dir`'s lock (its summary is written: the run is over). A no-op when this
+    process does not hold it."""
+    fd = _held.pop(os.path.abspath(run_dir), None)
+    if fd is not None:
+        os.close(fd)  # closing the last descriptor of the description drops the flock
 
 
 def claim_before_hydra(argv: list[str]) -> str | None:

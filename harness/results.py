@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engines.step_log import StepRecord
-from harness.identity import RESERVE_FILE, fingerprint
+from harness.identity import RESERVE_FILE, fingerprint, release
 from harness.rowlog import count_rows
 from harness.safe_write import SafeRoot
 from workloads.progress import progress
@@ -120,7 +120,10 @@ class RunDir:
         """Write this last: it marks the directory as a run for `load_runs`. The space the claim
         kept aside (identity.RESERVE_FILE) is freed first, so a full disk still gets a summary."""
         self.safe.remove(self.path / RESERVE_FILE)
-        write_json(self._ready(self.summary_path), summary, self.path)
+        try:
+            write_json(self._ready(self.summary_path), summary, self.path)
+        finally:
+            release(self.path)  # the run is over: another may take the directory now
 
     def _ready(self, file: Path) -> Path:
         self.safe.mkdir()

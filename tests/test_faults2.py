@@ -861,3 +861,33 @@ def test_an_unknown_hydra_launcher_is_one_line():
         run_py(preflight_body([*SMALL_RUN, "hydra/launcher=nope"])),
         "hydra/launcher=nope: In 'hydra/config': Could not find 'hydra/launcher/nope'",
     )
+
+
+def test_the_lock_ends_with_the_runs_summary(tmp_path):
+    """In-process callers (the claims, the tests) run many runs: a finished run lets go."""
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nfrom pathlib import Path\nfrom harness.identity import claim\n"
+            "from harness.results import RunDir\n"
+            f"d = Path({str(run_dir)!r})\nclaim(d, RunDir.ROWS, False)\n"
+            "RunDir(d).write_summary({'status': 'failed', 'completed': 0})\n"
+            "print('done', flush=True)\ntime.sleep(120)\n",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=_limit,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "done"
+        body = f"from pathlib import Path\nfrom harness.identity import hold\nhold(Path({str(run_dir)!r}))\n"
+        proc = run_py(body)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert not (run_dir / ".summary-reserve").exists()
+    finally:
+        holder.kill()
+        holder.wait()
