@@ -364,8 +364,13 @@ CASES: list[tuple[list[str], str]] = [
         "needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 50",
     ),
     (
-        ["model.max_position_embeddings=32"],
-        "request g1-q0 needs 60 tokens (prompt 56 + output 4) but the model's context is 32",
+        # 50: each generated piece (48 system + 8 question tokens) fits, the whole request not
+        ["model.max_position_embeddings=50"],
+        "request g1-q0 needs 60 tokens (prompt 56 + output 4) but the model's context is 50",
+    ),
+    (
+        ["model.max_position_embeddings=32"],  # the 48-token system prompt: refused as it is made
+        "workload: a request needs 48 tokens in one piece",
     ),
     # ---- output directories (the preflight reads them from the command line)
     (["hydra.run.dir="], "hydra.run.dir: an empty path would write into the current directory"),
