@@ -128,22 +128,21 @@ def claim(run_dir: Path, rows_name: str, overwrite: bool) -> Path:
     safe = SafeRoot(run_dir)
     for name in found:
         safe.remove(run_dir / name)
-    rows = run_dir / rows_name
-    try:
-        safe.open_append(rows, exclusive=True).close()
-    except FileExistsError:
-        raise BadInput(f"hydra.run.dir: another run is writing into {str(run_dir)!r}") from None
-    # Room for the summary kept aside: a disk that fills up during the run still gets one
-    # (RunDir.write_summary removes this file first).
+    # Room for the summary kept aside first: a disk that fills up at any point after the rows
+    # file exists still gets a summary (RunDir.write_summary removes this file first).
     try:
         safe.write_atomic(
             run_dir / RESERVE_FILE, lambda f: f.write(b"\0" * RESERVE_BYTES), binary=True
         )
     except OSError as exc:
-        safe.remove(rows)
         raise BadInput(
             f"hydra.run.dir: cannot write into {str(run_dir)!r}: {exc.strerror}"
         ) from None
+    rows = run_dir / rows_name
+    try:
+        safe.open_append(rows, exclusive=True).close()
+    except FileExistsError:
+        raise BadInput(f"hydra.run.dir: another run is writing into {str(run_dir)!r}") from None
     return rows
 
 
