@@ -96,7 +96,7 @@ class SafeRoot:
         _fsync_dir(path.parent)
         return path
 
-    def write_text(self, target: str | os.PathLike, text: str) -> Path:
+    def put_text(self, target: str | os.PathLike, text: str) -> Path:
         return self.write_atomic(target, lambda f: f.write(text))
 
     def open_append(self, target: str | os.PathLike, exclusive: bool = False) -> IO[str]:

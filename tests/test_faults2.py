@@ -489,13 +489,13 @@ def test_the_safe_writer_refuses_links_and_paths_outside_its_root(tmp_path):
         tmp_path / "root" / "link",
     ):
         with pytest.raises(UnsafePath):
-            root.write_text(bad, "overwritten\n")
+            root.put_text(bad, "overwritten\n")
     with pytest.raises(UnsafePath):
         root.open_append(tmp_path / "root" / "link")
     with pytest.raises(UnsafePath):
         SafeFileHandler(str(tmp_path / "root" / "link"))
     assert (tmp_path / "outside").read_text() == "keep\n"
-    assert root.write_text(tmp_path / "root" / "a" / "b.txt", "ok\n").read_text() == "ok\n"
+    assert root.put_text(tmp_path / "root" / "a" / "b.txt", "ok\n").read_text() == "ok\n"
 
 
 # Modules that write a run or the report; only harness/safe_write.py may touch the file system.

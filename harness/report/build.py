@@ -17,6 +17,7 @@ Agg backend; importing this module leaves a notebook's or a script's backend alo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import warnings
@@ -39,7 +40,7 @@ from harness.report.tables import (
     tidy_runs,
 )
 from harness.results import load_runs
-from harness.safe_write import SafeRoot
+from harness.safe_write import SafeRoot, UnsafePath
 from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
@@ -139,22 +140,30 @@ def remove_written(folder: Path) -> None:
     """Delete the figure files the previous report listed in its WRITTEN file, and nothing else:
     a report rewrites its figures as a whole, so no stale figure outlives a changed results tree,
     while files that others put there (the claims' figures, say) stay."""
+    from workloads.readers import read_text
+
     listing = folder / WRITTEN
     if not listing.is_file():
         return
-    for name in listing.read_text(encoding="utf-8").split():
+    safe = SafeRoot(folder)  # a link (the folder, the listing, a listed name) is left alone
+    try:
+        names = read_text(listing, "figure list", 2**20).split()
+    except BAD_INPUT:  # not ours as written: delete nothing
+        return
+    for name in names:
         path = folder / name
         if path.parent == folder and path.suffix in (".png", ".svg"):  # never outside the folder
-            path.unlink(missing_ok=True)
-    listing.unlink()
+            with contextlib.suppress(UnsafePath):
+                safe.remove(path)
+    with contextlib.suppress(UnsafePath):
+        safe.remove(listing)
 
 
 def write_list(folder: Path, stems: list[str]) -> None:
     if not stems:
         return
-    folder.mkdir(parents=True, exist_ok=True)
     names = [f"{stem}.{suffix}" for stem in sorted(stems) for suffix in ("png", "svg")]
-    (folder / WRITTEN).write_text("\n".join(names) + "\n", encoding="utf-8")
+    SafeRoot(folder).put_text(folder / WRITTEN, "\n".join(names) + "\n")
 
 
 def describe(report: Report) -> str:
