@@ -147,10 +147,10 @@ class Engine:
         for rid in ids:
             self._timelines[rid].aborted = True
             seq = self.loop.find(rid)
-            if seq is not None and not self.loop.drop_waiting(seq):
+            if seq is not None and self.loop.drop_waiting(seq):  # it never held KV
+                self._child_done(self._forget(rid))
+            elif seq is not None:
                 seq.max_new_tokens = seq.num_output_tokens + 1
-            elif seq is not None:  # dropped from the queue before it held any KV
-                self._forget(rid)
         return bool(ids)
 
     def step(self, next_release_s: float = math.inf) -> StepOutput:
@@ -210,20 +210,26 @@ class Engine:
         parents: list[str] = []
         for seq in seqs:
             tl = self._forget(seq.seq_id)
+            parent_done = self._child_done(tl)
             if tl.aborted:
                 continue
             # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
             record = _record(seq, tl)
             self.records.append(record)
             records.append(record)
-            parent = tl.request.parent_id or tl.request.request_id
-            left = self._children_left.get(parent, 1) - 1
-            if left <= 0:
-                self._children_left.pop(parent, None)
-                parents.append(parent)
-            else:
-                self._children_left[parent] = left
+            if parent_done:
+                parents.append(tl.request.parent_id or tl.request.request_id)
         return records, parents
+
+    def _child_done(self, tl: _Timeline) -> bool:
+        """Count a child out of its parent; True when it was the parent's last."""
+        parent = tl.request.parent_id or tl.request.request_id
+        left = self._children_left.get(parent, 1) - 1
+        if left > 0:
+            self._children_left[parent] = left
+            return False
+        self._children_left.pop(parent, None)
+        return True
 
     def _forget(self, request_id: str) -> _Timeline:
         self._unscheduled.discard(request_id)

@@ -419,7 +419,7 @@ def draw_capacity_panel(ax_hit, ax_ttft, panel) -> None:
             color=c,
             label=f"{line} p99",
         )
-    where = f" [{panel.title}]" if panel.title else ""
+    where = f"\n({panel.title})" if panel.title else ""
     ax_hit.set(
         xscale="log",
         xlabel="KV capacity (tokens)",

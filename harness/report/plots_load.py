@@ -99,7 +99,7 @@ def _load_panels(axes, panel, key: str, metrics) -> None:
             xscale="log",
             xlabel=key + (" (req/s)" if key == "load.rate" else ""),
             ylabel=on_clock(label, runs),
-            title=label + (f" [{panel.title}]" if panel.title else ""),
+            title=label + (f"\n({panel.title})" if panel.title else ""),
         )
         loads = sorted(runs["load"].unique())
         ax.set_xticks(loads, [f"{v:g}" for v in loads], fontsize=7)

@@ -121,7 +121,7 @@ def _trace_panel(ax_ttft, ax_hit, panel) -> None:
         yscale="log",
         xlabel="KV capacity (tokens)",
         ylabel="TTFT (s, virtual clock)",
-        title=f"TTFT p50 / p99 against KV capacity ({fixed}{_requests(runs)})",
+        title=f"TTFT p50 / p99 against KV capacity\n({fixed}{_requests(runs)})",
     )
     # Log TTFT with 1-2-5 labels: p50 and p99 differ by an order of magnitude.
     ax_ttft.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -130,7 +130,7 @@ def _trace_panel(ax_ttft, ax_hit, panel) -> None:
         xscale="log",
         xlabel="KV capacity (tokens)",
         ylabel="prompt tokens served from cache (%)",
-        title="Hit rate against KV capacity" + (f" ({panel.title})" if panel.title else ""),
+        title="Hit rate against KV capacity" + (f"\n({panel.title})" if panel.title else ""),
     )
     caps = sorted(runs["kv_capacity_tokens"].dropna().unique())
     capacity_axes((ax_ttft, ax_hit), caps, legend_size=7)

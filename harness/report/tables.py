@@ -189,7 +189,7 @@ def _series(df: pd.DataFrame) -> pd.Series:
         keys = [
             c.removeprefix("config.")
             for c in config
-            if group[c].map(str).nunique() > 1
+            if group[c].dropna().map(str).nunique() > 1  # a failed run's missing keys: no value
             and not c.removeprefix("config.").startswith((*IN_ARM_OR_AXIS, "hardware.", "model."))
         ]
         for i, row in group.iterrows():
