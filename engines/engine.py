@@ -24,6 +24,7 @@ from engines.cache.protocol import PrefixCache
 from engines.clock import RunClock
 from engines.errors import BadInput
 from engines.executor import Executor
+from engines.fits import admission_problem
 from engines.frontend import Frontend
 from engines.loop import StepLoop
 from engines.records import RequestRecord
@@ -106,6 +107,7 @@ class Engine:
                 f"request {request_id} needs {need} KV tokens {what} but "
                 f"engine.kv_capacity_tokens is {capacity}"
             )
+        admission_problem(self.loop.scheduler, request_id, prompt_len, max_new_tokens, capacity)
 
     def idle(self) -> None:
         """Nothing is waiting or running: a scheduler design may reset state here (SGLang resets

@@ -159,6 +159,9 @@ def _check_device(name: str) -> None:
         device = torch.device(name)
     except (RuntimeError, TypeError):
         raise BadInput(f"device must be auto, cpu or cuda[:N], got {name!r}") from None
+    if device.type not in ("cpu", "cuda"):  # meta, mps, xpu ...: torch parses them, the engine
+        # supports none (meta tensors hold no data; the kernels are CPU or CUDA only)
+        raise BadInput(f"device must be auto, cpu or cuda[:N], got {name!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BadInput(f"device {name!r} was asked for but no CUDA device is available")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.config import RunConfig
+from harness.owned_dir import out_and_overrides_problem
 from harness.pipeline import compose, measure, prepare
 from harness.report.stats import ratio_ci
 
@@ -164,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 2:
         print("error: --repeats must be >= 2 for an interval", file=sys.stderr)
+        return 2
+    problem = out_and_overrides_problem(args.out, args.overrides)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     runs, profiles = run(args.repeats, args.overrides)
     args.out.mkdir(parents=True, exist_ok=True)

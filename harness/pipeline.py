@@ -52,6 +52,7 @@ from harness.metrics import (
 )
 from harness.results import RunDir
 from harness.rowlog import RowLog
+from harness.safe_write import disk_fault
 from harness.tokenspace import token_space_for
 from workloads.base import TokenSpace, generate_with_notes
 from workloads.bounds import run_bounds
@@ -198,7 +199,8 @@ def measure(
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
-        traceback.print_exc(file=sys.stderr)
+        if not disk_fault(exc):  # a full or read-only disk is the machine's, not a bug: one line
+            traceback.print_exc(file=sys.stderr)
         status, error = "failed", f"{type(exc).__name__}: {exc}"
     finally:
         if profile is not None:
@@ -298,7 +300,7 @@ def finish(run: Finished) -> RunOutcome:
         out.write_steps(engine.loop.step_log)
     out.write_summary(summary)
     run.rows.close()
-    out.rows_path.unlink()  # the rows are in requests.parquet now
+    out.remove(out.rows_path)  # the rows are in requests.parquet now
     log.info("%s", format_summary(summary))
     return RunOutcome(summary, out.path)
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from harness.config import CONF_DIR, RunConfig, to_schema
-from harness.errors import config_errors, describe
+from harness.errors import BAD_INPUT, config_errors, describe
 from harness.identity import holds_results
 
 GROUPS = ("workload", "engine", "model", "hardware", "server", "suite")
@@ -52,7 +52,7 @@ def preflight(argv: list[str]) -> str | None:
     """
     if any(a in SKIP_FLAGS for a in argv):
         return None
-    problem = output_dir_problem(argv)
+    problem = output_dir_problem(argv) or _hydra_group_problem(argv)
     if problem:
         return problem
     dirs = search_dirs(argv)
@@ -68,8 +68,17 @@ def preflight(argv: list[str]) -> str | None:
     return _group_problem(argv, dirs) or _compose_problem(argv, check=True)
 
 
+DEFAULT_RESULTS = "results"  # conf/config.yaml's run and sweep directories start there
+MIN_FREE_BYTES = 2**20  # a run's .hydra/ files, log, manifest and summary: tens of kilobytes
+
+
 def output_dir_problem(argv: list[str]) -> str | None:
-    """An output directory given on the command line that no run could write into."""
+    """An output directory (given on the command line, or the default results folder) that no
+    run could write into: not a directory, not writable, read-only, or a full file system."""
+    if not any(a.partition("=")[0] in OUTPUT_KEYS for a in argv):
+        problem = unusable_dir(DEFAULT_RESULTS)
+        if problem:
+            return f"hydra.run.dir: the default results folder: {problem}; give hydra.run.dir=<dir>"
     for arg in argv:
         key, sep, value = arg.partition("=")
         if sep and key in OUTPUT_KEYS:
@@ -96,6 +105,34 @@ def unusable_dir(value: str) -> str | None:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         return f"cannot create or write {value!r}: {str(existing)!r} is not writable"
+    try:
+        st = os.statvfs(existing)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        return (
+            f"cannot write {value!r}: its file system has {free:,} bytes free "
+            f"(a run needs at least {MIN_FREE_BYTES:,})"
+        )
+    return None
+
+
+def _hydra_group_problem(argv: list[str]) -> str | None:
+    """A Hydra group of its own (`hydra/launcher=...`) that does not exist: composing it here
+    gives one line instead of Hydra's traceback at start-up."""
+    chosen = [a for a in argv if a.lstrip("+~").startswith("hydra/")]
+    if not chosen:
+        return None
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(
+            config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"
+        ):
+            compose(config_name="config", overrides=chosen, return_hydra_config=True)
+    except config_errors() as exc:
+        return f"{chosen[0]}: {describe(exc)}"
     return None
 
 
@@ -124,15 +161,21 @@ def group_file_problem(group: str, name: str, dirs: tuple[Path, ...] = ()) -> st
 
 def _group_file(group: str, name: str, dirs: tuple[Path, ...]) -> Path:
     candidates = [d / group / f"{name}.yaml" for d in (*dirs, CONF_DIR)]
-    return next((c for c in candidates if c.is_file()), candidates[-1])
+    # The first that exists at all, as Hydra would pick it: a FIFO or a dangling link is refused
+    # when it is read (workloads.readers) rather than hanging or failing inside Hydra.
+    return next((c for c in candidates if c.exists() or c.is_symlink()), candidates[-1])
 
 
 def _read_group_file(group: str, name: str, dirs: tuple[Path, ...]) -> tuple[dict, str | None]:
     import yaml
 
+    from workloads.readers import MIB, load_yaml, read_text
+
     path = _group_file(group, name, dirs)
     try:
-        body = yaml.safe_load(path.read_text(encoding="utf-8"))
+        body = load_yaml(read_text(path, f"{group}={name}: config file", MIB), str(path))
+    except BAD_INPUT as exc:
+        return {}, str(exc)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -112,7 +112,9 @@ def test_load_runs_skips_unreadable_and_joins_by_run_id(tmp_path):
     write_failed_summary(tmp_path / "single" / "boom", "ValueError: bad workload")
     (tmp_path / "sweep" / "0" / ".hydra").mkdir()  # not a run: no summary.json
 
-    skipped = r"skipped 2 unreadable run directories: .*sweep/2 \(JSONDecodeError\), .*sweep/3 \(ValueError\)"
+    skipped = (
+        r"skipped 2 unreadable run directories: .*sweep/2 \(BadInput\), .*sweep/3 \(ValueError\)"
+    )
     with pytest.warns(UserWarning, match=skipped):
         runs, requests = load_runs(tmp_path)
     assert runs["run_dir"].tolist() == ["single/boom", "sweep/0", "sweep/1"]

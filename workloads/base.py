@@ -8,7 +8,6 @@ each schema in Hydra's ConfigStore as `workload/base_<family>`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from workloads.errors import BadInput
+from workloads.readers import check_regular, loads_json
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.tokens import TokenSpace
@@ -91,6 +91,11 @@ class WorkloadParams:
     def prompt_tokens_estimate(self) -> int | None:
         """Total prompt tokens the generator will produce, computed from the parameters alone (so
         a run can refuse a workload too large for memory before generating it); None if unknown."""
+        return None
+
+    def requests_estimate(self) -> int | None:
+        """Requests (engine sequences) the generator will make, from the parameters alone; each
+        gets `output_len` scripted output tokens (harness.footprint). None if unknown."""
         return None
 
 
@@ -198,7 +203,8 @@ def resolve_data_path(path: str, what: str) -> Path:
     raw = Path(path).expanduser()
     candidates = [raw] if raw.is_absolute() else [DATA_DIR / raw, Path.cwd() / raw]
     for candidate in candidates:
-        if candidate.is_file():
+        if candidate.exists() or candidate.is_symlink():
+            check_regular(candidate, what)  # a FIFO, a directory, a dangling link: say so
             return candidate
     looked = ", ".join(str(c) for c in candidates)
     raise BadInput(f"{what} {path!r} not found (looked at {looked})")
@@ -206,10 +212,7 @@ def resolve_data_path(path: str, what: str) -> Path:
 
 def json_object(line: str, where: str) -> dict:
     """One JSONL line that must hold a JSON object; `where` (`file:line`) starts each error."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{where}: not valid JSON ({exc.msg})") from None
+    obj = loads_json(line, where)
     if not isinstance(obj, dict):
         raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
     return obj

@@ -67,6 +67,9 @@ class FewshotParams(WorkloadParams):
         shots = self.instruction_len + self.k_shots * self.shot_len + self.question_len
         return self.num_tasks * self.questions_per_task * shots
 
+    def requests_estimate(self) -> int:
+        return self.num_tasks * self.questions_per_task
+
     def check(self) -> None:
         if self.pool_size is not None and self.pool_size < self.k_shots:
             raise fail("pool_size", f"at least k_shots ({self.k_shots})", self.pool_size)

@@ -29,6 +29,9 @@ class ParallelParams(WorkloadParams):
     def prompt_tokens_estimate(self) -> int:
         return self.num_prompts * self.n * self.prompt_len  # one engine sequence per sample
 
+    def requests_estimate(self) -> int:
+        return self.num_prompts * self.n
+
 
 def generate_parallel(p: ParallelParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_prompts", p.num_prompts, space, "prompts")

@@ -14,6 +14,7 @@ a seeded stream, so both engines decode the same tokens.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -29,6 +30,7 @@ from workloads.base import (
 from workloads.dataset import fold_ids
 from workloads.errors import BadInput
 from workloads.progress import progress
+from workloads.readers import iter_lines
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, token_ids
 
@@ -94,9 +96,13 @@ def parse_line(line: str, path: str | Path, line_no: int) -> PromptLine:
         raise BadInput(f"{where}: session must be a string or an integer, got {session!r}")
     arrival_s = obj.get("arrival_s")
     if arrival_s is not None and (
-        isinstance(arrival_s, bool) or not isinstance(arrival_s, (int, float)) or arrival_s < 0
+        isinstance(arrival_s, bool)
+        or not isinstance(arrival_s, (int, float))
+        or not 0 <= arrival_s < math.inf
     ):
-        raise BadInput(f"{where}: arrival_s must be a non-negative number, got {arrival_s!r}")
+        raise BadInput(
+            f"{where}: arrival_s must be a non-negative number (finite), got {arrival_s!r}"
+        )
     return PromptLine(
         line_no,
         prompt,
@@ -116,20 +122,19 @@ def read_prompts(path: str, max_requests: int | None = None) -> tuple[Path, list
     resolved = resolve_data_path(path, "prompt file")
     rows: list[PromptLine] = []
     last_s = 0.0
-    with resolved.open() as f:
-        for line_no, line in enumerate(f, start=1):
-            if max_requests is not None and len(rows) >= max_requests:
-                break
-            if not line.strip():
-                continue
-            row = parse_line(line, resolved, line_no)
-            if row.arrival_s is not None and row.arrival_s < last_s:
-                raise BadInput(
-                    f"{resolved}:{line_no}: arrival_s {row.arrival_s} is earlier than the line "
-                    f"before ({last_s}); sort the file by arrival_s"
-                )
-            last_s = row.arrival_s if row.arrival_s is not None else last_s
-            rows.append(row)
+    for line_no, line in iter_lines(resolved, "prompt file"):
+        if max_requests is not None and len(rows) >= max_requests:
+            break
+        if not line.strip():
+            continue
+        row = parse_line(line, resolved, line_no)
+        if row.arrival_s is not None and row.arrival_s < last_s:
+            raise BadInput(
+                f"{resolved}:{line_no}: arrival_s {row.arrival_s} is earlier than the line "
+                f"before ({last_s}); sort the file by arrival_s"
+            )
+        last_s = row.arrival_s if row.arrival_s is not None else last_s
+        rows.append(row)
     if not rows:
         raise BadInput(f"{resolved}: no prompt lines")
     return resolved, rows

@@ -51,6 +51,9 @@ class SystemPromptParams(WorkloadParams):
             self.num_groups * self.prompts_per_group * (self.system_prompt_len + self.question_len)
         )
 
+    def requests_estimate(self) -> int:
+        return self.num_groups * self.prompts_per_group
+
     def check(self) -> None:
         check_fraction(self, "range_ratio")
         check_non_negative_number(self, "zipf_alpha")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from workloads.errors import BadInput
+from workloads.readers import read_text
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -43,7 +44,11 @@ class LoadedTokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        try:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        except Exception as exc:  # tokenizers raises a bare Exception (e.g. no [UNK] entry)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BadInput(f"tokenizer {self.name!r} cannot encode the text: {first}") from None
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -120,8 +125,9 @@ def _load_file(path: Path) -> LoadedTokenizer:
         raise ImportError(
             f"a tokenizer.json needs the 'tokenizers' package; {SETUP_HINT}"
         ) from None
+    text = read_text(path, "tokenizer")
     try:
-        tok = Tokenizer.from_file(str(path))
+        tok = Tokenizer.from_str(text)
     except Exception as exc:  # a Rust-side parse error: name the file, keep one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(

@@ -29,6 +29,7 @@ from workloads.base import (
 )
 from workloads.errors import BadInput
 from workloads.progress import progress
+from workloads.readers import iter_lines
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, stream_keys, token_block, token_streams
 
@@ -129,12 +130,11 @@ def read_trace(path: str, block_size: int = 512, max_requests: int | None = None
     """The first `max_requests` rows (all if None); blank lines are skipped."""
     resolved = resolve_data_path(path, "trace file")
     rows: list[TraceRow] = []
-    with resolved.open() as f:
-        for line_no, line in enumerate(f, start=1):
-            if max_requests is not None and len(rows) >= max_requests:
-                break
-            if line.strip():
-                rows.append(parse_line(line, resolved, line_no, block_size))
+    for line_no, line in iter_lines(resolved, "trace file"):
+        if max_requests is not None and len(rows) >= max_requests:
+            break
+        if line.strip():
+            rows.append(parse_line(line, resolved, line_no, block_size))
     return rows
 
 

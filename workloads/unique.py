@@ -27,6 +27,9 @@ class UniqueParams(WorkloadParams):
     def prompt_tokens_estimate(self) -> int:
         return self.num_prompts * self.prompt_len
 
+    def requests_estimate(self) -> int:
+        return self.num_prompts
+
 
 def generate_unique(p: UniqueParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_prompts", p.num_prompts, space, "prompts")

@@ -194,6 +194,12 @@ class SglangScheduler(Scheduler):
             [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
         )
 
+    def lone_admission_need(self, prompt_len: int, max_new_tokens: int) -> int:
+        """Free KV tokens the prefill adder needs to admit one request into an idle engine: its
+        `add_one_req` wants extend + min(max_new, clip) + one page strictly below the free
+        tokens. A request needing more than the whole pool can never be admitted."""
+        return prompt_len + min(max_new_tokens, self.clip) + self.cache.block_size + 1
+
     # ----------------------------------------------------------------- decode
     def _decode_round(self, waiting: deque[Sequence], running: list[Sequence]) -> StepPlan:
         """`update_running_batch` on a batch `schedule` has filtered already."""

@@ -1,7 +1,8 @@
 """`python -m harness.claims [--out DIR] [--quick] [--only KEY ...]`: every claim's verdict with numbers.
 
 Writes DIR/claims.md, DIR/claims.csv, DIR/figures/claim<N>.png and each claim's runs under
-DIR/runs/ (replaced on every invocation). Exit 0 when every claim was measured (whatever its
+DIR/runs/ (replaced on every invocation when this command made it; any other DIR/runs is
+refused and left alone). Exit 0 when every claim was measured (whatever its
 verdict), 1 when a claim's experiment crashed (its row says so), 2 on bad arguments.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
 import time
 import traceback
@@ -20,6 +20,8 @@ from harness.claims.figures import draw
 from harness.claims.record import Claim, Finding, Row
 from harness.claims.registry import CLAIMS, ordered
 from harness.claims.writer import write_csv, write_markdown
+from harness.errors import BAD_INPUT
+from harness.owned_dir import check_out_dir, replace_owned
 
 FIGURES = "figures"
 
@@ -65,8 +67,9 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
 def run_claims(out_dir: Path, quick: bool, only: list[str] | None = None) -> list[Row]:
     """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv."""
     claims = [CLAIMS.get(k) for k in only] if only else ordered()
-    shutil.rmtree(out_dir / "runs", ignore_errors=True)  # the previous invocation's runs
+    check_out_dir("--out", out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    replace_owned(out_dir / "runs", "python -m harness.claims")  # the previous invocation's runs
     ctx = Context(out_dir, quick)
     rows, details = [], {}
     for claim in claims:
@@ -110,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    rows = run_claims(args.out, args.quick, args.only)
+    try:
+        rows = run_claims(args.out, args.quick, args.only)
+    except BAD_INPUT as exc:  # the output folder: one line, nothing measured
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {args.out / 'claims.md'} and {args.out / 'claims.csv'}", file=sys.stderr)
     for r in rows:
         print(f"{r.number}. {r.verdict}: {r.result}")

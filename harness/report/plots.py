@@ -8,7 +8,7 @@ raises `Skip` with the reason; the report logs it and goes on.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -28,6 +28,7 @@ from harness.report.figstyle import (
 from harness.report.grouping import panels
 from harness.report.stats import MIN_INTERVAL_N, bounded_ci, drawn_interval
 from harness.report.tables import PAIR_COLUMNS, overhead_table
+from harness.safe_write import SafeRoot
 
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
 
@@ -50,9 +51,15 @@ def save(fig, inp: Inputs, *name: object) -> str:
     """Write `name` (joined and sanitised: names come from results) as PNG and SVG in the figures
     folder; the Figure stays open in `inp.keep` when the caller asked for it."""
     stem = safe_stem(*name)
-    inp.out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(inside(inp.out_dir, stem, "png"), dpi=90, bbox_inches="tight")
-    fig.savefig(inside(inp.out_dir, stem, "svg"), bbox_inches="tight")
+    safe = SafeRoot(inp.out_dir)  # the figures folder: never a link, never written through one
+    safe.mkdir()
+    for suffix, dpi in (("png", 90), ("svg", None)):
+        target = inside(inp.out_dir, stem, suffix)
+
+        def draw(f: IO[bytes], s: str = suffix, d: int | None = dpi) -> None:
+            fig.savefig(f, format=s, dpi=d, bbox_inches="tight")
+
+        safe.write_atomic(target, draw, binary=True)
     if inp.keep is None:
         plt.close(fig)
     else:
