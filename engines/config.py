@@ -29,6 +29,7 @@ DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
         "in_batch_check_threshold",
         "in_batch_deprioritize_threshold",
         "waiting_prefix_refresh",
+        "sglang_frontend",
     ),
 }
 
@@ -62,6 +63,9 @@ class EngineConfig:
     in_batch_check_threshold: int = 32
     in_batch_deprioritize_threshold: int = 32
     waiting_prefix_refresh: bool = True
+    # SGLang's front stage (engines/frontend.py): the awaited n > 1 prefix request and a program
+    # batch's precached common prefix; false gives the SGLang scheduler vLLM's plain fan-out.
+    sglang_frontend: bool = True
     # --- execution ---
     backend: str = "auto"  # auto | triton | torch
     debug_checks: bool = False  # check_integrity() after every step

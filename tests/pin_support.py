@@ -22,6 +22,7 @@ import harness.config  # noqa: F401  (registers the schemas)
 from engines.build import build_engine
 from harness.client.arrivals import with_arrivals
 from harness.client.inprocess import drive
+from harness.client.programs import runs_as_program
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 
@@ -117,7 +118,12 @@ def run_overrides(overrides: tuple[str, ...]) -> tuple[dict, list]:
     engine = build_engine(
         cfg.engine, cfg.model, executor=cfg.executor, device="cpu", hardware=cfg.hardware
     )
-    records = drive(engine, reqs, scripted=cfg.decode == "scripted")
+    records = drive(
+        engine,
+        reqs,
+        scripted=cfg.decode == "scripted",
+        program_batch=runs_as_program(cfg.workload.name),
+    )
     stats = engine.cache.stats()
     run = {
         "evictions": stats.num_evictions,
