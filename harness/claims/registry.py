@@ -27,6 +27,7 @@ def ordered() -> list[Claim]:
 # The claim modules register themselves on import; they import this module, so this comes last.
 from harness.claims import (  # noqa: E402, F401
     alignment,
+    burst,
     decomposition,
     free_order,
     isolation,
