@@ -19,7 +19,7 @@ UPSTREAM_SCHEDULER = {"apc": "vllm", "radix": "sglang"}  # the pairing each upst
 
 # design -> the knobs only that design reads (the rest are shared by every design)
 DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
-    "apc": ("hash_algo", "free_order", "none_hash_seed", "verify_tokens_on_hit"),
+    "apc": ("hash_algo", "free_order", "none_hash_seed", "verify_tokens_on_hit", "free_direction"),
     "radix": ("eviction_policy",),
     "vllm": ("stats_timing", "reserve_full_prompt", "async_scheduling"),
     "sglang": (
@@ -50,6 +50,9 @@ class EngineConfig:
     free_order: str = "v024"  # v024 | classic
     none_hash_seed: str | None = None
     verify_tokens_on_hit: bool = False  # keep each block's tokens and compare on a hit
+    # Counterfactual, not upstream: head_first frees a table in its own order (shared head first,
+    # so evicted first), the control arm for vLLM's tail-first freeing (claim 8).
+    free_direction: str = "tail_first"  # tail_first | head_first
     # --- cache radix (SGLang 0.5.23 RadixCache) ---
     eviction_policy: str = "lru"  # lru | lfu | fifo | mru | filo | priority | slru | tlru
     # --- scheduler vllm (vLLM 0.33 Scheduler) ---
@@ -100,6 +103,11 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise BadInput(f"engine.{name} must be a positive integer, got {value!r}")
+        if self.free_direction not in ("tail_first", "head_first"):
+            raise BadInput(
+                "engine.free_direction must be one of ['head_first', 'tail_first'], "
+                f"got {self.free_direction!r}"
+            )
         for name in ("max_prefill_tokens", "clip_max_new_tokens"):
             _require_int(name, getattr(self, name), minimum=1)
         for name in (
