@@ -27,12 +27,16 @@ def ordered() -> list[Claim]:
 # The claim modules register themselves on import; they import this module, so this comes last.
 from harness.claims import (  # noqa: E402, F401
     alignment,
+    backlog,
+    bookkeeping,
     burst,
     decomposition,
+    eviction,
     free_order,
     isolation,
     mixed,
     outputs,
+    parallel_n,
     position,
     speedup,
     zero_hit,
