@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -17,21 +17,15 @@ import pandas as pd
 from engines.records import RequestRecord
 from harness.config import MetricsConfig
 from harness.errors import BadInput
+from harness.summary import (
+    CacheFigures,
+    LatencyStats,
+    RunContext,
+    RunSummary,
+    SglangRates,
+    Throughput,
+)
 from workloads.request import Request
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What identifies a run; copied onto every row of its request table."""
-
-    workload: str
-    workload_version: int
-    engine: str
-    policy: str
-    block_size: int
-    seed: int
-    run_id: str
-
 
 _STR = pd.StringDtype()  # nullable (pd.NA), and round-trips through parquet on pandas 2 and 3
 _INT = "int64"
@@ -168,16 +162,16 @@ def summarize(
     context: RunContext | None = None,
     num_failed: int = 0,
     metrics: MetricsConfig | None = None,
-) -> dict:
-    """Aggregate the measured window's request table into a JSON-safe summary.
+) -> RunSummary:
+    """Aggregate the measured window's request table into the run's summary record.
 
     `df` holds the successful requests of the measured window. `itls_ms` is either `itls_ms(records)`
     (request_id -> ITLs; ids missing from `df` are ignored) or an already pooled list of ITLs, which
     gives the same statistics but no `max_output_tokens_per_s` (None): that peak needs each
-    request's token times. `context` fields, when given, come first; `extra`
-    (ideal_hit_rate, evictions, status, ...) is merged last and wins. NaN becomes None, and
-    +-inf the strings "inf"/"-inf" (vLLM writes request_rate=inf that way). `metrics` picks the
-    percentiles and the goodput SLOs (defaults: MetricsConfig()).
+    request's token times. `context` fields, when given, come first in `as_dict()`; `extra`
+    (ideal_hit_rate, evictions, status, ...) is merged last and wins. `metrics` picks the
+    percentiles and the goodput SLOs (defaults: MetricsConfig()). `summary_dict` gives the
+    JSON-safe object summary.json holds.
     """
     metrics = metrics or MetricsConfig()
     percentiles = tuple(metrics.percentiles)
@@ -198,11 +192,7 @@ def summarize(
     num_cached = int(df["cached_tokens"].sum())
     e2el = df["e2el_ms"].tolist()
     peak_tokens, peak_requests = _peaks(df, itl_lists)
-
-    out: dict[str, object] = {}
-    if context is not None:
-        out.update(asdict(context), backend=context.engine)
-    out.update(
+    throughput = Throughput(
         duration=duration_s,
         completed=len(ids),
         failed=num_failed,
@@ -215,49 +205,48 @@ def summarize(
         max_output_tokens_per_s=peak_tokens,
         max_concurrent_requests=peak_requests,
     )
-    out.update(_stats("ttft_ms", df["ttft_ms"].tolist(), percentiles))
-    out.update(_stats("tpot_ms", df["tpot_ms"].dropna().tolist(), percentiles))
-    out.update(_stats("itl_ms", pooled_itl, (*percentiles, 95)))
-    out["max_itl_ms"] = float(pooled_itl.max()) if len(pooled_itl) else 0.0
-    out.update(_stats("e2el_ms", e2el, percentiles))
-    out.update(_stats("queue_delay_ms", df["queue_delay_ms"].tolist(), percentiles))
-    # SGLang bench_serving names for the same quantities.
-    out.update(
+    latencies = (
+        _stats("ttft_ms", df["ttft_ms"].tolist(), percentiles),
+        _stats("tpot_ms", df["tpot_ms"].dropna().tolist(), percentiles),
+        _stats("itl_ms", pooled_itl, (*percentiles, 95)),
+        _stats("e2el_ms", e2el, percentiles),
+        _stats("queue_delay_ms", df["queue_delay_ms"].tolist(), percentiles),
+    )
+    sglang = SglangRates(  # SGLang bench_serving names for the same quantities
         input_throughput=_rate(num_in, duration_s),
         total_throughput=_rate(num_in + num_out, duration_s),
         concurrency=_rate(sum(e2el) / 1e3, duration_s),
     )
-    for stat in ("mean", "median", "std", *(percentile_name(p) for p in percentiles)):
-        out[f"{stat}_e2e_latency_ms"] = out[f"{stat}_e2el_ms"]
     # Measured hit rate (docs/benchmarking.md §5.1): first-admission reuse over client-side prompts.
-    hit_rate = num_cached / num_in if num_in else None
-    out.update(
+    cache = CacheFigures(
         prompt_tokens_cached=num_cached,
-        hit_rate=hit_rate,
+        hit_rate=num_cached / num_in if num_in else None,
         recomputed_tokens=int(df["recomputed_tokens"].sum()),
         num_preemptions=int(df["num_preemptions"].sum()),
     )
-    out.update(extra or {})
-    return json_safe(out)
+    max_itl_ms = float(pooled_itl.max()) if len(pooled_itl) else 0.0
+    return RunSummary(throughput, latencies, max_itl_ms, sglang, cache, context, dict(extra or {}))
+
+
+def summary_dict(summary: RunSummary) -> dict:
+    """The JSON-safe flat object of summary.json: NaN becomes None, +-inf "inf"/"-inf" (vLLM
+    writes request_rate=inf that way)."""
+    out = json_safe(summary.as_dict())
+    assert isinstance(out, dict)
+    return out
 
 
 def _rate(amount: float, duration_s: float) -> float | None:
     return amount / duration_s if duration_s > 0 else None
 
 
-def _stats(name: str, values: Sequence[float], percentiles: Sequence[float]) -> dict:
+def _stats(name: str, values: Sequence[float], percentiles: Sequence[float]) -> LatencyStats:
     """mean/median/population std/percentiles (linear interpolation); an empty list counts as 0."""
     arr = np.asarray(values, dtype=float) if len(values) else np.zeros(1)
-    out = {f"mean_{name}": arr.mean(), f"median_{name}": np.median(arr), f"std_{name}": arr.std()}
     ps = sorted(set(percentiles))  # one partition for all: each value is as if computed alone
-    for p, value in zip(ps, np.percentile(arr, ps) if ps else ()):
-        out[f"{percentile_name(p)}_{name}"] = value
-    return out
-
-
-def percentile_name(p: float) -> str:
-    """vLLM's field prefix: p99 for 99 or 99.0, p99.9 for 99.9."""
-    return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+    values_at = np.percentile(arr, ps) if ps else ()
+    pairs = tuple((float(p), float(v)) for p, v in zip(ps, values_at))
+    return LatencyStats(name, float(arr.mean()), float(np.median(arr)), float(arr.std()), pairs)
 
 
 def parse_slos(text: str | None) -> dict[str, float]:

@@ -48,6 +48,7 @@ from harness.metrics import (
     request_row,
     request_table,
     summarize,
+    summary_dict,
     token_rows,
 )
 from harness.results import RunDir
@@ -290,7 +291,9 @@ def finish(run: Finished) -> RunOutcome:
     table = request_table(records, by_id, _context(cfg, out.path))
     out.write_requests(table)
     extra = _extras(run, status, error, table)
-    summary = summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
+    summary = summary_dict(
+        summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
+    )
     if cfg.save_tokens:
         out.write_tokens(token_rows(table, records, by_id))
     if engine.loop.step_log is not None:
@@ -352,33 +355,68 @@ def _idle_check(engine: Engine) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _extras(run: Finished, status: str, error: str | None, table: object) -> dict:
-    """Measurements beside the request table's; the configuration is in manifest.json."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What the pipeline records beside the request table's figures (the summary's `facts`);
+    the configuration itself is in manifest.json."""
+
+    date: str
+    backend: str  # vLLM's and SGLang's summaries name the backend and the model
+    model_id: str
+    workload: str
+    seed: int
+    num_prompts: int
+    load_mode: str  # what `auto` resolved to
+    max_concurrency: int | None  # vLLM's result field of the same name
+    policy_profile: dict  # the knobs in effect, resolved
+    bounds: dict  # ideal / LRU-capped / Belady hit rates (see `_bounds`)
+    engine_requests: int
+    engine_queries: int
+    engine_hits: int
+    evictions: int
+    evicted_tokens: int
+    cache_bookkeeping_ms: float
+    num_steps: int
+    wall_s: float
+    status: str
+    error: str | None
+    warm: dict  # warm-up facts and the workload's notes
+
+    def fields(self) -> dict[str, object]:
+        """Flat, in summary.json's order: the bounds after the policy profile, warm-up last."""
+        out = {k: v for k, v in vars(self).items() if k not in ("bounds", "warm")}
+        head = list(out)[: list(out).index("policy_profile") + 1]
+        flat = {k: out[k] for k in head} | self.bounds
+        flat |= {k: v for k, v in out.items() if k not in head}
+        return flat | self.warm
+
+
+def _extras(run: Finished, status: str, error: str | None, table: object) -> dict[str, object]:
     cfg, engine, workload_requests = run.cfg, run.prepared.engine, run.prepared.workload_requests
     stats = engine.cache.stats()
-    return {
-        "date": time.strftime("%Y%m%d-%H%M%S"),
-        "backend": cfg.engine.cache,  # vLLM's and SGLang's summary name the backend and model
-        "model_id": cfg.model.name,
-        "workload": cfg.workload.name,
-        "seed": cfg.seed,
-        "num_prompts": sum(r.n for r in workload_requests),
-        "load_mode": resolve_mode(workload_requests, cfg.load),  # what `auto` resolved to
-        "max_concurrency": cfg.load.max_concurrency,  # vLLM's result field of the same name
-        "policy_profile": _policy_profile(cfg, engine),  # the knobs in effect, resolved
-        **_bounds(cfg, workload_requests),
-        "engine_requests": stats.requests,
-        "engine_queries": stats.queries,
-        "engine_hits": stats.hits,
-        "evictions": stats.num_evictions,
-        "evicted_tokens": stats.evicted_tokens,
-        "cache_bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
-        "num_steps": engine.loop.num_steps,
-        "wall_s": run.measured.wall_s,
-        "status": status,
-        "error": error,
-        **run.prepared.warm,
-    }
+    return RunFacts(
+        date=time.strftime("%Y%m%d-%H%M%S"),
+        backend=cfg.engine.cache,
+        model_id=cfg.model.name,
+        workload=cfg.workload.name,
+        seed=cfg.seed,
+        num_prompts=sum(r.n for r in workload_requests),
+        load_mode=resolve_mode(workload_requests, cfg.load),
+        max_concurrency=cfg.load.max_concurrency,
+        policy_profile=_policy_profile(cfg, engine),
+        bounds=_bounds(cfg, workload_requests),
+        engine_requests=stats.requests,
+        engine_queries=stats.queries,
+        engine_hits=stats.hits,
+        evictions=stats.num_evictions,
+        evicted_tokens=stats.evicted_tokens,
+        cache_bookkeeping_ms=engine.loop.bookkeeping_ns / 1e6,
+        num_steps=engine.loop.num_steps,
+        wall_s=run.measured.wall_s,
+        status=status,
+        error=error,
+        warm=run.prepared.warm,
+    ).fields()
 
 
 def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:

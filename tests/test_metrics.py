@@ -22,6 +22,7 @@ from harness.metrics import (
     json_safe,
     request_table,
     summarize,
+    summary_dict,
     token_rows,
 )
 from workloads.request import Request
@@ -133,7 +134,7 @@ def test_itls_are_gaps_between_consecutive_tokens():
 
 
 def test_summary_vllm_fields(table):
-    s = summarize(table, itls_ms(RECORDS), 2.0, {})
+    s = summary_dict(summarize(table, itls_ms(RECORDS), 2.0, {}))
     assert (s["completed"], s["failed"], s["duration"]) == (3, 0, 2.0)
     assert (s["total_input_tokens"], s["total_output_tokens"]) == (180, 7)
     assert s["request_throughput"] == 1.5
@@ -163,7 +164,7 @@ def test_summary_vllm_fields(table):
 
 
 def test_summary_sglang_fields(table):
-    s = summarize(table, itls_ms(RECORDS), 2.0, {})
+    s = summary_dict(summarize(table, itls_ms(RECORDS), 2.0, {}))
     assert s["input_throughput"] == 90.0 and s["total_throughput"] == 93.5
     assert s["concurrency"] == pytest.approx((1.0 + 0.25 + 0.625) / 2.0)  # Σ E2EL / duration
     assert s["p95_itl_ms"] == pytest.approx(250 + 0.85 * 125)
@@ -178,29 +179,31 @@ def test_summary_hit_rate_and_cache_fields(table):
         "evictions": 3,
         "status": "ok",
     }
-    s = summarize(table, itls_ms(RECORDS), 2.0, extra)
+    s = summary_dict(summarize(table, itls_ms(RECORDS), 2.0, extra))
     assert s["prompt_tokens_cached"] == 80
     assert s["hit_rate"] == pytest.approx(80 / 180)
     assert "hit_rate_tokens" not in s and "hit_rate_source" not in s  # one quantity, one name
     assert (s["recomputed_tokens"], s["num_preemptions"]) == (5, 1)
     assert (s["ideal_hit_rate"], s["evictions"], s["status"]) == (0.5, 3, "ok")
     # the measured window is whatever rows are passed: here only b and c
-    window = summarize(table.iloc[1:], itls_ms(RECORDS), 1.0, {})
+    window = summary_dict(summarize(table.iloc[1:], itls_ms(RECORDS), 1.0, {}))
     assert window["hit_rate"] == pytest.approx(16 / 80) and window["completed"] == 2
     assert window["mean_itl_ms"] == 125.0  # a's ITLs are left out with a
 
 
 def test_summary_extra_wins_and_context_fields(table):
-    s = summarize(
-        table, itls_ms(RECORDS), 2.0, {"completed": 99, "label": "x"}, context=CTX, num_failed=2
+    s = summary_dict(
+        summarize(
+            table, itls_ms(RECORDS), 2.0, {"completed": 99, "label": "x"}, context=CTX, num_failed=2
+        )
     )
     assert s["completed"] == 99 and s["label"] == "x" and s["failed"] == 2
     assert (s["engine"], s["backend"], s["run_id"], s["seed"]) == ("apc", "apc", "run-0", 0)
 
 
 def test_summary_accepts_pooled_itls(table):
-    by_request = summarize(table, itls_ms(RECORDS), 2.0, {})
-    pooled = summarize(table, [125.0, 250.0, 375.0, 125.0], 2.0, {})
+    by_request = summary_dict(summarize(table, itls_ms(RECORDS), 2.0, {}))
+    pooled = summary_dict(summarize(table, [125.0, 250.0, 375.0, 125.0], 2.0, {}))
     for key in ("mean_itl_ms", "p95_itl_ms", "p99_itl_ms", "max_itl_ms", "std_itl_ms"):
         assert pooled[key] == by_request[key]
     assert pooled["max_output_tokens_per_s"] is None  # needs each request's token times
@@ -216,11 +219,17 @@ def _plain(value) -> bool:
 
 def test_summary_is_json_safe_even_when_empty():
     empty = request_table([], REQUESTS, CTX)
-    s = summarize(
-        empty,
-        {},
-        0.0,
-        {"belady_hit_rate": np.float64("nan"), "evictions": np.int64(2), "request_rate": math.inf},
+    s = summary_dict(
+        summarize(
+            empty,
+            {},
+            0.0,
+            {
+                "belady_hit_rate": np.float64("nan"),
+                "evictions": np.int64(2),
+                "request_rate": math.inf,
+            },
+        )
     )
     assert _plain(s)
     json.dumps(s, allow_nan=False)
@@ -231,7 +240,7 @@ def test_summary_is_json_safe_even_when_empty():
 
 def test_single_token_requests_give_zero_tpot_stats():
     only_b = request_table(RECORDS[1:2], REQUESTS, CTX)
-    s = summarize(only_b, itls_ms(RECORDS), 1.0, {})
+    s = summary_dict(summarize(only_b, itls_ms(RECORDS), 1.0, {}))
     assert s["mean_tpot_ms"] == 0.0 and s["p99_tpot_ms"] == 0.0 and s["max_itl_ms"] == 0.0
     assert _plain(s)
 
@@ -242,7 +251,9 @@ def test_json_safe_recurses():
 
 
 def test_format_summary_block(table):
-    s = summarize(table, itls_ms(RECORDS), 2.0, {"evictions": 3, "cache_bookkeeping_ms": 1.5})
+    s = summary_dict(
+        summarize(table, itls_ms(RECORDS), 2.0, {"evictions": 3, "cache_bookkeeping_ms": 1.5})
+    )
     text = format_summary(s)
     lines = text.splitlines()
     assert lines[0] == "=" * 12 + " Serving Benchmark Result " + "=" * 12

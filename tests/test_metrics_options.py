@@ -8,7 +8,14 @@ import pytest
 from harness.client.inprocess import drive
 from harness.config import MetricsConfig
 from harness.execute import execute
-from harness.metrics import format_summary, itls_ms, parse_slos, request_table, summarize
+from harness.metrics import (
+    format_summary,
+    itls_ms,
+    parse_slos,
+    request_table,
+    summarize,
+    summary_dict,
+)
 from tests.engine_util import as_workload, make_engine, replace_all, shared_prompt_requests
 from tests.test_bad_input import compose_config, with_base
 from tests.test_faults import summary_of
@@ -42,28 +49,32 @@ def table():
 
 def test_goodput_counts_requests_meeting_every_slo():
     # TTFT a 250, b 250, c 500; TPOT a 250, b none (counts as 0), c 125; duration 2 s.
-    goodput = lambda slos: summarize(
-        table(), itls_ms(RECORDS), 2.0, metrics=MetricsConfig(goodput=slos)
+    goodput = lambda slos: summary_dict(
+        summarize(table(), itls_ms(RECORDS), 2.0, metrics=MetricsConfig(goodput=slos))
     )["request_goodput"]
     assert goodput("ttft:250") == 1.0  # a and b (250 each); c (500) misses
     assert goodput("ttft:500") == 1.5
     assert goodput("ttft:500,tpot:200") == 1.0  # a's TPOT 250 fails; b (TPOT 0) and c pass
     assert goodput("e2el:300") == 0.5  # only b (250)
-    assert summarize(table(), itls_ms(RECORDS), 2.0)["request_goodput"] is None
+    assert summary_dict(summarize(table(), itls_ms(RECORDS), 2.0))["request_goodput"] is None
 
 
 def test_goodput_is_printed_only_when_asked_for():
-    plain = summarize(table(), itls_ms(RECORDS), 2.0)
-    slo = summarize(table(), itls_ms(RECORDS), 2.0, metrics=MetricsConfig(goodput="ttft:500"))
+    plain = summary_dict(summarize(table(), itls_ms(RECORDS), 2.0))
+    slo = summary_dict(
+        summarize(table(), itls_ms(RECORDS), 2.0, metrics=MetricsConfig(goodput="ttft:500"))
+    )
     assert "goodput" not in format_summary(plain)
     assert "Request goodput (req/s):                 1.50" in format_summary(slo)
 
 
 def test_percentiles_are_the_ones_asked_for():
-    s = summarize(table(), itls_ms(RECORDS), 2.0, metrics=MetricsConfig(percentiles=[25, 99.9]))
+    s = summary_dict(
+        summarize(table(), itls_ms(RECORDS), 2.0, metrics=MetricsConfig(percentiles=[25, 99.9]))
+    )
     assert s["p25_ttft_ms"] == 250.0 and "p99.9_ttft_ms" in s and "p90_ttft_ms" not in s
     assert "p25_e2el_ms" in s and "p25_e2e_latency_ms" in s and "p95_itl_ms" in s
-    default = summarize(table(), itls_ms(RECORDS), 2.0)
+    default = summary_dict(summarize(table(), itls_ms(RECORDS), 2.0))
     assert {"p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms"} <= set(default)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from engines.records import RequestRecord
 from harness.manifest import build_manifest, git_state
-from harness.metrics import RunContext, itls_ms, request_table, summarize, token_rows
+from harness.metrics import RunContext, itls_ms, request_table, summarize, summary_dict, token_rows
 from harness.results import (
     RunDir,
     load_run,
@@ -36,7 +36,7 @@ def make_run(path, engine: str, cached: int) -> tuple[dict, pd.DataFrame]:
     ]
     ctx = RunContext("toy", 1, engine, "fcfs", 16, 0, path.name)
     df = request_table(records, reqs, ctx)
-    summary = summarize(df, itls_ms(records), 1.0, {"status": "ok"}, context=ctx)
+    summary = summary_dict(summarize(df, itls_ms(records), 1.0, {"status": "ok"}, context=ctx))
     run = RunDir(path)
     run.write_requests(df)
     run.write_tokens(token_rows(df, records, reqs))
