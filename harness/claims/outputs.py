@@ -38,7 +38,7 @@ WORKLOADS = {
     "system_prompt": (
         "workload=system_prompt",
         "workload.num_groups=2",
-        "workload.prompts_per_group=3",
+        "workload.prompts_per_group=2",
         "workload.system_prompt_len=72",
         "workload.question_len=12",
         f"workload.output_len={OUTPUT_LEN}",
@@ -54,7 +54,7 @@ WORKLOADS = {
     ),
     "parallel": (
         "workload=parallel",
-        "workload.n=3",
+        "workload.n=2",
         "workload.num_prompts=2",
         "workload.prompt_len=50",
         f"workload.output_len={OUTPUT_LEN}",
