@@ -67,7 +67,7 @@ def arm_overrides(cache: str, scheduler: str) -> tuple[str, ...]:
     "granularity, never counted as the tree's.",
 )
 def measure(ctx: Context) -> Finding:
-    names = ctx.size(("system_prompt", "multiturn", "parallel"), (*PLAIN, *TREE_SHAPED))
+    names = ctx.size(("system_prompt", "multiturn"), (*PLAIN, *TREE_SHAPED))
     fractions = ctx.size((MAIN_FRACTION,), RATE_FRACTIONS_FULL)
     setup = (
         f"simulated H100 Llama-3.1-8B; Poisson arrivals at {', '.join(map(str, fractions))} x the "

@@ -77,7 +77,8 @@ def measure(ctx: Context) -> Finding:
     return Finding(
         setup=f"unique workload ({_num_prompts(ctx)} prompts of 1,024 + 128 tokens, burst) on the simulated "
         f"executor, {len(_presets(ctx))} GPU preset(s); added CPU measured once per design over {SEEDS} paired "
-        "seeds (for this implementation, on this loaded 2-core machine) and divided by each preset's run time; CPU: model {_cpu_model(ctx)}, unique "
+        "seeds (for this implementation, on this loaded 2-core machine) and divided by each preset's run "
+        f"time; CPU: model {_cpu_model(ctx)}, unique "
         f"workload, {_repeats(ctx)} interleaved on/off pairs",
         measured="projected cost = median (engine-loop CPU seconds with caching - without) / simulated "
         "duration, with its order-statistic ~95% interval; CPU end to end: 1 - on/off throughput ratio on the process "
