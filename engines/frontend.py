@@ -4,7 +4,7 @@ Real servers receive `n` in one request and fan out themselves, so the fan-out b
 engine, chosen by the scheduler design. vLLM 0.33 (`vllm/v1/engine/parallel_sampling.py`
 `ParentRequest`) turns a request with n > 1 into n children "{index}_{parent}" queued at once,
 which meet in the prefix cache (same-step hashing). SGLang 0.5.23 does two things first
-(docs/radix.md §9): its tokenizer manager sends an n > 1 prompt once with max_new_tokens=0 and
+(docs/radix.md §17): its tokenizer manager sends an n > 1 prompt once with max_new_tokens=0 and
 waits for it before sending the samples, and its frontend language caches a program batch's
 traced common prefix before running the batch. Both are prefill-only children that the others
 wait for (`GenerationRequest.wait_for`), which the engine holds back until they finish.
