@@ -12,6 +12,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 from engines.cache.apc.block import FreeKVCacheBlockQueue, KVCacheBlock
 from harness.claims.experiment import Context
@@ -43,8 +44,8 @@ def measure(ctx: Context) -> Finding:
         rows.append(
             {
                 "blocks": n,
-                "linked_us": 1e6 * _median_op(lambda n=n, rng=rng: _linked(n, rng)),
-                "deque_us": 1e6 * _median_op(lambda n=n, rng=rng: _deque(n, rng)),
+                "linked_us": 1e6 * _median_op(partial(_linked, n, rng)),
+                "deque_us": 1e6 * _median_op(partial(_deque, n, rng)),
             }
         )
     first, last = rows[0], rows[-1]

@@ -128,14 +128,19 @@ def measure(ctx: Context) -> Finding:
 
 def _run(model: str, overrides: tuple[str, ...]):
     """(records by id, first-token logits by id, layers) of one run through the pipeline."""
+    from engines.real_executor import RealExecutor  # imports torch: only when claim 7 runs
+
     composed = compose([f"model={model}", *overrides], job_name="claims")
     prepared = prepare(composed.cfg)
-    prepared.engine.executor.first_logits = {}
+    executor = prepared.engine.executor
+    if not isinstance(executor, RealExecutor):
+        raise RuntimeError(f"claim 7 needs the real executor, got {type(executor).__name__}")
+    executor.first_logits = {}
     measured = measure_run(composed.cfg, prepared)
     if measured.status != "ok":
         raise RuntimeError(f"claims run ({' '.join(overrides)}): {measured.error}")
     records = {r.request_id: r for r in measured.records}
-    logits = prepared.engine.executor.first_logits
+    logits = executor.first_logits
     return records, logits, composed.cfg.model.num_layers
 
 
