@@ -169,24 +169,27 @@ class Engine:
         for rid in ids:
             self._timelines[rid].aborted = True
             seq = self.loop.find(rid)
-            if seq is not None and not self.loop.drop_waiting(seq):
-                seq.max_new_tokens = seq.num_output_tokens + 1
-            elif seq is not None:  # dropped from the queue before it held any KV
-                self._forget(rid)
+            if seq is not None and self.loop.drop_waiting(seq):  # it never held KV
+                self._child_done(self._forget(rid))
                 self._release_held(rid)
+            elif seq is not None:
+                seq.max_new_tokens = seq.num_output_tokens + 1
         return bool(ids or held_ids)
 
     def _drop_held(self, request_id: str) -> list[str]:
-        """Drop held children named `request_id` or whose parent it is; their ids."""
-        dropped: list[str] = []
+        """Drop held children named `request_id` or whose parent it is (each counted out of its
+        parent, as any aborted child); their ids."""
+        dropped: list[GenerationRequest] = []
         for key, held in list(self._held.items()):
             kept = [(c, t) for c, t in held if request_id not in (c.request_id, c.parent_id)]
-            dropped += [c.request_id for c, _ in held if request_id in (c.request_id, c.parent_id)]
+            dropped += [c for c, _ in held if request_id in (c.request_id, c.parent_id)]
             if kept:
                 self._held[key] = kept
             else:
                 del self._held[key]
-        return dropped
+        for child in dropped:
+            self._count_out(child)
+        return [c.request_id for c in dropped]
 
     def _release_held(self, request_id: str) -> None:
         """`request_id` finished (or left): queue the children that waited for it."""
@@ -251,6 +254,7 @@ class Engine:
         for seq in seqs:
             tl = self._forget(seq.seq_id)
             self._release_held(seq.seq_id)  # its prefix is cached now: the samples go
+            parent_done = self._child_done(tl)
             if tl.aborted:
                 continue
             # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
@@ -260,14 +264,25 @@ class Engine:
                 continue
             self.records.append(record)
             records.append(record)
-            parent = tl.request.parent_id or tl.request.request_id
-            left = self._children_left.get(parent, 1) - 1
-            if left <= 0:
-                self._children_left.pop(parent, None)
-                parents.append(parent)
-            else:
-                self._children_left[parent] = left
+            if parent_done:
+                parents.append(tl.request.parent_id or tl.request.request_id)
         return records, parents
+
+    def _child_done(self, tl: _Timeline) -> bool:
+        """Count a child out of its parent; True when it was the parent's last."""
+        return self._count_out(tl.request)
+
+    def _count_out(self, req: GenerationRequest) -> bool:
+        """A sample left (finished or aborted); a front stage's prefill-only child is no sample."""
+        if req.prefill_only:
+            return False
+        parent = req.parent_id or req.request_id
+        left = self._children_left.get(parent, 1) - 1
+        if left > 0:
+            self._children_left[parent] = left
+            return False
+        self._children_left.pop(parent, None)
+        return True
 
     def _forget(self, request_id: str) -> _Timeline:
         self._unscheduled.discard(request_id)

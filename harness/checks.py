@@ -39,8 +39,11 @@ def check_run_config(cfg) -> None:
     cfg.model.validate()
     cfg.workload.validate()
     EXECUTORS.get(cfg.executor)  # unknown executor lists the valid ones
+    check_executor_hardware(cfg.executor, cfg.hardware)
     if cfg.hardware is not None:
         cfg.hardware.validate()
+    if cfg.server is not None:
+        cfg.server.validate()
     require_name("workload.name", cfg.workload.name)
     if cfg.label is not None:
         require_name("label", cfg.label)
@@ -63,6 +66,21 @@ def check_run_config(cfg) -> None:
     require_int("threads", cfg.threads, 1, 1024)
     _check_device(cfg.device)
     check_footprint(cfg)
+
+
+def check_executor_hardware(executor: str, hardware) -> None:
+    """A cost model belongs to the simulated executor and it needs one: refused here, before a run
+    directory exists, rather than as a failed run (or a preset silently ignored)."""
+    if executor == "simulated" and hardware is None:
+        raise BadInput(
+            "executor=simulated needs a cost model: select one with hardware=<preset> "
+            "(conf/hardware/*.yaml, e.g. hardware=cpu_measured or hardware=h100_llama3_70b_fp8)"
+        )
+    if executor != "simulated" and hardware is not None:
+        raise BadInput(
+            f"hardware={getattr(hardware, 'name', hardware)} is the simulated executor's cost model "
+            f"and executor={executor} would ignore it: add executor=simulated, or drop hardware="
+        )
 
 
 def check_known_keys(node, path: str = "") -> None:

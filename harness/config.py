@@ -1,7 +1,8 @@
 """Run configuration: dataclass schemas registered in Hydra's ConfigStore; YAML only selects/overrides.
 
 Groups: `engine` (EngineConfig), `model` (ModelConfig), `workload` (one schema per family,
-registered as `base_<family>`), `hardware` (cost models of the simulated executor). Every entry
+registered as `base_<family>`), `hardware` (cost models of the simulated executor), `server`
+(ServerConfig: a live server as the target, `engine` then names its twin). Every entry
 point imports this module, so the schemas exist before Hydra composes (docs/benchmarking.md §13).
 Code below the CLI receives these dataclasses, never a DictConfig.
 """
@@ -18,6 +19,7 @@ from omegaconf import MISSING
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from harness.identity import register_resolver
+from harness.server.config import ServerConfig
 
 
 def _conf_dir() -> Path:
@@ -105,6 +107,7 @@ class RunConfig:
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     hardware: Any = None  # cost model of the simulated executor
+    server: Any = None  # a live server as the target (harness/server/config.py ServerConfig)
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy
     executor: str = "real"  # real | simulated
@@ -115,14 +118,40 @@ class RunConfig:
     overwrite: bool = False  # write into a run directory that holds another run's results
 
 
+@dataclass
+class ServeConfig:
+    """`python -m harness.serve` (conf/serve.yaml): one engine behind the OpenAI API (harness/serve).
+
+    The engine and model groups are the harness's, so every engine knob works. Decoding is greedy.
+    served_model_name: the name clients send as `model` (None: the model preset's name).
+    step_log: a JSON-lines file of every step (step index, requests with their new tokens);
+    None keeps the last `step_log_size` steps in memory only (GET /step_log serves both).
+    """
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: ModelConfig = MISSING
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str | None = None
+    max_tokens_default: int = 16  # `max_tokens` of a request that sends none (OpenAI's default)
+    step_log: str | None = None
+    step_log_size: int = 100_000
+    device: str = "auto"
+    threads: int = 1  # torch CPU threads of the engine thread
+    timeout_graceful_shutdown_s: float = 10.0  # SIGTERM: in-flight requests get this long
+    log_level: str = "warning"  # uvicorn's
+
+
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     from workloads.base import FAMILIES
 
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=RunConfig)
+    cs.store(name="base_serve", node=ServeConfig)
     cs.store(group="engine", name="base_engine", node=EngineConfig)
     cs.store(group="model", name="base_model", node=ModelConfig)
+    cs.store(group="server", name="base_server", node=ServerConfig)
     for family in FAMILIES.names():
         cs.store(group="workload", name=f"base_{family}", node=FAMILIES.get(family).params_cls)
     _register_hardware(cs)

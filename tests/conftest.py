@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -50,3 +51,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # and in order), so no long test is handed to a worker at the very end of the run.
     slow = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: getattr(item, "module", None) not in slow)
+
+
+# KV blocks of the shared vLLM server (block 0 is its null block): 128 usable blocks of 32 tokens
+# hold one 4,096-token context, small enough that the workloads of tests/test_real_server.py also
+# evict, so one server start serves the matched-capacity case too.
+VLLM_TEST_BLOCKS = 129
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    """A real vLLM server (scripts/setup_vllm.sh's .venv-vllm) on a free 127.0.0.1 port, started
+    once per test session and ended by its PID. Missing: a failure under CI=true, else a skip.
+    PREFIXBENCH_VLLM_URL points the tests at a running one instead (started by
+    `bash scripts/start_vllm.sh --num-gpu-blocks 129`)."""
+    from harness.server.launch import VllmLaunch, free_port, missing, start_vllm, stop
+
+    given = os.environ.get("PREFIXBENCH_VLLM_URL")  # a server already started with these flags
+    if given:
+        yield RunningServer(given.rstrip("/"))
+        return
+    problem = missing()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs the vLLM server: {problem}")
+        pytest.skip(problem)
+    port = free_port()
+    launch = VllmLaunch(port=port, num_gpu_blocks=VLLM_TEST_BLOCKS)
+    started = start_vllm(launch)
+    print(f"vLLM test server healthy after {started.start_s:.0f} s", file=sys.stderr)
+    try:
+        yield started
+    finally:
+        stop(started.process)

@@ -37,7 +37,9 @@ def write_run(
     slowdown: float = 1.0,
     completed: int | None = None,
     rate: float | None = None,
+    extra: dict | None = None,
 ) -> Path:
+    """One run directory; `extra` ({"workload": {"max_requests": 8}}, say) merges into the config."""
     g = GRANULARITY[engine]
     config = {
         "workload": {"name": workload},
@@ -55,6 +57,8 @@ def write_run(
         "seed": seed,
         "label": None,
     }
+    for group, values in (extra or {}).items():
+        config[group] = {**(config.get(group) or {}), **values}
     summary = {
         "status": "ok",
         "workload": workload,

@@ -96,7 +96,7 @@ CASES: list[tuple[list[str], str]] = [
     # ---- unknown names list the valid ones
     (["workload=nope"], "unknown workload 'nope'; valid: agent, dataset_sharegpt, fewshot,"),
     (["engine=nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
-    (["model=nope"], "unknown model 'nope'; valid: s, smollm2-135m, tiny"),
+    (["model=nope"], "unknown model 'nope'; valid: s, smollm2-135m, smollm2-rand, tiny"),
     (["hardware=nope"], "unknown hardware 'nope'; valid:"),
     (["workload.nope=3"], "unknown field workload.nope; valid: family, group_distribution,"),
     (["engine.nope=1"], "unknown field engine.nope"),
@@ -302,6 +302,7 @@ CASES: list[tuple[list[str], str]] = [
         ["executor=simulated"],
         "executor=simulated needs a cost model: select one with hardware=<preset>",
     ),
+    (["hardware=h100_llama3_8b_bf16"], "executor=real would ignore it: add executor=simulated"),
     ([*SIM, "decode=greedy"], "decode must be scripted for executor=simulated"),
     ([*SIM, "hardware.num_gpus=0"], "hardware.num_gpus must be a positive integer"),
     (
@@ -515,6 +516,31 @@ def test_cli_static_problem_makes_no_run_directory(tmp_path):
     run_dir = tmp_path / "bad"
     proc = harness(merged(BASE, ["load.slowdown=inf"]), run_dir, timeout=120)
     _assert_one_error_line(proc, "load.slowdown must be a positive finite number")
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["executor=simulated"], "executor=simulated needs a cost model"),
+        (["hardware=h100_llama3_8b_bf16"], "add executor=simulated, or drop hardware="),
+    ],
+)
+def test_preflight_refuses_executor_and_hardware_mismatches(args, needle):
+    """Refused before Hydra makes a directory (these used to leave a `failed` run folder, which
+    every later report counted)."""
+    from harness.preflight import preflight
+
+    problem = preflight(merged(BASE, args))
+    assert problem is not None and needle in problem
+    sweep = preflight(["-m", *merged(BASE, args), "seed=0,1"])
+    assert sweep is not None and needle in sweep
+
+
+def test_cli_simulated_without_hardware_makes_no_run_directory(tmp_path):
+    run_dir = tmp_path / "bad"
+    proc = harness(merged(BASE, ["executor=simulated"]), run_dir, timeout=120)
+    _assert_one_error_line(proc, "executor=simulated needs a cost model")
     assert not run_dir.exists()
 
 

@@ -127,7 +127,7 @@ def test_factorial_smoke_end_to_end_draws_the_decomposition(tmp_path):
     table = pd.read_csv(tmp_path / "sweep" / "decomposition.csv")
     assert set(table["workload"]) == {"fewshot", "parallel"}
     assert set(table["driver"]) <= {"data structure", "scheduler", "interaction", "none"}
-    assert (tmp_path / "sweep" / "figures" / "decomposition.png").exists()
+    assert (tmp_path / "sweep" / "figures" / "decomposition_tiny_real.png").exists()
     (cross,) = (tmp_path / "sweep").glob("*-fewshot-apc_sglang-seed0")
     profile = json.loads((cross / "summary.json").read_text())["policy_profile"]
     assert (profile["cache"], profile["scheduler"]) == ("apc", "sglang")

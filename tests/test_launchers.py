@@ -63,6 +63,18 @@ def test_basic_launcher_keeps_sweep_after_bad_job(tmp_path):
     # Every job ran; the sweep exits with the worst job's code (2: bad input), see harness/__main__.py.
     assert_one_good_one_bad(proc, tmp_path / "sweep", codes=(2,))
     assert "error: 1 of 2 jobs did not finish ok" in proc.stderr
+    # Ad-hoc job folders are named after their overrides (conf/config.yaml hydra.sweep.subdir).
+    names = sorted(job["run_dir"] for job in summaries(tmp_path / "sweep").values())
+    assert names[0].startswith("0-engine.kv_capacity_tokens=4096,engine=apc,model=tiny")
+    assert names[1].startswith("1-engine.kv_capacity_tokens=16,engine=apc,model=tiny")
+
+
+def test_job_folder_names_never_nest_or_grow_without_bound():
+    from harness.identity import MAX_DIR_NAME, dir_name
+
+    assert dir_name("+suite/arm=radix,seed=3") == "+suite_arm=radix,seed=3"
+    assert dir_name("a=" + "x" * 500) == ("a=" + "x" * 500)[:MAX_DIR_NAME]
+    assert dir_name("") == "job" and "/" not in dir_name("../../x=1")
 
 
 @pytest.mark.slow

@@ -204,7 +204,7 @@ def test_positions_beyond_the_model_context_are_refused(tiny):
 # ------------------------------------------------------------------ configs, presets, weights
 
 
-@pytest.mark.parametrize("name", ["tiny", "s", "smollm2-135m"])
+@pytest.mark.parametrize("name", ["tiny", "s", "smollm2-135m", "smollm2-rand"])
 def test_preset_yaml_equals_python_preset(name):
     values = yaml.safe_load((CONF_DIR / f"{name}.yaml").read_text())
     assert ModelConfig(**values) == get_preset(name)
@@ -216,7 +216,7 @@ def test_every_preset_has_a_yaml_and_back():
     mine = get_preset("tiny")
     mine.num_layers = 7
     assert PRESETS.get("tiny").num_layers == 2 == get_preset("tiny").num_layers
-    with pytest.raises(UnknownNameError, match="valid: s, smollm2-135m, tiny"):
+    with pytest.raises(UnknownNameError, match="valid: s, smollm2-135m, smollm2-rand, tiny"):
         get_preset("huge")
 
 

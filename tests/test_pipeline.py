@@ -99,6 +99,9 @@ def test_only_the_pipeline_warms_up_flushes_and_drives_the_engine():
     offenders = {
         str(path.relative_to(ROOT)): sorted(owned & _calls_in(path))
         for path in sorted((ROOT / "harness").rglob("*.py"))
-        if path not in allowed and path.parts[-3:-1] != ("harness", "serve")
+        # harness/serve serves the engine; harness/server drives a live server (its own async
+        # driver over the same ReleaseQueue) and replays its twin through client.inprocess.
+        if path not in allowed
+        and path.parts[-3:-1] not in (("harness", "serve"), ("harness", "server"))
     }
     assert {k: v for k, v in offenders.items() if v} == {}

@@ -88,19 +88,20 @@ def test_overhead_ratio_and_interval(report):
 def test_every_figure_written_as_png_and_svg(report):
     figures = report.root / FIGURE_DIR
     expected = {
-        "ttft_cdf_unique",
-        "ttft_cdf_system_prompt",
-        "latency_throughput",
-        "hit_rate",
+        "ttft_cdf_unique_tiny_real",
+        "ttft_cdf_system_prompt_tiny_real",
+        "latency_throughput_tiny_real",
+        "hit_rate_tiny_real",
         "capacity_system_prompt_tiny_real",
         "overhead",
-        "bookkeeping",
-        "speedup",
-        "ttft_hit_miss",
+        "bookkeeping_tiny_real",
+        "speedup_tiny_real",
+        "ttft_hit_miss_tiny_real",
     }
     assert set(report.figures) == expected
-    # no simulated runs, no load sweep and no scheduler x cache square here
+    # no simulated runs, no load sweep, no scheduler x cache square and no live server here
     assert set(report.skipped) == {
+        "server_twin",
         "trace_capacity",
         "projected_overhead",
         "metric_vs_load",
@@ -117,7 +118,7 @@ def test_figure_text_names_configuration(report):
     for needle in (
         "0%-hit throughput ratio",
         "cache on / cache off",
-        "apc on/off (unique, n=5 pairs)",
+        "apc on/off (unique, n=5 pairs, model tiny)",
         "model tiny",
         "KV capacity 4,096 tokens",
         "n = 20 runs (5 seeds)",
@@ -158,7 +159,12 @@ def test_partial_trees_never_crash(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="harness.report"):
         rep = build_report(partial, out_dir=partial)
     assert "overhead" in rep.skipped and "capacity" in rep.skipped
-    assert {"ttft_cdf_rag", "hit_rate", "latency_throughput", "bookkeeping"} <= set(rep.figures)
+    assert {
+        "ttft_cdf_rag_tiny_real",
+        "hit_rate_tiny_real",
+        "latency_throughput_tiny_real",
+        "bookkeeping_tiny_real",
+    } <= set(rep.figures)
     assert "skipped figure overhead" in caplog.text and "unreadable" in caplog.text
 
 
@@ -214,7 +220,7 @@ def test_trace_capacity_points_and_figure(sim_report):
         f"on {TRACE_HW}",
         "12,031 requests",
         "TTFT p50 / p99 against KV capacity",
-        "TTFT (s, virtual)",
+        "TTFT (s, virtual clock)",
         "apc (block 16, fcfs) p50",
         "radix p99",
         f"hardware {TRACE_HW}",
@@ -299,8 +305,8 @@ def test_a_rate_sweep_gives_one_summary_row_per_rate_and_a_load_figure(tmp_path)
     apc = summary[summary["arm"] == "apc"].sort_values("load.rate")
     assert list(apc["load.rate"]) == [2.0, 8.0, 32.0]
     assert list(apc["median_ttft_ms"]) == [21.0, 81.0, 321.0]  # never averaged across rates
-    assert "metric_vs_load_unique" in report.figures
-    svg = (tmp_path / FIGURE_DIR / "metric_vs_load_unique.svg").read_text()
+    assert "metric_vs_load_unique_tiny_real" in report.figures
+    svg = (tmp_path / FIGURE_DIR / "metric_vs_load_unique_tiny_real.svg").read_text()
     assert "load.rate (req/s)" in svg and "apc (block 16, fcfs)" in svg
 
 
@@ -324,7 +330,7 @@ def test_names_from_results_never_leave_the_results_folder(tmp_path):
     after = {p for p in tmp_path.rglob("*") if p.is_file() and root not in p.parents}
     assert after == before  # nothing written outside root
     figures = {p.name for p in (root / FIGURE_DIR).iterdir()}
-    assert "ttft_cdf_escaped.png" in figures and "ttft_cdf_a-b.png" in figures
+    assert "ttft_cdf_escaped_tiny_real.png" in figures and "ttft_cdf_a-b_tiny_real.png" in figures
     assert all("/" not in stem and not stem.startswith(".") for stem in report.figures)
 
 
@@ -347,7 +353,7 @@ def test_killed_runs_are_listed_as_incomplete_with_their_rows(tmp_path):
 def test_arm_colours_are_fixed_across_figures(report):
     from harness.report.figstyle import ARM_COLOURS
 
-    for stem in ("latency_throughput", "overhead", "bookkeeping"):
+    for stem in ("latency_throughput_tiny_real", "overhead", "bookkeeping_tiny_real"):
         svg = (report.root / FIGURE_DIR / f"{stem}.svg").read_text()
         assert ARM_COLOURS["apc"] in svg and ARM_COLOURS["radix"] in svg, stem
 

@@ -109,3 +109,48 @@ def test_search_path_problems_are_one_line(tmp_path):
     )
     problem = preflight([*SMALL, folder, "workload=minE"])
     assert problem.startswith("unknown workload 'minE'; valid: ") and "mine" in problem
+
+
+EXTENDS_SYSTEM_PROMPT = """\
+# Hydra's way: start from the shipped system_prompt (its family schema comes with it), change two.
+defaults:
+  - system_prompt
+  - _self_
+name: my_system_prompt
+num_groups: 2
+prompts_per_group: 2
+system_prompt_len: 48
+question_len: 8
+output_len: 3
+"""
+
+
+def test_a_user_yaml_extends_a_shipped_workload(tmp_path):
+    searchpath = user_folder(tmp_path, "my_system_prompt", EXTENDS_SYSTEM_PROMPT)
+    # ... and a second user file extending the first: the family is found through the chain.
+    (tmp_path / "myconf" / "workload" / "my_tiny.yaml").write_text(
+        "defaults:\n  - my_system_prompt\n  - _self_\nname: my_tiny\nprompts_per_group: 1\n"
+    )
+    summary = run(tmp_path, [searchpath, "workload=my_system_prompt"], "run")
+    assert summary["workload"] == "my_system_prompt" and summary["completed"] == 4
+    assert summary["hit_rate"] > 0  # the shipped family's shared prompts, at the user's sizes
+    cfg = compose_config([*SMALL, searchpath, "workload=my_tiny"])
+    assert (cfg.workload.family, cfg.workload.num_groups, cfg.workload.prompts_per_group) == (
+        "system_prompt",
+        2,
+        1,
+    )
+    assert preflight([*SMALL, searchpath, "workload=my_tiny"]) is None
+
+
+@pytest.mark.parametrize(
+    "parent, needle",
+    [
+        ("no_such_workload", "extends 'no_such_workload', which is no workload"),
+        ("me", "extends itself through me -> me"),
+    ],
+)
+def test_a_user_yaml_extending_nothing_or_itself_is_one_line(tmp_path, parent, needle):
+    searchpath = user_folder(tmp_path, "me", f"defaults:\n  - {parent}\n  - _self_\nname: me\n")
+    problem = preflight([*SMALL, searchpath, "workload=me"])
+    assert problem is not None and needle in problem and "\n" not in problem, problem

@@ -2,7 +2,8 @@
 
 Field names follow Hugging Face's LlamaConfig where one exists (`num_layers` is its
 `num_hidden_layers`). `weights` names a source in `engines.model.weights.WEIGHTS`; `seed` seeds the
-random source. Presets live in `engines.model.presets` and, identically, in `conf/model/*.yaml`.
+random source; `tokenizer` names the real tokenizer of the vocabulary, if it has one. Presets
+live in `engines.model.presets` and, identically, in `conf/model/*.yaml`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class ModelConfig:
     dtype: str = "float32"  # float32 | float16 | bfloat16
     weights: str = "random"  # random | smollm2
     seed: int = 0
+    # The tokenizer whose vocabulary the ids are (a workloads.tokenizer name), for models that
+    # take text; None: a made-up vocabulary, token ids only.
+    tokenizer: str | None = None
 
     def validate(self) -> None:
         """Raise BadInput naming the first field no model accepts."""
@@ -78,6 +82,12 @@ class ModelConfig:
             raise BadInput(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise BadInput(f"model.seed must be an integer, got {self.seed!r}")
+        if self.tokenizer is not None and (
+            not isinstance(self.tokenizer, str) or not self.tokenizer
+        ):
+            raise BadInput(
+                f"model.tokenizer must be a tokenizer name or null, got {self.tokenizer!r}"
+            )
         # Imported here: the weight sources import the model, which imports this module.
         from engines.model.weights import WEIGHTS
 

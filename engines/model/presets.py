@@ -1,8 +1,10 @@
 """Named model presets, usable without Hydra (`conf/model/<name>.yaml` holds the same values).
 
-`tiny` is for tests, `s` is the default CPU benchmark model (both seeded random weights), and
+`tiny` is for tests, `s` is the default CPU benchmark model (both seeded random weights),
 `smollm2-135m` is SmolLM2-135M-Instruct, whose shape is the one its GGUF metadata declares
-(checked against the file when the weights load).
+(checked against the file when the weights load), and `smollm2-rand` is the `s` shape with
+SmolLM2's vocabulary and tokenizer on random weights: a fast model that takes text (a server's
+text prompts, datasets tokenized with SmolLM2's tokenizer).
 """
 
 from __future__ import annotations
@@ -77,6 +79,30 @@ PRESETS.add(
         dtype="float32",
         weights="smollm2",
         seed=0,
+        tokenizer="smollm2-135m",
+    ),
+)
+
+# `s` with SmolLM2's 49,152-token vocabulary (ids mean SmolLM2 tokens) and its 8,192 context.
+PRESETS.add(
+    "smollm2-rand",
+    ModelConfig(
+        name="smollm2-rand",
+        vocab_size=49152,
+        hidden_size=256,
+        intermediate_size=688,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        dtype="float32",
+        weights="random",
+        seed=0,
+        tokenizer="smollm2-135m",
     ),
 )
 

@@ -132,6 +132,7 @@ def _declared_config(meta: dict, tensor_names: set[str]) -> ModelConfig:
         max_position_embeddings=int(meta["llama.context_length"]),
         tie_word_embeddings="output.weight" not in tensor_names,
         weights="smollm2",
+        tokenizer="smollm2-135m",  # the GGUF carries it (workloads/tokenizer.py reads it)
     )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 import harness.report.plots_load  # noqa: F401  (registers the load and speed-up figures)
+import harness.report.plots_server  # noqa: F401  (registers the live-server figures)
 import harness.report.plots_sim  # noqa: F401  (registers the simulated-executor figures)
 from harness.report.decomposition import decomposition_table
 from harness.report.plots import FIGURES, Inputs, Skip
@@ -41,6 +42,7 @@ from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
 FIGURE_DIR = "figures"
+WRITTEN = "written.txt"  # in FIGURE_DIR: the figure files the last report wrote, one a line
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Report:
     figures: list[str] = field(default_factory=list)  # stems written under out_dir/figures
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> reason
     out_dir: Path | None = None  # where the CSVs and figures were written; None: nowhere
+    drawn: dict = field(default_factory=dict)  # stem -> open Figure, with keep_figures only
 
 
 def load(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -68,11 +71,16 @@ def load(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def build_report(
-    root: str | Path, figures: bool = True, out_dir: str | Path | None = None
+    root: str | Path,
+    figures: bool = True,
+    out_dir: str | Path | None = None,
+    keep_figures: bool = False,
 ) -> Report:
     """The report of the runs below `root` (relative paths: the current directory). Nothing is
     written unless `out_dir` is given: then summary.csv, overhead.csv, projected_overhead.csv and,
-    with `figures`, figures/ go there."""
+    with `figures`, figures/ go there (replacing the figures the last report wrote there, listed
+    in figures/written.txt). `keep_figures` leaves the drawn matplotlib Figures open in
+    `Report.drawn` (stem -> Figure) for inspection; the caller closes them."""
     root = Path(root)
     runs, requests = load(root)
     summary = summary_table(runs)
@@ -91,17 +99,19 @@ def build_report(
     if not report.decomposition.empty:
         report.decomposition.to_csv(report.out_dir / "decomposition.csv", index=False)
     if figures:
-        _figures(report, pairs)
+        _figures(report, pairs, report.drawn if keep_figures else None)
     return report
 
 
-def _figures(report: Report, pairs: pd.DataFrame) -> None:
+def _figures(report: Report, pairs: pd.DataFrame, keep: dict | None) -> None:
     ok = report.runs[report.runs["ok"]] if not report.runs.empty else report.runs
     if "run_id" in report.requests and not ok.empty:
         requests = report.requests[report.requests["run_id"].isin(ok["run_id"])]
     else:
         requests = pd.DataFrame()
-    inputs = Inputs(ok, requests, pairs, report.out_dir / FIGURE_DIR)
+    folder = report.out_dir / FIGURE_DIR
+    remove_written(folder)
+    inputs = Inputs(ok, requests, pairs, folder, keep)
     for name, make in progress(list(FIGURES.items()), "report figures", "fig"):
         if ok.empty:
             report.skipped[name] = "no run with status ok"
@@ -112,6 +122,35 @@ def _figures(report: Report, pairs: pd.DataFrame) -> None:
                 report.skipped[name] = str(exc)
         if name in report.skipped:
             log.info("skipped figure %s: %s", name, report.skipped[name])
+    write_list(folder, report.figures)
+    ours = {f"{stem}.{suffix}" for stem in report.figures for suffix in ("png", "svg")}
+    others = sorted(
+        p.name for p in folder.glob("*") if p.suffix in (".png", ".svg") and p.name not in ours
+    )
+    if others:  # written by hand, by an older report without a list, or by the claims
+        log.info("figures not written by this report (left as they are): %s", ", ".join(others))
+
+
+def remove_written(folder: Path) -> None:
+    """Delete the figure files the previous report listed in its WRITTEN file, and nothing else:
+    a report rewrites its figures as a whole, so no stale figure outlives a changed results tree,
+    while files that others put there (the claims' figures, say) stay."""
+    listing = folder / WRITTEN
+    if not listing.is_file():
+        return
+    for name in listing.read_text(encoding="utf-8").split():
+        path = folder / name
+        if path.parent == folder and path.suffix in (".png", ".svg"):  # never outside the folder
+            path.unlink(missing_ok=True)
+    listing.unlink()
+
+
+def write_list(folder: Path, stems: list[str]) -> None:
+    if not stems:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"{stem}.{suffix}" for stem in sorted(stems) for suffix in ("png", "svg")]
+    (folder / WRITTEN).write_text("\n".join(names) + "\n", encoding="utf-8")
 
 
 def describe(report: Report) -> str:

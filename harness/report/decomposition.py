@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from engines.config import UPSTREAM_SCHEDULER
+from harness.report.figstyle import on_clock, platforms
 from harness.report.plots import Inputs, Skip, figure, footnote, main_config, plt, save
 from harness.report.tables import DEFAULT_GRANULARITY
 
@@ -111,9 +112,17 @@ EFFECTS = (
 @figure("decomposition")
 def decomposition(inp: Inputs) -> list[str]:
     """Per metric: the four arms per workload (left) and the three effects (right)."""
-    table = decomposition_table(inp.runs)
-    if table.empty:
+    written = []
+    for suffix, runs in platforms(inp.runs):
+        table = decomposition_table(runs)
+        if not table.empty:
+            written.append(_decomposition(inp, runs, table, suffix))
+    if not written:
         raise Skip("no workload with all four scheduler x cache arms (run +suite=factorial)")
+    return written
+
+
+def _decomposition(inp: Inputs, runs: pd.DataFrame, table: pd.DataFrame, suffix: str) -> str:
     workloads = sorted(table["workload"].unique())
     width = max(6.0, 0.9 * len(workloads))
     fig, axes = plt.subplots(
@@ -122,6 +131,7 @@ def decomposition(inp: Inputs) -> list[str]:
     for (left, right), (metric, label) in zip(axes, METRICS):
         sub = table[table["metric"] == metric].set_index("workload").loc[workloads]
         _bars(left, workloads, [(f"cache {c} + scheduler {s}", sub[f"{c}+{s}"]) for c, s in CELLS])
+        label = on_clock(label, runs) if "ms" in label or "/s" in label else label
         left.set_ylabel(label)
         _bars(right, workloads, [(name, sub[column]) for column, name in EFFECTS])
         right.axhline(0, color="0.3", lw=0.8)
@@ -132,11 +142,11 @@ def decomposition(inp: Inputs) -> list[str]:
         ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     footnote(
         fig,
-        factorial_runs(inp.runs),
+        factorial_runs(runs),
         "per workload and metric: decomposition.csv (simple effects, driver)",
     )
     fig.tight_layout()
-    return [save(fig, inp.out_dir, "decomposition")]
+    return save(fig, inp, "decomposition", suffix)
 
 
 def _bars(ax, workloads: list[str], series: list[tuple[str, pd.Series]]) -> None:

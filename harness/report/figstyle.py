@@ -53,12 +53,26 @@ def inside(out_dir: Path, stem: str, suffix: str) -> Path:
 
 
 def platforms(runs: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
-    """(stem suffix, runs) per platform: '' when all runs share one, else model_executor[_hw]."""
+    """(stem suffix, runs) per platform: always model_executor[_hw], so a figure's file name never
+    depends on which other platforms the results folder holds."""
     keys = [k for k in PLATFORM if k in runs]
     groups = list(runs.groupby(keys, dropna=False, sort=True)) if keys else [((), runs)]
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
-        yield ("" if len(groups) == 1 else safe_stem(*key)), group
+        yield safe_stem(*key), group
+
+
+def is_virtual(runs: pd.DataFrame) -> bool:
+    """Simulated runs: their durations and latencies are the cost model's virtual time."""
+    return "executor" in runs and bool((runs["executor"] == "simulated").any())
+
+
+def on_clock(label: str, runs: pd.DataFrame) -> str:
+    """A time or rate axis label, marked `virtual clock` for simulated runs (their durations and
+    latencies are the cost model's, not time that passed); unchanged for the wall clock."""
+    if not is_virtual(runs):
+        return label
+    return f"{label[:-1]}, virtual clock)" if label.endswith(")") else f"{label} (virtual clock)"
 
 
 def platform_title(runs: pd.DataFrame) -> str:

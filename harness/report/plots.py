@@ -19,13 +19,15 @@ import pandas as pd
 from harness.report.figstyle import (
     colour,
     inside,
+    on_clock,
     plain_ms_axis,
     platform_title,
     platforms,
     safe_stem,
     series_style,
 )
-from harness.report.stats import bounded_ci
+from harness.report.grouping import panels
+from harness.report.stats import MIN_INTERVAL_N, bounded_ci, drawn_interval
 from harness.report.tables import PAIR_COLUMNS, overhead_table
 
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
@@ -40,6 +42,9 @@ class Inputs(NamedTuple):
     requests: pd.DataFrame  # requests of those runs
     pairs: pd.DataFrame  # overhead pairs (tables.overhead_pairs)
     out_dir: Path
+    # stem -> the drawn Figure, left open, for callers that inspect the artists (tests); None
+    # closes each figure once saved.
+    keep: dict | None = None
 
 
 FIGURES: dict[str, Callable[[Inputs], list[str]]] = {}
@@ -53,13 +58,17 @@ def figure(name: str):
     return register
 
 
-def save(fig, out_dir: Path, *name: object) -> str:
-    """Write `name` (joined and sanitised: names come from results) as PNG and SVG in out_dir."""
+def save(fig, inp: Inputs, *name: object) -> str:
+    """Write `name` (joined and sanitised: names come from results) as PNG and SVG in the figures
+    folder; the Figure stays open in `inp.keep` when the caller asked for it."""
     stem = safe_stem(*name)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(inside(out_dir, stem, "png"), dpi=90, bbox_inches="tight")
-    fig.savefig(inside(out_dir, stem, "svg"), bbox_inches="tight")
-    plt.close(fig)
+    inp.out_dir.mkdir(parents=True, exist_ok=True)
+    fig.savefig(inside(inp.out_dir, stem, "png"), dpi=90, bbox_inches="tight")
+    fig.savefig(inside(inp.out_dir, stem, "svg"), bbox_inches="tight")
+    if inp.keep is None:
+        plt.close(fig)
+    else:
+        inp.keep[stem] = fig
     return stem
 
 
@@ -119,75 +128,72 @@ def main_config(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts) if parts else runs
 
 
-def _grouped_bars(ax, df: pd.DataFrame, column: str, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """Bars of the mean per workload (x) and series (colour by arm, hatch by variant) with 95%
-    t-intervals clipped at 0 (every barred quantity is non-negative); n=1 bars are marked, not
-    given an interval. Returns series -> bar x."""
+def _grouped_bars(
+    ax, df: pd.DataFrame, column: str, scale: float = 1.0, log: bool = False
+) -> dict[str, np.ndarray]:
+    """The mean per workload (x) and series (colour by arm, hatch by variant): bars on a linear
+    axis, points on a log one (a bar's length on a log axis is no ratio). A 95% t-interval is drawn
+    from MIN_INTERVAL_N runs on (clipped at 0: every such quantity is non-negative); below it each
+    run is a point of its own. Returns series -> x."""
     workloads = sorted(df["workload"].unique())
     style = series_style(df)
     positions = {}
     series = sorted(style, key=lambda s: (s.split(" ")[0], s))
     width = 0.8 / len(series)
-    marks = []
     for i, name in enumerate(series):
-        means, errs, single = [], [[], []], []
+        x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
+        cis, runs = [], []
         for w in workloads:
             vals = pd.to_numeric(
                 df[(df["workload"] == w) & (df["series"] == name)][column], errors="coerce"
             ).dropna()
-            if vals.empty:
-                means.append(np.nan), errs[0].append(0), errs[1].append(0), single.append(False)
-                continue
-            ci = bounded_ci((vals * scale).tolist(), non_negative=True)
-            means.append(ci.mean)
-            errs[0].append(0 if ci.low is None else ci.mean - ci.low)
-            errs[1].append(0 if ci.high is None else ci.high - ci.mean)
-            single.append(ci.n == 1)
-        x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
-        ax.bar(
-            x,
-            means,
-            width,
-            yerr=errs,
-            capsize=2,
-            label=arm_label(df, name),
-            edgecolor="0.2",
-            linewidth=0.4,
-            **style[name],
-        )
+            vals = (vals * scale).tolist()
+            runs.append(vals)
+            cis.append(drawn_interval(bounded_ci(vals, non_negative=True)) if vals else None)
+        means = np.array([np.nan if ci is None else ci.mean for ci in cis])
+        errs = whiskers(cis)
+        colour_ = style[name]["color"]
+        label = arm_label(df, name)
+        if log:
+            ax.errorbar(x, means, yerr=errs, fmt="o", ms=5, capsize=2, color=colour_, label=label)
+        else:
+            ax.bar(
+                x,
+                means,
+                width,
+                yerr=errs,
+                capsize=2,
+                label=label,
+                edgecolor="0.2",
+                linewidth=0.4,
+                **style[name],
+            )
+        run_points(ax, x, runs, cis, "k" if not log else colour_)
         positions[name] = x
-        marks.append((x, means, single))
-    _mark_single_runs(ax, marks)
     ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
     return positions
 
 
-def _mark_single_runs(ax, marks) -> None:
-    """Say n=1 where a bar is one run: once for the axes when all are, else over those bars."""
-    flags = [one for _, _, single in marks for one in single]
-    if flags and all(flags):
-        ax.text(
-            0.99,
-            0.98,
-            "n=1 per bar: no interval",
-            transform=ax.transAxes,
-            ha="right",
-            va="top",
-            fontsize=7,
-        )
-        return
-    for x, means, single in marks:
-        for xi, m, one in zip(x, means, single):
-            if one:
-                ax.annotate(
-                    "n=1",
-                    (xi, m),
-                    textcoords="offset points",
-                    xytext=(0, 2),
-                    ha="center",
-                    fontsize=5,
-                    rotation=90,
-                )
+def whiskers(cis: list) -> list[list[float]]:
+    """errorbar's [below, above] from intervals; 0 where there is none."""
+    return [
+        [0 if ci is None or ci.low is None else ci.mean - ci.low for ci in cis],
+        [0 if ci is None or ci.high is None else ci.high - ci.mean for ci in cis],
+    ]
+
+
+def run_points(ax, x, runs: list[list[float]], cis: list, point_colour: str) -> None:
+    """Each run as a small point where its group got no interval (fewer than MIN_INTERVAL_N)."""
+    xs, ys = [], []
+    for xi, vals, ci in zip(x, runs, cis):
+        if ci is not None and ci.low is None and len(vals) > 1:
+            xs += [xi] * len(vals)
+            ys += vals
+    if xs:
+        ax.scatter(xs, ys, s=9, marker="D", color=point_colour, zorder=4, linewidths=0)
+
+
+INTERVAL_NOTE = f"95% t-interval where n >= {MIN_INTERVAL_N} runs, else each run a point"
 
 
 def legend_outside(ax, fontsize: int = 7) -> None:
@@ -218,11 +224,15 @@ def ttft_cdf(inp: Inputs) -> list[str]:
                         color=colour(g["arm"].iloc[0]),
                         label=arm_label(sub, series),
                     )
-            ax.set(xlabel="TTFT (ms)", ylabel="fraction of requests", title=f"TTFT CDF: {workload}")
+            ax.set(
+                xlabel=on_clock("TTFT (ms)", sub),
+                ylabel="fraction of requests",
+                title=f"TTFT CDF: {workload}",
+            )
             ax.grid(alpha=0.3)
             legend_outside(ax, 8)
             footnote(fig, sub, "requests pooled over seeds")
-            written.append(save(fig, inp.out_dir, "ttft_cdf", workload, suffix))
+            written.append(save(fig, inp, "ttft_cdf", workload, suffix))
     return written
 
 
@@ -239,19 +249,21 @@ def latency_throughput(inp: Inputs) -> list[str]:
         runs = main_config(platform_runs)
         fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
         for ax, (column, label) in zip(axes.flat, panels):
-            _grouped_bars(ax, runs, column)
+            log = "ttft" in column  # workloads span milliseconds to minutes
+            _grouped_bars(ax, runs, column, log=log)
+            label = on_clock(label, runs)
             ax.set(ylabel=label, title=label)
-            if "ttft" in column:  # workloads span milliseconds to minutes
+            if log:
                 ax.set_yscale("log")
                 plain_ms_axis(ax)
             ax.grid(axis="y", alpha=0.3)
         legend_outside(axes.flat[1])
         fig.suptitle(
-            f"Latency and throughput by workload and arm ({platform_title(runs)}; mean over seeds, 95% t-interval)"
+            f"Latency and throughput by workload and arm ({platform_title(runs)}; mean over seeds)"
         )
         fig.tight_layout()
-        footnote(fig, runs)
-        written.append(save(fig, inp.out_dir, "latency_throughput", suffix))
+        footnote(fig, runs, INTERVAL_NOTE)
+        written.append(save(fig, inp, "latency_throughput", suffix))
     return written
 
 
@@ -292,82 +304,132 @@ def hit_rate(inp: Inputs) -> list[str]:
         )
         ax.grid(axis="y", alpha=0.3)
         legend_outside(ax)
-        footnote(fig, runs, "ideal and Belady at each arm's block/page size, drawn on its bar")
-        written.append(save(fig, inp.out_dir, "hit_rate", suffix))
+        footnote(
+            fig,
+            runs,
+            f"ideal and Belady at each arm's block/page size, drawn on its bar | {INTERVAL_NOTE}",
+        )
+        written.append(save(fig, inp, "hit_rate", suffix))
     if not written:
         raise Skip("no cache-on runs")
     return written
 
 
+CAPACITY = "config.engine.kv_capacity_tokens"
+
+
 @figure("capacity")
 def capacity(inp: Inputs) -> list[str]:
+    """Per workload and platform: hit rate and TTFT against KV capacity, one row of panels per
+    group of runs that differ in nothing but the capacity, the seed and the arm (grouping.panels)."""
     written = []
     # Runs of a hardware preset have their own figure (plots_sim.trace_capacity), one per preset.
     generic = inp.runs[inp.runs["hardware"].isna()] if "hardware" in inp.runs else inp.runs
-    for (workload, model, executor), runs in generic.groupby(
-        ["workload", "model", "executor"], sort=True
-    ):
-        runs = runs[runs["cache_enabled"]]
-        if runs["kv_capacity_tokens"].nunique() < 2:
-            continue
-        fig, (ax_hit, ax_ttft) = plt.subplots(1, 2, figsize=(11, 4))
-        for arm, g in runs.groupby("arm", sort=True):
-            by_cap = g.groupby("kv_capacity_tokens")
-            line = ax_hit.plot(
-                by_cap["hit_rate"].mean() * 100,
-                marker="o",
-                color=colour(arm),
-                label=f"{arm_label(runs, arm)} measured",
-            )[0]
-            ax_hit.plot(
-                by_cap["belady_hit_rate"].mean() * 100,
-                ls=":",
-                color=line.get_color(),
-                label=f"{arm} Belady",
-            )
-            ax_hit.plot(
-                by_cap["theoretical_hit_rate_capped"].mean() * 100,
-                ls="--",
-                color=line.get_color(),
-                label=f"{arm} LRU simulator",
-            )
-            ax_ttft.plot(
-                by_cap["median_ttft_ms"].mean(),
-                marker="o",
-                color=line.get_color(),
-                label=f"{arm} p50",
-            )
-            ax_ttft.plot(
-                by_cap["p99_ttft_ms"].mean(),
-                marker="s",
-                ls="--",
-                color=line.get_color(),
-                label=f"{arm} p99",
-            )
-        ax_hit.set(
-            xscale="log",
-            xlabel="KV capacity (tokens)",
-            ylabel="hit rate (%)",
-            ylim=(0, 105),
-            title="Hit rate against capacity",
-        )
-        ax_ttft.set(
-            xscale="log",
-            yscale="log",
-            xlabel="KV capacity (tokens)",
-            ylabel="TTFT (ms)",
-            title="TTFT against capacity",
-        )
-        plain_ms_axis(ax_ttft)
-        caps = sorted(runs["kv_capacity_tokens"].dropna().unique())
-        capacity_axes((ax_hit, ax_ttft), caps, legend_size=6)
-        fig.suptitle(f"Capacity sweep: {workload}")
-        fig.tight_layout()
-        footnote(fig, runs)
-        written.append(save(fig, inp.out_dir, "capacity", workload, model, executor))
+    generic = generic[generic["cache_enabled"]]
+    for suffix, platform_runs in platforms(generic):
+        for workload, runs in platform_runs.groupby("workload", sort=True):
+            rows = swept_panels(runs, CAPACITY)
+            if not rows:
+                continue
+            fig, axes = plt.subplots(len(rows), 2, figsize=(11, 4 * len(rows)), squeeze=False)
+            for (ax_hit, ax_ttft), panel in zip(axes, rows):
+                draw_capacity_panel(ax_hit, ax_ttft, panel)
+            fig.suptitle(f"Capacity sweep: {workload} ({platform_title(runs)})")
+            fig.tight_layout()
+            footnote(fig, runs, INTERVAL_NOTE)
+            written.append(save(fig, inp, "capacity", workload, suffix))
     if not written:
         raise Skip("no workload was run at two or more KV capacities")
     return written
+
+
+def swept_panels(runs: pd.DataFrame, variable: str, figure_keys=None) -> list:
+    """The panels (grouping.panels) of `runs` whose runs span two or more values of `variable`."""
+    if variable not in runs:
+        runs = runs.assign(**{variable: runs["kv_capacity_tokens"]})
+    found = panels(runs, variable) if figure_keys is None else panels(runs, variable, figure_keys)
+    return [p for p in found if p.runs["kv_capacity_tokens"].nunique() >= 2]
+
+
+def line_points(ax, g: pd.DataFrame, x: str, column: str, scale: float = 1.0, **style):
+    """One line: the mean per x with a 95% t-interval whisker from MIN_INTERVAL_N runs, each run
+    a point below that. Returns the line."""
+    xs, cis, runs = [], [], []
+    for xv, v in g.groupby(x, sort=True):
+        vals = (pd.to_numeric(v[column], errors="coerce").dropna() * scale).tolist()
+        if vals:
+            xs.append(xv)
+            runs.append(vals)
+            cis.append(drawn_interval(bounded_ci(vals, non_negative=True)))
+    means = [ci.mean for ci in cis]
+    line = ax.errorbar(xs, means, yerr=whiskers(cis), capsize=2, **style)
+    run_points(ax, xs, runs, cis, style.get("color", "k"))
+    return line
+
+
+def draw_capacity_panel(ax_hit, ax_ttft, panel) -> None:
+    runs = panel.runs
+    for line, g in runs.groupby("line", sort=True):
+        arm = g["arm"].iloc[0]
+        c = colour(arm)
+        label = arm_label(runs.assign(series=runs["line"]), line)
+        line_points(
+            ax_hit,
+            g,
+            "kv_capacity_tokens",
+            "hit_rate",
+            100,
+            marker="o",
+            color=c,
+            label=f"{label} measured",
+        )
+        for column, ls, name in (
+            ("belady_hit_rate", ":", "Belady"),
+            ("theoretical_hit_rate_capped", "--", "LRU simulator"),
+        ):
+            ax_hit.plot(
+                g.groupby("kv_capacity_tokens")[column].mean() * 100,
+                ls=ls,
+                color=c,
+                label=f"{line} {name}",
+            )
+        line_points(
+            ax_ttft,
+            g,
+            "kv_capacity_tokens",
+            "median_ttft_ms",
+            marker="o",
+            color=c,
+            label=f"{line} p50",
+        )
+        line_points(
+            ax_ttft,
+            g,
+            "kv_capacity_tokens",
+            "p99_ttft_ms",
+            marker="s",
+            ls="--",
+            color=c,
+            label=f"{line} p99",
+        )
+    where = f" [{panel.title}]" if panel.title else ""
+    ax_hit.set(
+        xscale="log",
+        xlabel="KV capacity (tokens)",
+        ylabel="hit rate (%)",
+        ylim=(0, 105),
+        title=f"Hit rate against capacity{where}",
+    )
+    ax_ttft.set(
+        xscale="log",
+        yscale="log",
+        xlabel="KV capacity (tokens)",
+        ylabel=on_clock("TTFT (ms)", runs),
+        title=f"TTFT against capacity{where}",
+    )
+    plain_ms_axis(ax_ttft)
+    caps = sorted(runs["kv_capacity_tokens"].dropna().unique())
+    capacity_axes((ax_hit, ax_ttft), caps, legend_size=6)
 
 
 def capacity_axes(axes, caps, legend_size: int) -> None:
@@ -395,10 +457,14 @@ def overhead(inp: Inputs) -> list[str]:
         (axes[1], [m for m in metrics if m != "total_token_throughput"]),
     ):
         width = 0.8 / max(len(configs), 1)
-        for i, ((workload, engine, _model, _executor), g) in enumerate(configs):
+        for i, ((workload, engine, model, _executor), g) in enumerate(configs):
             g = g.set_index("metric").reindex(shown)
             x = np.arange(len(shown)) + (i - (len(configs) - 1) / 2) * width
-            err = [(g["ratio"] - g["ci_low"]).fillna(0), (g["ci_high"] - g["ratio"]).fillna(0)]
+            enough = g["n_pairs"] >= MIN_INTERVAL_N  # stats.drawn_interval's rule
+            err = [
+                (g["ratio"] - g["ci_low"]).where(enough).fillna(0),
+                (g["ci_high"] - g["ratio"]).where(enough).fillna(0),
+            ]
             n = int(g["n_pairs"].max())
             ax.bar(
                 x,
@@ -408,7 +474,7 @@ def overhead(inp: Inputs) -> list[str]:
                 yerr=err,
                 capsize=3,
                 color=colour(engine),
-                label=f"{engine} on/off ({workload}, n={n} pairs)",
+                label=f"{engine} on/off ({workload}, n={n} pairs, model {model})",
             )
             for xi, r in zip(x, g["ratio"]):
                 ax.annotate(
@@ -433,12 +499,13 @@ def overhead(inp: Inputs) -> list[str]:
         ax.set_ylim(min(lo, 0.98) - 0.01, max(hi, 1.02) + 0.02)
     fig.suptitle(
         "0%-hit overhead: geometric mean of paired on/off ratios, 95% t-interval on the log scale"
+        f" (n >= {MIN_INTERVAL_N} pairs)"
     )
     fig.tight_layout()
     keys = [*PAIR_COLUMNS, "sweep", "seed"]  # the runs that formed the pairs, nothing else
     runs = inp.runs.merge(inp.pairs[keys].drop_duplicates(), on=keys)
     footnote(fig, runs)
-    return [save(fig, inp.out_dir, "overhead")]
+    return [save(fig, inp, "overhead")]
 
 
 @figure("bookkeeping")
@@ -456,8 +523,12 @@ def bookkeeping(inp: Inputs) -> list[str]:
         )
         ax.grid(axis="y", alpha=0.3)
         legend_outside(ax)
-        footnote(fig, runs, "bookkeeping is wall time; duration is virtual time for simulated runs")
-        written.append(save(fig, inp.out_dir, "bookkeeping", suffix))
+        footnote(
+            fig,
+            runs,
+            f"bookkeeping is wall time; duration is virtual time for simulated runs | {INTERVAL_NOTE}",
+        )
+        written.append(save(fig, inp, "bookkeeping", suffix))
     if not written:
         raise Skip("no run recorded cache_bookkeeping_ms and duration")
     return written

@@ -11,8 +11,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.report import grouping
 from harness.report.figstyle import (
     colour,
+    on_clock,
     plain_ms_axis,
     platform_title,
     platforms,
@@ -20,16 +22,20 @@ from harness.report.figstyle import (
     series_style,
 )
 from harness.report.plots import (
+    INTERVAL_NOTE,
     Inputs,
     Skip,
     arm_label,
     figure,
     footnote,
     legend_outside,
+    line_points,
     main_config,
+    run_points,
     save,
+    whiskers,
 )
-from harness.report.stats import bounded_ci, ratio_ci
+from harness.report.stats import MIN_INTERVAL_N, drawn_interval, ratio_ci
 
 LOAD_KEYS = ("load.rate", "load.max_concurrency")  # the x axis of a load sweep, first found
 # Cache-on and cache-off runs pair when all of these match (and the sweep and seed).
@@ -55,62 +61,53 @@ def metric_vs_load(inp: Inputs) -> list[str]:
             ).dropna(subset=["load"])
             if group["load"].nunique() < 2:
                 continue
-            fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-            for ax, (column, label) in zip(axes, panels):
-                for arm, g in group.groupby("arm", sort=True):
-                    points = [
-                        (
-                            x,
-                            bounded_ci(
-                                pd.to_numeric(v[column], errors="coerce").dropna().tolist(), True
-                            ),
-                        )
-                        for x, v in g.groupby("load", sort=True)
-                        if pd.to_numeric(v[column], errors="coerce").notna().any()
-                    ]
-                    xs = [x for x, _ in points]
-                    means = np.array([ci.mean for _, ci in points])
-                    low = np.array(
-                        [ci.mean - (ci.low if ci.low is not None else ci.mean) for _, ci in points]
-                    )
-                    high = np.array(
-                        [
-                            (ci.high if ci.high is not None else ci.mean) - ci.mean
-                            for _, ci in points
-                        ]
-                    )
-                    ax.errorbar(
-                        xs,
-                        means,
-                        yerr=[low, high],
-                        marker="o",
-                        capsize=2,
-                        color=colour(arm),
-                        label=arm_label(g, arm),
-                    )
-                ax.set(
-                    xscale="log",
-                    xlabel=key + (" (req/s)" if key == "load.rate" else ""),
-                    ylabel=label,
-                    title=label,
-                )
-                loads = sorted(group["load"].unique())
-                ax.set_xticks(loads, [f"{v:g}" for v in loads], fontsize=7)
-                ax.minorticks_off()
-                if "ttft" in column:
-                    ax.set_yscale("log")
-                    plain_ms_axis(ax)
-                ax.grid(alpha=0.3)
-            legend_outside(axes[-1])
+            rows = [
+                p for p in grouping.panels(group, f"config.{key}") if p.runs["load"].nunique() >= 2
+            ]
+            if not rows:
+                continue
+            fig, axes = plt.subplots(len(rows), 3, figsize=(14, 4 * len(rows)), squeeze=False)
+            for row_axes, panel in zip(axes, rows):
+                _load_panels(row_axes, panel, key, panels)
+            legend_outside(axes[0][-1])
             fig.suptitle(
-                f"Latency and throughput against load: {workload} ({platform_title(group)}; mean over seeds, 95% t-interval)"
+                f"Latency and throughput against load: {workload} ({platform_title(group)}; mean over seeds)"
             )
             fig.tight_layout()
-            footnote(fig, group)
-            written.append(save(fig, inp.out_dir, "metric_vs_load", workload, suffix))
+            footnote(fig, group, INTERVAL_NOTE)
+            written.append(save(fig, inp, "metric_vs_load", workload, suffix))
     if not written:
         raise Skip("no workload was run at two or more request rates or concurrencies")
     return written
+
+
+def _load_panels(axes, panel, key: str, metrics) -> None:
+    """One row: each metric against the load, a line per arm (points and whiskers: log axes)."""
+    runs = panel.runs
+    for ax, (column, label) in zip(axes, metrics):
+        for line, g in runs.groupby("line", sort=True):
+            line_points(
+                ax,
+                g,
+                "load",
+                column,
+                marker="o",
+                color=colour(g["arm"].iloc[0]),
+                label=arm_label(runs.assign(series=runs["line"]), line),
+            )
+        ax.set(
+            xscale="log",
+            xlabel=key + (" (req/s)" if key == "load.rate" else ""),
+            ylabel=on_clock(label, runs),
+            title=label + (f" [{panel.title}]" if panel.title else ""),
+        )
+        loads = sorted(runs["load"].unique())
+        ax.set_xticks(loads, [f"{v:g}" for v in loads], fontsize=7)
+        ax.minorticks_off()
+        if "ttft" in column:
+            ax.set_yscale("log")
+            plain_ms_axis(ax)
+        ax.grid(alpha=0.3)
 
 
 def speedup_pairs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -156,21 +153,24 @@ def speedup(inp: Inputs) -> list[str]:
                 ]
                 x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
                 means = np.array([np.nan if ci is None else ci.mean for ci in cis])
-                err = [
-                    [0 if ci is None or ci.low is None else ci.mean - ci.low for ci in cis],
-                    [0 if ci is None or ci.high is None else ci.high - ci.mean for ci in cis],
-                ]
-                ax.bar(
+                # A ratio on a log axis: a point with its whisker (a bar's length is no ratio).
+                ax.errorbar(
                     x,
                     means,
-                    width,
-                    yerr=err,
+                    yerr=whiskers(cis),
+                    fmt="o",
+                    ms=5,
                     capsize=2,
+                    color=style[name]["color"],
                     label=arm_label(runs, name),
-                    edgecolor="0.2",
-                    linewidth=0.4,
-                    **style[name],
                 )
+                values = [
+                    pairs[(pairs["workload"] == w) & (pairs["series"] == name)][column]
+                    .dropna()
+                    .tolist()
+                    for w in workloads
+                ]
+                run_points(ax, x, values, cis, style[name]["color"])
             ax.axhline(1.0, color="k", lw=0.8)
             ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
             ax.set(ylabel=label, title=label)
@@ -178,15 +178,16 @@ def speedup(inp: Inputs) -> list[str]:
             ratio_axis(ax)
         legend_outside(axes[1])
         fig.suptitle(
-            f"Speed-up over caching off ({platform_title(runs)}; geometric mean of per-seed ratios, 95% t-interval on the log scale)"
+            f"Speed-up over caching off ({platform_title(runs)}; geometric mean of per-seed ratios)"
         )
         fig.tight_layout()
         footnote(
             fig,
             runs[runs["workload"].isin(workloads)],
-            "pairs: same engine, workload, capacity, sweep and seed",
+            "pairs: same engine, workload, capacity, sweep and seed | 95% t-interval on the log "
+            f"scale where n >= {MIN_INTERVAL_N} pairs, else each pair a point",
         )
-        written.append(save(fig, inp.out_dir, "speedup", suffix))
+        written.append(save(fig, inp, "speedup", suffix))
     if not written:
         raise Skip("no cache-on run has a cache-off run of the same engine, workload and seed")
     return written
@@ -195,7 +196,7 @@ def speedup(inp: Inputs) -> list[str]:
 def _ratio(values: pd.Series):
     vals = pd.to_numeric(values, errors="coerce").dropna()
     vals = vals[np.isfinite(vals) & (vals > 0)]
-    return ratio_ci(vals.tolist()) if len(vals) else None
+    return drawn_interval(ratio_ci(vals.tolist())) if len(vals) else None
 
 
 @figure("ttft_hit_miss")
@@ -235,41 +236,49 @@ def ttft_hit_miss(inp: Inputs) -> list[str]:
                 ]
                 x = np.arange(len(workloads)) + ((2 * i + j) - (2 * len(series) - 1) / 2) * width
                 med = np.array([s[1] for s in stats])
-                err = [med - np.array([s[0] for s in stats]), np.array([s[2] for s in stats]) - med]
-                ax.bar(
+                # Whiskers p10-p90 from MIN_INTERVAL_N requests on; a log axis: points, no bars.
+                err = [
+                    np.nan_to_num(med - np.array([s[0] for s in stats])),
+                    np.nan_to_num(np.array([s[2] for s in stats]) - med),
+                ]
+                ax.errorbar(
                     x,
                     med,
-                    width,
                     yerr=err,
+                    fmt="o" if hit else "s",
+                    ms=5,
                     capsize=1.5,
                     color=colour(arm),
-                    hatch="" if hit else "//",
-                    edgecolor="0.2",
-                    linewidth=0.4,
+                    mfc=colour(arm) if hit else "white",
                     label=f"{arm_label(runs, name)}: {'hit' if hit else 'miss'}",
                 )
         ax.set_yscale("log")
         plain_ms_axis(ax)
         ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
         ax.set(
-            ylabel="TTFT (ms)",
-            title=f"TTFT of requests that hit the cache (solid) and missed it (hatched) ({platform_title(runs)})",
+            ylabel=on_clock("TTFT (ms)", runs),
+            title=f"TTFT of requests that hit the cache (filled) and missed it (hollow) ({platform_title(runs)})",
         )
         ax.grid(axis="y", alpha=0.3)
         legend_outside(ax)
         footnote(
             fig,
             runs,
-            "median per group, whiskers p10-p90; a hit reused at least one cached prompt token",
+            f"median per group, whiskers p10-p90 (requests pooled over seeds, none below n = {MIN_INTERVAL_N}); "
+            "a hit reused at least one cached prompt token",
         )
-        written.append(save(fig, inp.out_dir, "ttft_hit_miss", suffix))
+        written.append(save(fig, inp, "ttft_hit_miss", suffix))
     if not written:
         raise Skip("no cache-on run with a request table")
     return written
 
 
 def _spread(values: pd.Series) -> tuple[float, float, float]:
+    """(p10, median, p90); p10 = p90 = median below MIN_INTERVAL_N requests (no whisker)."""
     vals = values.dropna().to_numpy()
     if not vals.size:
         return (np.nan, np.nan, np.nan)
+    if vals.size < MIN_INTERVAL_N:
+        med = float(np.median(vals))
+        return (med, med, med)
     return tuple(float(v) for v in np.percentile(vals, [10, 50, 90]))

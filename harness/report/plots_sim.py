@@ -13,7 +13,20 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from harness.report.figstyle import colour
-from harness.report.plots import Inputs, Skip, arm_label, capacity_axes, figure, footnote, save
+from harness.report.plots import (
+    CAPACITY,
+    INTERVAL_NOTE,
+    Inputs,
+    Skip,
+    arm_label,
+    capacity_axes,
+    figure,
+    footnote,
+    line_points,
+    save,
+    swept_panels,
+)
+from harness.report.stats import MIN_INTERVAL_N
 from harness.report.tables import VLLM_OVERHEAD_CLAIM, projected_overhead_table
 
 
@@ -46,71 +59,81 @@ def capacity_points(runs: pd.DataFrame) -> pd.DataFrame:
     return points[num_caps >= 2]
 
 
+# One figure per workload and preset; the model, like every other key, sets panels apart.
+TRACE_FIGURE_KEYS = ("config.workload.name", "config.executor", "config.hardware.name")
+
+
 @figure("trace_capacity")
 def trace_capacity(inp: Inputs) -> list[str]:
-    """Per (workload, preset) run at >= 2 capacities: TTFT p50/p99 and hit rate against capacity."""
+    """Per (workload, preset): TTFT p50/p99 and hit rate against capacity, one row of panels per
+    group of runs that differ in nothing but the capacity, the seed and the arm."""
     written = []
     runs = simulated(inp.runs)
-    for (workload, hardware), points in capacity_points(inp.runs).groupby(
-        ["workload", "hardware"], sort=True
-    ):
-        group = runs[
-            (runs["workload"] == workload) & (runs["hardware"] == hardware) & runs["cache_enabled"]
-        ]
-        fig, (ax_ttft, ax_hit) = plt.subplots(
-            1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]}
+    runs = runs[runs["cache_enabled"]]
+    for (workload, hardware), group in runs.groupby(["workload", "hardware"], sort=True):
+        rows = swept_panels(group, CAPACITY, TRACE_FIGURE_KEYS)
+        if not rows:
+            continue
+        fig, axes = plt.subplots(
+            len(rows),
+            2,
+            figsize=(11, 4 * len(rows)),
+            gridspec_kw={"width_ratios": [3, 2]},
+            squeeze=False,
         )
-        for i, (arm, g) in enumerate(points.groupby("arm", sort=True)):
-            g = g.set_index("kv_capacity_tokens")
-            # Arms often coincide: earlier arms are drawn wider so later ones stay visible on top.
-            style = {"lw": 3.5 - 1.2 * min(i, 2), "ms": 9 - 2.5 * min(i, 2)}
-            p50 = ax_ttft.plot(
-                g["median_ttft_ms"] / 1e3,
-                marker="o",
-                color=colour(arm),
-                label=f"{arm_label(group, arm)} p50",
-                **style,
-            )[0]
-            color = p50.get_color()
-            ax_ttft.plot(
-                g["p99_ttft_ms"] / 1e3,
-                marker="s",
-                ls="--",
-                color=color,
-                label=f"{arm} p99",
-                **style,
-            )
-            ax_hit.plot(
-                g["hit_rate"] * 100, marker="o", color=color, label=arm_label(group, arm), **style
-            )
-        ax_ttft.set(
-            xscale="log",
-            yscale="log",
-            xlabel="KV capacity (tokens)",
-            ylabel="TTFT (s, virtual)",
-            title="TTFT p50 / p99 against KV capacity",
-        )
-        # Log TTFT with 1-2-5 labels: p50 and p99 differ by an order of magnitude.
-        ax_ttft.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax_ttft.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-        ax_hit.set(
-            xscale="log",
-            xlabel="KV capacity (tokens)",
-            ylabel="prompt tokens served from cache (%)",
-            title="Hit rate against KV capacity",
-        )
-        caps = sorted(group["kv_capacity_tokens"].dropna().unique())
-        capacity_axes((ax_ttft, ax_hit), caps, legend_size=7)
-        completed = int(pd.to_numeric(group["completed"], errors="coerce").max())
-        fig.suptitle(f"Whole-trace replay: {workload} ({completed:,} requests) on {hardware}")
+        for (ax_ttft, ax_hit), panel in zip(axes, rows):
+            _trace_panel(ax_ttft, ax_hit, panel)
+        fig.suptitle(f"Whole-trace replay: {workload} on {hardware}")
         fig.tight_layout()
         footnote(
-            fig, group, f"hardware {hardware} | arrivals = trace timestamps x {_slowdown(group)}"
+            fig,
+            group,
+            f"hardware {hardware} | arrivals = trace timestamps x {_slowdown(group)} | {INTERVAL_NOTE}",
         )
-        written.append(save(fig, inp.out_dir, "trace_capacity", workload, hardware))
+        written.append(save(fig, inp, "trace_capacity", workload, hardware))
     if not written:
         raise Skip("no simulated run with a hardware preset at two or more KV capacities")
     return written
+
+
+def _requests(runs: pd.DataFrame) -> str:
+    counts = sorted({int(c) for c in pd.to_numeric(runs["completed"], errors="coerce").dropna()})
+    return " or ".join(f"{c:,}" for c in counts) + " requests" if counts else "n/a requests"
+
+
+def _trace_panel(ax_ttft, ax_hit, panel) -> None:
+    runs = panel.runs.assign(
+        p50_s=pd.to_numeric(panel.runs["median_ttft_ms"]) / 1e3,
+        p99_s=pd.to_numeric(panel.runs["p99_ttft_ms"]) / 1e3,
+    )
+    for i, (line, g) in enumerate(runs.groupby("line", sort=True)):
+        c = colour(g["arm"].iloc[0])
+        label = arm_label(runs.assign(series=runs["line"]), line)
+        # Arms often coincide: earlier arms are drawn wider so later ones stay visible on top.
+        style = {"lw": 3.5 - 1.2 * min(i, 2), "ms": 9 - 2.5 * min(i, 2), "color": c}
+        x = "kv_capacity_tokens"
+        line_points(ax_ttft, g, x, "p50_s", marker="o", label=f"{label} p50", **style)
+        line_points(ax_ttft, g, x, "p99_s", marker="s", ls="--", label=f"{line} p99", **style)
+        line_points(ax_hit, g, x, "hit_rate", 100, marker="o", label=label, **style)
+    fixed = f"{panel.title}; " if panel.title else ""
+    ax_ttft.set(
+        xscale="log",
+        yscale="log",
+        xlabel="KV capacity (tokens)",
+        ylabel="TTFT (s, virtual clock)",
+        title=f"TTFT p50 / p99 against KV capacity ({fixed}{_requests(runs)})",
+    )
+    # Log TTFT with 1-2-5 labels: p50 and p99 differ by an order of magnitude.
+    ax_ttft.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax_ttft.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax_hit.set(
+        xscale="log",
+        xlabel="KV capacity (tokens)",
+        ylabel="prompt tokens served from cache (%)",
+        title="Hit rate against KV capacity" + (f" ({panel.title})" if panel.title else ""),
+    )
+    caps = sorted(runs["kv_capacity_tokens"].dropna().unique())
+    capacity_axes((ax_ttft, ax_hit), caps, legend_size=7)
 
 
 @figure("projected_overhead")
@@ -127,7 +150,13 @@ def projected_overhead(inp: Inputs) -> list[str]:
         rows = table[table["engine"] == engine].set_index("hardware").reindex(presets)
         x = np.arange(len(presets)) + (i - (len(engines) - 1) / 2) * width
         share = rows["overhead_share"] * 100
-        err = [(share - rows["ci_low"] * 100).fillna(0), (rows["ci_high"] * 100 - share).fillna(0)]
+        # An interval from MIN_INTERVAL_N runs on (stats.drawn_interval); the label gives n.
+        shown = rows["n_runs"] >= MIN_INTERVAL_N
+        err = [
+            (share - rows["ci_low"] * 100).where(shown).fillna(0),
+            (rows["ci_high"] * 100 - share).where(shown).fillna(0),
+        ]
+        n_runs = "/".join(str(int(n)) for n in rows["n_runs"].dropna().unique())
         ax.bar(
             x,
             share,
@@ -135,7 +164,7 @@ def projected_overhead(inp: Inputs) -> list[str]:
             yerr=err,
             capsize=2,
             color=colour(engine),
-            label=f"{engine}: cache on minus cache off",
+            label=f"{engine}: cache on minus cache off (n = {n_runs} runs per preset)",
         )
         ax.scatter(
             x,
@@ -146,7 +175,7 @@ def projected_overhead(inp: Inputs) -> list[str]:
             zorder=3,
             label="gross: cache-on bookkeeping alone" if i == 0 else None,
         )
-        for xi, s, top in zip(x, share, (rows["ci_high"] * 100).fillna(share)):
+        for xi, s, top in zip(x, share, (rows["ci_high"] * 100).where(shown).fillna(share)):
             if pd.notna(s):  # above the error bar, where it cannot be overdrawn
                 ax.annotate(
                     f"{s:.2f}%",
@@ -171,6 +200,6 @@ def projected_overhead(inp: Inputs) -> list[str]:
     footnote(
         fig,
         runs[runs["workload"] == "unique"],
-        "mean over seeds, 95% t-interval | see projected_overhead.csv",
+        f"mean over seeds, 95% t-interval where n >= {MIN_INTERVAL_N} | see projected_overhead.csv",
     )
-    return [save(fig, inp.out_dir, "projected_overhead")]
+    return [save(fig, inp, "projected_overhead")]

@@ -102,3 +102,14 @@ def ratio_ci(values: Sequence[float]) -> MeanCI:
     if ci.low is None:
         return MeanCI(math.exp(ci.mean), None, None, ci.n)
     return MeanCI(math.exp(ci.mean), math.exp(ci.low), math.exp(ci.high), ci.n)
+
+
+# Figures draw an interval only from this many values on: at n = 2 the 95% t-interval is
+# mean +- 12.7 x the half-range, wider than anything the two runs say, and clipped at zero it
+# reads as a measurement. Below it the runs themselves are drawn, as points.
+MIN_INTERVAL_N = 3
+
+
+def drawn_interval(ci: MeanCI) -> MeanCI:
+    """`ci` as a figure draws it: without bounds below MIN_INTERVAL_N values."""
+    return ci if ci.n >= MIN_INTERVAL_N else MeanCI(ci.mean, None, None, ci.n)

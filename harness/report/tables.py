@@ -98,6 +98,9 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     df = runs.copy()
     df["workload"] = _coalesce(df, "workload", "config.workload.name").fillna("unknown")
     df["engine"] = _coalesce(df, "config.engine.cache", "backend").fillna("unknown")
+    if "server_flavour" in df:  # a live server is its own arm ("vllm-server"); engine is its twin
+        served = df["server_flavour"].notna()
+        df.loc[served, "engine"] = df.loc[served, "server_flavour"].astype(str) + "-server"
     upstream = df["engine"].map(UPSTREAM_SCHEDULER)
     df["scheduler"] = _coalesce(df, "config.engine.scheduler", "policy_profile.scheduler").fillna(
         upstream
@@ -115,6 +118,9 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
         _coalesce(df, "kv_capacity_tokens", "config.engine.kv_capacity_tokens")
     )
     df["model"] = _coalesce(df, "config.model.name", "model_id").fillna("unknown")
+    if "server_flavour" in df:  # the served model, not the (unused) in-process one
+        served = df["server_flavour"].notna()
+        df.loc[served, "model"] = df.loc[served, "model_id"]
     df["executor"] = _coalesce(df, "config.executor", "executor").fillna("real")
     df["seed"] = pd.to_numeric(_coalesce(df, "seed", "config.seed"))
     df["hardware"] = _coalesce(df, "config.hardware.name")
@@ -134,7 +140,7 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     )
     df["fingerprint"] = _coalesce(df, "fingerprint").fillna("unknown")
     df["varies"] = _varying_keys(df)
-    df["series"] = [_series(row) for _, row in df.iterrows()]
+    df["series"] = _series(df)
     return df
 
 
@@ -157,12 +163,40 @@ def _varying_keys(df: pd.DataFrame) -> pd.Series:
     return out
 
 
-def _series(row: pd.Series) -> str:
-    """The arm, plus the values of the varying keys that the arm and workload do not already say:
-    `apc load.rate=8`. One series is one configuration within a figure."""
-    shown = ("engine.", "workload.", "hardware.", "model.", "executor")
-    keys = [k for k in str(row["varies"]).split(", ") if k and not k.startswith(shown)]
-    return " ".join([str(row["arm"]), *(f"{k}={_plain(row.get(f'config.{k}'))}" for k in keys)])
+# Varying keys a series name need not repeat: the arm names the cache, scheduler, caching, policy
+# and granularity; the x axis the workload; the figure the platform; capacity and load sweeps
+# have figures of their own.
+IN_ARM_OR_AXIS = (
+    "engine.cache",
+    "engine.scheduler",
+    "engine.prefix_caching",
+    "engine.policy",
+    "engine.block_size",
+    "engine.kv_capacity_tokens",
+    "workload.name",
+    "executor",
+)
+
+
+def _series(df: pd.DataFrame) -> pd.Series:
+    """The arm, plus the values of the config keys that differ between runs of one workload in
+    one sweep and that the arm does not already say: `apc load.rate=8`, `apc
+    workload.max_requests=200`. One series is one configuration within a figure, so a bar or a
+    line never averages runs of two configurations."""
+    config = [c for c in df.columns if c.startswith("config.") and c not in NOT_VARYING]
+    out = pd.Series("", index=df.index, dtype=object)
+    for _, group in df.groupby(["sweep", "workload"], dropna=False, sort=False):
+        keys = [
+            c.removeprefix("config.")
+            for c in config
+            if group[c].map(str).nunique() > 1
+            and not c.removeprefix("config.").startswith((*IN_ARM_OR_AXIS, "hardware.", "model."))
+        ]
+        for i, row in group.iterrows():
+            out[i] = " ".join(
+                [str(row["arm"]), *(f"{k}={_plain(row.get(f'config.{k}'))}" for k in keys)]
+            )
+    return out
 
 
 def _plain(value: object) -> str:
@@ -170,6 +204,8 @@ def _plain(value: object) -> str:
 
 
 def _arm(row: pd.Series) -> str:
+    if str(row["engine"]).endswith("-server"):
+        return str(row["engine"])  # the server ships its own design; `engine=` names only its twin
     parts = [str(row["engine"])]
     if row["scheduler"] not in (None, UPSTREAM_SCHEDULER.get(row["engine"])):
         parts.append(str(row["scheduler"]))  # a cross arm: apc-sglang, radix-vllm

@@ -1,0 +1,102 @@
+"""`GET /metrics`: the engine's counters in Prometheus text format, under vLLM's metric names.
+
+Names, types and units are vLLM 0.32's (vllm/v1/metrics/loggers.py `PrometheusStatLogger`), so
+tools that scrape vLLM read this server unchanged: prefix-cache queries and hits in tokens,
+prompt and generation tokens, running and waiting requests, KV usage as a fraction (1 = full),
+and `vllm:cache_config_info` carrying the block size and block count; SGLang's names for the
+hit, token and load figures too. Counters never go back: a cache reset zeroes the cache's own
+statistics, so the engine thread keeps what came before.
+Text exposition format 0.0.4, written here (a dozen lines; no client library needed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The engine's state between two steps, taken on the engine thread."""
+
+    prefix_cache_queries: int  # tokens, cumulative over resets
+    prefix_cache_hits: int
+    prompt_tokens: int
+    generation_tokens: int
+    prompt_tokens_cached: int
+    preemptions: int
+    requests_finished: int
+    requests_running: int
+    requests_waiting: int
+    kv_cache_usage: float  # fraction of KV tokens that requests hold
+    block_size: int
+    num_blocks: int  # KV blocks including the reserved block 0 (vLLM's num_gpu_blocks)
+    cache: str  # apc | radix
+    scheduler: str  # vllm | sglang
+
+
+_COUNTERS = (
+    ("vllm:prefix_cache_queries", "prefix_cache_queries", "Prefix cache queries, in tokens."),
+    ("vllm:prefix_cache_hits", "prefix_cache_hits", "Prefix cache hits, in tokens."),
+    ("vllm:prompt_tokens", "prompt_tokens", "Number of prefill tokens processed."),
+    ("vllm:generation_tokens", "generation_tokens", "Number of generation tokens processed."),
+    ("vllm:prompt_tokens_cached", "prompt_tokens_cached", "Prompt tokens read from the cache."),
+    ("vllm:num_preemptions", "preemptions", "Cumulative number of preemptions."),
+    ("vllm:request_success", "requests_finished", "Count of successfully processed requests."),
+)
+# SGLang 0.5's names for the same quantities (python/sglang/srt/metrics/collector.py), so a
+# client that reads an SGLang server's counters (cached tokens over prompt tokens) reads these.
+_SGLANG_COUNTERS = (
+    ("sglang:cached_tokens", "prefix_cache_hits", "Number of cached prompt tokens."),
+    ("sglang:prompt_tokens", "prompt_tokens", "Number of prefill tokens processed."),
+    ("sglang:generation_tokens", "generation_tokens", "Number of generation tokens processed."),
+)
+_SGLANG_GAUGES = (
+    ("sglang:num_running_reqs", "requests_running", "The number of running requests."),
+    ("sglang:num_queue_reqs", "requests_waiting", "The number of requests in the waiting queue."),
+    ("sglang:token_usage", "kv_cache_usage", "The token usage."),
+)
+_GAUGES = (
+    ("vllm:num_requests_running", "requests_running", "Number of requests in model execution."),
+    ("vllm:num_requests_waiting", "requests_waiting", "Number of requests waiting to be run."),
+    ("vllm:kv_cache_usage_perc", "kv_cache_usage", "KV-cache usage. 1 means 100 percent usage."),
+)
+
+
+def render(snap: MetricsSnapshot, model_name: str) -> str:
+    labels = f'{{engine="0",model_name="{_escape(model_name)}"}}'
+    lines: list[str] = []
+    for name, attr, doc in _COUNTERS:
+        lines += _family(f"{name}_total", "counter", doc, labels, getattr(snap, attr))
+    for name, attr, doc in _GAUGES:
+        lines += _family(name, "gauge", doc, labels, getattr(snap, attr))
+    for name, attr, doc in _SGLANG_COUNTERS:
+        lines += _family(f"{name}_total", "counter", doc, labels, getattr(snap, attr))
+    for name, attr, doc in _SGLANG_GAUGES:
+        lines += _family(name, "gauge", doc, labels, getattr(snap, attr))
+    info = (
+        f'{{block_size="{snap.block_size}",cache="{snap.cache}",engine="0",'
+        f'num_gpu_blocks="{snap.num_blocks}",scheduler="{snap.scheduler}"}}'
+    )
+    lines += _family("vllm:cache_config_info", "gauge", "Information of the KV cache.", info, 1)
+    return "\n".join(lines) + "\n"
+
+
+def _family(name: str, kind: str, doc: str, labels: str, value: float) -> list[str]:
+    return [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{labels} {float(value)!r}"]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def parse(text: str) -> dict[str, float]:
+    """Sample name (labels dropped) -> value: what a test or a client reads back."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_labels, _, value = line.rpartition(" ")
+        out[name_labels.split("{", 1)[0]] = float(value)
+    return out

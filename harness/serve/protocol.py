@@ -1,0 +1,212 @@
+"""The OpenAI completions records: a request body checked into `CompletionParams`, the replies.
+
+Field names and reply shapes follow vLLM 0.32's OpenAI server (vllm/entrypoints/openai/
+protocol.py `CompletionRequest`, `CompletionResponse`, `CompletionStreamResponse`): `usage` with
+`prompt_tokens_details.cached_tokens`, `return_token_ids` adding `token_ids` and
+`prompt_token_ids` to each choice, errors as `{"error": {"message", "type", "param", "code"}}`.
+Unknown fields are ignored, as vLLM does; fields this server cannot honour are refused by name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MAX_N = 128  # samples per request
+
+
+class ApiError(Exception):
+    """A request the server refuses: an HTTP status and vLLM's error body."""
+
+    def __init__(
+        self, message: str, param: str | None = None, status: int = 400, kind: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.message, self.param, self.status = message, param, status
+        self.kind = kind or ("BadRequestError" if status == 400 else "ConflictError")
+
+    def body(self) -> dict:
+        error = {"message": self.message, "type": self.kind, "param": self.param}
+        return {"error": {**error, "code": self.status}}
+
+
+@dataclass(frozen=True)
+class CompletionParams:
+    """A checked `POST /v1/completions` body. Exactly one of `prompt_ids`, `prompt_text` is set."""
+
+    model: str | None
+    prompt_ids: tuple[int, ...] | None
+    prompt_text: str | None
+    max_tokens: int | None  # None: the server's default
+    min_tokens: int
+    ignore_eos: bool
+    n: int
+    stream: bool
+    include_usage: bool
+    return_token_ids: bool
+    cache_salt: str | None
+    priority: int
+
+
+def parse_completion(body: object) -> CompletionParams:
+    """Check a decoded JSON body; raise ApiError naming the first field no request may have."""
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    _refuse_unsupported(body)
+    prompt_ids, prompt_text = _prompt(body.get("prompt"))
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise ApiError("stream_options must be an object", "stream_options")
+    stream = _bool(body, "stream", False)
+    include_usage = _bool(stream_options or {}, "include_usage", False, "stream_options.")
+    if stream_options is not None and not stream:
+        raise ApiError("stream_options can only be set when stream is true", "stream_options")
+    max_tokens = _int(body, "max_tokens", None, 1)
+    min_tokens = _int(body, "min_tokens", 0, 0)
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise ApiError(
+            f"min_tokens ({min_tokens}) must be at most max_tokens ({max_tokens})", "min_tokens"
+        )
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError("model must be a string", "model")
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise ApiError("cache_salt must be a non-empty string", "cache_salt")
+    return CompletionParams(
+        model=model,
+        prompt_ids=prompt_ids,
+        prompt_text=prompt_text,
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        ignore_eos=_bool(body, "ignore_eos", False),
+        n=_int(body, "n", 1, 1, MAX_N),
+        stream=stream,
+        include_usage=include_usage,
+        return_token_ids=_bool(body, "return_token_ids", False),
+        cache_salt=salt,
+        priority=_int(body, "priority", 0, -(2**31), 2**31 - 1),
+    )
+
+
+def _refuse_unsupported(body: dict) -> None:
+    """Fields whose meaning this server does not implement, refused rather than ignored."""
+    temperature = body.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+    ):
+        raise ApiError("temperature must be a number", "temperature")
+    if temperature is not None and (not math.isfinite(temperature) or temperature != 0):
+        raise ApiError(
+            f"temperature must be 0: this server decodes greedily, got {temperature!r}",
+            "temperature",
+        )
+    if body.get("echo"):
+        raise ApiError("echo is not supported", "echo")
+    if body.get("logprobs") is not None or body.get("prompt_logprobs") is not None:
+        raise ApiError("logprobs are not supported", "logprobs")
+    if body.get("suffix"):
+        raise ApiError("suffix is not supported", "suffix")
+    best_of = body.get("best_of")
+    if best_of is not None and best_of != body.get("n", 1):
+        raise ApiError("best_of is not supported (greedy decoding)", "best_of")
+    for name in ("stop", "stop_token_ids"):
+        if body.get(name):
+            raise ApiError(f"{name} is not supported: generation ends at max_tokens", name)
+
+
+def _prompt(value: object) -> tuple[tuple[int, ...] | None, str | None]:
+    """A string, a list of token ids, or a batch of one of either."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
+        value = value[0]
+    if isinstance(value, str):
+        if not value:
+            raise ApiError("prompt must not be empty", "prompt")
+        return None, value
+    if isinstance(value, list) and value and all(_is_int(t) for t in value):
+        return tuple(value), None
+    if isinstance(value, list) and value and all(isinstance(p, (str, list)) for p in value):
+        raise ApiError("batched prompts are not supported; send one prompt a request", "prompt")
+    raise ApiError("prompt must be a non-empty string or a non-empty list of token ids", "prompt")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bool(body: dict, name: str, default: bool, prefix: str = "") -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(f"{prefix}{name} must be true or false, got {value!r}", prefix + name)
+    return value
+
+
+def _int(body: dict, name: str, default, minimum: int, maximum: int = 2**31 - 1):
+    value = body.get(name)
+    if value is None:
+        return default
+    if not _is_int(value) or not minimum <= value <= maximum:
+        raise ApiError(f"{name} must be an integer in [{minimum}, {maximum}], got {value!r}", name)
+    return value
+
+
+# ------------------------------------------------------------------------------------ replies
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def choice(
+    index: int,
+    text: str,
+    finish_reason: str | None,
+    token_ids: list[int] | None = None,
+    prompt_token_ids: list[int] | None = None,
+) -> dict:
+    """One choice of a reply or of a streamed chunk; the id lists only with return_token_ids."""
+    out: dict = {
+        "index": index,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+    }
+    if prompt_token_ids is not None:
+        out["prompt_token_ids"] = prompt_token_ids
+    if token_ids is not None:
+        out["token_ids"] = token_ids
+    return out
+
+
+def completion(
+    request_id: str, created: int, model: str, choices: list[dict], usage_: dict | None
+) -> dict:
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": usage_,
+    }
+
+
+def model_list(name: str, created: int, max_model_len: int) -> dict:
+    card = {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "prefixbench",
+        "root": name,
+        "parent": None,
+        "max_model_len": max_model_len,
+    }
+    return {"object": "list", "data": [card]}

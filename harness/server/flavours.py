@@ -1,0 +1,60 @@
+"""What differs between server kinds: cache reset, request fields, counters, version and cache facts.
+
+One `Flavour` record per kind, registered here in one place: `vllm` (0.32 CPU build, checked
+here), `sglang` (0.5.x with --enable-cache-report / --enable-metrics) and `openai` (any
+OpenAI-compatible completions endpoint: no reset, no counters, text-only replies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engines.registry import Registry
+
+
+@dataclass(frozen=True)
+class Flavour:
+    name: str
+    reset_path: str | None  # POST here empties the prefix cache; None: no reset
+    version_path: str | None  # GET here returns JSON with a "version" field
+    # Prometheus counters, in tokens, summed over their label sets; the first present name wins
+    # (upstream renamed them across versions).
+    hit_counters: tuple[str, ...] = ()
+    query_counters: tuple[str, ...] = ()
+    cache_config_metric: str | None = None  # a gauge whose labels carry block_size, num_gpu_blocks
+    # Fields added to every /v1/completions body beyond model/prompt/max_tokens/n/stream.
+    extra_body: dict[str, object] = field(default_factory=dict)
+    fixed_length_fields: tuple[str, ...] = ()  # set to max_tokens: the reply's exact length
+    twin_engine: str = "apc"  # the built-in cache whose design this server ships
+
+
+FLAVOURS: Registry[Flavour] = Registry("server.flavour")
+
+FLAVOURS.add(
+    "vllm",
+    Flavour(
+        name="vllm",
+        reset_path="/reset_prefix_cache",  # needs VLLM_SERVER_DEV_MODE=1
+        version_path="/version",
+        hit_counters=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        query_counters=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        cache_config_metric="vllm:cache_config_info",
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+        fixed_length_fields=("min_tokens",),
+        twin_engine="apc",
+    ),
+)
+FLAVOURS.add(
+    "sglang",
+    Flavour(
+        name="sglang",
+        reset_path="/flush_cache",
+        version_path="/get_server_info",
+        hit_counters=("sglang:cached_tokens_total",),
+        query_counters=("sglang:prompt_tokens_total",),
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+        fixed_length_fields=("min_tokens",),
+        twin_engine="radix",
+    ),
+)
+FLAVOURS.add("openai", Flavour(name="openai", reset_path=None, version_path=None))

