@@ -67,6 +67,14 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def frontend_name(engine_config: EngineConfig) -> str:
+    """The front stage: the scheduler design's, or SGLang's scheduler without SGLang's frontend."""
+    design = engine_config.scheduler_design
+    if design == "sglang" and not engine_config.sglang_frontend:
+        return "sglang-off"
+    return design
+
+
 def build_engine(
     engine_config: EngineConfig,
     model_config: ModelConfig | ModelLimits,
@@ -82,6 +90,6 @@ def build_engine(
     )
     ctx = ExecutorContext(engine_config, model_config, scheduler.cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
-    frontend = FRONTENDS.get(engine_config.scheduler_design)
+    frontend = FRONTENDS.get(frontend_name(engine_config))
     max_model_len = getattr(model_config, "max_position_embeddings", None)
     return Engine(loop, exe, frontend, max_model_len=max_model_len)

@@ -42,6 +42,9 @@ class RealExecutor:
     cache: BlockTables  # a cache, or calibrate.py's stand-in layout
     clock: RunClock
     device: torch.device
+    # When a dict: each sequence's first-token logits (float32, CPU), keyed by id, for checks
+    # that a cached prefix gave the same K/V as computing it (claim 7). None: not kept.
+    first_logits: dict[str, torch.Tensor] | None = None
 
     def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
         """Never called: `decode_runs` is False, so the engine steps every decode."""
@@ -67,4 +70,6 @@ class RealExecutor:
         for row, it in enumerate(items):
             if it.end == it.seq.num_tokens:
                 out[it.seq.seq_id] = next_token(it.seq, logits[row])
+                if self.first_logits is not None and it.seq.num_output_tokens == 0:
+                    self.first_logits[it.seq.seq_id] = logits[row].float().cpu()
         return out

@@ -37,6 +37,7 @@ from engines.records import RequestRecord
 from harness.checks import check_known_keys, check_requests, check_run_config
 from harness.client.arrivals import resolve_mode, with_arrivals
 from harness.client.inprocess import completion_request, drive
+from harness.client.programs import runs_as_program
 from harness.config import CONF_DIR, RunConfig
 from harness.identity import claim_run_dir, fingerprint
 from harness.manifest import VIRTUAL_DEVICE, build_manifest
@@ -195,6 +196,7 @@ def measure(
             scripted=cfg.decode == "scripted",
             max_concurrency=cfg.load.max_concurrency,
             on_finish=deliver,
+            program_batch=runs_as_program(cfg.workload.name),
         )
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"

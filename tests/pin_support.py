@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from engines.build import build_engine
 from harness.client.arrivals import with_arrivals
 from harness.client.inprocess import drive
+from harness.client.programs import runs_as_program
 from harness.config import RunConfig, to_schema
 from harness.tokenspace import token_space_for
 from workloads.base import generate
@@ -116,7 +117,12 @@ def run_overrides(overrides: tuple[str, ...]) -> tuple[dict, list]:
     engine = build_engine(
         cfg.engine, cfg.model, executor=cfg.executor, device="cpu", hardware=cfg.hardware
     )
-    records = drive(engine, reqs, scripted=cfg.decode == "scripted")
+    records = drive(
+        engine,
+        reqs,
+        scripted=cfg.decode == "scripted",
+        program_batch=runs_as_program(cfg.workload.name),
+    )
     stats = engine.cache.stats()
     run = {
         "evictions": stats.num_evictions,

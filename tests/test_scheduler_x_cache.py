@@ -72,15 +72,19 @@ def test_greedy_outputs_equal_caching_off(cache, scheduler):
 )
 @pytest.mark.parametrize("cache", ["apc", "radix"])
 def test_one_at_a_time_the_cache_alone_decides_the_hits(cache, workload):
-    """max_num_seqs=1 removes every scheduling decision but the order, which is FCFS in both."""
+    """max_num_seqs=1 removes every scheduling decision but the order, which is FCFS in both.
+    SGLang's front stage is off: its n > 1 prefix request is a front-stage difference, not the
+    scheduler's (tests/test_frontend.py)."""
     cached = {}
     for scheduler in ("vllm", "sglang"):
+        front = ("engine.sglang_frontend=false",) if scheduler == "sglang" else ()
         _, records = run_overrides(
             (
                 f"engine={cache}",
                 f"engine.scheduler={scheduler}",
                 f"workload={workload}",
                 "engine.max_num_seqs=1",
+                *front,
                 *SIM,
             )
         )

@@ -1,5 +1,6 @@
 """`python -m harness.claims [--out DIR] [--quick] [--only KEY ...]`: every claim's verdict with numbers.
 
+`--server URL` runs the server-runnable claims on a live vLLM server too (harness/claims/server.py).
 Writes DIR/claims.md, DIR/claims.csv, DIR/figures/claim<N>.png and each claim's runs under
 DIR/runs/ (replaced on every invocation when this command made it; any other DIR/runs is
 refused and left alone). Exit 0 when every claim was measured (whatever its
@@ -13,12 +14,14 @@ import logging
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from harness.claims.experiment import Context
 from harness.claims.figures import draw
 from harness.claims.record import Claim, Finding, Row
 from harness.claims.registry import CLAIMS, ordered
+from harness.claims.server import server_column
 from harness.claims.writer import write_csv, write_markdown
 from harness.errors import BAD_INPUT
 from harness.owned_dir import check_out_dir, replace_owned
@@ -31,19 +34,18 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
     start = time.perf_counter()
     finding: Finding | None
     try:
-        found = claim.measure(ctx)
+        finding = claim.measure(ctx)
     except Exception as exc:  # one claim's crash must not lose the others' results
         traceback.print_exc()
         finding = None
         verdict, result = f"failed: {type(exc).__name__}: {exc}", "the experiment crashed"
         setup = measured = ""
     else:
-        finding = found
         verdict, result, setup, measured = (
-            found.verdict,
-            found.result,
-            found.setup,
-            found.measured,
+            finding.verdict,
+            finding.result,
+            finding.setup,
+            finding.measured,
         )
     figure = ""
     if finding is not None and finding.figure is not None:
@@ -64,8 +66,11 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
     return row, finding
 
 
-def run_claims(out_dir: Path, quick: bool, only: list[str] | None = None) -> list[Row]:
-    """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv."""
+def run_claims(
+    out_dir: Path, quick: bool, only: list[str] | None = None, server_url: str | None = None
+) -> list[Row]:
+    """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv;
+    `server_url` (a live vLLM server) fills the real-server column, else it says "not run"."""
     claims = [CLAIMS.get(k) for k in only] if only else ordered()
     check_out_dir("--out", out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -82,11 +87,14 @@ def run_claims(out_dir: Path, quick: bool, only: list[str] | None = None) -> lis
         )
         rows.append(row)
         details[claim.number] = finding.details if finding else []
+    on_server = server_column(server_url, quick)
+    rows = [replace(r, real_server=on_server.get(r.number, "")) for r in rows]
     command = " ".join(
         [
             "python -m harness.claims",
             f"--out {out_dir}",
             *(["--quick"] if quick else []),
+            *([f"--server {server_url}"] if server_url else []),
             *([f"--only {' '.join(only)}"] if only else []),
         ]
     )
@@ -104,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", nargs="+", metavar="KEY", help=f"claims to run: {', '.join(CLAIMS.names())}"
     )
+    parser.add_argument(
+        "--server", metavar="URL", help="a live vLLM server for the real-server column"
+    )
     args = parser.parse_args(argv)
     unknown = [k for k in args.only or [] if k not in CLAIMS]
     if unknown:
@@ -114,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        rows = run_claims(args.out, args.quick, args.only)
+        rows = run_claims(args.out, args.quick, args.only, args.server)
     except BAD_INPUT as exc:  # the output folder: one line, nothing measured
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,10 +9,15 @@ from __future__ import annotations
 from engines.registry import Registry
 from harness.claims import (
     alignment,
+    backlog,
+    bookkeeping,
+    burst,
+    eviction,
     free_order,
     isolation,
     mixed,
     outputs,
+    parallel_n,
     position,
     speedup,
     tree_reuse,
@@ -24,14 +29,19 @@ from harness.claims.record import Claim
 CLAIMS: Registry[Claim] = Registry("claim")
 for _module in (
     zero_hit,
-    free_order,
-    isolation,
-    position,
     alignment,
     speedup,
+    mixed,
+    position,
     tree_reuse,
     outputs,
-    mixed,
+    free_order,
+    isolation,
+    burst,
+    bookkeeping,
+    parallel_n,
+    eviction,
+    backlog,
 ):
     CLAIMS.add(_module.CLAIM.key, _module.CLAIM)
 

@@ -37,5 +37,6 @@ def build_apc(config: EngineConfig) -> ApcCache:
         free_order=config.free_order,
         none_hash_seed=config.none_hash_seed,
         verify_tokens_on_hit=config.verify_tokens_on_hit,
+        head_first=config.free_direction == "head_first",
         debug=config.debug_checks,
     )

@@ -53,6 +53,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
         none_hash_seed: str | None = None,
         stats_timing: str = "admission",
         verify_tokens_on_hit: bool = False,
+        head_first: bool = False,
         debug: bool = False,
     ) -> None:
         self.enabled = enabled
@@ -68,6 +69,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
             none_hash_seed=none_hash_seed,
             stats_timing=stats_timing,
             verify_tokens_on_hit=verify_tokens_on_hit,
+            head_first=head_first,
             track_parents=debug,
         )
         self.pool = self.manager.block_pool

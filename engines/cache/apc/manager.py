@@ -79,9 +79,11 @@ class KVCacheManager:
         none_hash_seed: str | None = None,
         stats_timing: str = "admission",
         verify_tokens_on_hit: bool = False,
+        head_first: bool = False,
         track_parents: bool = False,
     ) -> None:
         self.block_size = block_size
+        self.head_first = head_first  # counterfactual free direction (engine.free_direction)
         self.enable_caching = enable_caching
         self.verify_tokens_on_hit = verify_tokens_on_hit
         self.stats_at_lookup = STATS_TIMINGS.get(stats_timing)
@@ -317,11 +319,13 @@ class KVCacheManager:
 
     # ---- release -----------------------------------------------------------------------------
     def free(self, seq: Sequence) -> None:
-        """Free the table tail first (reverse order, §4.3). Hash memo is kept (preemption)."""
+        """Free the table tail first (reverse order, §4.3), or head first in the counterfactual
+        arm. Hash memo is kept (preemption)."""
         table = self.req_to_blocks.pop(seq.seq_id, None)
         self.num_cached_block.pop(seq.seq_id, None)
         if table:
-            table.reverse()
+            if not self.head_first:
+                table.reverse()
             self.block_pool.free_blocks(table)
 
     def forget(self, seq: Sequence) -> None:
