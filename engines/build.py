@@ -6,44 +6,38 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from engines.cache import build_cache
-from engines.cache.base import PrefixCache, StepBudget
 from engines.clock import WallClock
 from engines.config import EngineConfig
 from engines.engine import Engine
+from engines.errors import BadInput
+from engines.executor import Executor, ExecutorContext, ModelLimits
 from engines.frontend import FRONTENDS
 from engines.loop import StepLoop
 from engines.registry import Registry
+from engines.sched.base import StepBudget, build_scheduler
+from engines.simulate.executor import build_simulated_executor
 
 if TYPE_CHECKING:
     import torch
 
-
-@dataclass(frozen=True)
-class ExecutorContext:
-    engine_config: EngineConfig
-    model_config: object
-    cache: PrefixCache
-    device: str  # as configured ("auto", "cpu", "cuda:0"); executors that need torch resolve it
-    options: dict
+    from engines.model.config import ModelConfig
 
 
-EXECUTORS: Registry[Callable[[ExecutorContext], object]] = Registry("executor")
-
-
-@EXECUTORS.register("real")
-def _real_executor(ctx: ExecutorContext):
-    import torch
-
+def build_real_executor(ctx: ExecutorContext) -> Executor:
+    """The model forward on a paged KV pool sized to the cache, on the wall clock."""
     from engines.attention.backend import get_attention_backend
     from engines.kv_pool import KVPool
+    from engines.model.config import ModelConfig
     from engines.model.weights import build_model
     from engines.real_executor import RealExecutor
 
     mc = ctx.model_config
+    if not isinstance(mc, ModelConfig):
+        raise BadInput(
+            f"executor=real runs a model: it needs a ModelConfig, not {type(mc).__name__}"
+        )
     device = resolve_device(ctx.device)
     model = build_model(mc, device)
     kv_pool = KVPool(
@@ -52,11 +46,17 @@ def _real_executor(ctx: ExecutorContext):
         block_size=ctx.cache.block_size,
         num_kv_heads=mc.num_kv_heads,
         head_dim=mc.head_dim,
-        dtype=getattr(torch, mc.dtype),
+        dtype=mc.torch_dtype,
         device=device,
     )
     attn = get_attention_backend(ctx.engine_config.backend, device)
     return RealExecutor(model, kv_pool, attn, ctx.cache, WallClock(), device)
+
+
+# registry: every executor (name -> factory)
+EXECUTORS: Registry[Callable[[ExecutorContext], Executor]] = Registry("executor")
+EXECUTORS.add("real", build_real_executor)
+EXECUTORS.add("simulated", build_simulated_executor)
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -67,25 +67,29 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def frontend_name(engine_config: EngineConfig) -> str:
+    """The front stage: the scheduler design's, or SGLang's scheduler without SGLang's frontend."""
+    design = engine_config.scheduler_design
+    if design == "sglang" and not engine_config.sglang_frontend:
+        return "sglang-off"
+    return design
+
+
 def build_engine(
     engine_config: EngineConfig,
-    model_config,
+    model_config: ModelConfig | ModelLimits,
     executor: str = "real",
     device: str = "auto",
-    **options,
+    **options: Any,
 ) -> Engine:
     engine_config.validate()
-    cache, admission = build_cache(engine_config)
+    scheduler = build_scheduler(engine_config)
     budget = StepBudget(engine_config.max_num_seqs, engine_config.max_num_batched_tokens)
     loop = StepLoop(
-        admission, budget, debug_checks=engine_config.debug_checks, step_log=engine_config.step_log
+        scheduler, budget, debug_checks=engine_config.debug_checks, step_log=engine_config.step_log
     )
-    ctx = ExecutorContext(engine_config, model_config, cache, device, options)
+    ctx = ExecutorContext(engine_config, model_config, scheduler.cache, device, options)
     exe = EXECUTORS.get(executor)(ctx)
-    frontend = FRONTENDS.get(engine_config.scheduler_design)
+    frontend = FRONTENDS.get(frontend_name(engine_config))
     max_model_len = getattr(model_config, "max_position_embeddings", None)
     return Engine(loop, exe, frontend, max_model_len=max_model_len)
-
-
-# Executors beyond `real` register themselves on import.
-import engines.simulate.executor  # noqa: E402, F401

@@ -19,7 +19,7 @@ UPSTREAM_SCHEDULER = {"apc": "vllm", "radix": "sglang"}  # the pairing each upst
 
 # design -> the knobs only that design reads (the rest are shared by every design)
 DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
-    "apc": ("hash_algo", "free_order", "none_hash_seed", "verify_tokens_on_hit"),
+    "apc": ("hash_algo", "free_order", "none_hash_seed", "verify_tokens_on_hit", "free_direction"),
     "radix": ("eviction_policy",),
     "vllm": ("stats_timing", "reserve_full_prompt", "async_scheduling"),
     "sglang": (
@@ -29,6 +29,7 @@ DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
         "in_batch_check_threshold",
         "in_batch_deprioritize_threshold",
         "waiting_prefix_refresh",
+        "sglang_frontend",
     ),
 }
 
@@ -49,6 +50,9 @@ class EngineConfig:
     free_order: str = "v024"  # v024 | classic
     none_hash_seed: str | None = None
     verify_tokens_on_hit: bool = False  # keep each block's tokens and compare on a hit
+    # Counterfactual, not upstream: head_first frees a table in its own order (shared head first,
+    # so evicted first), the control arm for vLLM's tail-first freeing (claim 8).
+    free_direction: str = "tail_first"  # tail_first | head_first
     # --- cache radix (SGLang 0.5.23 RadixCache) ---
     eviction_policy: str = "lru"  # lru | lfu | fifo | mru | filo | priority | slru | tlru
     # --- scheduler vllm (vLLM 0.33 Scheduler) ---
@@ -62,11 +66,14 @@ class EngineConfig:
     in_batch_check_threshold: int = 32
     in_batch_deprioritize_threshold: int = 32
     waiting_prefix_refresh: bool = True
+    # SGLang's front stage (engines/frontend.py): the awaited n > 1 prefix request and a program
+    # batch's precached common prefix; false gives the SGLang scheduler vLLM's plain fan-out.
+    sglang_frontend: bool = True
     # --- execution ---
     backend: str = "auto"  # auto | triton | torch
     debug_checks: bool = False  # check_integrity() after every step
     # Simulated executor: advance stretches of pure decode as one macro-step (exact, see
-    # engines/cache/base.py DecodeRun); false steps one by one (results are identical).
+    # engines/sched/base.py DecodeRun); false steps one by one (results are identical).
     decode_runs: bool = True
     # Keep a StepRecord per step (engines/step_log.py; the harness writes steps.jsonl): index,
     # kind, requests with their new tokens, preemptions. Off by default: it grows with the run.
@@ -96,6 +103,11 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise BadInput(f"engine.{name} must be a positive integer, got {value!r}")
+        if self.free_direction not in ("tail_first", "head_first"):
+            raise BadInput(
+                "engine.free_direction must be one of ['head_first', 'tail_first'], "
+                f"got {self.free_direction!r}"
+            )
         for name in ("max_prefill_tokens", "clip_max_new_tokens"):
             _require_int(name, getattr(self, name), minimum=1)
         for name in (

@@ -4,10 +4,15 @@
     step():  StepLoop.schedule ─▶ StepPlan ─Executor─▶ tokens ─▶ StepLoop.complete ─▶ StepOutput
     abort_request(id): the child (or every child of a parent) finishes at its next step, unrecorded
 
+Held children: a child whose `wait_for` names another child in flight is kept out of the step
+loop until that child finishes, then queued in the same step (SGLang's front stage awaits its
+prefix request before sending the samples, engines/frontend.py). A `prefill_only` child's record
+goes to `frontend_records`, not `records`, and does not count towards its parent's samples.
+
 The engine knows nothing of arrival schedules, concurrency caps or conversations: a client drives
 it (harness/client/), in-process or behind a server (harness/serve/). With an executor that
 supports decode runs (the simulated one), `step` advances a stretch of pure decode as one
-macro-step with the same outcome (engines/cache/base.py `DecodeRun`), stopping before the
+macro-step with the same outcome (engines/sched/base.py `DecodeRun`), stopping before the
 caller's next release. Finished children are returned by the step that finished them and kept in
 `records`, so a caller that is interrupted still has every finished row.
 """
@@ -17,12 +22,14 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable
+from collections.abc import Sequence as Ids
 from dataclasses import dataclass, field
 
-from engines.cache.base import PrefixCache
+from engines.cache.protocol import PrefixCache
 from engines.clock import RunClock
 from engines.errors import BadInput
 from engines.executor import Executor
+from engines.fits import admission_problem
 from engines.frontend import Frontend
 from engines.loop import StepLoop
 from engines.records import RequestRecord
@@ -55,7 +62,7 @@ class _Timeline:
     arrival_s: float
     scheduled_s: float | None = None
     # 8 bytes a token (a float object in a list costs 32): a whole trace emits ~4e6 tokens.
-    token_times_s: array = field(default_factory=lambda: array("d"))
+    token_times_s: array[float] = field(default_factory=lambda: array("d"))
     aborted: bool = False
 
 
@@ -76,6 +83,8 @@ class Engine:
         self._timelines: dict[str, _Timeline] = {}  # children in flight
         self._unscheduled: set[str] = set()  # in flight, never scheduled yet
         self._children_left: dict[str, int] = {}  # parent id -> children not finished
+        self._held: dict[str, list[tuple[GenerationRequest, float]]] = {}  # wait_for -> children
+        self.frontend_records: list[RequestRecord] = []  # the front stage's prefill-only children
         self._idle_steps = 0
 
     @property
@@ -84,7 +93,7 @@ class Engine:
 
     @property
     def has_work(self) -> bool:
-        return self.loop.has_work
+        return self.loop.has_work or bool(self._held)
 
     def check_fits(self, requests: Iterable[GenerationRequest | CompletionRequest]) -> None:
         """Fail before running if any request can never fit (named, with its need)."""
@@ -105,6 +114,7 @@ class Engine:
                 f"request {request_id} needs {need} KV tokens {what} but "
                 f"engine.kv_capacity_tokens is {capacity}"
             )
+        admission_problem(self.loop.scheduler, request_id, prompt_len, max_new_tokens, capacity)
 
     def idle(self) -> None:
         """Nothing is waiting or running: a scheduler design may reset state here (SGLang resets
@@ -116,16 +126,32 @@ class Engine:
         if self.has_work:
             raise RuntimeError("restart() while requests are in flight")
         self.records = []
+        self.frontend_records = []
         self.clock.restart()
 
     def submit(self, req: CompletionRequest, arrival_s: float) -> list[str]:
         """Queue an API request: checked, split by the front stage; returns the children's ids."""
         self._check_fits(req.request_id, len(req.prompt_ids), req.max_new_tokens)
-        children = self.frontend.split(req)
-        self._children_left[req.request_id] = len(children)
+        return self._queue(self.frontend.split(req), arrival_s)
+
+    def submit_batch(self, reqs: list[CompletionRequest], arrival_s: float) -> list[str]:
+        """Queue API requests sent together as one program batch (SGLang's frontend precaches
+        their common prefix first; vLLM has no batch path): the samples' ids."""
+        for req in reqs:
+            self._check_fits(req.request_id, len(req.prompt_ids), req.max_new_tokens)
+        return self._queue(self.frontend.split_batch(reqs), arrival_s)
+
+    def _queue(self, children: list[GenerationRequest], arrival_s: float) -> list[str]:
+        samples = [c for c in children if not c.prefill_only]
+        for child in samples:
+            parent = child.parent_id or child.request_id
+            self._children_left[parent] = self._children_left.get(parent, 0) + 1
         for child in children:
-            self.add_request(child, arrival_s)
-        return [c.request_id for c in children]
+            if child.wait_for is not None:
+                self._held.setdefault(child.wait_for, []).append((child, arrival_s))
+            else:
+                self.add_request(child, arrival_s)
+        return [c.request_id for c in samples]
 
     def add_request(self, req: GenerationRequest, arrival_s: float) -> None:
         """Queue one child as released at `arrival_s` on the run clock."""
@@ -142,14 +168,36 @@ class Engine:
         ids = [
             rid for rid, tl in self._timelines.items() if request_id in (rid, tl.request.parent_id)
         ]
+        held_ids = self._drop_held(request_id)
         for rid in ids:
             self._timelines[rid].aborted = True
             seq = self.loop.find(rid)
-            if seq is not None and not self.loop.drop_waiting(seq):
+            if seq is not None and self.loop.drop_waiting(seq):  # it never held KV
+                self._child_done(self._forget(rid))
+                self._release_held(rid)
+            elif seq is not None:
                 seq.max_new_tokens = seq.num_output_tokens + 1
-            elif seq is not None:  # dropped from the queue before it held any KV
-                self._forget(rid)
-        return bool(ids)
+        return bool(ids or held_ids)
+
+    def _drop_held(self, request_id: str) -> list[str]:
+        """Drop held children named `request_id` or whose parent it is (each counted out of its
+        parent, as any aborted child); their ids."""
+        dropped: list[GenerationRequest] = []
+        for key, held in list(self._held.items()):
+            kept = [(c, t) for c, t in held if request_id not in (c.request_id, c.parent_id)]
+            dropped += [c for c, _ in held if request_id in (c.request_id, c.parent_id)]
+            if kept:
+                self._held[key] = kept
+            else:
+                del self._held[key]
+        for child in dropped:
+            self._count_out(child)
+        return [c.request_id for c in dropped]
+
+    def _release_held(self, request_id: str) -> None:
+        """`request_id` finished (or left): queue the children that waited for it."""
+        for child, arrival_s in self._held.pop(request_id, []):
+            self.add_request(child, arrival_s)
 
     def step(self, next_release_s: float = math.inf) -> StepOutput:
         """One scheduling step, or a decode run that ends before `next_release_s`."""
@@ -208,20 +256,36 @@ class Engine:
         parents: list[str] = []
         for seq in seqs:
             tl = self._forget(seq.seq_id)
+            self._release_held(seq.seq_id)  # its prefix is cached now: the samples go
+            parent_done = self._child_done(tl)
             if tl.aborted:
                 continue
             # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
             record = _record(seq, tl)
+            if tl.request.prefill_only:
+                self.frontend_records.append(record)
+                continue
             self.records.append(record)
             records.append(record)
-            parent = tl.request.parent_id or tl.request.request_id
-            left = self._children_left.get(parent, 1) - 1
-            if left <= 0:
-                self._children_left.pop(parent, None)
-                parents.append(parent)
-            else:
-                self._children_left[parent] = left
+            if parent_done:
+                parents.append(tl.request.parent_id or tl.request.request_id)
         return records, parents
+
+    def _child_done(self, tl: _Timeline) -> bool:
+        """Count a child out of its parent; True when it was the parent's last."""
+        return self._count_out(tl.request)
+
+    def _count_out(self, req: GenerationRequest) -> bool:
+        """A sample left (finished or aborted); a front stage's prefill-only child is no sample."""
+        if req.prefill_only:
+            return False
+        parent = req.parent_id or req.request_id
+        left = self._children_left.get(parent, 1) - 1
+        if left > 0:
+            self._children_left[parent] = left
+            return False
+        self._children_left.pop(parent, None)
+        return True
 
     def _forget(self, request_id: str) -> _Timeline:
         self._unscheduled.discard(request_id)
@@ -242,7 +306,7 @@ def _sequence(req: GenerationRequest, arrival_s: float) -> Sequence:
     )
 
 
-def _token_ids(prompt_ids) -> list[int] | array:
+def _token_ids(prompt_ids: Ids[int]) -> list[int] | array[int]:
     """The sequence's own growable copy of the prompt: a compact prompt (array('i'), whole-trace
     replays) stays one, a memcpy instead of ~12k int objects per request (caches read both)."""
     if isinstance(prompt_ids, array):

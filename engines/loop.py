@@ -1,18 +1,18 @@
 """The step loop: waiting and running lists, one scheduler contract, token bookkeeping; design-free.
 
-Per step:  admission.schedule(waiting, running) -> StepPlan -> executor runs it -> `complete()`
+Per step:  scheduler.schedule(waiting, running) -> StepPlan -> executor runs it -> `complete()`
 advances each scheduled sequence, appends the token it produced, finishes sequences that reached
-their length, and lets admission make the step's tokens matchable and release finished KV.
-Everything a scheduler design decides (ordering, admission, preemption) lives in its Admission
-(engines/sched/), which drives the cache through its protocol; this loop is identical for every
-pairing. Time spent in admission is the bookkeeping cost, measured here for both executors.
+their length, and lets the scheduler make the step's tokens matchable and release finished KV.
+Everything a scheduler design decides (ordering, admission, preemption) lives in its Scheduler
+(engines/sched/), which drives the cache through its protocols; this loop is identical for every
+pairing. Time spent in the scheduler is the bookkeeping cost, measured here for both executors.
 
 An executor that supports decode runs (the simulated one) advances stretches of pure decode in one
 macro-step: `plan_decode_run` sizes it, `complete_decode_run` applies as many steps as ran, with
-the same effect on sequences, admission and cache as that many `schedule`/`complete` rounds.
+the same effect on sequences, scheduler and cache as that many `schedule`/`complete` rounds.
 
 With `step_log` on, each completed step (a decode run: each of its steps) appends a StepRecord
-(engines/step_log.py) to `self.step_log`; `idle()` tells admission that an iteration found no work.
+(engines/step_log.py) to `self.step_log`; `idle()` tells the scheduler that an iteration found no work.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from engines.cache.base import Admission, DecodeRun, StepBudget, StepPlan
+from engines.sched.base import DecodeRun, Scheduler, StepBudget, StepPlan
 from engines.sequence import SeqStatus, Sequence
 from engines.step_log import StepRecord, decode_steps, record_step
 
@@ -28,13 +28,13 @@ from engines.step_log import StepRecord, decode_steps, record_step
 class StepLoop:
     def __init__(
         self,
-        admission: Admission,
+        scheduler: Scheduler,
         budget: StepBudget,
         debug_checks: bool = False,
         step_log: bool = False,
     ) -> None:
-        self.admission = admission
-        self.cache = admission.cache
+        self.scheduler = scheduler
+        self.cache = scheduler.cache
         self.budget = budget
         self.debug_checks = debug_checks
         self.waiting: deque[Sequence] = deque()
@@ -67,20 +67,20 @@ class StepLoop:
 
     def idle(self) -> None:
         """An iteration with nothing to run (no request waiting or running)."""
-        self.admission.on_idle()
+        self.scheduler.on_idle()
 
     def schedule(self) -> StepPlan:
         if self.step_log is not None:
             self._running_before = {seq.seq_id for seq in self.running}
         t0 = time.perf_counter_ns()
-        plan = self.admission.schedule(self.waiting, self.running, self.budget)
+        plan = self.scheduler.schedule(self.waiting, self.running, self.budget)
         self.bookkeeping_ns += time.perf_counter_ns() - t0
         return plan
 
     def plan_decode_run(self) -> DecodeRun | None:
         """The decode run the next steps would be (see `DecodeRun`), or None."""
         t0 = time.perf_counter_ns()
-        run = self.admission.plan_decode_run(self.waiting, self.running, self.budget)
+        run = self.scheduler.plan_decode_run(self.waiting, self.running, self.budget)
         self.bookkeeping_ns += time.perf_counter_ns() - t0
         return run
 
@@ -91,7 +91,7 @@ class StepLoop:
         for seq in run.seqs:  # appended first: a cache hashes the blocks the run completes
             seq.token_ids.extend(tokens[seq.seq_id])
         t0 = time.perf_counter_ns()
-        self.admission.apply_decode_run(run, num_steps)
+        self.scheduler.apply_decode_run(run, num_steps)
         self.bookkeeping_ns += time.perf_counter_ns() - t0
         for seq in run.seqs:
             seq.num_computed_tokens += num_steps
@@ -122,7 +122,7 @@ class StepLoop:
             done = {id(s) for s in finished}
             self.running[:] = [s for s in self.running if id(s) not in done]
         t0 = time.perf_counter_ns()
-        self.admission.finish_step(plan, finished)
+        self.scheduler.finish_step(plan, finished)
         self.bookkeeping_ns += time.perf_counter_ns() - t0
         self.num_steps += 1
         if self.debug_checks:

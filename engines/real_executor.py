@@ -13,8 +13,14 @@ from typing import ClassVar
 
 import torch
 
+from engines.attention.backend import AttentionBackend
 from engines.attention.metadata import AttentionMetadata
-from engines.cache.base import PrefixCache, StepPlan
+from engines.cache.protocol import BlockTables
+from engines.clock import RunClock
+from engines.executor import DecodeRunResult
+from engines.kv_pool import KVPool
+from engines.model.llama import LlamaModel
+from engines.sched.base import DecodeRun, StepPlan
 from engines.sequence import Sequence
 
 
@@ -30,12 +36,19 @@ def next_token(seq: Sequence, logits_row: torch.Tensor | None) -> int:
 class RealExecutor:
     decode_runs: ClassVar[bool] = False  # every step runs the model
 
-    model: torch.nn.Module
-    kv_pool: object
-    attn: object
-    cache: PrefixCache
-    clock: object
+    model: LlamaModel
+    kv_pool: KVPool
+    attn: AttentionBackend
+    cache: BlockTables  # a cache, or calibrate.py's stand-in layout
+    clock: RunClock
     device: torch.device
+    # When a dict: each sequence's first-token logits (float32, CPU), keyed by id, for checks
+    # that a cached prefix gave the same K/V as computing it (claim 7). None: not kept.
+    first_logits: dict[str, torch.Tensor] | None = None
+
+    def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
+        """Never called: `decode_runs` is False, so the engine steps every decode."""
+        raise NotImplementedError("the real executor runs every step (decode_runs is False)")
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> dict[str, int]:
@@ -57,4 +70,6 @@ class RealExecutor:
         for row, it in enumerate(items):
             if it.end == it.seq.num_tokens:
                 out[it.seq.seq_id] = next_token(it.seq, logits[row])
+                if self.first_logits is not None and it.seq.num_output_tokens == 0:
+                    self.first_logits[it.seq.seq_id] = logits[row].float().cpu()
         return out

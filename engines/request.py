@@ -25,6 +25,11 @@ class GenerationRequest:
     salt: str | None = None
     lora_id: str | None = None
     priority: int = 0
+    # Front-stage ordering (engines/frontend.py, SGLang's path): queue this child only once the
+    # child `wait_for` has finished; a `prefill_only` child is the front stage's own prefix
+    # request (not a sample: not recorded with the samples, not counted in its parent's).
+    wait_for: str | None = None
+    prefill_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

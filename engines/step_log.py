@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.cache.base import StepPlan
+from engines.sched.base import StepPlan
 from engines.sequence import Sequence
 
 PREFILL, DECODE, MIXED = "prefill", "decode", "mixed"

@@ -39,10 +39,11 @@ def _cli() -> int:
 
     from harness.config import CONF_DIR
     from harness.execute import EXIT_OK, execute, sweep_exit_code
+    from harness.identity import claim_before_hydra
     from harness.preflight import preflight
     from workloads.progress import progress
 
-    problem = preflight(sys.argv[1:])
+    problem = preflight(sys.argv[1:]) or claim_before_hydra(sys.argv[1:])
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2

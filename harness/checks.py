@@ -101,7 +101,8 @@ def check_known_keys(node, path: str = "") -> None:
             raise BadInput(f"unknown field {where}; valid: {', '.join(sorted(valid))}")
     for key, child in node.items_ex(resolve=False):
         if key != "hydra":
-            check_known_keys(child, f"{path}.{key}" if path else str(key))
+            name = str(key)
+            check_known_keys(child, f"{path}.{name}" if path else name)
 
 
 def check_requests(requests, load) -> None:
@@ -158,6 +159,9 @@ def _check_device(name: str) -> None:
         device = torch.device(name)
     except (RuntimeError, TypeError):
         raise BadInput(f"device must be auto, cpu or cuda[:N], got {name!r}") from None
+    if device.type not in ("cpu", "cuda"):  # meta, mps, xpu ...: torch parses them, the engine
+        # supports none (meta tensors hold no data; the kernels are CPU or CUDA only)
+        raise BadInput(f"device must be auto, cpu or cuda[:N], got {name!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BadInput(f"device {name!r} was asked for but no CUDA device is available")
 
@@ -169,8 +173,13 @@ def require_int(name: str, value: object, minimum: int, maximum: int) -> None:
 
 def require_number(name: str, value: object, maximum: float) -> None:
     """A finite number in (0, maximum]: NaN and infinity never reach the engine loop."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= maximum
-    if not ok or not math.isfinite(value):
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 < value <= maximum
+        and math.isfinite(value)
+    )
+    if not ok:
         raise BadInput(f"{name} must be a positive finite number <= {maximum:g}, got {value!r}")
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
+from engines.model.presets import PRESETS
 from harness.identity import register_resolver
 from harness.server.config import ServerConfig
 
@@ -142,6 +143,18 @@ class ServeConfig:
     log_level: str = "warning"  # uvicorn's
 
 
+T = TypeVar("T")
+
+
+def to_schema(node: Any, schema: type[T]) -> T:
+    """`OmegaConf.to_object(node)`, the dataclass of a node composed from `schema`'s structured
+    config (a RunConfig from `compose("config")`, a HardwareConfig from `hardware/<preset>`)."""
+    obj = OmegaConf.to_object(node)
+    if not isinstance(obj, schema):
+        raise TypeError(f"composed {type(obj).__name__}, not a {schema.__name__}")
+    return obj
+
+
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     from workloads.base import FAMILIES
@@ -151,6 +164,10 @@ def register_configs() -> None:
     cs.store(name="base_serve", node=ServeConfig)
     cs.store(group="engine", name="base_engine", node=EngineConfig)
     cs.store(group="model", name="base_model", node=ModelConfig)
+    # The model presets' values live in engines/model/presets.py alone; conf/model/<name>.yaml
+    # only selects `preset_<name>` (so engines need no Hydra and the YAML holds no second copy).
+    for name in PRESETS.names():
+        cs.store(group="model", name=f"preset_{name}", node=PRESETS.get(name))
     cs.store(group="server", name="base_server", node=ServerConfig)
     for family in FAMILIES.names():
         cs.store(group="workload", name=f"base_{family}", node=FAMILIES.get(family).params_cls)

@@ -20,7 +20,7 @@ import workloads.errors
 BAD_INPUT: tuple[type[Exception], ...] = (engines.errors.BadInput, workloads.errors.BadInput)
 
 
-class BadInput(*BAD_INPUT):
+class BadInput(engines.errors.BadInput, workloads.errors.BadInput):  # the BAD_INPUT pair
     """Input the user must fix, found by the harness (run-level fields, output directories)."""
 
 

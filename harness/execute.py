@@ -4,7 +4,7 @@ Exit codes: 0 ok; 2 bad input (one `error: ` line on stderr, no traceback); 1 a 
 check, a crash: its traceback is printed and its finished rows are kept); 130 SIGINT/SIGTERM, with
 the rows finished so far kept and status `interrupted`, whenever it arrives. The run directory,
 once claimed, always ends with a summary.json whose status says which; a directory holding
-another run's results is never written (harness.identity.claim).
+another run's results is never written (harness.identity.claim_run_dir).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from harness.errors import BAD_INPUT, config_errors, describe
 from harness.pipeline import RunInterrupted, checked, run, start, write_manifest
 from harness.results import RunDir
 from harness.rowlog import RowLog, rows_table
+from harness.safe_write import disk_fault
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 log = logging.getLogger("harness")
@@ -58,7 +59,8 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
     except Exception as exc:  # a crash: keep the rows, record it, show where, fail loudly
         message = f"{type(exc).__name__}: {exc}"
         _close(out, rows, "failed", message)
-        traceback.print_exc()
+        if not disk_fault(exc):  # a full or read-only disk is the machine's, not a bug: one line
+            traceback.print_exc()
         return _say(f"{job}{message}", EXIT_FAILED)
     return _outcome(outcome.summary, out.path, job)
 
@@ -88,7 +90,7 @@ def _say(line: str, code: int) -> int:
 
 def _to_log_files(line: str) -> None:
     """The outcome into harness.log too (Hydra's file handler); stderr has it already, once."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, line, None, None)
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, line, (), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
@@ -103,7 +105,7 @@ def _close(out: RunDir, rows: RowLog, status: str, error: str) -> int:
     try:
         if completed:
             out.write_requests(table)
-        out.rows_path.unlink(missing_ok=True)
+        out.remove(out.rows_path)
     except OSError:
         pass
     date = time.strftime("%Y%m%d-%H%M%S")

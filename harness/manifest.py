@@ -89,7 +89,7 @@ def cpu_model() -> str | None:
 def _torch_facts(device: object) -> dict[str, object]:
     """Torch's intra-op threads (they set CPU speed) and the CUDA device name, if any. None for a
     simulated run (VIRTUAL_DEVICE): it loads no model and never imports torch (~2.5 s here)."""
-    none = {"torch_num_threads": None, "cuda_device": None}
+    none: dict[str, object] = {"torch_num_threads": None, "cuda_device": None}
     if device == VIRTUAL_DEVICE:
         return none
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -155,7 +156,7 @@ def token_rows(
 
 def summarize(
     df: pd.DataFrame,
-    itls_ms: Mapping[str, Sequence[float]] | Sequence[float],
+    itls_ms: Mapping[str, Sequence[float] | np.ndarray] | Sequence[float],
     duration_s: float,
     extra: Mapping[str, object] | None = None,
     *,
@@ -242,7 +243,9 @@ def _rate(amount: float, duration_s: float) -> float | None:
     return amount / duration_s if duration_s > 0 else None
 
 
-def _stats(name: str, values: Sequence[float], percentiles: Sequence[float]) -> LatencyStats:
+def _stats(
+    name: str, values: Sequence[float] | np.ndarray, percentiles: Sequence[float]
+) -> LatencyStats:
     """mean/median/population std/percentiles (linear interpolation); an empty list counts as 0."""
     arr = np.asarray(values, dtype=float) if len(values) else np.zeros(1)
     ps = sorted(set(percentiles))  # one partition for all: each value is as if computed alone
@@ -313,16 +316,23 @@ def _peaks(df: pd.DataFrame, itl_lists: list[np.ndarray] | None) -> tuple[float 
     reconstructed as first_token + cumulative ITLs, and a request counts as active in every
     1-second bucket from its arrival's to its finish's, both included, so two back-to-back turns
     of one conversation that meet inside a second both count: `max_concurrent_requests` can
-    exceed what ever overlapped (`peak_overlap`, printed beside it).
+    exceed what ever overlapped (`peak_overlap`, printed beside it). Only buckets where
+    something happens are counted (sorted events, not one array slot per second), so the memory
+    is bounded by the requests and tokens whatever the (simulated) clock spans; a non-finite time
+    gives no peak rather than a crash.
     """
     if df.empty:
         return 0.0, 0
-    start_s = float(df["arrival_s"].min())
-    num_buckets = math.ceil(float(df["finish_s"].max()) - start_s) + 1
-    active = np.zeros(num_buckets + 1, dtype=int)  # difference array: +1 at start, -1 after end
-    np.add.at(active, np.floor(df["arrival_s"].to_numpy() - start_s).astype(int), 1)
-    np.add.at(active, np.floor(df["finish_s"].to_numpy() - start_s).astype(int) + 1, -1)
-    peak_requests = int(np.cumsum(active).max())
+    arrival = df["arrival_s"].to_numpy(dtype=float)
+    finish = df["finish_s"].to_numpy(dtype=float)
+    if not (np.isfinite(arrival).all() and np.isfinite(finish).all()):
+        return None, 0
+    start_s = float(arrival.min())
+    # +1 at a request's arrival bucket, -1 at the bucket after its finish's; ties summed first.
+    where = np.concatenate([np.floor(arrival - start_s), np.floor(finish - start_s) + 1])
+    delta = np.concatenate([np.ones(len(arrival)), -np.ones(len(finish))])
+    slots, inverse = np.unique(where, return_inverse=True)
+    peak_requests = int(np.cumsum(np.bincount(inverse, weights=delta, minlength=len(slots))).max())
     if itl_lists is None:
         return None, peak_requests
     # One float64 array, not a list of numpy scalars (~40 bytes a token: +300 MB for a whole trace).
@@ -332,9 +342,13 @@ def _peaks(df: pd.DataFrame, itl_lists: list[np.ndarray] | None) -> tuple[float 
             for first, gaps in zip(df["first_token_s"], itl_lists, strict=True)
         ]
     )
-    buckets = np.floor(token_s - start_s).astype(int)
-    tokens = np.bincount(buckets[(buckets >= 0) & (buckets < num_buckets)], minlength=num_buckets)
-    return float(tokens.max()), peak_requests
+    buckets = np.floor(token_s - start_s)
+    last_bucket = np.floor(finish.max() - start_s)
+    buckets = buckets[np.isfinite(buckets) & (buckets >= 0) & (buckets <= last_bucket)]
+    if buckets.size == 0:
+        return 0.0, peak_requests
+    _, counts = np.unique(buckets, return_counts=True)
+    return float(counts.max()), peak_requests
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})  # returned as they are
@@ -343,10 +357,11 @@ _PLAIN = frozenset({str, int, bool, type(None)})  # returned as they are
 def json_safe(value: object) -> object:
     """Plain Python values only: numpy scalars/arrays unwrapped, NaN -> None, +-inf -> "inf"."""
     kind = type(value)  # exact types first: the rows file calls this for every finished request
-    if kind in _PLAIN or (kind is float and math.isfinite(value)):
+    if kind in _PLAIN or (kind is float and math.isfinite(cast(float, value))):
         return value
     if kind is dict:
-        return {k: v if type(v) in _PLAIN else json_safe(v) for k, v in value.items()}
+        items = cast("dict[object, object]", value).items()
+        return {k: v if type(v) in _PLAIN else json_safe(v) for k, v in items}
     if isinstance(value, Mapping):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):

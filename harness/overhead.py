@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.config import RunConfig
+from harness.owned_dir import out_and_overrides_problem
 from harness.pipeline import compose, measure, prepare
 from harness.report.stats import ratio_ci
 
@@ -31,7 +32,7 @@ ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
 AREAS = (
     ("cache/apc", "engines/cache/apc/"),
     ("cache/radix", "engines/cache/radix/"),
-    ("cache/base", "engines/cache/"),
+    ("cache/common", "engines/cache/"),  # protocol.py, records.py
     ("scheduler", "engines/sched/"),
     ("step loop", "engines/loop.py"),
     ("engine loop", "engines/engine.py"),
@@ -77,7 +78,8 @@ def measure_arm(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = No
 def area_seconds(profile: cProfile.Profile) -> dict[str, float]:
     """Self time (tottime) per code area."""
     out = dict.fromkeys([a for a, _ in AREAS] + ["other"], 0.0)
-    for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(profile).stats.items():
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]  # not in typeshed
+    for (filename, _, _), (_, _, tottime, _, _) in stats.items():
         path = filename.replace("\\", "/")
         area = next((a for a, key in AREAS if key in path), "other")
         out[area] += tottime
@@ -163,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 2:
         print("error: --repeats must be >= 2 for an interval", file=sys.stderr)
+        return 2
+    problem = out_and_overrides_problem(args.out, args.overrides)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     runs, profiles = run(args.repeats, args.overrides)
     args.out.mkdir(parents=True, exist_ok=True)

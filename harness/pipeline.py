@@ -31,14 +31,15 @@ from hydra import initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from engines.build import build_engine
-from engines.cache.base import CacheIntegrityError
+from engines.cache.records import CacheIntegrityError
 from engines.engine import Engine
 from engines.records import RequestRecord
 from harness.checks import check_known_keys, check_requests, check_run_config
 from harness.client.arrivals import resolve_mode, with_arrivals
 from harness.client.inprocess import completion_request, drive
+from harness.client.programs import runs_as_program
 from harness.config import CONF_DIR, RunConfig
-from harness.identity import claim, fingerprint
+from harness.identity import claim_run_dir, fingerprint
 from harness.manifest import VIRTUAL_DEVICE, build_manifest
 from harness.metrics import (
     RunContext,
@@ -52,6 +53,7 @@ from harness.metrics import (
 )
 from harness.results import RunDir
 from harness.rowlog import RowLog
+from harness.safe_write import disk_fault
 from harness.tokenspace import token_space_for
 from workloads.base import TokenSpace, generate_with_notes
 from workloads.bounds import run_bounds
@@ -133,7 +135,7 @@ def identity(composed: Composed) -> dict[str, str]:
 def start(run_dir: Path, overwrite: bool) -> tuple[RunDir, RowLog]:
     """Claim `run_dir` (never another run's results) and open its append-only rows file."""
     out = RunDir(Path(run_dir))
-    return out, RowLog(claim(out.path, RunDir.ROWS, overwrite))
+    return out, RowLog(claim_run_dir(out.path, RunDir.ROWS, overwrite))
 
 
 def write_manifest(out: RunDir, composed: Composed) -> None:
@@ -194,11 +196,13 @@ def measure(
             scripted=cfg.decode == "scripted",
             max_concurrency=cfg.load.max_concurrency,
             on_finish=deliver,
+            program_batch=runs_as_program(cfg.workload.name),
         )
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
-        traceback.print_exc(file=sys.stderr)
+        if not disk_fault(exc):  # a full or read-only disk is the machine's, not a bug: one line
+            traceback.print_exc(file=sys.stderr)
         status, error = "failed", f"{type(exc).__name__}: {exc}"
     finally:
         if profile is not None:
@@ -298,7 +302,7 @@ def finish(run: Finished) -> RunOutcome:
         out.write_steps(engine.loop.step_log)
     out.write_summary(summary)
     run.rows.close()
-    out.rows_path.unlink()  # the rows are in requests.parquet now
+    out.remove(out.rows_path)  # the rows are in requests.parquet now
     log.info("%s", format_summary(summary))
     return RunOutcome(summary, out.path)
 
@@ -426,7 +430,7 @@ def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:
     profile = cfg.engine.design_knobs()
     for name in ("reserve_full_prompt", "async_scheduling"):  # None: the free-order profile's
         if name in profile:
-            profile[name] = getattr(engine.loop.admission, name)
+            profile[name] = getattr(engine.loop.scheduler, name)
     return profile
 
 

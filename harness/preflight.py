@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.config import CONF_DIR
-from harness.errors import config_errors, describe
+from harness.config import CONF_DIR, RunConfig, to_schema
+from harness.errors import BAD_INPUT, config_errors, describe
 from harness.identity import holds_results
 
 GROUPS = ("workload", "engine", "model", "hardware", "server", "suite")
@@ -38,7 +38,8 @@ def search_dirs(argv: list[str]) -> tuple[Path, ...]:
                 values = OverridesParser.create().parse_overrides([arg])[0].value()
             except HydraException:  # composing reports the syntax error as one line
                 continue
-            found += [Path(v[len("file://") :]) for v in values if str(v).startswith("file://")]
+            if isinstance(values, list):
+                found += [Path(v[len("file://") :]) for v in values if str(v).startswith("file://")]
     return tuple(found)
 
 
@@ -51,7 +52,7 @@ def preflight(argv: list[str]) -> str | None:
     """
     if any(a in SKIP_FLAGS for a in argv):
         return None
-    problem = output_dir_problem(argv)
+    problem = output_dir_problem(argv) or _hydra_group_problem(argv)
     if problem:
         return problem
     dirs = search_dirs(argv)
@@ -67,8 +68,17 @@ def preflight(argv: list[str]) -> str | None:
     return _group_problem(argv, dirs) or _compose_problem(argv, check=True)
 
 
+DEFAULT_RESULTS = "results"  # conf/config.yaml's run and sweep directories start there
+MIN_FREE_BYTES = 2**20  # a run's .hydra/ files, log, manifest and summary: tens of kilobytes
+
+
 def output_dir_problem(argv: list[str]) -> str | None:
-    """An output directory given on the command line that no run could write into."""
+    """An output directory (given on the command line, or the default results folder) that no
+    run could write into: not a directory, not writable, read-only, or a full file system."""
+    if not any(a.partition("=")[0] in OUTPUT_KEYS for a in argv):
+        problem = unusable_dir(DEFAULT_RESULTS)
+        if problem:
+            return f"hydra.run.dir: the default results folder: {problem}; give hydra.run.dir=<dir>"
     for arg in argv:
         key, sep, value = arg.partition("=")
         if sep and key in OUTPUT_KEYS:
@@ -95,6 +105,34 @@ def unusable_dir(value: str) -> str | None:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         return f"cannot create or write {value!r}: {str(existing)!r} is not writable"
+    try:
+        st = os.statvfs(existing)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        return (
+            f"cannot write {value!r}: its file system has {free:,} bytes free "
+            f"(a run needs at least {MIN_FREE_BYTES:,})"
+        )
+    return None
+
+
+def _hydra_group_problem(argv: list[str]) -> str | None:
+    """A Hydra group of its own (`hydra/launcher=...`) that does not exist: composing it here
+    gives one line instead of Hydra's traceback at start-up."""
+    chosen = [a for a in argv if a.lstrip("+~").startswith("hydra/")]
+    if not chosen:
+        return None
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(
+            config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"
+        ):
+            compose(config_name="config", overrides=chosen, return_hydra_config=True)
+    except config_errors() as exc:
+        return f"{chosen[0]}: {describe(exc)}"
     return None
 
 
@@ -123,15 +161,21 @@ def group_file_problem(group: str, name: str, dirs: tuple[Path, ...] = ()) -> st
 
 def _group_file(group: str, name: str, dirs: tuple[Path, ...]) -> Path:
     candidates = [d / group / f"{name}.yaml" for d in (*dirs, CONF_DIR)]
-    return next((c for c in candidates if c.is_file()), candidates[-1])
+    # The first that exists at all, as Hydra would pick it: a FIFO or a dangling link is refused
+    # when it is read (workloads.readers) rather than hanging or failing inside Hydra.
+    return next((c for c in candidates if c.exists() or c.is_symlink()), candidates[-1])
 
 
 def _read_group_file(group: str, name: str, dirs: tuple[Path, ...]) -> tuple[dict, str | None]:
     import yaml
 
+    from workloads.readers import MIB, load_yaml, read_text
+
     path = _group_file(group, name, dirs)
     try:
-        body = yaml.safe_load(path.read_text(encoding="utf-8"))
+        body = load_yaml(read_text(path, f"{group}={name}: config file", MIB), str(path))
+    except BAD_INPUT as exc:
+        return {}, str(exc)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -181,7 +225,7 @@ def _sweep_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | N
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
         return describe(exc)
-    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override() and o.input_line]
     problem = _group_problem(fixed, dirs) or _compose_problem(fixed, check=False)
     for o in (o for o in parsed if o.is_sweep_override()):
         for value in o.sweep_string_iterator():
@@ -197,7 +241,6 @@ def _sweep_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | N
 def _compose_problem(overrides: list[str], check: bool) -> str | None:
     """Compose like Hydra would; with `check`, also apply check_run_config."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
     from harness.checks import check_executor_hardware, check_known_keys, check_run_config
 
@@ -207,7 +250,7 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
         ):
             dcfg = compose(config_name="config", overrides=overrides)
             check_known_keys(dcfg)
-            cfg = OmegaConf.to_object(dcfg)
+            cfg = to_schema(dcfg, RunConfig)
         # Static, so a sweep's jobs are held to it too: no job of either kind could run.
         check_executor_hardware(cfg.executor, cfg.hardware)
         if check:

@@ -1,7 +1,8 @@
 """Run directories on disk: atomic writes of the result files, and the loaders the report uses.
 
-Every file is written to a temporary sibling, fsynced, then `os.replace`d over the target, so a
-crash leaves the previous file or none, never a truncated one. summary.json is written last: a
+Every file is written through harness.safe_write (never outside the run directory, never through
+a symbolic link) to a temporary sibling, fsynced, then `os.replace`d over the target, so a crash
+leaves the previous file or none, never a truncated one. summary.json is written last: a
 directory holding it is a finished run (or a recorded failure), which is what `load_runs` finds.
 """
 
@@ -9,69 +10,51 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engines.step_log import StepRecord
-from harness.identity import fingerprint
+from harness.identity import RESERVE_FILE, fingerprint, release
 from harness.rowlog import count_rows
+from harness.safe_write import SafeRoot
 from workloads.progress import progress
-
-FILE_MODE = 0o644
 
 
 def _atomic_write(
-    path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False
+    path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False, root=None
 ) -> None:
-    """Call `write(file)` on a temporary file next to `path`, then move it into place."""
+    """Call `write(file)` on a temporary file next to `path`, then move it into place, through
+    the path-safe writer (harness.safe_write) rooted at `root` (default: the file's folder)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600: unreadable in a shared results folder
-    try:
-        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)  # make the rename itself durable
+    SafeRoot(path.parent if root is None else root).write_atomic(path, write, binary)
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some platforms cannot open a directory; the data is already safe
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_json(path: str | os.PathLike, obj: object) -> None:
+def write_json(path: str | os.PathLike, obj: object, root=None) -> None:
     """Pretty JSON; NaN/inf are refused (strict JSON), so pass `metrics.json_safe` output."""
-    _atomic_write(path, lambda f: (json.dump(obj, f, indent=2, allow_nan=False), f.write("\n")))
+
+    def dump(f: IO[Any]) -> None:
+        json.dump(obj, f, indent=2, allow_nan=False)
+        f.write("\n")
+
+    _atomic_write(path, dump, root=root)
 
 
-def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
+def write_parquet(path: str | os.PathLike, df: pd.DataFrame, root=None) -> None:
     table = pa.Table.from_pandas(df, preserve_index=False)
-    _atomic_write(path, lambda f: pq.write_table(table, f), binary=True)
+    _atomic_write(path, lambda f: pq.write_table(table, f), binary=True, root=root)
 
 
-def write_tokens_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, object]]) -> None:
+def write_tokens_jsonl(
+    path: str | os.PathLike, rows: Iterable[Mapping[str, object]], root=None
+) -> None:
     """One compact JSON line per request, in the order given (arrival order, see metrics.token_rows)."""
 
     def write(f: IO) -> None:
@@ -79,7 +62,7 @@ def write_tokens_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, obje
             f.write(json.dumps(row, separators=(",", ":"), allow_nan=False))
             f.write("\n")
 
-    _atomic_write(path, write)
+    _atomic_write(path, write, root=root)
 
 
 @dataclass(frozen=True)
@@ -122,25 +105,40 @@ class RunDir:
         return self.path / self.STEPS
 
     def write_requests(self, df: pd.DataFrame) -> None:
-        write_parquet(self._ready(self.requests_path), df)
+        write_parquet(self._ready(self.requests_path), df, self.path)
 
     def write_tokens(self, rows: Iterable[Mapping[str, object]]) -> None:
-        write_tokens_jsonl(self._ready(self.tokens_path), rows)
+        write_tokens_jsonl(self._ready(self.tokens_path), rows, self.path)
 
     def write_steps(self, steps: Iterable[StepRecord]) -> None:
         """The engine's step log (warm-up steps included, indexed from the warm-up's first)."""
-        write_tokens_jsonl(self._ready(self.steps_path), (step.as_row() for step in steps))
+        write_tokens_jsonl(
+            self._ready(self.steps_path), (step.as_row() for step in steps), self.path
+        )
 
     def write_manifest(self, manifest: Mapping[str, object]) -> None:
-        write_json(self._ready(self.manifest_path), manifest)
+        write_json(self._ready(self.manifest_path), manifest, self.path)
 
     def write_summary(self, summary: Mapping[str, object]) -> None:
-        """Write this last: it marks the directory as a run for `load_runs`."""
-        write_json(self._ready(self.summary_path), summary)
+        """Write this last: it marks the directory as a run for `load_runs`. The space the claim
+        kept aside (identity.RESERVE_FILE) is freed first, so a full disk still gets a summary."""
+        self.safe.remove(self.path / RESERVE_FILE)
+        try:
+            write_json(self._ready(self.summary_path), summary, self.path)
+        finally:
+            release(self.path)  # the run is over: another may take the directory now
 
     def _ready(self, file: Path) -> Path:
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.safe.mkdir()
         return file
+
+    @property
+    def safe(self) -> SafeRoot:
+        """The path-safe writer of this directory (harness.safe_write)."""
+        return SafeRoot(self.path)
+
+    def remove(self, file: Path) -> None:
+        self.safe.remove(file)
 
 
 def write_failed_summary(run_dir: str | os.PathLike, error: str) -> None:
@@ -158,18 +156,70 @@ def load_run(path: str | os.PathLike) -> tuple[dict, pd.DataFrame, dict]:
     empty table and an empty manifest.
     """
     run = RunDir(Path(path))
-    summary = _read_object(run.summary_path)
-    requests = pd.read_parquet(run.requests_path) if run.requests_path.exists() else pd.DataFrame()
-    manifest = _read_object(run.manifest_path) if run.manifest_path.exists() else {}
+    summary = _checked(_read_object(run.summary_path), run.summary_path, SUMMARY_TYPES)
+    manifest = (
+        _checked(_read_object(run.manifest_path), run.manifest_path, MANIFEST_TYPES)
+        if run.manifest_path.exists()
+        else {}
+    )
+    requests = (
+        pd.read_parquet(_regular(run.requests_path))
+        if run.requests_path.exists()
+        else pd.DataFrame()
+    )
     return summary, requests, manifest
 
 
+_NUMBER = (int, float, type(None))
+# Fields the report computes with: a value of another type (a hand-edited or corrupted file) makes
+# the run unreadable (skipped with a warning naming it) instead of crashing the whole report.
+SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "status": (str,),
+    "completed": _NUMBER,
+    "failed": _NUMBER,
+    "seed": _NUMBER,
+    "duration": (*_NUMBER, str),  # "inf" is how +-inf is written
+    "run_id": (str, int, type(None)),
+}
+MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "config": (dict, type(None)),
+    "packages": (dict, type(None)),
+    "seed": _NUMBER,
+    "config_fingerprint": (str, type(None)),
+    "run_id": (str, int, type(None)),
+}
+
+
+def _checked(obj: dict, path: Path, types: Mapping[str, tuple[type, ...]]) -> dict:
+    for key, allowed in types.items():
+        value = obj.get(key)
+        if key in obj and (isinstance(value, bool) or not isinstance(value, allowed)):
+            raise ValueError(f"{path}: field {key!r} has type {type(value).__name__}")
+    return obj
+
+
+def _regular(path: Path) -> Path:
+    """`path`, unless it is not a regular file (a FIFO would block the reader forever)."""
+    from workloads.readers import check_regular
+
+    try:
+        check_regular(path, "run file")
+    except ValueError as exc:  # workloads' BadInput
+        raise OSError(str(exc)) from None
+    return path
+
+
 def _read_object(path: Path) -> dict:
-    value = json.loads(path.read_text(encoding="utf-8"))
+    """A JSON object from a run file: bounded, strict UTF-8, never blocking on a FIFO."""
+    from workloads.readers import loads_json, read_text
+
+    value = loads_json(read_text(path, "run file", READ_LIMIT), str(path))
     if not isinstance(value, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
 
+
+READ_LIMIT = 256 * 2**20  # a run's summary or manifest is kilobytes; a larger one is not ours
 
 # Manifest fields copied onto each run's row (the resolved config is flattened as config.*).
 MANIFEST_FIELDS = (
@@ -213,7 +263,7 @@ def load_runs(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
         row.setdefault("seed", manifest.get("seed"))
         row.update(_flatten(manifest.get("packages") or {}, "packages."))
         config = manifest.get("config") or _hydra_config(run_dir)
-        row["fingerprint"] = manifest.get("config_fingerprint") or fingerprint(config)
+        row["fingerprint"] = manifest.get("config_fingerprint") or _fingerprint(config)
         row.update(_flatten(config, "config."))
         runs.append(row)
         if not requests.empty:
@@ -246,17 +296,32 @@ def _incomplete_runs(root: Path) -> list[dict]:
         except (OSError, ValueError):
             manifest = {}
         config = manifest.get("config") or _hydra_config(run_dir)
+        if not isinstance(config, dict):
+            config = {}
         rel = run_dir.relative_to(root).as_posix()
+        try:
+            completed = count_rows(rows_path)
+        except (OSError, ValueError) as exc:  # a FIFO or a folder in the rows file's place
+            warnings.warn(f"skipped {run_dir}: {exc}", stacklevel=2)
+            continue
         row = {
             "run_id": rel,
             "run_dir": rel,
             "status": "incomplete",
-            "completed": count_rows(rows_path),
-            "fingerprint": manifest.get("config_fingerprint") or fingerprint(config),
+            "completed": completed,
+            "fingerprint": manifest.get("config_fingerprint") or _fingerprint(config),
         }
         row.update(_flatten(config, "config."))
         out.append(row)
     return out
+
+
+def _fingerprint(config: object) -> str | None:
+    """The config's fingerprint for a run that recorded none (its data files may have changed
+    since: their contents are left out); None without a config: nothing to compare."""
+    if not isinstance(config, Mapping) or not config:
+        return None
+    return fingerprint(config, data=False)
 
 
 def _hydra_config(run_dir: Path) -> dict:
@@ -266,9 +331,11 @@ def _hydra_config(run_dir: Path) -> dict:
         return {}
     import yaml  # PyYAML comes with hydra-core/omegaconf
 
+    from workloads.readers import load_yaml, read_text
+
     try:
-        value = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
+        value = load_yaml(read_text(path, "Hydra config", READ_LIMIT), str(path))
+    except (yaml.YAMLError, OSError, ValueError):  # unreadable: the run has no config
         return {}
     return value if isinstance(value, dict) else {}
 

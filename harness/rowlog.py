@@ -8,6 +8,7 @@ without a summary is a run that never finished (the report lists it as `incomple
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,31 +16,38 @@ from pathlib import Path
 import pandas as pd
 
 from harness.metrics import COLUMNS, json_safe
+from harness.safe_write import SafeRoot
 
 
 class RowLog:
-    """Appends rows to an already claimed file (harness.identity.claim creates it)."""
+    """Appends rows to an already claimed file (harness.identity.claim_run_dir creates it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = path.open("a", encoding="utf-8")
+        self._file = SafeRoot(path.parent).open_append(path)  # O_NOFOLLOW: never through a link
 
     def append(self, row: Mapping[str, object]) -> None:
         self._file.write(json.dumps(json_safe(row), separators=(",", ":")) + "\n")
         self._file.flush()  # to the OS: a killed process keeps it; fsync would only add power loss
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # a full disk: the rows on disk are what the run keeps
+            self._file.close()
 
 
 def read_rows(path: Path) -> list[dict]:
     """Every complete line; a truncated last line (the process died mid-write) is skipped."""
+    from workloads.readers import open_regular  # never blocks on a FIFO; a regular file only
+
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    with open_regular(path, "rows file") as f:
+        for raw in f:
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):  # a half-written or corrupted line
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 

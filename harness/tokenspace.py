@@ -11,7 +11,13 @@ def token_space_for(model: ModelConfig) -> TokenSpace:
         from workloads.tokenizer import first_ordinary_id
 
         return TokenSpace(
-            vocab_size=model.vocab_size, first_ordinary_id=first_ordinary_id(model.tokenizer)
+            vocab_size=model.vocab_size,
+            first_ordinary_id=first_ordinary_id(model.tokenizer),
+            max_request_tokens=model.max_position_embeddings,
         )
     # Made-up vocabularies have no special tokens; keep id 0 out of workloads all the same.
-    return TokenSpace(vocab_size=model.vocab_size, first_ordinary_id=1)
+    return TokenSpace(
+        vocab_size=model.vocab_size,
+        first_ordinary_id=1,
+        max_request_tokens=model.max_position_embeddings,
+    )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -145,7 +146,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.dtype:
         heads = HeadConfig(heads.num_heads, heads.num_kv_heads, heads.head_dim, args.dtype)
     scratch = GatherScratch()  # as TorchPagedBackend keeps one across layers and steps
-    paged: dict[str, Callable] = {"torch": lambda *a: paged_attention_torch(*a, scratch=scratch)}
+    paged: dict[str, Callable[..., Any]] = {
+        "torch": partial(paged_attention_torch, scratch=scratch)
+    }
     if device.type == "cuda" and HAS_TRITON:  # interpreted Triton on CPU is for tests only
         paged = {"triton": paged_attention_triton, **paged}
     copy_bw = copy_bandwidth_gb_per_s(device, args.runs)

@@ -3,7 +3,7 @@
 Cases: match + allocate + free at 0% hit (steady state: every new block evicts a cached one)
 and at ~90% hit (a shared prefix of 90% of the prompt, whole blocks), for APC through its native
 manager once per hash function, and for every registered cache through the common protocol
-(Admission.schedule + finish_step). Baseline: the raw cost of hashing the prompt's blocks with
+(Scheduler.schedule + finish_step). Baseline: the raw cost of hashing the prompt's blocks with
 the same hasher. All cases run in interleaved rounds (bench_pairs.py); ratios to the hash baseline
 are paired within rounds. `--baseline DIR` measures another checkout side by side and prints
 after/before ratios per case (goal: APC admission at 4,096 tokens <= 0.8x).
@@ -28,7 +28,7 @@ import numpy as np
 
 bench_pairs.use_root(sys.argv)
 
-from engines.cache import CACHES, build_cache  # noqa: E402
+from engines.cache import CACHES  # noqa: E402
 from engines.cache.apc import ApcCache  # noqa: E402
 from engines.cache.apc.hashing import (  # noqa: E402
     HASH_ALGOS,
@@ -36,8 +36,8 @@ from engines.cache.apc.hashing import (  # noqa: E402
     RequestHasher,
     init_none_hash,
 )
-from engines.cache.base import StepBudget  # noqa: E402
 from engines.config import EngineConfig  # noqa: E402
+from engines.sched.base import StepBudget, build_scheduler  # noqa: E402
 from engines.sequence import SeqStatus, Sequence  # noqa: E402
 
 BLOCK_SIZE = 16
@@ -119,7 +119,7 @@ def apc_native(algo: str, prompt_len: int) -> Callable[[Sequence], None]:
 
 
 def protocol(name: str, prompt_len: int) -> Callable[[Sequence], None]:
-    """Any cache through Admission.schedule + finish_step (the generic scheduler's calls)."""
+    """Any cache through Scheduler.schedule + finish_step (the generic scheduler's calls)."""
     block_size = PRESET_BLOCK_SIZE.get(name, BLOCK_SIZE)
     config = EngineConfig(
         cache=name,
@@ -127,17 +127,17 @@ def protocol(name: str, prompt_len: int) -> Callable[[Sequence], None]:
         kv_capacity_tokens=POOL_REQUESTS * prompt_len,
         max_num_batched_tokens=prompt_len,
     )
-    _, admission = build_cache(config)
+    scheduler = build_scheduler(config)
     budget = StepBudget(max_num_seqs=1, max_num_batched_tokens=prompt_len)
 
     def one_request(seq: Sequence) -> None:
-        waiting, running = deque([seq]), []
-        plan = admission.schedule(waiting, running, budget)
+        waiting, running = deque([seq]), list[Sequence]()
+        plan = scheduler.schedule(waiting, running, budget)
         seq.num_computed_tokens = prompt_len
         seq.token_ids.append(7)
         seq.status = SeqStatus.FINISHED
         running.clear()
-        admission.finish_step(plan, [seq])
+        scheduler.finish_step(plan, [seq])
 
     return one_request
 
@@ -149,7 +149,9 @@ def build_cases(prompt_len: int, quick: bool) -> dict[str, Callable[[], bench_pa
     def requests(make: Callable[..., Callable[[Sequence], None]], arg: str, hit: bool):
         return lambda: request_case(make(arg, prompt_len), prompt_len, hit, batch)
 
-    factories = {f"hash/{a}": partial(hash_case, a, prompt_len, batch) for a in ALGOS}
+    factories: dict[str, Callable[[], bench_pairs.Case]] = {
+        f"hash/{a}": partial(hash_case, a, prompt_len, batch) for a in ALGOS
+    }
     for hit in (0, 90):
         for a in ALGOS:
             factories[f"native/{a}/{hit}%"] = requests(apc_native, a, hit > 0)
@@ -173,8 +175,11 @@ def rows_here(rounds: list[dict[str, float]]) -> list[dict]:
     for case in rounds[0]:
         values = [r[case] for r in rounds]
         base = _baseline_of(case)
-        paired = base in rounds[0]
-        ratio = bench_pairs.paired(values, [r[base] for r in rounds]) if paired else None
+        ratio = (
+            bench_pairs.paired(values, [r[base] for r in rounds])
+            if base is not None and base in rounds[0]
+            else None
+        )
         rows.append(
             {
                 "case": case,

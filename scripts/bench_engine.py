@@ -17,6 +17,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,7 +31,10 @@ from engines.request import GenerationRequest  # noqa: E402
 from workloads.base import TokenSpace, generate  # noqa: E402
 from workloads.system_prompt import SystemPromptParams  # noqa: E402
 
-PRESETS = {"apc": dict(cache="apc", block_size=16), "radix": dict(cache="radix", block_size=1)}
+PRESETS: dict[str, dict[str, Any]] = {
+    "apc": dict(cache="apc", block_size=16),
+    "radix": dict(cache="radix", block_size=1),
+}
 
 
 def make_engine(cache: str, model: str):

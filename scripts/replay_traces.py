@@ -52,12 +52,12 @@ SUMMARY_FIELDS = (
 def kv_capacity_of(hardware: str) -> int:
     """KV tokens the preset's HBM holds after the weights (HardwareConfig.kv_capacity_tokens)."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
-    import harness.config  # noqa: F401  (registers base_hardware)
+    from engines.simulate.cost_model import HardwareConfig
+    from harness.config import to_schema
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        hw = OmegaConf.to_object(compose(f"hardware/{hardware}")["hardware"])
+        hw = to_schema(compose(f"hardware/{hardware}")["hardware"], HardwareConfig)
     return hw.kv_capacity_tokens()
 
 

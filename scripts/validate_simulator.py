@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -62,7 +63,7 @@ def main() -> None:
     rows = []
     for workload in args.workloads:
         for engine in args.engines:
-            runs = {"real": [], "simulated": []}
+            runs: dict[str, list[Any]] = {"real": [], "simulated": []}
             loads = []  # 1-minute load average before each real run: the wall clock shares the CPU
             for executor, num_runs in (("real", args.repeats), ("simulated", 1)):
                 for i in range(num_runs):
@@ -175,13 +176,11 @@ def cpu_clock_metrics(workload: str, engine: str, model: str, hardware: str) -> 
     of the simulated one, in this process (no other load is counted)."""
     import torch
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
-    import engines.simulate.executor  # noqa: F401
     from engines.build import build_engine
     from harness.client.arrivals import with_arrivals
     from harness.client.inprocess import drive
-    from harness.config import RunConfig  # noqa: F401  (registers the schemas)
+    from harness.config import RunConfig, to_schema
     from harness.tokenspace import token_space_for
     from workloads.base import generate
     from workloads.tokens import warmup_requests
@@ -189,8 +188,8 @@ def cpu_clock_metrics(workload: str, engine: str, model: str, hardware: str) -> 
     torch.set_num_threads(1)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         overrides = [f"workload={workload}", f"engine={engine}", f"model={model}"]
-        cfg = OmegaConf.to_object(
-            compose("config", overrides=overrides + [hardware_override(hardware)])
+        cfg = to_schema(
+            compose("config", overrides=overrides + [hardware_override(hardware)]), RunConfig
         )
     space = token_space_for(cfg.model)
     requests = with_arrivals(generate(cfg.workload, cfg.seed, space), cfg.load, cfg.seed)
@@ -204,6 +203,9 @@ def cpu_clock_metrics(workload: str, engine: str, model: str, hardware: str) -> 
         eng.records.clear()
         assert eng.cache.reset()
         if executor == "real":
+            from engines.real_executor import RealExecutor
+
+            assert isinstance(eng.executor, RealExecutor)
             eng.executor.clock = ThreadCpuClock()
         records = drive(eng, requests)
         out[executor] = _metrics(records)

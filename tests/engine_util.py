@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from engines.model.presets import PRESETS
 from engines.request import GenerationRequest
 from workloads.request import Request
 
-ENGINE_PRESETS = {
+ENGINE_PRESETS: dict[str, dict[str, Any]] = {
     "apc": dict(cache="apc", block_size=16),
     "radix": dict(cache="radix", block_size=1),
 }
@@ -23,7 +24,7 @@ def tiny_model():
 
 
 def make_engine(cache: str = "apc", executor: str = "real", **overrides):
-    fields = {
+    fields: dict[str, Any] = {
         **ENGINE_PRESETS[cache],
         "kv_capacity_tokens": 4096,
         "max_num_batched_tokens": 512,

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-import harness.config  # noqa: F401  (registers the schemas)
-from harness.config import CONF_DIR
+from harness.config import CONF_DIR, register_configs
 from harness.execute import execute
+
+register_configs()  # the schemas Hydra composes against
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-import harness.config  # noqa: F401  (registers the schemas)
 from engines.build import build_engine
 from harness.client.arrivals import with_arrivals
 from harness.client.inprocess import drive
+from harness.client.programs import runs_as_program
+from harness.config import RunConfig, to_schema
 from harness.tokenspace import token_space_for
 from workloads.base import generate
 
@@ -106,7 +106,7 @@ CASES = _cases()
 def compose_run(overrides: tuple[str, ...]):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["model=tiny", "load.mode=burst", *overrides])
-    return OmegaConf.to_object(cfg)
+    return to_schema(cfg, RunConfig)
 
 
 def run_overrides(overrides: tuple[str, ...]) -> tuple[dict, list]:
@@ -117,7 +117,12 @@ def run_overrides(overrides: tuple[str, ...]) -> tuple[dict, list]:
     engine = build_engine(
         cfg.engine, cfg.model, executor=cfg.executor, device="cpu", hardware=cfg.hardware
     )
-    records = drive(engine, reqs, scripted=cfg.decode == "scripted")
+    records = drive(
+        engine,
+        reqs,
+        scripted=cfg.decode == "scripted",
+        program_batch=runs_as_program(cfg.workload.name),
+    )
     stats = engine.cache.stats()
     run = {
         "evictions": stats.num_evictions,

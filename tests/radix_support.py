@@ -2,16 +2,14 @@
 
 `serve` runs one request through the hooks by hand (admit, prefill, decode, finish), the way the
 scheduler would; `drive` runs a RadixAdmission under the generic scheduler's contract
-(engines/cache/base.py: advance, append the scripted token, finish, `finish_step`).
+(engines/sched/base.py: advance, append the scripted token, finish, `finish_step`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.base import StepBudget
 from engines.cache.radix.cache import RadixCache
-from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import (
     match_request,
     prepare_decode,
@@ -19,6 +17,8 @@ from engines.cache.radix.hooks import (
     release_kv_cache,
     start_request,
 )
+from engines.cache.radix.recency import LogicalClock
+from engines.sched.base import StepBudget
 from engines.sequence import SeqStatus, Sequence
 
 
@@ -84,6 +84,7 @@ def admit(cache: RadixCache, seq: Sequence, capped: bool = True):
 def decode_to_end(cache: RadixCache, seq: Sequence) -> None:
     """Append the scripted outputs; every token but the last gets its KV slot (a decode step)."""
     st = cache.reqs[seq.seq_id]
+    assert seq.scripted_output_ids is not None  # make_seq scripts every reply
     for i, token in enumerate(seq.scripted_output_ids[: seq.max_new_tokens]):
         if i:
             prepare_decode(cache, [st])
@@ -106,7 +107,7 @@ def retract(cache: RadixCache, seq: Sequence) -> None:
 
 
 def step(admission, waiting: deque, running: list, budget: StepBudget):
-    """One scheduler step under the Admission contract; returns (plan, finished)."""
+    """One scheduler step under the Scheduler contract; returns (plan, finished)."""
     plan = admission.schedule(waiting, running, budget)
     return plan, complete(admission, plan, running)
 
@@ -131,7 +132,8 @@ def drive(
     admission, seqs, budget: StepBudget, check: bool = True, max_steps: int = 100_000
 ) -> list:
     """Run until every sequence finished; returns the plans."""
-    waiting, running, plans = deque(seqs), [], []
+    waiting, plans = deque(seqs), []
+    running: list[Sequence] = []
     while waiting or running:
         plan, _ = step(admission, waiting, running, budget)
         plans.append(plan)

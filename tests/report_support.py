@@ -7,6 +7,7 @@ with the fields the report reads, manifest.json with the resolved config, reques
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -41,7 +42,7 @@ def write_run(
 ) -> Path:
     """One run directory; `extra` ({"workload": {"max_requests": 8}}, say) merges into the config."""
     g = GRANULARITY[engine]
-    config = {
+    config: dict[str, Any] = {
         "workload": {"name": workload},
         "engine": {
             "cache": engine,

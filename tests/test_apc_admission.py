@@ -8,8 +8,8 @@ import pytest
 
 from engines.cache import build_cache
 from engines.cache.apc import ApcCache
-from engines.cache.base import StepBudget
 from engines.config import EngineConfig
+from engines.sched.base import StepBudget, build_scheduler
 from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.sequence import SeqStatus, Sequence
 
@@ -182,17 +182,18 @@ def test_unknown_policy_lists_the_valid_ones():
 
 @pytest.mark.parametrize("order,default", [("v024", True), ("classic", False)])
 def test_factory_options_follow_free_order(order, default):
-    cache, adm = build_cache(EngineConfig(free_order=order, block_size=16, kv_capacity_tokens=160))
+    adm = build_scheduler(EngineConfig(free_order=order, block_size=16, kv_capacity_tokens=160))
+    cache = adm.cache
     assert isinstance(cache, ApcCache) and cache.num_blocks == 11 and cache.enabled
     assert adm.reserve_full_prompt is default and adm.async_scheduling is default
     assert cache.pool.free_order == order
-    _, adm = build_cache(
+    adm = build_scheduler(
         EngineConfig(
             free_order=order, reserve_full_prompt=not default, async_scheduling=not default
         )
     )
     assert adm.reserve_full_prompt is (not default) and adm.async_scheduling is (not default)
-    cache, _ = build_cache(EngineConfig(prefix_caching=False))
+    cache = build_cache(EngineConfig(prefix_caching=False))
     assert not cache.enabled and cache.manager.hasher is None
 
 

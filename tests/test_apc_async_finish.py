@@ -14,7 +14,7 @@ from collections import deque
 import pytest
 
 from engines.cache.apc import ApcCache
-from engines.cache.base import StepBudget
+from engines.sched.base import StepBudget
 from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.sequence import SeqStatus, Sequence
 from harness.client.inprocess import drive
@@ -29,7 +29,7 @@ def _cache(bs: int, num_blocks: int = 128) -> ApcCache:
 def _run_alone(adm: ApcAdmission, seq: Sequence, output_ids: list[int]) -> None:
     """Drive one request to completion, one scheduler step at a time (tokens from a script)."""
     script = iter(output_ids)
-    waiting, running = deque([seq]), []
+    waiting, running = deque([seq]), list[Sequence]()
     while not seq.is_finished:
         plan = adm.schedule(waiting, running, StepBudget(8, 1024))
         finished = []

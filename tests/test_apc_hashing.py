@@ -34,7 +34,7 @@ from engines.cache.apc.hashing import (
 from engines.registry import UnknownNameError
 
 try:
-    from engines.cache.apc import _pickle_chain
+    from engines.cache.apc import _pickle_chain  # type: ignore[attr-defined]
 except ImportError:
     _pickle_chain = None
 needs_native = pytest.mark.skipif(_pickle_chain is None, reason="the C chain is not built here")

@@ -13,7 +13,8 @@ import pytest
 
 from engines.cache.apc import ApcCache
 from engines.cache.apc.hashing import block_extra_keys
-from engines.cache.base import CacheIntegrityError, StepBudget
+from engines.cache.records import CacheIntegrityError
+from engines.sched.base import StepBudget
 from engines.sched.vllm import VllmScheduler as ApcAdmission
 from engines.sequence import SeqStatus, Sequence
 

@@ -9,6 +9,7 @@ or reads before it writes, fails the comparison.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -83,7 +84,7 @@ def make_case(
     q = torch.randn(sum(query_lens), num_heads, head_dim, generator=gen)
     k_new = torch.cat([k[c:] for k, c in zip(keys, context_lens)])
     v_new = torch.cat([v[c:] for v, c in zip(values, context_lens)])
-    to = dict(dtype=dtype, device=device)
+    to: dict[str, Any] = dict(dtype=dtype, device=device)
     return Case(
         q=q.to(**to),
         k_new=k_new.to(**to),

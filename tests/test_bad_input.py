@@ -319,11 +319,11 @@ CASES: list[tuple[list[str], str]] = [
     (trace("no_field.jsonl"), "{d}/no_field.jsonl:1: missing field 'output_length'"),
     (
         trace("nan_time.jsonl"),
-        "{d}/nan_time.jsonl:2: timestamp must be a non-negative number of ms (finite), got nan",
+        "{d}/nan_time.jsonl:2: not valid JSON (NaN is not allowed (JSON numbers must be finite))",
     ),
     (
         trace("inf_time.jsonl"),
-        "{d}/inf_time.jsonl:1: timestamp must be a non-negative number of ms",
+        "{d}/inf_time.jsonl:1: not valid JSON (Infinity is not allowed",
     ),
     (
         trace("neg_time.jsonl"),
@@ -365,8 +365,13 @@ CASES: list[tuple[list[str], str]] = [
         "needs 60 KV tokens (prompt 56 + output 4) but engine.kv_capacity_tokens is 50",
     ),
     (
-        ["model.max_position_embeddings=32"],
-        "request g1-q0 needs 60 tokens (prompt 56 + output 4) but the model's context is 32",
+        # 50: each generated piece (48 system + 8 question tokens) fits, the whole request not
+        ["model.max_position_embeddings=50"],
+        "request g1-q0 needs 60 tokens (prompt 56 + output 4) but the model's context is 50",
+    ),
+    (
+        ["model.max_position_embeddings=32"],  # the 48-token system prompt: refused as it is made
+        "workload: a request needs 48 tokens in one piece",
     ),
     # ---- output directories (the preflight reads them from the command line)
     (["hydra.run.dir="], "hydra.run.dir: an empty path would write into the current directory"),
@@ -550,7 +555,7 @@ def test_cli_nan_timestamp_records_a_failed_run(tmp_path):
     proc = harness(
         with_base([*TRACE, f"workload.path={tmp_path}/nan_time.jsonl"]), run_dir, timeout=120
     )
-    _assert_one_error_line(proc, "nan_time.jsonl:2: timestamp must be a non-negative number of ms")
+    _assert_one_error_line(proc, "nan_time.jsonl:2: not valid JSON (NaN is not allowed")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     assert_failed_run_dir(run_dir)
 

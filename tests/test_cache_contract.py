@@ -1,4 +1,5 @@
-"""The PrefixCache/Admission contract (engines/cache/base.py), once, for every registered cache.
+"""The cache/scheduler contract (engines/cache/protocol.py, engines/sched/base.py), once, for every
+registered cache.
 
 Design-neutral: only protocol methods are used, through a tiny driver that plays the generic
 scheduler's part. Granularity g is the cache's block_size (APC block, radix page).
@@ -7,20 +8,30 @@ scheduler's part. Granularity g is the cache's block_size (APC block, radix page
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import pytest
 
 from engines.cache import CACHES, build_cache
-from engines.cache.base import StepBudget
+from engines.cache.protocol import (
+    CacheBookkeeping,
+    DecodeRunAllocation,
+    KVOwner,
+    PrefixCache,
+    PrefixOrder,
+    RecencyRefresh,
+    ReuseIndex,
+)
 from engines.config import EngineConfig
+from engines.sched.base import StepBudget, build_scheduler
 from engines.sequence import SeqStatus, Sequence
 
 BUDGET = StepBudget(max_num_seqs=16, max_num_batched_tokens=256)
 PROMPT = list(range(1000, 1100))  # 100 tokens
 
 
-def _config(name: str, **kw) -> EngineConfig:
-    base = dict(
+def _config(name: str, **kw: Any) -> EngineConfig:
+    base: dict[str, Any] = dict(
         cache=name,
         block_size=16 if name == "apc" else 1,
         kv_capacity_tokens=4096,
@@ -32,7 +43,8 @@ def _config(name: str, **kw) -> EngineConfig:
 
 class Driver:
     def __init__(self, config: EngineConfig) -> None:
-        self.cache, self.adm = build_cache(config)
+        self.adm = build_scheduler(config)
+        self.cache = self.adm.cache
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._ids = 0
@@ -53,6 +65,7 @@ class Driver:
             seq = item.seq
             seq.num_computed_tokens = item.end
             if item.end == seq.num_tokens:
+                assert seq.scripted_output_ids is not None  # submit scripts every reply
                 seq.token_ids.append(seq.scripted_output_ids[seq.num_output_tokens])
                 if seq.done_generating:
                     seq.status = SeqStatus.FINISHED
@@ -96,6 +109,29 @@ def _aligned(n: int, g: int) -> int:
 @pytest.fixture(params=CACHES.names())
 def name(request):
     return request.param
+
+
+# What each cache says it implements (its bases); the capabilities beyond PrefixCache are optional.
+CAPABILITIES = {
+    "apc": {DecodeRunAllocation, PrefixOrder},
+    "radix": {DecodeRunAllocation, PrefixOrder, RecencyRefresh},
+}
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["enabled", "disabled"])
+def test_cache_implements_the_protocols_it_declares(name, enabled):
+    cache = build_cache(_config(name, prefix_caching=enabled))
+    assert cache.name == name and cache.enabled is enabled
+    for core in (ReuseIndex, KVOwner, CacheBookkeeping, PrefixCache):
+        assert isinstance(cache, core) and core in type(cache).__mro__  # declared as a base
+    for capability in (DecodeRunAllocation, PrefixOrder, RecencyRefresh):
+        declared = capability in CAPABILITIES[name]
+        assert (capability in type(cache).__mro__) is declared
+        assert isinstance(cache, capability) is declared  # nothing implemented undeclared
+
+
+def test_every_cache_has_declared_capabilities():
+    assert sorted(CAPABILITIES) == CACHES.names()
 
 
 @pytest.mark.parametrize(

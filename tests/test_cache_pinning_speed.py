@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from engines.build import build_engine
 from harness.client.arrivals import with_arrivals
 from harness.client.inprocess import drive
 from harness.config import (
     CONF_DIR,
-    RunConfig,  # noqa: F401  (registers the schemas)
+    RunConfig,
+    to_schema,
 )
 from harness.tokenspace import token_space_for
 from workloads.base import generate
@@ -78,7 +78,7 @@ def observe(workload: str, arm: str) -> dict:
     """Run one case and return what the pin compares."""
     overrides = [*SIM, *WORKLOADS[workload], *ARMS[arm]]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="pin"):
-        cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+        cfg = to_schema(compose(config_name="config", overrides=overrides), RunConfig)
     requests = generate(cfg.workload, cfg.seed, token_space_for(cfg.model))
     requests = with_arrivals(requests, cfg.load, cfg.seed)
     engine = build_engine(

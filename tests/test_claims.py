@@ -13,9 +13,11 @@ import pytest
 from harness.claims.__main__ import main, run_claims
 from harness.claims.record import FAILS, HOLDS
 from harness.claims.registry import ordered
-from harness.config import RunConfig  # noqa: F401  (registers the schemas)
+from harness.config import register_configs
 from workloads.base import generate, params_from_mapping
 from workloads.tokens import TokenSpace
+
+register_configs()  # the schemas Hydra composes against
 
 VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
 
@@ -29,7 +31,7 @@ def quick(tmp_path_factory):  # a minute or more: the tests using it are marked 
 @pytest.mark.slow
 def test_every_claim_has_a_computed_verdict(quick):
     out, rows = quick
-    assert [r.number for r in rows] == list(range(1, 10))
+    assert [r.number for r in rows] == list(range(1, 15))
     for row in rows:
         assert VERDICT.match(row.verdict), (row.number, row.verdict)
         if not row.verdict.startswith("not measurable here"):
@@ -64,8 +66,38 @@ def test_exactness_claims_hold(quick):
     are built to these, so any other verdict is a bug."""
     _, rows = quick
     verdicts = {r.number: r.verdict for r in rows}
-    for number in (2, 5, 7, 9):
+    for number in (2, 5, 9):
         assert verdicts[number] == HOLDS, (number, verdicts[number])
+    # claim 7: wrong K/V never; near-tie flips in bfloat16 are counted, not a failure
+    assert verdicts[7] == HOLDS or verdicts[7].startswith("depends on the numerics"), verdicts[7]
+
+
+@pytest.mark.slow
+def test_reset_claims_carry_their_control_arms(quick):
+    """The arms a review asked for are there: Poisson and page-16 tree arms with a KV-pressure arm
+    (6), the burst as its own row (10), a head-first freeing control (8), ten paired seeds (1),
+    the intra-tenant hit rate (9), and claim 4 declared not measurable."""
+    _, rows = quick
+    by = {r.number: r for r in rows}
+    assert "radix16+sglang" in by[6].result and "req/s" in by[6].result
+    pressure = re.findall(r"\((\d+) KV tokens, [\d.]+ req/s\).*?evictions (\d+)", by[6].result)
+    assert pressure and any(int(ev) > 0 for _, ev in pressure)
+    assert "apc+vllm lead" in by[10].result and "Poisson" not in by[10].setup
+    assert "head-first" in by[8].result and "own history" in by[8].result
+    assert "10 paired seeds" in by[1].setup and "for this implementation" in by[1].threshold.lower()
+    assert "intra-tenant hit rate" in by[9].result
+    assert by[4].verdict.startswith("not measurable here")
+    assert "wrong K/V" in by[7].result and "bfloat16" in by[7].setup
+
+
+@pytest.mark.slow
+def test_new_rows_measure_what_they_name(quick):
+    _, rows = quick
+    by = {r.number: r for r in rows}
+    assert "linked" in by[11].result and "deque" in by[11].result
+    assert "radix (SGLang front stage) n=4" in by[12].result
+    assert "radix p16" in by[13].result and "tokens evicted" in by[13].result
+    assert all(p in by[14].result for p in ("fcfs", "lpm", "dfs-weight"))
 
 
 def test_unknown_claim_is_refused(capsys):

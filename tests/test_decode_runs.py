@@ -1,4 +1,4 @@
-"""Decode runs (engines/cache/base.py `DecodeRun`): the simulated executor's macro-steps over pure
+"""Decode runs (engines/sched/base.py `DecodeRun`): the simulated executor's macro-steps over pure
 decode give exactly what stepping one by one gives.
 
 Engine level: every simulated pin case (both upstream pairings, tight KV with preemptions and
@@ -19,19 +19,18 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from omegaconf import OmegaConf
 
 from engines.batch import run_batch
 from engines.build import build_engine
 from engines.cache.apc.cache import ApcCache
-from engines.cache.base import Allocation
 from engines.cache.radix.cache import RadixCache
+from engines.cache.records import Allocation
 from engines.config import EngineConfig
 from engines.sequence import Sequence
-from engines.simulate.cost_model import StepShape, build_cost_model
+from engines.simulate.cost_model import HardwareConfig, StepShape, build_cost_model
 from engines.simulate.executor import SimulatedExecutor, decode_run_shape
 from harness.client.inprocess import drive
-from harness.config import CONF_DIR
+from harness.config import CONF_DIR, to_schema
 from tests.engine_util import ENGINE_PRESETS, as_workload, shared_prompt_requests, tiny_model
 from tests.pin_support import CASES, SIM, run_overrides
 from tests.test_engine_fuzz import build_requests, pressure, streams
@@ -40,7 +39,7 @@ from tests.test_engine_fuzz import build_requests, pressure, streams
 def hardware_preset(name: str):
     """A `conf/hardware` preset as its HardwareConfig."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return OmegaConf.to_object(compose(f"hardware/{name}")["hardware"])
+        return to_schema(compose(f"hardware/{name}")["hardware"], HardwareConfig)
 
 
 def simulated_engine(config: EngineConfig):

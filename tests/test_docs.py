@@ -73,3 +73,70 @@ def test_markdown_links_resolve_inside_the_clone():
             ):
                 broken.append(f"{f}: {target}")
     assert not broken, broken
+
+
+# A path under one of the project's own top-level folders, cited in prose (`engines/loop.py`,
+# conf/hardware/*.yaml, results/<run>/...). Upstream paths (vllm/v1/..., python/sglang/...) start
+# elsewhere; the lookbehind keeps them from matching in their middle.
+PROJECT_PATH = re.compile(
+    r"(?<![\w/.\-])((?:harness|engines|workloads|conf|scripts|tests|docs|notebooks|results)"
+    r"/[\w./*<>{}\-]*)"
+)
+CITING = [
+    "README.md",
+    "workloads/README.md",
+    *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")),
+]
+# Paths that are not files of the clone: an upstream file whose path starts like one of ours
+# (vLLM's design doc of APC), and where the wheel installs conf/ (setup.py's package_dir).
+UPSTREAM = {"docs/design/prefix_caching.md", "harness/conf"}
+
+
+def _cited_path_exists(path: str, files: set[str]) -> bool:
+    """A file or folder of the clone; a glob that matches one; a placeholder (`<run>`, `{a,b}`)
+    whose folder exists; `module.attr` whose module exists."""
+    for mark in "<{":
+        if mark in path:
+            path = path[: path.index(mark)].rsplit("/", 1)[0] + "/"
+    path = path.rstrip(".")
+    if "*" in path:
+        return any(Path(f).match(path) or f.startswith(path.split("*")[0]) for f in files)
+    if path in files or any(f.startswith(path.rstrip("/") + "/") for f in files):
+        return True
+    folder, _, name = path.rpartition("/")
+    return "." in name and f"{folder}/{name.split('.')[0]}.py" in files  # tests/util.fn
+
+
+def _ignored(paths: list[str]) -> set[str]:
+    """The cited paths git ignores: output locations a command writes (results/ref/), not files."""
+    out = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=ROOT,
+        input="\n".join(paths),
+        capture_output=True,
+        text=True,
+    )
+    return set(out.stdout.split())
+
+
+def test_every_cited_project_path_exists():
+    files = set(tracked())
+    cited = {
+        (doc, m.group(1).rstrip(".,:;)"))
+        for doc in CITING
+        for m in PROJECT_PATH.finditer((ROOT / doc).read_text())
+    }
+    missing = [(d, p) for d, p in cited if p not in UPSTREAM and not _cited_path_exists(p, files)]
+    ignored = _ignored([p for _, p in missing])
+    stale = sorted(f"{d}: {p}" for d, p in missing if p not in ignored)
+    assert not stale, stale
+
+
+def test_cited_path_check_tells_stale_from_present():
+    files = {"engines/loop.py", "engines/cache/apc/cache.py", "conf/hardware/a100.yaml"}
+    assert _cited_path_exists("engines/loop.py", files)
+    assert _cited_path_exists("engines/cache/", files)
+    assert _cited_path_exists("conf/hardware/*.yaml", files)
+    assert _cited_path_exists("engines/<module>.py", files)
+    assert not _cited_path_exists("engines/cache/apc/admission.py", files)
+    assert not _cited_path_exists("harness/load.py", files)

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -131,7 +132,7 @@ def test_sweep_with_one_bad_job_keeps_the_good_one(tmp_path):
 # ------------------------------------------------------------------ in-process fault injection
 
 
-def run_in_process(tmp_path: Path, args: list[str] = ()) -> tuple[int, Path]:
+def run_in_process(tmp_path: Path, args: Sequence[str] = ()) -> tuple[int, Path]:
     run_dir = tmp_path / "run"
     return execute(compose_config(with_base(list(args))), run_dir), run_dir
 

@@ -1,6 +1,6 @@
 """Sweeps on Hydra launchers: a bad job records its failure and the sweep goes on (docs/benchmarking.md
-§13 pitfall 5), on the basic launcher and on submitit_local (the SLURM launcher's local twin).
-joblib behaves as submitit_local (jobs in worker processes); it is documented, not tested here."""
+§13 pitfall 5), on the basic launcher, on submitit_local (the SLURM launcher's local twin) and on
+joblib (jobs in joblib's worker processes)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ TINY = [
 ONE_GOOD_ONE_BAD = "engine.kv_capacity_tokens=4096,16"
 
 
-def multirun(args: list[str], sweep_dir: Path, timeout: int = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+def multirun(
+    args: list[str], sweep_dir: Path, timeout: int = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
     cmd = [sys.executable, "-m", "harness", "-m", *TINY, *args, f"hydra.sweep.dir={sweep_dir}"]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -93,3 +95,41 @@ def test_submitit_local_sweep_of_two_jobs(tmp_path):
     # Jobs run in other processes, so the parent cannot see their exit codes: 0, or 2 once it can.
     assert_one_good_one_bad(proc, sweep, codes=(0, 2))
     assert (sweep / ".submitit").is_dir()  # submitit's logs and pickles, one folder per job
+
+
+@pytest.mark.slow
+def test_joblib_sweep_of_two_jobs(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="the launchers extra")
+    sweep = tmp_path / "sweep"
+    proc = multirun(
+        ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "engine=apc", ONE_GOOD_ONE_BAD],
+        sweep,
+        timeout=300,
+    )
+    # Jobs run in joblib's worker processes, as on submitit_local: 0, or 2 once it can tell.
+    assert_one_good_one_bad(proc, sweep, codes=(0, 2))
+
+
+@pytest.mark.slow
+def test_ray_sweep_of_two_jobs_on_a_local_cluster(tmp_path):
+    """The `ray` extra lives in its own environment (hydra-ray-launcher pins cloudpickle<3): this
+    runs where it is installed, on a Ray cluster the launcher starts on 127.0.0.1 without a
+    dashboard, and the report reads both jobs."""
+    pytest.importorskip(
+        "hydra_plugins.hydra_ray_launcher",
+        reason="needs the ray extra, in its own environment: pip install -e '.[ray]'",
+    )
+    from harness.report.build import build_report
+
+    sweep = tmp_path / "sweep"
+    ray = [
+        "hydra/launcher=ray",
+        "+hydra.launcher.ray.init.num_cpus=2",
+        "+hydra.launcher.ray.init.include_dashboard=false",
+        "+hydra.launcher.ray.init._node_ip_address=127.0.0.1",
+    ]
+    quiet = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = multirun([*ray, "engine=apc", ONE_GOOD_ONE_BAD], sweep, timeout=180, env=quiet)
+    assert_one_good_one_bad(proc, sweep, codes=(0, 2))
+    runs = build_report(sweep, figures=False).runs
+    assert sorted(runs["ok"].tolist()) == [False, True]

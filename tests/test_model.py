@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from hydra import compose, initialize_config_dir
 
 from engines.attention.backend import get_attention_backend
 from engines.attention.metadata import AttentionMetadata
 from engines.attention.reference import dense_attention
 from engines.kv_pool import KVPool
 from engines.model import weights as weights_mod
-from engines.model.config import ModelConfig
 from engines.model.presets import PRESETS, get_preset
 from engines.model.weights import build_model
 from engines.registry import UnknownNameError
+from harness.config import RunConfig, to_schema
 from workloads import tokenizer as tok_mod
 
 ATOL = 1e-4
@@ -205,9 +206,18 @@ def test_positions_beyond_the_model_context_are_refused(tiny):
 
 
 @pytest.mark.parametrize("name", ["tiny", "s", "smollm2-135m", "smollm2-rand"])
-def test_preset_yaml_equals_python_preset(name):
-    values = yaml.safe_load((CONF_DIR / f"{name}.yaml").read_text())
-    assert ModelConfig(**values) == get_preset(name)
+def test_preset_yaml_only_selects_the_python_preset(name):
+    """One source: the YAML holds no field value, and composing `model=<name>` gives the preset."""
+    assert yaml.safe_load((CONF_DIR / f"{name}.yaml").read_text()) == {
+        "defaults": [f"preset_{name}", "_self_"]
+    }
+    with initialize_config_dir(config_dir=str(CONF_DIR.parent), version_base="1.3"):
+        composed = to_schema(compose("config", overrides=[f"model={name}"]), RunConfig)
+        overridden = to_schema(
+            compose("config", overrides=[f"model={name}", "model.dtype=float16"]), RunConfig
+        )
+    assert composed.model == get_preset(name)
+    assert overridden.model == replace(get_preset(name), dtype="float16")
     get_preset(name).validate()
 
 

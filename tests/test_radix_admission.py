@@ -8,20 +8,21 @@ import random
 from collections import deque
 
 import pytest
-from radix_support import complete, drive, make_seq, new_cache, serve, step
 
 from engines.cache import CACHES, build_cache
-from engines.cache.base import PrefixMatch, StepBudget
-from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import match_request
 from engines.cache.radix.key import RadixKey as K
+from engines.cache.radix.recency import LogicalClock
 from engines.cache.radix.schedule_policy import dfs_weight_order
 from engines.cache.radix.tree import UnifiedRadixTree
+from engines.cache.records import PrefixMatch
 from engines.config import EngineConfig
 from engines.registry import UnknownNameError
+from engines.sched.base import StepBudget, build_scheduler
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.sglang import SglangScheduler as RadixAdmission
 from engines.sequence import SeqStatus
+from tests.radix_support import complete, drive, make_seq, new_cache, serve, step
 
 BUDGET = StepBudget(max_num_seqs=8, max_num_batched_tokens=64)
 
@@ -267,16 +268,19 @@ def test_factory_builds_from_engine_config():
         policy="dfs-weight",
         eviction_policy="lfu",
     )
-    cache, adm = build_cache(cfg)
+    adm = build_scheduler(cfg)
+    cache = adm.cache
     assert "radix" in CACHES.names()
     assert (cache.page_size, cache.capacity_tokens, cache.tree.policy.name) == (4, 64, "lfu")
     assert adm.policy.name == "dfs-weight"
-    off, _ = build_cache(
+    off = build_cache(
         EngineConfig(cache="radix", block_size=1, kv_capacity_tokens=64, prefix_caching=False)
     )
     assert off.tree.disable and not off.enabled
     with pytest.raises(UnknownNameError, match="valid: dfs-weight, fcfs, lpm"):
-        build_cache(EngineConfig(cache="radix", block_size=1, kv_capacity_tokens=64, policy="lof"))
+        build_scheduler(
+            EngineConfig(cache="radix", block_size=1, kv_capacity_tokens=64, policy="lof")
+        )
 
 
 # ------------------------------------------------------------- §9 the paper's Theorem 3.1

@@ -7,13 +7,13 @@ from collections import deque
 import numpy as np
 import pytest
 
-from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
     ReqToTokenPool,
     TokenToKVPoolAllocator,
 )
 from engines.cache.radix.slot_row import SlotRow
+from engines.cache.records import CacheIntegrityError
 
 
 def test_token_allocator_takes_from_the_front_and_appends_frees():

@@ -12,10 +12,8 @@ import random
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from radix_support import make_seq
 
 from engines.cache.radix.cache import RadixCache
-from engines.cache.radix.clock import LogicalClock
 from engines.cache.radix.hooks import (
     checkpoint,
     evict_to_free_tokens,
@@ -25,7 +23,9 @@ from engines.cache.radix.hooks import (
     start_request,
 )
 from engines.cache.radix.key import RadixKey
+from engines.cache.radix.recency import LogicalClock
 from engines.sequence import SeqStatus
+from tests.radix_support import make_seq
 
 OPS = [
     "admit",

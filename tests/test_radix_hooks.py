@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from radix_support import admit, decode_to_end, make_seq, new_cache, retract, serve
 
-from engines.cache.base import CacheIntegrityError, PrefixCache
+from engines.cache.protocol import PrefixCache
 from engines.cache.radix.hooks import checkpoint_kv_cache, extra_key_of, match_request
 from engines.cache.radix.key import RadixKey as K
+from engines.cache.records import CacheIntegrityError
+from tests.radix_support import admit, decode_to_end, make_seq, new_cache, retract, serve
 
 
 def test_match_cap_and_uncapped_match():

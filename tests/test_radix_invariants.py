@@ -10,7 +10,21 @@ import random
 from collections import deque
 
 import pytest
-from radix_support import (
+
+from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+from engines.cache.radix.cache import RadixCache
+from engines.cache.radix.eviction import make_eviction_policy
+from engines.cache.radix.hooks import checkpoint, evict_to_free_tokens
+from engines.cache.radix.key import RadixKey as K
+from engines.cache.radix.key import pack, unpack
+from engines.cache.radix.recency import LogicalClock
+from engines.cache.radix.schedule_policy import dfs_weight_order
+from engines.cache.radix.tree import UnifiedRadixTree
+from engines.cache.records import CacheIntegrityError
+from engines.sched.base import StepBudget
+from engines.sched.sglang import SglangScheduler as RadixAdmission
+from engines.sequence import Sequence
+from tests.radix_support import (
     RecordingAllocator,
     admit,
     decode_to_end,
@@ -20,19 +34,6 @@ from radix_support import (
     serve,
     step,
 )
-
-from engines.cache.base import CacheIntegrityError, StepBudget
-from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-from engines.cache.radix.cache import RadixCache
-from engines.cache.radix.clock import LogicalClock
-from engines.cache.radix.hooks import checkpoint, evict_to_free_tokens
-from engines.cache.radix.key import RadixKey as K
-from engines.cache.radix.key import pack, unpack
-from engines.cache.radix.policies import make_eviction_policy
-from engines.cache.radix.schedule_policy import dfs_weight_order
-from engines.cache.radix.tree import UnifiedRadixTree
-from engines.sched.sglang import SglangScheduler as RadixAdmission
-from engines.sequence import Sequence
 
 
 def make_tree(page_size=1, policy="lru", allocator=None, **params):

@@ -4,15 +4,15 @@ locks, eviction order under every policy, and the persistent heap behind evictio
 from __future__ import annotations
 
 import pytest
-from radix_support import RecordingAllocator
 
 from engines.cache.radix.allocator import PagedTokenToKVPoolAllocator
-from engines.cache.radix.clock import LogicalClock
+from engines.cache.radix.eviction import EVICTION_POLICIES, make_eviction_policy
 from engines.cache.radix.key import RadixKey as K
 from engines.cache.radix.key import pack, packed_tokens
-from engines.cache.radix.policies import EVICTION_POLICIES, make_eviction_policy
+from engines.cache.radix.recency import LogicalClock
 from engines.cache.radix.tree import ANCESTOR_STAMP_STEP, UnifiedRadixTree
 from engines.registry import UnknownNameError
+from tests.radix_support import RecordingAllocator
 
 
 def make_tree(page_size=1, policy="lru", allocator=None, **params):

@@ -12,14 +12,14 @@ from __future__ import annotations
 import random
 
 import pytest
-from radix_support import RecordingAllocator
 
 import engines.cache.radix.tree as tree_module
-from engines.cache.radix.clock import LogicalClock
+from engines.cache.radix.eviction import EVICTION_POLICIES, make_eviction_policy
 from engines.cache.radix.key import RadixKey
 from engines.cache.radix.leaves import EvictableLeaves
-from engines.cache.radix.policies import EVICTION_POLICIES, make_eviction_policy
+from engines.cache.radix.recency import LogicalClock
 from engines.cache.radix.tree import UnifiedRadixTree
+from tests.radix_support import RecordingAllocator
 
 
 def _snapshot(tree: UnifiedRadixTree) -> list[tuple]:

@@ -112,7 +112,9 @@ def test_load_runs_skips_unreadable_and_joins_by_run_id(tmp_path):
     write_failed_summary(tmp_path / "single" / "boom", "ValueError: bad workload")
     (tmp_path / "sweep" / "0" / ".hydra").mkdir()  # not a run: no summary.json
 
-    skipped = r"skipped 2 unreadable run directories: .*sweep/2 \(JSONDecodeError\), .*sweep/3 \(ValueError\)"
+    skipped = (
+        r"skipped 2 unreadable run directories: .*sweep/2 \(BadInput\), .*sweep/3 \(ValueError\)"
+    )
     with pytest.warns(UserWarning, match=skipped):
         runs, requests = load_runs(tmp_path)
     assert runs["run_dir"].tolist() == ["single/boom", "sweep/0", "sweep/1"]
@@ -180,19 +182,19 @@ def test_fresh_dir_never_reuses_a_name(tmp_path):
 
 def test_a_claimed_or_finished_directory_is_refused_unless_overwrite(tmp_path):
     from harness.errors import BAD_INPUT
-    from harness.identity import claim
+    from harness.identity import claim_run_dir
 
     run = tmp_path / "run"
-    claim(run, "rows.jsonl", overwrite=False)
+    claim_run_dir(run, "rows.jsonl", overwrite=False)
     with pytest.raises(BAD_INPUT, match=r"holds another run's results \(rows.jsonl\)"):
-        claim(run, "rows.jsonl", overwrite=False)  # a second run pointed at a running one
+        claim_run_dir(run, "rows.jsonl", overwrite=False)  # a second run pointed at a running one
     (run / "rows.jsonl").unlink()
     write_json(run / "summary.json", {"status": "ok"})
     with pytest.raises(
         BAD_INPUT, match=r"holds another run's results \(summary.json\); .*overwrite=true"
     ):
-        claim(run, "rows.jsonl", overwrite=False)
-    claim(run, "rows.jsonl", overwrite=True)
+        claim_run_dir(run, "rows.jsonl", overwrite=False)
+    claim_run_dir(run, "rows.jsonl", overwrite=True)
     assert not (run / "summary.json").exists() and (run / "rows.jsonl").exists()
 
 

@@ -3,13 +3,15 @@ the same cache reuses the same tokens under both schedulers one request at a tim
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from engines.batch import run_batch
 from engines.build import build_engine
-from engines.cache.base import CacheIntegrityError
+from engines.cache.records import CacheIntegrityError
 from engines.config import DESIGN_KNOBS, EngineConfig
 from engines.sequence import Sequence
 from harness.preflight import preflight
@@ -38,8 +40,8 @@ WORKLOADS = [
 ]
 
 
-def engine_for(cache: str, scheduler: str, **overrides):
-    fields = dict(
+def engine_for(cache: str, scheduler: str, **overrides: Any):
+    fields: dict[str, Any] = dict(
         cache=cache,
         scheduler=scheduler,
         block_size=GRANULARITY[cache],
@@ -70,15 +72,19 @@ def test_greedy_outputs_equal_caching_off(cache, scheduler):
 )
 @pytest.mark.parametrize("cache", ["apc", "radix"])
 def test_one_at_a_time_the_cache_alone_decides_the_hits(cache, workload):
-    """max_num_seqs=1 removes every scheduling decision but the order, which is FCFS in both."""
+    """max_num_seqs=1 removes every scheduling decision but the order, which is FCFS in both.
+    SGLang's front stage is off: its n > 1 prefix request is a front-stage difference, not the
+    scheduler's (tests/test_frontend.py)."""
     cached = {}
     for scheduler in ("vllm", "sglang"):
+        front = ("engine.sglang_frontend=false",) if scheduler == "sglang" else ()
         _, records = run_overrides(
             (
                 f"engine={cache}",
                 f"engine.scheduler={scheduler}",
                 f"workload={workload}",
                 "engine.max_num_seqs=1",
+                *front,
                 *SIM,
             )
         )

@@ -56,7 +56,7 @@ def step(loop):
 
 
 def scheduler(engine) -> SglangScheduler:
-    admission = engine.loop.admission
+    admission = engine.loop.scheduler
     assert isinstance(admission, SglangScheduler)
     return admission
 

@@ -7,19 +7,19 @@ timing-dependent release) every per-request hit count and preemption must be ide
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-import engines.simulate.executor  # noqa: F401  (registers executor=simulated)
 from engines.batch import run_batch
 from engines.build import build_engine
-from engines.cache.base import ScheduledSeq, StepPlan
 from engines.config import EngineConfig
 from engines.model.presets import get_preset
 from engines.registry import UnknownNameError
 from engines.request import GenerationRequest
+from engines.sched.base import ScheduledSeq, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import (
     FittedCostModel,
@@ -175,8 +175,9 @@ def test_every_preset_composes_and_prices_a_step(path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import harness.config  # noqa: F401  (registers base_hardware)
+    from harness.config import register_configs
 
+    register_configs()  # the hardware/base_hardware schema the presets start from
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         hw = OmegaConf.to_object(compose(f"hardware/{path.stem}")["hardware"])
     assert isinstance(hw, HardwareConfig) and hw.name == path.stem
@@ -194,7 +195,7 @@ TINY_VOCAB = 1024
 
 
 def engine(cache: str, executor: str, hardware: HardwareConfig | None = None, **overrides):
-    fields = dict(
+    fields: dict[str, Any] = dict(
         cache=cache,
         block_size=16 if cache == "apc" else 1,
         kv_capacity_tokens=4096,

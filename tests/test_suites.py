@@ -15,7 +15,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-import harness.config  # noqa: F401  (registers the schemas)
+from harness.config import register_configs
+
+register_configs()  # the schemas Hydra composes against
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-import harness.config  # noqa: F401  (registers the schemas)
-from harness.config import CONF_DIR
+from harness.config import CONF_DIR, RunConfig, to_schema
 from harness.pipeline import measure, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +41,7 @@ def trace_config(engine: str, kv_capacity_tokens: int, max_requests: int | None,
         *extra,
     ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return OmegaConf.to_object(compose("config", overrides=overrides))
+        return to_schema(compose("config", overrides=overrides), RunConfig)
 
 
 def replay(cfg) -> dict:
@@ -70,7 +69,7 @@ def replay(cfg) -> dict:
     }
 
 
-def _digest(times: tuple[float, ...]) -> str:
+def _digest(times: Sequence[float]) -> str:
     """Every simulated token time, bit for bit, in a short string."""
     return hashlib.sha1(struct.pack(f"{len(times)}d", *times)).hexdigest()[:16]
 

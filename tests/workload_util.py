@@ -67,7 +67,7 @@ def brute_shared(requests: list[Request]) -> list[int]:
     out = []
     for r in requests:
         out.append(max((common_prefix(r.prompt_ids, c) for c in content), default=0))
-        content.append(r.prompt_ids)
+        content.append(tuple(r.prompt_ids))
         if r.request_id in chained:
-            content.append(r.prompt_ids + r.output_ids[:-1])
+            content.append(tuple(r.prompt_ids) + tuple(r.output_ids or ())[:-1])
     return out

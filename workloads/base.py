@@ -8,14 +8,14 @@ each schema in Hydra's ConfigStore as `workload/base_<family>`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from workloads.errors import BadInput
+from workloads.readers import check_regular, loads_json
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.tokens import TokenSpace
@@ -93,6 +93,11 @@ class WorkloadParams:
         a run can refuse a workload too large for memory before generating it); None if unknown."""
         return None
 
+    def requests_estimate(self) -> int | None:
+        """Requests (engine sequences) the generator will make, from the parameters alone; each
+        gets `output_len` scripted output tokens (harness.footprint). None if unknown."""
+        return None
+
 
 def check_fraction(params: WorkloadParams, name: str, low_open: bool = True) -> None:
     """`name` must lie in (0, 1] (or [0, 1] with low_open=False)."""
@@ -128,20 +133,12 @@ class Generated(NamedTuple):
 
 class Family(NamedTuple):
     params_cls: type[WorkloadParams]
-    generate_fn: Callable[[WorkloadParams, int, TokenSpace], list[Request] | Generated]
+    # takes a `params_cls` instance (generate() builds it from the config, so the pair matches)
+    generate_fn: Callable[[Any, int, TokenSpace], list[Request] | Generated]
 
 
+# Filled in workloads/__init__.py, the one place every family is registered.
 FAMILIES: Registry[Family] = Registry("workload family")
-
-
-def register_family(name: str, params_cls: type[WorkloadParams]):
-    """Decorator for a generator function: `@register_family("unique", UniqueParams)`."""
-
-    def deco(fn):
-        FAMILIES.add(name, Family(params_cls, fn))
-        return fn
-
-    return deco
 
 
 def params_from_mapping(values: Mapping[str, object]) -> WorkloadParams:
@@ -153,7 +150,8 @@ def params_from_mapping(values: Mapping[str, object]) -> WorkloadParams:
         raise BadInput(
             f"workload.{extra[0]} is not a parameter of family {values['family']!r}; valid: {', '.join(sorted(known))}"
         )
-    return family.params_cls(**values)
+    kwargs: dict[str, Any] = dict(values)  # checked against the family's fields above
+    return family.params_cls(**kwargs)
 
 
 def generate(
@@ -205,7 +203,8 @@ def resolve_data_path(path: str, what: str) -> Path:
     raw = Path(path).expanduser()
     candidates = [raw] if raw.is_absolute() else [DATA_DIR / raw, Path.cwd() / raw]
     for candidate in candidates:
-        if candidate.is_file():
+        if candidate.exists() or candidate.is_symlink():
+            check_regular(candidate, what)  # a FIFO, a directory, a dangling link: say so
             return candidate
     looked = ", ".join(str(c) for c in candidates)
     raise BadInput(f"{what} {path!r} not found (looked at {looked})")
@@ -213,25 +212,7 @@ def resolve_data_path(path: str, what: str) -> Path:
 
 def json_object(line: str, where: str) -> dict:
     """One JSONL line that must hold a JSON object; `where` (`file:line`) starts each error."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{where}: not valid JSON ({exc.msg})") from None
+    obj = loads_json(line, where)
     if not isinstance(obj, dict):
         raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
     return obj
-
-
-# The family modules register themselves on import; they import this module, so this comes last.
-from workloads import (  # noqa: E402, F401
-    dataset,
-    fewshot,
-    mix,
-    multiturn,
-    parallel,
-    prompts,
-    rag,
-    system_prompt,
-    trace,
-    unique,
-)

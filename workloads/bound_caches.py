@@ -37,7 +37,8 @@ def _leading(keys: list[int], cache) -> int:
 
 class _LRU:
     def __init__(self, capacity: int, items: list) -> None:
-        self.capacity, self.cache = capacity, OrderedDict()
+        self.capacity = capacity
+        self.cache: OrderedDict[int, None] = OrderedDict()
 
     def hits(self, keys: list[int], t: int) -> int:
         return _leading(keys, self.cache)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -88,7 +88,7 @@ def _int_array(ids) -> np.ndarray:
 def _as_replays(source: Sequence[Request] | Iterable[Replay]) -> Iterable[Replay]:
     if isinstance(source, Sequence) and source and isinstance(source[0], Request):
         return iter_replays(source)
-    return source
+    return cast(Iterable[Replay], source)  # replays already (or no requests)
 
 
 # --- block keys --------------------------------------------------------------------------------
@@ -167,7 +167,8 @@ class _Item(NamedTuple):
 
 def _items(source, granularities: Sequence[int], accounting: str) -> dict[int, list[_Item]]:
     ends_of = ACCOUNTINGS.get(accounting)
-    hasher, out = _Hasher(), {g: [] for g in granularities}
+    hasher = _Hasher()
+    out: dict[int, list[_Item]] = {g: [] for g in granularities}
     total = len(source) if isinstance(source, Sequence) else None
     for rep in progress(_as_replays(source), "bounds: hashing", "req", total=total):
         prompt, cached = _int_array(rep.prompt_ids), _int_array(rep.cached_ids)

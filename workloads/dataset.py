@@ -22,11 +22,12 @@ from workloads.base import (
     WorkloadParams,
     check_non_negative_number,
     fail,
-    register_family,
+    json_object,
     resolve_data_path,
 )
 from workloads.errors import BadInput
 from workloads.progress import progress
+from workloads.readers import iter_lines, loads_json, open_regular, read_text
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.sessions import ORDERS, interleave
@@ -77,8 +78,21 @@ class DatasetParams(WorkloadParams):
 
 
 def load_records(path: Path) -> list[dict]:
-    """Rows of a local JSON/JSONL/Parquet file through `datasets`, offline, in a throwaway cache."""
+    """Rows of a local JSON/JSONL file (workloads.readers: bounded, strict) or of a Parquet file
+    through `datasets`, offline, in a throwaway cache."""
+    if path.suffix == ".jsonl":
+        return [
+            json_object(line, f"{path}:{line_no}")
+            for line_no, line in iter_lines(path, "dataset file")
+            if line.strip()
+        ]
+    if path.suffix == ".json":
+        rows = loads_json(read_text(path, "dataset file"), str(path))
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise BadInput(f"{path}: a .json dataset must hold one JSON array of objects")
+        return rows
     builder = FORMATS.get(path.suffix)
+    open_regular(path, "dataset file").close()  # a FIFO or a huge file: refused before datasets
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import datasets
@@ -159,7 +173,6 @@ def _session(
     return turns, None
 
 
-@register_family("dataset", DatasetParams)
 def generate_dataset(p: DatasetParams, seed: int, space: TokenSpace) -> Generated:
     from workloads.bounds import shared_prefix_lens
     from workloads.tokenizer import load

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workloads.base import WorkloadParams, check_distinct, fail, register_family
+from workloads.base import WorkloadParams, check_distinct, fail
 from workloads.registry import Registry
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, distinct_heads, rng, token_ids
@@ -67,12 +67,14 @@ class FewshotParams(WorkloadParams):
         shots = self.instruction_len + self.k_shots * self.shot_len + self.question_len
         return self.num_tasks * self.questions_per_task * shots
 
+    def requests_estimate(self) -> int:
+        return self.num_tasks * self.questions_per_task
+
     def check(self) -> None:
         if self.pool_size is not None and self.pool_size < self.k_shots:
             raise fail("pool_size", f"at least k_shots ({self.k_shots})", self.pool_size)
 
 
-@register_family("fewshot", FewshotParams)
 def generate_fewshot(p: FewshotParams, seed: int, space: TokenSpace) -> list[Request]:
     pool = p.pool_size or p.k_shots
     check_distinct("num_tasks", p.num_tasks * pool, space, "shots (num_tasks * pool_size)")

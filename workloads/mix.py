@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from workloads.base import WorkloadParams, generate, register_family
+from workloads.base import WorkloadParams, generate
 from workloads.dataset import DatasetParams
 from workloads.request import Request
 from workloads.system_prompt import SystemPromptParams
@@ -42,7 +42,6 @@ def _renamed(requests: list[Request], prefix: str) -> list[Request]:
     ]
 
 
-@register_family("mix", MixParams)
 def generate_mix(p: MixParams, seed: int, space: TokenSpace) -> list[Request]:
     from workloads.bounds import shared_prefix_lens
 

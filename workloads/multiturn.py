@@ -19,7 +19,6 @@ from workloads.base import (
     WorkloadParams,
     check_distinct,
     check_non_negative_number,
-    register_family,
 )
 from workloads.request import Request
 from workloads.sessions import ORDERS, interleave
@@ -89,7 +88,6 @@ def _session(
     return turns
 
 
-@register_family("multiturn", MultiturnParams)
 def generate_multiturn(p: MultiturnParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_users", p.num_users, space, "users")
     system = token_ids(space, (seed, "system"), p.system_prompt_len)

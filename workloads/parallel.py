@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.base import WorkloadParams, check_distinct, register_family
+from workloads.base import WorkloadParams, check_distinct
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, distinct_heads, token_ids
 
@@ -29,8 +29,10 @@ class ParallelParams(WorkloadParams):
     def prompt_tokens_estimate(self) -> int:
         return self.num_prompts * self.n * self.prompt_len  # one engine sequence per sample
 
+    def requests_estimate(self) -> int:
+        return self.num_prompts * self.n
 
-@register_family("parallel", ParallelParams)
+
 def generate_parallel(p: ParallelParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_prompts", p.num_prompts, space, "prompts")
     check_distinct("n", p.n, space, "samples")

@@ -5,7 +5,7 @@ a second. PREFIXBENCH_PROGRESS=1 shows them on any stderr (a log file), 0 hides 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from typing import TypeVar
 
 from tqdm import tqdm
@@ -17,7 +17,7 @@ def progress(
     iterable: Iterable[T] | None, desc: str, unit: str = "it", total: int | None = None
 ) -> tqdm:
     """`tqdm` over `iterable` (None: a bar moved with `.update()`), erased when done."""
-    if total is None and hasattr(iterable, "__len__"):
+    if total is None and isinstance(iterable, Sized):
         total = len(iterable)
     return tqdm(
         iterable, desc=desc, unit=unit, total=total, leave=False, disable=_disable(), delay=1.0

@@ -14,6 +14,7 @@ a seeded stream, so both engines decode the same tokens.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -24,12 +25,12 @@ from workloads.base import (
     check_non_negative_number,
     fail,
     json_object,
-    register_family,
     resolve_data_path,
 )
 from workloads.dataset import fold_ids
 from workloads.errors import BadInput
 from workloads.progress import progress
+from workloads.readers import iter_lines
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, token_ids
 
@@ -95,9 +96,13 @@ def parse_line(line: str, path: str | Path, line_no: int) -> PromptLine:
         raise BadInput(f"{where}: session must be a string or an integer, got {session!r}")
     arrival_s = obj.get("arrival_s")
     if arrival_s is not None and (
-        isinstance(arrival_s, bool) or not isinstance(arrival_s, (int, float)) or arrival_s < 0
+        isinstance(arrival_s, bool)
+        or not isinstance(arrival_s, (int, float))
+        or not 0 <= arrival_s < math.inf
     ):
-        raise BadInput(f"{where}: arrival_s must be a non-negative number, got {arrival_s!r}")
+        raise BadInput(
+            f"{where}: arrival_s must be a non-negative number (finite), got {arrival_s!r}"
+        )
     return PromptLine(
         line_no,
         prompt,
@@ -117,20 +122,19 @@ def read_prompts(path: str, max_requests: int | None = None) -> tuple[Path, list
     resolved = resolve_data_path(path, "prompt file")
     rows: list[PromptLine] = []
     last_s = 0.0
-    with resolved.open() as f:
-        for line_no, line in enumerate(f, start=1):
-            if max_requests is not None and len(rows) >= max_requests:
-                break
-            if not line.strip():
-                continue
-            row = parse_line(line, resolved, line_no)
-            if row.arrival_s is not None and row.arrival_s < last_s:
-                raise BadInput(
-                    f"{resolved}:{line_no}: arrival_s {row.arrival_s} is earlier than the line "
-                    f"before ({last_s}); sort the file by arrival_s"
-                )
-            last_s = row.arrival_s if row.arrival_s is not None else last_s
-            rows.append(row)
+    for line_no, line in iter_lines(resolved, "prompt file"):
+        if max_requests is not None and len(rows) >= max_requests:
+            break
+        if not line.strip():
+            continue
+        row = parse_line(line, resolved, line_no)
+        if row.arrival_s is not None and row.arrival_s < last_s:
+            raise BadInput(
+                f"{resolved}:{line_no}: arrival_s {row.arrival_s} is earlier than the line "
+                f"before ({last_s}); sort the file by arrival_s"
+            )
+        last_s = row.arrival_s if row.arrival_s is not None else last_s
+        rows.append(row)
     if not rows:
         raise BadInput(f"{resolved}: no prompt lines")
     return resolved, rows
@@ -139,6 +143,7 @@ def read_prompts(path: str, max_requests: int | None = None) -> tuple[Path, list
 def _encode(row: PromptLine, p: PromptsParams, tok) -> list[int]:
     if row.prompt_ids is not None:
         return list(row.prompt_ids)
+    assert row.prompt is not None  # a prompt line holds text or token ids (parse_line)
     if p.chat_template:
         from workloads.tokenizer import render_chatml
 
@@ -146,7 +151,6 @@ def _encode(row: PromptLine, p: PromptsParams, tok) -> list[int]:
     return tok.encode(row.prompt)
 
 
-@register_family("prompts", PromptsParams)
 def generate_prompts(p: PromptsParams, seed: int, space: TokenSpace) -> Generated:
     from workloads.bounds import shared_prefix_lens
     from workloads.tokenizer import load

@@ -21,7 +21,6 @@ from workloads.base import (
     check_distinct,
     check_non_negative_number,
     fail,
-    register_family,
 )
 from workloads.popularity import POPULARITY, probabilities
 from workloads.registry import Registry
@@ -98,12 +97,28 @@ class RagParams(WorkloadParams):
             self.system_prompt_len + self.docs_per_request * self.doc_len + self.question_len
         )
 
+    def requests_estimate(self) -> int:
+        return self.num_prompts
+
     def check(self) -> None:
         check_non_negative_number(self, "zipf_alpha")
         if self.docs_per_request > self.num_docs:
             raise fail(
                 "docs_per_request", f"at most num_docs ({self.num_docs})", self.docs_per_request
             )
+        # A huge alpha underflows the tail's weights to 0, and a draw without replacement then
+        # has too few documents to pick from: refuse it here, before anything is generated.
+        if self.doc_popularity in POPULARITY and 0 < self.docs_per_request <= self.num_docs:
+            with np.errstate(over="ignore", under="ignore"):
+                weights = probabilities(self.doc_popularity, self.num_docs, self.zipf_alpha)
+            usable = int(np.count_nonzero(weights > 0))
+            if not np.isfinite(weights).all() or usable < self.docs_per_request:
+                raise fail(
+                    "zipf_alpha",
+                    f"small enough that at least docs_per_request ({self.docs_per_request}) of "
+                    f"the {self.num_docs} documents keep a non-zero weight (here {usable})",
+                    self.zipf_alpha,
+                )
 
 
 def _shared(p: RagParams, layout: Layout, docs: list[int], seen: set[tuple[int, ...]]) -> int:
@@ -114,7 +129,6 @@ def _shared(p: RagParams, layout: Layout, docs: list[int], seen: set[tuple[int, 
     return p.system_prompt_len + common * p.doc_len
 
 
-@register_family("rag", RagParams)
 def generate_rag(p: RagParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_docs", p.num_docs, space, "documents")
     check_distinct("num_prompts", p.num_prompts, space, "questions")

@@ -17,7 +17,6 @@ from workloads.base import (
     check_distinct,
     check_fraction,
     check_non_negative_number,
-    register_family,
 )
 from workloads.popularity import POPULARITY, probabilities
 from workloads.request import Request
@@ -52,6 +51,9 @@ class SystemPromptParams(WorkloadParams):
             self.num_groups * self.prompts_per_group * (self.system_prompt_len + self.question_len)
         )
 
+    def requests_estimate(self) -> int:
+        return self.num_groups * self.prompts_per_group
+
     def check(self) -> None:
         check_fraction(self, "range_ratio")
         check_non_negative_number(self, "zipf_alpha")
@@ -62,7 +64,6 @@ def draw_lengths(r: np.random.Generator, length: int, ratio: float, size: int) -
     return r.integers(max(1, int(length * ratio)), length, size=size, endpoint=True)
 
 
-@register_family("system_prompt", SystemPromptParams)
 def generate_system_prompt(p: SystemPromptParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_groups", p.num_groups, space, "system prompts")
     total = p.num_groups * p.prompts_per_group

@@ -13,8 +13,13 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from workloads.errors import BadInput
+from workloads.readers import read_text
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 SETUP_HINT = "run `bash scripts/setup.sh`"
 TOKEN_TYPE_NORMAL = 1  # llama.cpp token types: 1 normal, 3 control (special), 4 user-defined
@@ -27,7 +32,7 @@ class LoadedTokenizer:
     """A tokenizer plus the metadata that came with it."""
 
     name: str
-    tokenizer: object  # tokenizers.Tokenizer
+    tokenizer: Tokenizer
     special_token_ids: frozenset[int]
     first_ordinary_id: int
     bos_token_id: int | None
@@ -39,7 +44,11 @@ class LoadedTokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        try:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        except Exception as exc:  # tokenizers raises a bare Exception (e.g. no [UNK] entry)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BadInput(f"tokenizer {self.name!r} cannot encode the text: {first}") from None
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -64,7 +73,8 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], special_ids: list[int]
             f"the smollm2-135m tokenizer needs the 'tokenizers' package; {SETUP_HINT}"
         ) from None
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    # each merge line is two tokens separated by one space
+    pairs = cast(list[tuple[str, str]], [tuple(m.split(" ", 1)) for m in merges])
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre == "smollm":
@@ -115,8 +125,9 @@ def _load_file(path: Path) -> LoadedTokenizer:
         raise ImportError(
             f"a tokenizer.json needs the 'tokenizers' package; {SETUP_HINT}"
         ) from None
+    text = read_text(path, "tokenizer")
     try:
-        tok = Tokenizer.from_file(str(path))
+        tok = Tokenizer.from_str(text)
     except Exception as exc:  # a Rust-side parse error: name the file, keep one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(

@@ -34,6 +34,9 @@ class TokenSpace:
 
     vocab_size: int
     first_ordinary_id: int = 0
+    # The model's context (prompt + output): no token array of one request may be longer, checked
+    # before it is allocated (an output_len of 10**9 would take 8 GB per request). None: no bound.
+    max_request_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.first_ordinary_id < 0 or self.vocab_size - self.first_ordinary_id < 2:
@@ -101,7 +104,7 @@ def stream_keys(prefix: tuple[int | str, ...], last: np.ndarray) -> np.ndarray:
 
 def _to_ids(raw: np.ndarray, space: TokenSpace, dtype: type = np.int64) -> np.ndarray:
     """Token ids of the uint64 draws `raw` (overwritten)."""
-    out = np.empty(raw.shape, dtype=dtype)
+    out: np.ndarray = np.empty(raw.shape, dtype=dtype)
     _ids_into(raw, np.empty_like(raw), space, out)
     return out
 
@@ -121,6 +124,17 @@ def _ids_into(raw: np.ndarray, scratch: np.ndarray, space: TokenSpace, out: np.n
 DRAW_TOKENS = 1 << 15  # tokens drawn per vectorised pass: 256 KB of uint64 temporaries, in L2
 
 
+def check_length(space: TokenSpace, length: int) -> None:
+    """BadInput before allocating a request's token array longer than the model's context."""
+    limit = space.max_request_tokens
+    if limit is not None and length > limit:
+        raise BadInput(
+            f"workload: a request needs {length:,} tokens in one piece (an output or prompt "
+            f"length, or a trace's block size) but the model's context is {limit:,} "
+            f"(model.max_position_embeddings); nothing was allocated"
+        )
+
+
 def token_block(
     space: TokenSpace, keys: np.ndarray, length: int, dtype: type = np.int64
 ) -> np.ndarray:
@@ -128,9 +142,10 @@ def token_block(
     `dtype` np.int32 skips an int64 copy where the ids are stored compactly (they fit: vocab < 2**31).
     Many rows are drawn DRAW_TOKENS at a time in two reused scratch arrays: temporaries that
     spilled out of the CPU cache, or were fresh pages, made a large draw twice as slow per token."""
+    check_length(space, length)
     steps = np.arange(1, length + 1, dtype=np.uint64) * np.uint64(GAMMA)
     keys = keys.astype(np.uint64)
-    out = np.empty((len(keys), length), dtype=dtype)
+    out: np.ndarray = np.empty((len(keys), length), dtype=dtype)
     per_pass = max(1, min(len(keys), DRAW_TOKENS // max(length, 1)))
     x, scratch = np.empty((2, per_pass, length), dtype=np.uint64)
     for lo in range(0, len(keys), per_pass):
@@ -146,6 +161,8 @@ def token_streams(space: TokenSpace, keys: np.ndarray, lengths: np.ndarray) -> n
     """The first lengths[b] tokens of stream keys[b], for every b, concatenated (one vectorised
     draw for many short streams, such as a trace's replies)."""
     lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size:
+        check_length(space, int(lengths.max()))
     starts = np.cumsum(lengths) - lengths
     steps = np.arange(int(lengths.sum()), dtype=np.uint64) - np.repeat(starts, lengths).astype(
         np.uint64

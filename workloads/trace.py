@@ -25,11 +25,11 @@ from workloads.base import (
     check_non_negative_number,
     fail,
     json_object,
-    register_family,
     resolve_data_path,
 )
 from workloads.errors import BadInput
 from workloads.progress import progress
+from workloads.readers import iter_lines
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, stream_keys, token_block, token_streams
 
@@ -130,12 +130,11 @@ def read_trace(path: str, block_size: int = 512, max_requests: int | None = None
     """The first `max_requests` rows (all if None); blank lines are skipped."""
     resolved = resolve_data_path(path, "trace file")
     rows: list[TraceRow] = []
-    with resolved.open() as f:
-        for line_no, line in enumerate(f, start=1):
-            if max_requests is not None and len(rows) >= max_requests:
-                break
-            if line.strip():
-                rows.append(parse_line(line, resolved, line_no, block_size))
+    for line_no, line in iter_lines(resolved, "trace file"):
+        if max_requests is not None and len(rows) >= max_requests:
+            break
+        if line.strip():
+            rows.append(parse_line(line, resolved, line_no, block_size))
     return rows
 
 
@@ -190,7 +189,7 @@ def compact_ids(ids: np.ndarray) -> array:
     """Token ids as a read-only-by-convention `array('i')`: a sequence of Python ints (indexing,
     iteration, `tolist`) that numpy reads without copying."""
     out = array("i")
-    out.frombytes(memoryview(np.ascontiguousarray(ids, dtype=np.int32)).cast("B"))  # one copy
+    out.frombytes(np.ascontiguousarray(ids, dtype=np.int32).data.cast("B"))  # one copy
     return out
 
 
@@ -235,7 +234,6 @@ def _replies(rows: list[TraceRow], seed: int, space: TokenSpace) -> Iterator[tup
         yield from (flat[e - n : e] for e, n in zip(ends, lengths.tolist()))
 
 
-@register_family("trace", TraceParams)
 def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request]:
     rows = read_trace(p.path, p.block_size, p.max_requests)
     stem = Path(p.path).stem

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.base import WorkloadParams, check_distinct, register_family
+from workloads.base import WorkloadParams, check_distinct
 from workloads.request import Request
 from workloads.tokens import TokenSpace, as_tuple, distinct_heads, token_ids
 
@@ -27,8 +27,10 @@ class UniqueParams(WorkloadParams):
     def prompt_tokens_estimate(self) -> int:
         return self.num_prompts * self.prompt_len
 
+    def requests_estimate(self) -> int:
+        return self.num_prompts
 
-@register_family("unique", UniqueParams)
+
 def generate_unique(p: UniqueParams, seed: int, space: TokenSpace) -> list[Request]:
     check_distinct("num_prompts", p.num_prompts, space, "prompts")
     heads = distinct_heads(space, p.num_prompts, seed, "unique")

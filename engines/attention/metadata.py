@@ -56,10 +56,11 @@ class AttentionMetadata:
         if not (len(context_lens) == len(query_lens) == len(block_tables)):
             raise ValueError("context_lens, query_lens and block_tables must have equal length")
         seq_lens = [c + q for c, q in zip(context_lens, query_lens)]
-        for s, (n, table) in enumerate(zip(seq_lens, block_tables)):
-            if len(table) * block_size < n:
+        for s, (n, blocks_of_s) in enumerate(zip(seq_lens, block_tables)):
+            if len(blocks_of_s) * block_size < n:
                 raise ValueError(
-                    f"block table of sequence {s} covers {len(table) * block_size} < {n} tokens"
+                    f"block table of sequence {s} covers {len(blocks_of_s) * block_size} < {n} "
+                    "tokens"
                 )
         max_blocks = max((len(t) for t in block_tables), default=0)
         table = torch.zeros((len(block_tables), max(max_blocks, 1)), dtype=torch.int32)

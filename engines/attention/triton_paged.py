@@ -319,10 +319,12 @@ def paged_attention_triton(
     cfg = launch_config(q, num_kv_heads, meta, num_segments)
     head_dim_p = max(16, _next_pow2(head_dim))  # tl.dot needs K >= 16
     parts = (num_tokens, num_heads, cfg.num_segments)
-    f32 = dict(dtype=torch.float32, device=q.device)
-    part_acc = torch.empty((*parts, head_dim_p), **f32) if cfg.num_segments > 1 else out
-    part_max = torch.empty(parts, **f32) if cfg.num_segments > 1 else out
-    part_sum = torch.empty(parts, **f32) if cfg.num_segments > 1 else out
+    f32, dev = torch.float32, q.device
+    part_acc = (
+        torch.empty((*parts, head_dim_p), dtype=f32, device=dev) if cfg.num_segments > 1 else out
+    )
+    part_max = torch.empty(parts, dtype=f32, device=dev) if cfg.num_segments > 1 else out
+    part_sum = torch.empty(parts, dtype=f32, device=dev) if cfg.num_segments > 1 else out
     grid = (meta.num_seqs, -(-meta.max_query_len // cfg.block_q), num_kv_heads * cfg.num_segments)
     _paged_attention_kernel[grid](
         q,

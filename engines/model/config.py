@@ -100,7 +100,8 @@ class ModelConfig:
     def torch_dtype(self) -> torch.dtype:
         import torch
 
-        return getattr(torch, self.dtype)
+        dtype: torch.dtype = getattr(torch, self.dtype)
+        return dtype
 
     @property
     def q_size(self) -> int:

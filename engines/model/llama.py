@@ -8,12 +8,18 @@ projections (one matmul each), as in nano-vllm; weight sources fill them (engine
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from engines.attention.metadata import AttentionMetadata
 from engines.model.config import ModelConfig
+
+if TYPE_CHECKING:
+    from engines.attention.backend import AttentionBackend
+    from engines.kv_pool import KVPool
 
 
 class RMSNorm(nn.Module):
@@ -63,22 +69,43 @@ class DecoderLayer(nn.Module):
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def attention(self, x, cos, sin, meta, k_cache, v_cache, attn) -> torch.Tensor:
+    def attention(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        meta: AttentionMetadata,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        attn: AttentionBackend,
+    ) -> torch.Tensor:
         cfg, num_tokens = self.cfg, x.shape[0]
         q, k, v = self.qkv_proj(x).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
         q = apply_rope(q.view(num_tokens, cfg.num_heads, cfg.head_dim), cos, sin)
         k = apply_rope(k.view(num_tokens, cfg.num_kv_heads, cfg.head_dim), cos, sin)
         v = v.view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
         out = attn.forward(q, k, v, k_cache, v_cache, meta, self.scale)
-        return self.o_proj(out.reshape(num_tokens, cfg.q_size))
+        projected: torch.Tensor = self.o_proj(out.reshape(num_tokens, cfg.q_size))
+        return projected
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        down: torch.Tensor = self.down_proj(F.silu(gate) * up)
+        return down
 
-    def forward(self, x, cos, sin, meta, k_cache, v_cache, attn) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        meta: AttentionMetadata,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        attn: AttentionBackend,
+    ) -> torch.Tensor:
         x = x + self.attention(self.attn_norm(x), cos, sin, meta, k_cache, v_cache, attn)
-        return x + self.mlp(self.mlp_norm(x))
+        out: torch.Tensor = x + self.mlp(self.mlp_norm(x))
+        return out
 
 
 class LlamaModel(nn.Module):
@@ -96,7 +123,9 @@ class LlamaModel(nn.Module):
         )
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv, attn) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, meta: AttentionMetadata, kv: KVPool, attn: AttentionBackend
+    ) -> torch.Tensor:
         """Hidden states `[T, hidden]` of the step's new tokens; writes their K/V into `kv`."""
         if meta.max_seq_len > self.cfg.max_position_embeddings:
             raise ValueError(
@@ -107,7 +136,8 @@ class LlamaModel(nn.Module):
         cos, sin = rope_cos_sin(meta.positions, self.cfg.head_dim, self.cfg.rope_theta, h.dtype)
         for i, layer in enumerate(self.layers):
             h = layer(h, cos, sin, meta, kv.k_cache[i], kv.v_cache[i], attn)
-        return self.norm(h)
+        normed: torch.Tensor = self.norm(h)
+        return normed
 
     @torch.inference_mode()
     def compute_logits(

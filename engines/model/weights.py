@@ -14,7 +14,8 @@ import importlib.util
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -94,7 +95,7 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def _gguf_module():
+def _gguf_module() -> ModuleType:
     try:
         import gguf
     except ImportError:
@@ -114,7 +115,7 @@ def _unpermute_rope_rows(w: np.ndarray, num_heads: int) -> np.ndarray:
     return w.reshape(num_heads, head_dim // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def _declared_config(meta: dict, tensor_names: set[str]) -> ModelConfig:
+def _declared_config(meta: dict[str, Any], tensor_names: set[str]) -> ModelConfig:
     """The model shape the GGUF's `llama.*` metadata declares."""
     hidden, num_heads = int(meta["llama.embedding_length"]), int(meta["llama.attention.head_count"])
     return ModelConfig(

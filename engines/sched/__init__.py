@@ -1,15 +1,17 @@
 """Scheduler designs: `vllm` (vLLM 0.33 Scheduler) and `sglang` (SGLang 0.5.23 Scheduler).
 
-Each drives any cache through the PrefixCache protocol (engines/cache/base.py) and registers a
-factory `(cache, EngineConfig) -> Admission` in `SCHEDULERS` here.
+The contract is `base.Scheduler`; each design drives any cache through the cache protocols
+(engines/cache/protocol.py). `SCHEDULERS` maps a design name to its factory
+`(cache, EngineConfig) -> Scheduler`; every design is registered below, in this one place.
 """
 
 from __future__ import annotations
 
 from engines.cache.apc.block_pool import FREE_ORDERS
 from engines.cache.apc.manager import STATS_TIMINGS
-from engines.cache.base import SCHEDULERS, PrefixCache
+from engines.cache.protocol import PrefixCache
 from engines.config import EngineConfig
+from engines.sched.base import SCHEDULERS
 from engines.sched.policies import POLICIES
 from engines.sched.sglang import SglangScheduler
 from engines.sched.vllm import VllmScheduler
@@ -21,7 +23,6 @@ __all__ = ["POLICIES", "SglangScheduler", "VllmScheduler", "build_sglang", "buil
 _VLLM_PROFILE_DEFAULTS = "v024"
 
 
-@SCHEDULERS.register("vllm")
 def build_vllm(cache: PrefixCache, config: EngineConfig) -> VllmScheduler:
     """vLLM's scheduler; None knobs follow the APC free-order profile (v024: both true)."""
     profile = FREE_ORDERS.get(
@@ -45,8 +46,8 @@ def build_vllm(cache: PrefixCache, config: EngineConfig) -> VllmScheduler:
     )
 
 
-@SCHEDULERS.register("sglang")
 def build_sglang(cache: PrefixCache, config: EngineConfig) -> SglangScheduler:
+    """SGLang's scheduler with the config's prefill budget and policy knobs."""
     return SglangScheduler(
         cache,
         config.policy,
@@ -58,3 +59,8 @@ def build_sglang(cache: PrefixCache, config: EngineConfig) -> SglangScheduler:
         in_batch_deprioritize_threshold=config.in_batch_deprioritize_threshold,
         waiting_prefix_refresh=config.waiting_prefix_refresh,
     )
+
+
+# registry: every scheduler design
+SCHEDULERS.add("vllm", build_vllm)
+SCHEDULERS.add("sglang", build_sglang)

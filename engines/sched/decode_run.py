@@ -1,4 +1,4 @@
-"""Sizing a decode run (`engines.cache.base.DecodeRun`), shared by both scheduler designs.
+"""Sizing a decode run (`engines.sched.base.DecodeRun`), shared by both scheduler designs.
 
 A run may not reach a step in which a request finishes (that step releases KV and is planned as a
 normal step), and every step of it must allocate without evicting through `PrefixCache.evict`.
@@ -6,7 +6,7 @@ normal step), and every step of it must allocate without evicting through `Prefi
 
 from __future__ import annotations
 
-from engines.cache.base import PrefixCache
+from engines.cache.protocol import DecodeRunAllocation
 from engines.sequence import Sequence
 
 
@@ -16,18 +16,20 @@ def steps_before_finish(seqs: list[Sequence]) -> int:
     return min(seq.max_new_tokens - seq.num_output_tokens for seq in seqs) - 1
 
 
-def fitting_steps(cache: PrefixCache, seqs: list[Sequence], max_steps: int, headroom: int) -> int:
+def fitting_steps(
+    cache: DecodeRunAllocation, available: int, seqs: list[Sequence], max_steps: int, headroom: int
+) -> int:
     """The most steps k <= max_steps of one token per sequence such that before every step the
     cache can allocate, without evicting through `evict`, both that step's tokens and `headroom`
-    (SGLang: one page per request, what its decode allocation evicts for, which covers its memory
-    check's page-aligned need in every step; vLLM asks for nothing more).
+    out of the `available` tokens (`KVOwner.available_tokens()` before the run) (SGLang: one page
+    per request, what its decode allocation evicts for, which covers its memory check's
+    page-aligned need in every step; vLLM asks for nothing more).
 
     Allocatable tokens only shrink during a run, so with tok(k) the tokens k steps allocate the
     condition is tok(k) <= available and tok(k - 1) <= available - headroom, monotone in k.
     """
     if max_steps <= 0:
         return 0
-    available = cache.available_tokens()
 
     def fits(k: int) -> bool:
         return (

@@ -4,7 +4,7 @@ Each is written once over the cache protocol: a pass matches every waiting reque
 (`PrefixCache.match(seq, capped=False)`; on radix this splits and stamps the tree, as upstream's
 policy pass does) and reorders the queue. `lpm` stable-sorts by the longest match (at most the
 last-token cap), requests the scheduler deprioritised last; `dfs-weight` asks the cache for its
-structure's heaviest-subtree-first walk (`PrefixCache.dfs_weight_order`: the radix tree, or the
+structure's heaviest-subtree-first walk (`PrefixOrder.dfs_weight_order`: the radix tree, or the
 tree that APC's chained block hashes imply). Cache-aware policies fall back to the current order
 on a disabled cache, and `lpm` above `lpm_fallback_queue_len` waiting requests (SGLang 0.5.23
 `SchedulePolicy._determine_active_policy`).
@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from engines.cache.base import PrefixCache, PrefixMatch
+from engines.cache.protocol import PrefixCache, PrefixOrder
+from engines.cache.records import PrefixMatch
+from engines.errors import BadInput
 from engines.registry import Registry
 from engines.sequence import Sequence
 
@@ -48,6 +50,10 @@ def lpm_order(
 def dfs_weight(
     queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: PrefixCache
 ) -> list[Sequence]:
+    if not isinstance(cache, PrefixOrder):
+        raise BadInput(
+            f"policy 'dfs-weight' needs a cache with a prefix order; {cache.name!r} has none"
+        )
     return cache.dfs_weight_order(queue, matches)
 
 

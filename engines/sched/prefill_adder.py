@@ -15,7 +15,8 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple
 
-from engines.cache.base import PrefixCache, PrefixMatch
+from engines.cache.protocol import PrefixCache
+from engines.cache.records import PrefixMatch
 from engines.sequence import Sequence
 
 
@@ -93,9 +94,11 @@ class PrefillAdder:
     def add_chunked_req(self, seq: Sequence, prefix_len: int) -> Sequence | None:
         """The in-flight chunk goes first; returns the request if its prompt is still unfinished."""
         remaining = seq.num_tokens - prefix_len
-        rem = min(self.rem_chunk_tokens, int(self.rem_total_tokens))
+        chunk = self.rem_chunk_tokens
+        assert chunk is not None  # a chunk is in flight only under chunked prefill
+        rem = min(chunk, int(self.rem_total_tokens))
         if rem <= 0:  # it must be added, or its slots would leak
-            rem = self.rem_chunk_tokens
+            rem = chunk
         truncated = remaining > rem
         extend = min(remaining, rem)
         self.can_run_list.append(Admitted(seq, prefix_len, extend, None, None))

@@ -21,15 +21,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.base import (
-    Allocation,
-    CacheIntegrityError,
-    DecodeRun,
-    PrefixCache,
-    ScheduledSeq,
-    StepBudget,
-    StepPlan,
-)
+from engines.cache.protocol import DecodeRunAllocation, PrefixCache
+from engines.cache.records import Allocation, CacheIntegrityError
+from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.prefill_stats import PrefillBatchStats, record_prefill
@@ -41,7 +35,7 @@ BASE_MIN_NEW_TOKEN_RATIO = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 
 
-class SglangScheduler:
+class SglangScheduler(Scheduler):
     def __init__(
         self,
         cache: PrefixCache,
@@ -57,6 +51,8 @@ class SglangScheduler:
         ignore_eos: bool = False,
     ) -> None:
         self.cache = cache
+        # decode runs need the cache's DecodeRunAllocation; without it every step is planned
+        self.runs = cache if isinstance(cache, DecodeRunAllocation) else None
         self.policy = SglangPolicy(
             policy,
             cache,
@@ -198,6 +194,12 @@ class SglangScheduler:
             [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
         )
 
+    def lone_admission_need(self, prompt_len: int, max_new_tokens: int) -> int:
+        """Free KV tokens the prefill adder needs to admit one request into an idle engine: its
+        `add_one_req` wants extend + min(max_new, clip) + one page strictly below the free
+        tokens. A request needing more than the whole pool can never be admitted."""
+        return prompt_len + min(max_new_tokens, self.clip) + self.cache.block_size + 1
+
     # ----------------------------------------------------------------- decode
     def _decode_round(self, waiting: deque[Sequence], running: list[Sequence]) -> StepPlan:
         """`update_running_batch` on a batch `schedule` has filtered already."""
@@ -221,18 +223,22 @@ class SglangScheduler:
 
     # ------------------------------------------------------------- decode runs
     def plan_decode_run(
-        self, waiting: deque, running: list, budget: StepBudget
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
     ) -> DecodeRun | None:
         """Steps that are decode batches of the same requests: no chunk in flight, and the prefill
         round returns at once (nobody waiting, or a full batch that this step's filter of finished
         requests does not un-fill), with the decode memory check passing without eviction."""
-        if self.chunked is not None:
+        if self.runs is None or self.chunked is not None:
             return None
         batch = self._unfinished_batch()
         if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
             return None
         num_steps = fitting_steps(
-            self.cache, batch, steps_before_finish(batch), self._decode_headroom(len(batch))
+            self.runs,
+            self.cache.available_tokens(),
+            batch,
+            steps_before_finish(batch),
+            self._decode_headroom(len(batch)),
         )
         return DecodeRun(batch, num_steps) if num_steps > 0 else None
 
@@ -244,7 +250,9 @@ class SglangScheduler:
         for _ in range(num_steps):  # step by step: the float decay must round as per step
             self._decay_new_token_ratio()
         self._last_plan_is_prefill = False
-        self.cache.allocate_decode_run(
+        if self.runs is None:
+            raise TypeError(f"cache {self.cache.name!r} has no decode runs to apply")
+        self.runs.allocate_decode_run(
             [Allocation(seq, 1) for seq in run.seqs], num_steps, matchable_lag=0
         )
 

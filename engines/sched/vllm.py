@@ -15,20 +15,15 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.base import (
-    Allocation,
-    DecodeRun,
-    PrefixCache,
-    ScheduledSeq,
-    StepBudget,
-    StepPlan,
-)
+from engines.cache.protocol import DecodeRunAllocation, PrefixCache
+from engines.cache.records import Allocation
+from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.policies import POLICIES, is_active, uncapped_matches
 from engines.sequence import SeqStatus, Sequence
 
 
-class VllmScheduler:
+class VllmScheduler(Scheduler):
     def __init__(
         self,
         cache: PrefixCache,
@@ -40,6 +35,8 @@ class VllmScheduler:
         lpm_fallback_queue_len: int = 128,
     ) -> None:
         self.cache = cache
+        # decode runs need the cache's DecodeRunAllocation; without it every step is planned
+        self.runs = cache if isinstance(cache, DecodeRunAllocation) else None
         self.policy = POLICIES.get(policy)
         self.reserve_full_prompt = reserve_full_prompt
         self.async_scheduling = async_scheduling
@@ -61,17 +58,20 @@ class VllmScheduler:
         return plan
 
     def _order(self, waiting: deque[Sequence]) -> None:
-        if len(waiting) <= 1 or not is_active(
-            self.policy, self.cache, len(waiting), self.lpm_fallback_queue_len
+        order = self.policy.order  # None for fcfs, which is never active
+        if (
+            order is None
+            or len(waiting) <= 1
+            or not is_active(self.policy, self.cache, len(waiting), self.lpm_fallback_queue_len)
         ):
             return
         queue = list(waiting)
-        ranked = self.policy.order(queue, uncapped_matches(self.cache, queue), set(), self.cache)
+        ranked = order(queue, uncapped_matches(self.cache, queue), set(), self.cache)
         waiting.clear()
         waiting.extend(ranked)
 
     def _schedule_running(
-        self, plan: StepPlan, waiting: deque, running: list, token_budget: int
+        self, plan: StepPlan, waiting: deque[Sequence], running: list[Sequence], token_budget: int
     ) -> int:
         i = 0
         while i < len(running) and token_budget > 0:
@@ -97,7 +97,12 @@ class VllmScheduler:
         return token_budget
 
     def _schedule_waiting(
-        self, plan: StepPlan, waiting: deque, running: list, budget: StepBudget, token_budget: int
+        self,
+        plan: StepPlan,
+        waiting: deque[Sequence],
+        running: list[Sequence],
+        budget: StepBudget,
+        token_budget: int,
     ) -> None:
         cache = self.cache
         while waiting and token_budget > 0 and len(running) < budget.max_num_seqs:
@@ -142,7 +147,7 @@ class VllmScheduler:
             # request.num_tokens (the caching cap) does not include yet.
             self._known_tokens[seq.seq_id] = seq.num_tokens
 
-    def _preempt(self, seq: Sequence, waiting: deque) -> None:
+    def _preempt(self, seq: Sequence, waiting: deque[Sequence]) -> None:
         self._computed_at_preemption[seq.seq_id] = seq.num_computed_tokens
         self.cache.release(seq, finished=False)
         self._known_tokens.pop(seq.seq_id, None)
@@ -152,19 +157,22 @@ class VllmScheduler:
         waiting.appendleft(seq)
 
     def plan_decode_run(
-        self, waiting: deque, running: list, budget: StepBudget
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
     ) -> DecodeRun | None:
         """With nobody waiting and every running request one token behind (decoding), each step
         schedules one token of every running request in order, as long as allocation never fails
         (no preemption). A cache that is not matchable at allocation is committed every step
         (`finish_step`), so it takes per-step scheduling."""
-        if waiting or not running or not self.cache.matchable_at_allocation:
+        if self.runs is None or waiting or not running or not self.cache.matchable_at_allocation:
             return None
         if len(running) > budget.max_num_batched_tokens:
             return None
         if any(seq.num_tokens - seq.num_computed_tokens != 1 for seq in running):
             return None
-        num_steps = fitting_steps(self.cache, running, steps_before_finish(running), headroom=0)
+        available = self.cache.available_tokens()
+        num_steps = fitting_steps(
+            self.runs, available, running, steps_before_finish(running), headroom=0
+        )
         return DecodeRun(list(running), num_steps) if num_steps > 0 else None
 
     def apply_decode_run(self, run: DecodeRun, num_steps: int) -> None:
@@ -174,7 +182,9 @@ class VllmScheduler:
             Allocation(seq, 1, matchable_limit=self._known_tokens.pop(seq.seq_id, None))
             for seq in run.seqs
         ]
-        self.cache.allocate_decode_run(items, num_steps, matchable_lag=int(self.async_scheduling))
+        if self.runs is None:
+            raise TypeError(f"cache {self.cache.name!r} has no decode runs to apply")
+        self.runs.allocate_decode_run(items, num_steps, matchable_lag=int(self.async_scheduling))
         if self.async_scheduling:  # the run's last step samples a token, as _add records
             for seq in run.seqs:
                 self._known_tokens[seq.seq_id] = seq.num_computed_tokens + num_steps

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from engines.attention.backend import get_attention_backend
-from engines.cache.base import ScheduledSeq, StepPlan
 from engines.clock import WallClock
 from engines.kv_pool import KVPool
 from engines.model.config import ModelConfig
 from engines.model.llama import LlamaModel
 from engines.model.weights import build_model
 from engines.real_executor import RealExecutor
+from engines.sched.base import ScheduledSeq, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import FITTED_TERMS, HardwareConfig, StepShape, fitted_features
 
@@ -228,6 +229,7 @@ def hardware_config(model_config: ModelConfig, result: Fit, description: str) ->
     mc = model_config
     with torch.device("meta"):
         num_params = sum(p.numel() for p in LlamaModel(mc).parameters())
+    coefficients: dict[str, Any] = dict(result.coefficients)  # the float fields FITTED_TERMS name
     return HardwareConfig(
         name="cpu_measured",
         description=description,
@@ -242,11 +244,11 @@ def hardware_config(model_config: ModelConfig, result: Fit, description: str) ->
         kv_bytes_per_element=float(torch.empty((), dtype=mc.torch_dtype).element_size()),
         fit_cache_kv_tokens=result.cache_kv_tokens,
         charge_host_time=True,  # on this CPU the scheduler runs serially with the model
-        **result.coefficients,
+        **coefficients,
     )
 
 
-def report_rows(measurements: list[Measurement], result: Fit) -> list[dict]:
+def report_rows(measurements: list[Measurement], result: Fit) -> list[dict[str, Any]]:
     """One row per grid point: its shape, measured median, prediction and relative error."""
     rows = []
     for m, pred in zip(measurements, result.predicted_s):

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
 import numpy as np
 
-from engines.cache.base import StepPlan
 from engines.errors import BadInput
 from engines.registry import Registry
+from engines.sched.base import StepPlan
 
 
 @dataclass
@@ -68,14 +68,20 @@ class HardwareConfig:
     @property
     def kv_bytes_per_token(self) -> float:
         """K and V of one token across all layers: 2 * layers * kv_heads * head_dim * bytes."""
-        self._require("num_layers", "num_kv_heads", "head_dim", "kv_bytes_per_element")
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_bytes_per_element
+        need = self.need
+        return (
+            2
+            * need("num_layers")
+            * need("num_kv_heads")
+            * need("head_dim")
+            * need("kv_bytes_per_element")
+        )
 
     def kv_capacity_tokens(self) -> int:
         """KV tokens that fit in `memory_fraction` of all GPUs' HBM after the weights."""
         self._require("gpu_memory_bytes", "num_params", "bytes_per_param")
-        usable = self.num_gpus * self.gpu_memory_bytes * self.memory_fraction
-        free = usable - self.num_params * self.bytes_per_param
+        usable = self.num_gpus * self.need("gpu_memory_bytes") * self.memory_fraction
+        free = usable - self.need("num_params") * self.need("bytes_per_param")
         if free <= 0:
             raise BadInput(
                 f"hardware {self.name}: the weights do not fit in {self.num_gpus} GPU(s)"
@@ -98,9 +104,14 @@ class HardwareConfig:
 
     def _require(self, *names: str) -> None:
         for name in names:
-            value = getattr(self, name)
-            if value is None or value <= 0:
-                raise BadInput(f"hardware {self.name} (kind {self.kind}) needs hardware.{name} > 0")
+            self.need(name)
+
+    def need(self, name: str) -> float:
+        """The constant `name` (an int or a float, unchanged), which the caller needs > 0."""
+        value = getattr(self, name)
+        if value is None or value <= 0:
+            raise BadInput(f"hardware {self.name} (kind {self.kind}) needs hardware.{name} > 0")
+        return cast(float, value)
 
 
 class StepShape(NamedTuple):
@@ -140,7 +151,7 @@ class StepShape(NamedTuple):
 
 
 class DecodeRunShape(NamedTuple):
-    """The steps of a decode run (engines/cache/base.py `DecodeRun`) as arrays over its steps.
+    """The steps of a decode run (engines/sched/base.py `DecodeRun`) as arrays over its steps.
 
     Step s schedules one new token for each of `num_seqs` sequences and reads `num_kv_tokens[s]`
     K/V tokens over `num_kv_blocks[s]` block-table entries. `as_step_shape` is the StepShape of
@@ -155,7 +166,10 @@ class DecodeRunShape(NamedTuple):
     def as_step_shape(self) -> StepShape:
         n = self.num_seqs
         pairs = (self.num_kv_tokens - n).astype(np.float64) + 0.5 * n
-        return StepShape(n, n, 0, pairs, self.num_kv_tokens, self.num_kv_blocks)
+        # Array fields typed as the scalars they stand for: every use of a StepShape field is an
+        # element-wise arithmetic operation, which numpy applies per step.
+        kv, blocks = cast(int, self.num_kv_tokens), cast(int, self.num_kv_blocks)
+        return StepShape(n, n, 0, cast(float, pairs), kv, blocks)
 
 
 class CostModel(Protocol):
@@ -217,16 +231,22 @@ class RooflineCostModel:
         if hardware.num_gpus > 1:
             hardware._require("interconnect_bandwidth")
         self.hardware = hw = hardware
-        self._flops_per_s = hw.peak_flops * hw.num_gpus * hw.flops_utilization
-        self._bytes_per_s = hw.memory_bandwidth * hw.num_gpus * hw.bandwidth_efficiency
-        self._attn_flops_per_pair = 4 * hw.num_layers * hw.num_heads * hw.head_dim
-        self._weight_bytes = hw.num_params * hw.bytes_per_param
+        need = hw.need
+        self._flops_per_s = need("peak_flops") * hw.num_gpus * need("flops_utilization")
+        self._bytes_per_s = need("memory_bandwidth") * hw.num_gpus * need("bandwidth_efficiency")
+        self._attn_flops_per_pair = 4 * need("num_layers") * need("num_heads") * need("head_dim")
+        self._num_params = need("num_params")
+        self._weight_bytes = self._num_params * need("bytes_per_param")
         self._kv_bytes_per_token = hw.kv_bytes_per_token
+        self._num_layers = need("num_layers")
+        self._hidden_size = need("hidden_size")
+        # the interconnect only carries all-reduces with more than one GPU
+        self._interconnect = need("interconnect_bandwidth") if hw.num_gpus > 1 else 0.0
 
     def cost(self, shape: StepShape) -> StepCost:
         hw = self.hardware
         flops = (
-            2 * hw.num_params * shape.num_new_tokens
+            2 * self._num_params * shape.num_new_tokens
             + self._attn_flops_per_pair * shape.attention_pairs
         )
         num_bytes = self._weight_bytes + self._kv_bytes_per_token * shape.num_kv_tokens
@@ -242,9 +262,9 @@ class RooflineCostModel:
         hw = self.hardware
         if hw.num_gpus == 1:
             return 0.0
-        payload = num_tokens * hw.hidden_size * hw.activation_bytes
-        ring = 2 * (hw.num_gpus - 1) / hw.num_gpus * payload / hw.interconnect_bandwidth
-        return 2 * hw.num_layers * (hw.allreduce_latency_s + ring)
+        payload = num_tokens * self._hidden_size * hw.activation_bytes
+        ring = 2 * (hw.num_gpus - 1) / hw.num_gpus * payload / self._interconnect
+        return 2 * self._num_layers * (hw.allreduce_latency_s + ring)
 
     def shape_time_s(self, shape: StepShape) -> float:
         return self.cost(shape).total_s
@@ -256,7 +276,7 @@ class RooflineCostModel:
         """`cost(shape).total_s` of every step: `cost` on array fields, then StepCost.total_s's
         sum element-wise."""
         c = self.cost(run.as_step_shape())
-        return np.maximum(c.compute_s, c.memory_s) + c.comm_s + c.overhead_s
+        return np.asarray(np.maximum(c.compute_s, c.memory_s) + c.comm_s + c.overhead_s)
 
 
 # (coefficient field, feature of the step shape given the knee fit_cache_kv_tokens).
@@ -303,10 +323,10 @@ class FittedCostModel:
     def run_times_s(self, run: DecodeRunShape) -> np.ndarray:
         """`shape_time_s` of every step: FITTED_TERMS on array fields, summed in the same order."""
         shape = run.as_step_shape()
-        total = 0
+        total: float | np.ndarray = 0
         for coef, (_, feature) in zip(self._coefs, FITTED_TERMS):
             total = total + coef * np.asarray(feature(shape, self._knee), dtype=np.float64)
-        return np.maximum(0.0, total)
+        return np.asarray(np.maximum(0.0, total))
 
 
 def build_cost_model(hardware: HardwareConfig, block_size: int = 1) -> CostModel:

@@ -2,8 +2,8 @@
 
 Each step advances a `VirtualClock` by the cost model's step time and emits the scripted tokens,
 with the real executor's rule; a stretch of pure decode runs as one macro-step priced step by
-step (`execute_decode_run`, engines/cache/base.py `DecodeRun`). Capacity is still enforced by the
-cache in blocks/tokens, and cache bookkeeping is still timed on the wall clock by the Scheduler
+step (`execute_decode_run`, engines/sched/base.py `DecodeRun`). Capacity is still enforced by the
+cache in blocks/tokens, and cache bookkeeping is still timed on the wall clock by the step loop
 (`bookkeeping_ns`), as in a real run.
 With `hardware.charge_host_time` the clock also advances by the engine loop's own CPU time between
 steps, so a CPU model (where host and model share the core) sees the scheduler's cost too.
@@ -16,14 +16,15 @@ from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import Any
 
 import numpy as np
 
-from engines.build import EXECUTORS, ExecutorContext
-from engines.cache.base import DecodeRun, PrefixCache, StepPlan
+from engines.cache.protocol import PrefixCache
 from engines.clock import VirtualClock
 from engines.errors import BadInput
-from engines.executor import DecodeRunResult
+from engines.executor import DecodeRunResult, ExecutorContext
+from engines.sched.base import DecodeRun, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import CostModel, DecodeRunShape, HardwareConfig, build_cost_model
 
@@ -137,7 +138,7 @@ def _script(seq: Sequence) -> tuple[int, ...]:
     return seq.scripted_output_ids
 
 
-def as_hardware_config(hardware: HardwareConfig | Mapping | None) -> HardwareConfig:
+def as_hardware_config(hardware: HardwareConfig | Mapping[str, Any] | None) -> HardwareConfig:
     if hardware is None:
         raise BadInput(
             "executor=simulated needs a cost model: select one with hardware=<preset> "
@@ -148,8 +149,8 @@ def as_hardware_config(hardware: HardwareConfig | Mapping | None) -> HardwareCon
     return HardwareConfig(**dict(hardware))
 
 
-@EXECUTORS.register("simulated")
-def _simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
+def build_simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
+    """A cost model of `ctx.options["hardware"]` on a virtual clock (registered in engines/build.py)."""
     hardware = as_hardware_config(ctx.options.get("hardware"))
     runs = ctx.engine_config.decode_runs and not hardware.charge_host_time
     return SimulatedExecutor(build_cost_model(hardware, ctx.cache.block_size), ctx.cache, runs)

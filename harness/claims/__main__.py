@@ -1,7 +1,9 @@
 """`python -m harness.claims [--out DIR] [--quick] [--only KEY ...]`: every claim's verdict with numbers.
 
+`--server URL` runs the server-runnable claims on a live vLLM server too (harness/claims/server.py).
 Writes DIR/claims.md, DIR/claims.csv, DIR/figures/claim<N>.png and each claim's runs under
-DIR/runs/ (replaced on every invocation). Exit 0 when every claim was measured (whatever its
+DIR/runs/ (replaced on every invocation when this command made it; any other DIR/runs is
+refused and left alone). Exit 0 when every claim was measured (whatever its
 verdict), 1 when a claim's experiment crashed (its row says so), 2 on bad arguments.
 """
 
@@ -9,17 +11,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from harness.claims.experiment import Context
 from harness.claims.figures import draw
 from harness.claims.record import Claim, Finding, Row
 from harness.claims.registry import CLAIMS, ordered
+from harness.claims.server import server_column
 from harness.claims.writer import write_csv, write_markdown
+from harness.errors import BAD_INPUT
+from harness.owned_dir import check_out_dir, replace_owned
 
 FIGURES = "figures"
 
@@ -27,6 +32,7 @@ FIGURES = "figures"
 def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
     """Measure one claim; a crash becomes a row saying so (never a verdict)."""
     start = time.perf_counter()
+    finding: Finding | None
     try:
         finding = claim.measure(ctx)
     except Exception as exc:  # one claim's crash must not lose the others' results
@@ -60,11 +66,15 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
     return row, finding
 
 
-def run_claims(out_dir: Path, quick: bool, only: list[str] | None = None) -> list[Row]:
-    """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv."""
+def run_claims(
+    out_dir: Path, quick: bool, only: list[str] | None = None, server_url: str | None = None
+) -> list[Row]:
+    """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv;
+    `server_url` (a live vLLM server) fills the real-server column, else it says "not run"."""
     claims = [CLAIMS.get(k) for k in only] if only else ordered()
-    shutil.rmtree(out_dir / "runs", ignore_errors=True)  # the previous invocation's runs
+    check_out_dir("--out", out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    replace_owned(out_dir / "runs", "python -m harness.claims")  # the previous invocation's runs
     ctx = Context(out_dir, quick)
     rows, details = [], {}
     for claim in claims:
@@ -77,11 +87,14 @@ def run_claims(out_dir: Path, quick: bool, only: list[str] | None = None) -> lis
         )
         rows.append(row)
         details[claim.number] = finding.details if finding else []
+    on_server = server_column(server_url, quick)
+    rows = [replace(r, real_server=on_server.get(r.number, "")) for r in rows]
     command = " ".join(
         [
             "python -m harness.claims",
             f"--out {out_dir}",
             *(["--quick"] if quick else []),
+            *([f"--server {server_url}"] if server_url else []),
             *([f"--only {' '.join(only)}"] if only else []),
         ]
     )
@@ -99,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", nargs="+", metavar="KEY", help=f"claims to run: {', '.join(CLAIMS.names())}"
     )
+    parser.add_argument(
+        "--server", metavar="URL", help="a live vLLM server for the real-server column"
+    )
     args = parser.parse_args(argv)
     unknown = [k for k in args.only or [] if k not in CLAIMS]
     if unknown:
@@ -108,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    rows = run_claims(args.out, args.quick, args.only)
+    try:
+        rows = run_claims(args.out, args.quick, args.only, args.server)
+    except BAD_INPUT as exc:  # the output folder: one line, nothing measured
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {args.out / 'claims.md'} and {args.out / 'claims.csv'}", file=sys.stderr)
     for r in rows:
         print(f"{r.number}. {r.verdict}: {r.result}")

@@ -10,8 +10,7 @@ from __future__ import annotations
 from harness.claims import keys
 from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 from harness.claims.requests import reusable_tokens
 
 FOLDER = "2-alignment"
@@ -34,15 +33,6 @@ WORKLOADS = {  # name -> overrides; shared lengths 100 (system prompt) and 32 + 
 ARM_NAMES = ("apc", "radix", "radix-p16")
 
 
-@claim(
-    2,
-    "alignment",
-    "APC reuse is block-aligned: a partial block is never reused.",
-    "vLLM automatic prefix caching design (hash per full block of 16 tokens)",
-    "Holds when every apc request's cached tokens are a multiple of 16 and at most its shared "
-    "prefix rounded down to 16, and radix at page 1 reuses tokens beyond that on a workload whose "
-    "shared prefix is not block-aligned; does not hold when one apc request reuses a partial block.",
-)
 def measure(ctx: Context) -> Finding:
     names = ctx.size(("system_prompt_100", "multiturn"), tuple(WORKLOADS))
     tables = {}
@@ -103,3 +93,15 @@ def _row(workload: str, tables: dict) -> dict:
     }
     row.update({a: tables[workload, a][1] for a in ARM_NAMES})
     return row
+
+
+CLAIM = Claim(
+    2,
+    "alignment",
+    "APC reuse is block-aligned: a partial block is never reused.",
+    "vLLM automatic prefix caching design (hash per full block of 16 tokens)",
+    "Holds when every apc request's cached tokens are a multiple of 16 and at most its shared "
+    "prefix rounded down to 16, and radix at page 1 reuses tokens beyond that on a workload whose "
+    "shared prefix is not block-aligned; does not hold when one apc request reuses a partial block.",
+    measure,
+)

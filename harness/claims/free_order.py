@@ -12,32 +12,30 @@ import pandas as pd
 
 from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 from harness.claims.requests import reusable_tokens
 
 FOLDER = "8-free_order"
 SURVIVAL = 0.9  # the head must survive in >= 90% of the requests that lost part of their prefix
 SYSTEM_LEN = 256
-CAPACITIES = (1536, 2048, 3072)  # KV tokens; one user's last turn needs up to ~800
+CAPACITIES = (1024, 1536, 2048, 3072)  # KV tokens; one user's last turn needs up to ~800
+MECHANISM = 0.01  # tail-first must beat the head-first control by 1 point somewhere
 # Pinned to v024's defaults so that the free order is the only difference between the apc arms.
 PINNED = ("engine.reserve_full_prompt=true", "engine.async_scheduling=true")
 VARIANTS = {
     "apc v024": (*ARMS["apc"], "engine.free_order=v024", *PINNED),
     "apc classic": (*ARMS["apc"], "engine.free_order=classic", *PINNED),
+    # the counterfactual control: same pool, each table freed head first
+    "apc head-first": (
+        *ARMS["apc"],
+        "engine.free_order=v024",
+        *PINNED,
+        "engine.free_direction=head_first",
+    ),
     "radix": ARMS["radix"],
 }
 
 
-@claim(
-    8,
-    "free_order",
-    "vLLM frees a finished request's blocks tail first, so shared heads outlive personal tails.",
-    "vLLM V1 prefix caching design doc (free_block_queue, reverse order on free)",
-    "Holds when, for apc under both free orders and at every capacity, the shared system prompt is still "
-    "reused by >= 90% of the requests that lost part of their reusable prefix to eviction; does not hold "
-    "below that; undecided when no capacity evicted anything a later request needed.",
-)
 def measure(ctx: Context) -> Finding:
     users, rounds = ctx.size(8, 16), ctx.size(4, 6)
     workload = (
@@ -85,11 +83,44 @@ def measure(ctx: Context) -> Finding:
     )
 
 
+CLAIM = Claim(
+    8,
+    "free_order",
+    "vLLM frees a finished request's blocks tail first, so shared heads outlive personal tails.",
+    "vLLM V1 prefix caching design doc (free_block_queue, reverse order on free)",
+    "Holds when, for apc tail-first under both free orders and at every capacity, the shared system prompt "
+    "is still reused by >= 90% of the requests that lost part of their reusable prefix to eviction, and "
+    "against the head-first control (same pool, tables freed head first) tail-first keeps more at one "
+    "capacity at least: head survival or per-user-history reuse (the share of each user's own earlier "
+    "turns, past the system prompt, that later turns reuse) higher by >= 1 point; does not hold when "
+    "tail-first's head survival is below 90%; undecided when no capacity evicted anything a later request "
+    "needed, or when head-first does as well everywhere (this workload cannot tell the mechanism).",
+    measure,
+)
+
+
 def _verdict(rows: list[dict]) -> str:
-    apc = [r for r in rows if r["variant"].startswith("apc") and r["lost_prefix"]]
-    if not apc:
+    tail = [r for r in rows if r["variant"] in ("apc v024", "apc classic") and r["lost_prefix"]]
+    if not tail:
         return undecided("no capacity evicted anything that a later request needed")
-    return HOLDS if all(r["head_survival"] >= SURVIVAL for r in apc) else FAILS
+    if not all(r["head_survival"] >= SURVIVAL for r in tail):
+        return FAILS
+    by = {(r["variant"], r["capacity"]): r for r in rows}
+    gains = [
+        max(
+            _nan0(by["apc v024", c]["head_survival"])
+            - _nan0(by["apc head-first", c]["head_survival"]),
+            by["apc v024", c]["history_reuse"] - by["apc head-first", c]["history_reuse"],
+        )
+        for c in CAPACITIES
+    ]
+    if max(gains) < MECHANISM:
+        return undecided("the head-first control does as well at every capacity")
+    return HOLDS
+
+
+def _nan0(x: float) -> float:
+    return 0.0 if x != x else x
 
 
 def _describe(rows: list[dict]) -> str:
@@ -97,12 +128,17 @@ def _describe(rows: list[dict]) -> str:
     for c in CAPACITIES:
         at = {r["variant"]: r for r in rows if r["capacity"] == c}
         text = "; ".join(
-            f"{v} head kept in {r['head_survival']:.0%} of {r['lost_prefix']} partial misses, hit rate "
-            f"{r['hit_rate']:.1%} (per turn {'/'.join(f'{h:.0%}' for h in r['per_turn'])})"
+            f"{v} head kept in {r['head_survival']:.0%} of {r['lost_prefix']} partial misses, own history "
+            f"reused {r['history_reuse']:.1%}, hit rate {r['hit_rate']:.1%} (per turn "
+            f"{'/'.join(f'{h:.0%}' for h in r['per_turn'])})"
             for v, r in at.items()
         )
         diff = at["apc v024"]["hit_rate"] - at["apc classic"]["hit_rate"]
-        parts.append(f"{c} KV tokens: {text}; v024 - classic {100 * diff:+.1f} points")
+        ctl = at["apc v024"]["history_reuse"] - at["apc head-first"]["history_reuse"]
+        parts.append(
+            f"{c} KV tokens: {text}; v024 - classic {100 * diff:+.1f} points; own history tail-first - "
+            f"head-first {100 * ctl:+.1f} points"
+        )
     return ". ".join(parts)
 
 
@@ -112,11 +148,17 @@ def _row(variant: str, capacity: int, df: pd.DataFrame) -> dict:
     lost = df[(df["cached_tokens"] < (reusable // 16) * 16) & (reusable >= head)]
     per_turn = df.groupby("turn")[["cached_tokens", "prompt_tokens"]].sum()
     survival = float((lost["cached_tokens"] >= head).mean()) if len(lost) else float("nan")
+    # each user's own history: the reusable tokens past the shared system prompt, in later turns
+    later = df[df["turn"] > 0]
+    own = (reusable[later.index] - head).clip(lower=0)
+    kept = (later["cached_tokens"] - head).clip(lower=0).clip(upper=own)
+    history = float(kept.sum() / own.sum()) if own.sum() else float("nan")
     return {
         "variant": variant,
         "capacity": capacity,
         "lost_prefix": len(lost),
         "head_survival": survival,
+        "history_reuse": history,
         "hit_rate": float(df["cached_tokens"].sum() / df["prompt_tokens"].sum()),
         "per_turn": (per_turn["cached_tokens"] / per_turn["prompt_tokens"]).tolist(),
     }

@@ -12,8 +12,7 @@ import pandas as pd
 
 from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, undecided
-from harness.claims.registry import claim
+from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 
 FOLDER = "9-isolation"
 WORKLOAD = (
@@ -28,14 +27,6 @@ WORKLOAD = (
 )
 
 
-@claim(
-    9,
-    "isolation",
-    "A per-tenant cache_salt isolates tenants.",
-    "vLLM cache_salt (RFC #16016); SGLang cache_salt",
-    "Holds when, for both designs, probe requests reuse 0 tokens with salts while they reuse some "
-    "without (the probe is sensitive); does not hold when a salted probe reuses any token.",
-)
 def measure(ctx: Context) -> Finding:
     rows = []
     for design in ("apc", "radix"):
@@ -46,7 +37,7 @@ def measure(ctx: Context) -> Finding:
         ).requests
         plain = ctx.run(FOLDER, f"{design}-unsalted", (*H100_8B, *WORKLOAD, *ARMS[design])).requests
         rows.append(_row(design, salted, plain))
-    if any(r["salted_probe_cached"] for r in rows):
+    if any(r["salted_probe_cached"] or r["intra_tenant_hit_rate"] == 0 for r in rows):
         verdict = FAILS
     elif all(r["unsalted_probe_cached"] > 0 for r in rows):
         verdict = HOLDS
@@ -54,7 +45,7 @@ def measure(ctx: Context) -> Finding:
         verdict = undecided("unsalted probes reused nothing, so the probe is blind")
     result = "; ".join(
         f"{r['design']}: {r['probes']} probes reuse {r['unsalted_probe_cached']:,} tokens unsalted, "
-        f"{r['salted_probe_cached']:,} salted; probe TTFT p50 {r['unsalted_ttft_ms']:.1f} ms unsalted vs "
+        f"{r['salted_probe_cached']:,} salted (salted intra-tenant hit rate {r['intra_tenant_hit_rate']:.1%}); probe TTFT p50 {r['unsalted_ttft_ms']:.1f} ms unsalted vs "
         f"{r['salted_ttft_ms']:.1f} ms salted (gap {r['salted_ttft_ms'] - r['unsalted_ttft_ms']:.1f} ms)"
         for r in rows
     )
@@ -77,15 +68,32 @@ def measure(ctx: Context) -> Finding:
     )
 
 
+CLAIM = Claim(
+    9,
+    "isolation",
+    "A per-tenant cache_salt isolates tenants.",
+    "vLLM cache_salt (RFC #16016); SGLang cache_salt",
+    "Holds when, for both designs, probe requests reuse 0 tokens with salts while they reuse some "
+    "without (the probe is sensitive) and salted requests that share within their own tenant still reuse "
+    "(intra-tenant hit rate > 0: salting did not switch caching off); does not hold when a salted probe "
+    "reuses any token or the salted intra-tenant hit rate is 0.",
+    measure,
+)
+
+
 def _row(design: str, salted: pd.DataFrame, plain: pd.DataFrame) -> dict:
     """Probes: shared with earlier content overall (unsalted truth) but not within their tenant."""
     merged = salted.merge(plain, on="request_id", suffixes=("_salted", "_plain"))
     probes = merged[
         (merged["shared_prefix_len_salted"] == 0) & (merged["shared_prefix_len_plain"] > 0)
     ]
+    # Requests that share with earlier content of their own tenant: salting must keep their reuse.
+    own = salted[salted["shared_prefix_len"] > 0]
+    intra = float(own["cached_tokens"].sum() / own["prompt_tokens"].sum()) if len(own) else 0.0
     return {
         "design": design,
         "probes": len(probes),
+        "intra_tenant_hit_rate": intra,
         "salted_probe_cached": int(probes["cached_tokens_salted"].sum()),
         "unsalted_probe_cached": int(probes["cached_tokens_plain"].sum()),
         "salted_ttft_ms": float(probes["ttft_ms_salted"].median()),

@@ -10,68 +10,90 @@ from __future__ import annotations
 from harness.claims import keys
 from harness.claims.arms import ARMS, H100_70B_FP8
 from harness.claims.experiment import Context, has_option
-from harness.claims.record import FAILS, HOLDS, Figure, Finding, not_measurable
-from harness.claims.registry import claim
+from harness.claims.record import Claim, Figure, Finding, not_measurable
 from harness.report.stats import mean_ci
 
 FOLDER = "4-mixed"
-CLOSE = 0.10  # |radix / apc - 1| within 10% counts as "close"
 CLAIMED_RATIO = 1920 / 1850
 CONCURRENCY = 50
 
 
-@claim(
-    4,
-    "mixed",
-    "On general mixed traffic the two engines are close: SGLang ~1,920 tok/s against vLLM ~1,850 (~4%) on "
-    "an H100 SXM5, Llama-3.3-70B FP8, 50 concurrent requests.",
-    "third-party benchmark, January 2026",
-    "Holds when radix's output throughput is within 10% of apc's (mean over seeds) at a client "
-    "concurrency of 50; does not hold otherwise. The sign is compared with the claim's +4%.",
-)
 def measure(ctx: Context) -> Finding:
     setup = (
         "mixed workload (ShareGPT sample conversations + 16 groups x 16 requests sharing 1,024-2,048-token "
         f"system prompts), client concurrency {CONCURRENCY}, simulated H100 Llama-3.3-70B FP8 (TP 2); only the "
-        "cache and scheduler differ between arms, not kernels"
+        "cache and scheduler differ between arms, not kernels; beside it a no-sharing sample "
+        "(workload=unique) as general traffic without reuse"
     )
     measured = "output token throughput (tok/s) of radix and apc; ratio radix / apc"
     if not has_option("load", "max_concurrency"):
         why = "needs a client-side concurrency limit, load.max_concurrency (issue [5/6])"
         return Finding(setup, measured, "not run", not_measurable(why))
-    ratios, tput = [], {"apc": [], "radix": []}
-    for seed in range(ctx.size(1, 3)):
-        for a in tput:
-            overrides = (
-                *H100_70B_FP8,
-                "workload=mixed",
-                f"load.max_concurrency={CONCURRENCY}",
-                f"seed={seed}",
-                *ARMS[a],
-            )
-            tput[a].append(
-                keys.value(
-                    ctx.run(FOLDER, f"{a}-seed{seed}", overrides).summary, keys.OUTPUT_THROUGHPUT
-                )
-            )
-        ratios.append(tput["radix"][-1] / tput["apc"][-1])
-    ci = mean_ci(ratios)
-    verdict = HOLDS if abs(ci.mean - 1) <= CLOSE else FAILS
-    interval = f" [{ci.low:.3f}, {ci.high:.3f}]" if ci.low is not None else f" (n={ci.n})"
-    result = (
-        f"apc {sum(tput['apc']) / ci.n:,.0f} tok/s, radix {sum(tput['radix']) / ci.n:,.0f} tok/s; radix/apc "
-        f"{ci.mean:.3f}{interval} (claim: {CLAIMED_RATIO:.3f})"
+    traffic = {"mixed": "workload=mixed", "no sharing": "workload=unique"}
+    found = {name: _ratios(ctx, w) for name, w in traffic.items()}
+    verdict = not_measurable(
+        "the claim is about whole engines (kernels, CPU overheads) that the cost model does not see; "
+        "the simulated gap comes from the schedulers' step shapes priced by a roofline model"
     )
+    parts = []
+    for name, (ratios, tput) in found.items():
+        ci = mean_ci(ratios)
+        interval = f" [{ci.low:.3f}, {ci.high:.3f}]" if ci.low is not None else f" (n={ci.n})"
+        parts.append(
+            f"{name}: apc {sum(tput['apc']) / ci.n:,.0f} tok/s, radix {sum(tput['radix']) / ci.n:,.0f} "
+            f"tok/s; radix/apc {ci.mean:.3f}{interval}"
+        )
+    result = "; ".join(parts) + f" (claim: {CLAIMED_RATIO:.3f}; projections, not measurements)"
     figure = Figure(
-        "Mixed traffic at 50 concurrent requests",
+        "Traffic at 50 concurrent requests (simulated H100 70B FP8)",
         "output throughput (tok/s)",
-        {"simulated H100 70B FP8": {a: sum(v) / len(v) for a, v in tput.items()}},
+        {n: {a: sum(v) / len(v) for a, v in t.items()} for n, (_, t) in found.items()},
     )
+    ratios = [r for rs, _ in found.values() for r in rs]
     return Finding(
         setup,
         measured,
         result,
         verdict,
         figure,
-        [{"seed": i, "ratio": r} for i, r in enumerate(ratios)],
+        [
+            {"traffic": n, "seed": i, "ratio": r}
+            for n, (rs, _) in found.items()
+            for i, r in enumerate(rs)
+        ],
     )
+
+
+CLAIM = Claim(
+    4,
+    "mixed",
+    "On general mixed traffic the two engines are close: SGLang ~1,920 tok/s against vLLM ~1,850 (~4%) on "
+    "an H100 SXM5, Llama-3.3-70B FP8, 50 concurrent requests.",
+    "third-party benchmark, January 2026",
+    "Not measurable here, decided before measuring: the claim compares whole engines (kernels, CUDA graphs, "
+    "CPU overheads, the two projects' server loops) that the roofline cost model does not represent, so the "
+    "simulated gap is the two schedulers' step shapes priced by that model, nothing a GPU has checked. The "
+    "ratio (radix / apc output throughput at a client concurrency of 50, mean over seeds) is reported "
+    "beside the verdict, on the mixed preset and on a no-sharing sample (unique prompts) as general "
+    "traffic without reuse.",
+    measure,
+)
+
+
+def _ratios(ctx: Context, workload: str) -> tuple[list[float], dict[str, list[float]]]:
+    ratios: list[float] = []
+    tput: dict[str, list[float]] = {"apc": [], "radix": []}
+    for seed in range(ctx.size(1, 3)):
+        for a in tput:
+            overrides = (
+                *H100_70B_FP8,
+                workload,
+                f"load.max_concurrency={CONCURRENCY}",
+                f"seed={seed}",
+                *ARMS[a],
+            )
+            name = f"{workload.split('=')[1]}-{a}-seed{seed}"
+            summary = ctx.run(FOLDER, name, overrides).summary
+            tput[a].append(keys.value(summary, keys.OUTPUT_THROUGHPUT))
+        ratios.append(tput["radix"][-1] / tput["apc"][-1])
+    return ratios, tput

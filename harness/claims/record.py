@@ -74,3 +74,4 @@ class Row:
     verdict: str
     figure: str  # path relative to the output folder, or ""
     seconds: float
+    real_server: str = ""  # the claim on a live vLLM server (harness/claims/server.py), or ""

@@ -1,38 +1,50 @@
-"""The registry of claims, in the order of the published list; each module registers its own."""
+"""The registry of claims, in the order of the published list, filled here in one place.
+
+Each claim module defines its `CLAIM` (statement, source, verdict rule and the measuring
+function); the section below registers every one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from engines.registry import Registry
-from harness.claims.record import Claim, Finding
-
-CLAIMS: Registry[Claim] = Registry("claim")
-
-
-def claim(number: int, key: str, statement: str, source: str, threshold: str):
-    """Decorator for a measuring function `(Context) -> Finding`."""
-
-    def deco(measure: Callable[..., Finding]) -> Callable[..., Finding]:
-        CLAIMS.add(key, Claim(number, key, statement, source, threshold, measure))
-        return measure
-
-    return deco
-
-
-def ordered() -> list[Claim]:
-    return sorted((CLAIMS.get(k) for k in CLAIMS.names()), key=lambda c: c.number)
-
-
-# The claim modules register themselves on import; they import this module, so this comes last.
-from harness.claims import (  # noqa: E402, F401
+from harness.claims import (
     alignment,
-    decomposition,
+    backlog,
+    bookkeeping,
+    burst,
+    eviction,
     free_order,
     isolation,
     mixed,
     outputs,
+    parallel_n,
     position,
     speedup,
+    tree_reuse,
     zero_hit,
 )
+from harness.claims.record import Claim
+
+# registry: every claim
+CLAIMS: Registry[Claim] = Registry("claim")
+for _module in (
+    zero_hit,
+    alignment,
+    speedup,
+    mixed,
+    position,
+    tree_reuse,
+    outputs,
+    free_order,
+    isolation,
+    burst,
+    bookkeeping,
+    parallel_n,
+    eviction,
+    backlog,
+):
+    CLAIMS.add(_module.CLAIM.key, _module.CLAIM)
+
+
+def ordered() -> list[Claim]:
+    return sorted((CLAIMS.get(k) for k in CLAIMS.names()), key=lambda c: c.number)

@@ -33,20 +33,23 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
 def write_markdown(
     rows: Sequence[Row], details: dict[int, list[dict]], command: str, path: Path
 ) -> None:
-    head = ["#", "claim", "source", "verdict", "result", "figure"]
+    head = ["#", "claim", "source", "verdict (conditions)", "result", "real vLLM server", "figure"]
     lines = [
         "# Claims about APC and RadixAttention, re-measured",
         "",
         f"Command: `{command}`. Each verdict follows the rule written next to its claim before measuring "
         "(below the table). Simulated runs project GPU time from a roofline cost model; hit rates, outputs and "
-        "cache bookkeeping are exact.",
+        "cache bookkeeping are exact; simulated GPU numbers are projections. Every verdict is given with its "
+        "conditions (load, capacity, dtype, seeds). 2x2 effects use one convention: the interaction is half the "
+        "difference of the two simple effects (as decomposition.csv).",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
     ]
     for r in rows:
         figure = f"![claim {r.number}]({r.figure})" if r.figure else ""
-        cells = [str(r.number), r.claim, r.source, f"**{r.verdict}**", r.result, figure]
+        verdict = f"**{r.verdict}** (conditions: {r.setup})" if r.setup else f"**{r.verdict}**"
+        cells = [str(r.number), r.claim, r.source, verdict, r.result, r.real_server, figure]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     for r in rows:
         lines += [
@@ -58,7 +61,8 @@ def write_markdown(
             f"- Setup: {r.setup}",
             f"- Measured: {r.measured}",
             f"- Result: {r.result}",
-            f"- Verdict: **{r.verdict}** ({r.seconds:.0f} s)",
+            f"- Verdict: **{r.verdict}**, under the setup's conditions ({r.seconds:.0f} s)",
+            f"- Real vLLM server: {r.real_server or 'not a server check'}",
         ]
         if details.get(r.number):
             lines += [

@@ -41,14 +41,21 @@ def drive(
     scripted: bool = True,
     max_concurrency: int | None = None,
     on_finish: Callable[[RequestRecord], None] | None = None,
+    program_batch: bool = False,
 ) -> list[RequestRecord]:
-    """Send `requests` on their schedule and step the engine until every one has finished."""
+    """Send `requests` on their schedule and step the engine until every one has finished.
+    program_batch: requests released at the same instant go as one batch (`submit_batch`;
+    harness/client/programs.py), otherwise one by one."""
     queue = ReleaseQueue(requests, max_concurrency)
     clock = engine.clock
     engine.restart()
     while queue.pending or engine.has_work:
-        for req, arrival_s in queue.due(clock.now()):
-            engine.submit(completion_request(req, scripted), arrival_s)
+        for group, arrival_s in _groups(queue.due(clock.now()), program_batch):
+            batch = [completion_request(req, scripted) for req in group]
+            if len(batch) > 1:
+                engine.submit_batch(batch, arrival_s)
+            else:
+                engine.submit(batch[0], arrival_s)
         if not engine.has_work:
             engine.idle()
             clock.wait_until(queue.next_pending_s())
@@ -65,3 +72,18 @@ def drive(
             queue.finished(parent_id, out.end_s)
     engine.idle()  # the run ended with nothing left: the engine idles until the next one
     return engine.records
+
+
+def _groups(
+    due: list[tuple[Request, float]], program_batch: bool
+) -> list[tuple[list[Request], float]]:
+    """Due requests as submissions: one each, or (program_batch) one per release instant."""
+    if not program_batch:
+        return [([req], t) for req, t in due]
+    groups: list[tuple[list[Request], float]] = []
+    for req, t in due:
+        if groups and groups[-1][1] == t:
+            groups[-1][0].append(req)
+        else:
+            groups.append(([req], t))
+    return groups

@@ -2,7 +2,7 @@
 
 `python -m harness.report [RESULTS_DIR]` is a separate command from the benchmark; it reads run
 directories only and never imports an engine. `build` assembles the report, `tables` and `stats`
-compute, `plots*` draw (one registry of figures, `plots.FIGURES`), `figstyle` keeps colours fixed.
+compute, `plots*` draw (one registry of figures, `registry.FIGURES`), `figstyle` keeps colours fixed.
 """
 
 from harness.report.build import FIGURE_DIR, Report, build_report, describe, load, main

@@ -17,19 +17,20 @@ Agg backend; importing this module leaves a notebook's or a script's backend alo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pandas as pd
 
-import harness.report.plots_load  # noqa: F401  (registers the load and speed-up figures)
-import harness.report.plots_server  # noqa: F401  (registers the live-server figures)
-import harness.report.plots_sim  # noqa: F401  (registers the simulated-executor figures)
+from harness.errors import BAD_INPUT
 from harness.report.decomposition import decomposition_table
-from harness.report.plots import FIGURES, Inputs, Skip
+from harness.report.plots import Inputs, Skip
+from harness.report.registry import FIGURES
 from harness.report.tables import (
     overhead_pairs,
     overhead_table,
@@ -38,6 +39,7 @@ from harness.report.tables import (
     tidy_runs,
 )
 from harness.results import load_runs
+from harness.safe_write import SafeRoot, UnsafePath
 from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
@@ -92,18 +94,26 @@ def build_report(
     if out_dir is None:
         return report
     report.out_dir = Path(out_dir)
-    report.out_dir.mkdir(parents=True, exist_ok=True)
-    summary.to_csv(report.out_dir / "summary.csv", index=False)
-    report.overhead.to_csv(report.out_dir / "overhead.csv", index=False)
-    report.projected.to_csv(report.out_dir / "projected_overhead.csv", index=False)
+    safe = SafeRoot(report.out_dir)  # never through a planted link, never outside out_dir
+    safe.mkdir()
+    tables = {"summary.csv": summary, "overhead.csv": report.overhead}
+    tables["projected_overhead.csv"] = report.projected
     if not report.decomposition.empty:
-        report.decomposition.to_csv(report.out_dir / "decomposition.csv", index=False)
+        tables["decomposition.csv"] = report.decomposition
+    for name, table in tables.items():
+
+        def write(f: IO[str], t: pd.DataFrame = table) -> None:
+            t.to_csv(f, index=False)
+
+        safe.write_atomic(report.out_dir / name, write)
     if figures:
         _figures(report, pairs, report.drawn if keep_figures else None)
     return report
 
 
 def _figures(report: Report, pairs: pd.DataFrame, keep: dict | None) -> None:
+    if report.out_dir is None:  # build_report draws figures only where it writes
+        raise ValueError("figures need the report's out_dir")
     ok = report.runs[report.runs["ok"]] if not report.runs.empty else report.runs
     if "run_id" in report.requests and not ok.empty:
         requests = report.requests[report.requests["run_id"].isin(ok["run_id"])]
@@ -135,22 +145,30 @@ def remove_written(folder: Path) -> None:
     """Delete the figure files the previous report listed in its WRITTEN file, and nothing else:
     a report rewrites its figures as a whole, so no stale figure outlives a changed results tree,
     while files that others put there (the claims' figures, say) stay."""
+    from workloads.readers import read_text
+
     listing = folder / WRITTEN
     if not listing.is_file():
         return
-    for name in listing.read_text(encoding="utf-8").split():
+    safe = SafeRoot(folder)  # a link (the folder, the listing, a listed name) is left alone
+    try:
+        names = read_text(listing, "figure list", 2**20).split()
+    except BAD_INPUT:  # not ours as written: delete nothing
+        return
+    for name in names:
         path = folder / name
         if path.parent == folder and path.suffix in (".png", ".svg"):  # never outside the folder
-            path.unlink(missing_ok=True)
-    listing.unlink()
+            with contextlib.suppress(UnsafePath):
+                safe.remove(path)
+    with contextlib.suppress(UnsafePath):
+        safe.remove(listing)
 
 
 def write_list(folder: Path, stems: list[str]) -> None:
     if not stems:
         return
-    folder.mkdir(parents=True, exist_ok=True)
     names = [f"{stem}.{suffix}" for stem in sorted(stems) for suffix in ("png", "svg")]
-    (folder / WRITTEN).write_text("\n".join(names) + "\n", encoding="utf-8")
+    SafeRoot(folder).put_text(folder / WRITTEN, "\n".join(names) + "\n")
 
 
 def describe(report: Report) -> str:
@@ -216,5 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")  # the command line draws to files only, with or without a display
-    print(describe(build_report(root, out_dir=root)))
+    try:
+        report = build_report(root, out_dir=root)
+    except BAD_INPUT + (OSError,) as exc:  # a planted link, a read-only or full results folder
+        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+        print(f"error: cannot write the report into {root}: {what}{where}", file=sys.stderr)
+        return 2
+    print(describe(report))
     return 0

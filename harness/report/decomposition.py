@@ -22,7 +22,7 @@ import pandas as pd
 
 from engines.config import UPSTREAM_SCHEDULER
 from harness.report.figstyle import on_clock, platforms
-from harness.report.plots import Inputs, Skip, figure, footnote, main_config, plt, save
+from harness.report.plots import Inputs, Skip, footnote, main_config, plt, save
 from harness.report.tables import DEFAULT_GRANULARITY
 
 TIE_TOLERANCE = 0.05  # relative
@@ -109,7 +109,6 @@ EFFECTS = (
 )
 
 
-@figure("decomposition")
 def decomposition(inp: Inputs) -> list[str]:
     """Per metric: the four arms per workload (left) and the three effects (right)."""
     written = []

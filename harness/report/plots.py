@@ -7,9 +7,8 @@ raises `Skip` with the reason; the report logs it and goes on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -29,6 +28,7 @@ from harness.report.figstyle import (
 from harness.report.grouping import panels
 from harness.report.stats import MIN_INTERVAL_N, bounded_ci, drawn_interval
 from harness.report.tables import PAIR_COLUMNS, overhead_table
+from harness.safe_write import SafeRoot
 
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
 
@@ -47,24 +47,19 @@ class Inputs(NamedTuple):
     keep: dict | None = None
 
 
-FIGURES: dict[str, Callable[[Inputs], list[str]]] = {}
-
-
-def figure(name: str):
-    def register(fn):
-        FIGURES[name] = fn
-        return fn
-
-    return register
-
-
 def save(fig, inp: Inputs, *name: object) -> str:
     """Write `name` (joined and sanitised: names come from results) as PNG and SVG in the figures
     folder; the Figure stays open in `inp.keep` when the caller asked for it."""
     stem = safe_stem(*name)
-    inp.out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(inside(inp.out_dir, stem, "png"), dpi=90, bbox_inches="tight")
-    fig.savefig(inside(inp.out_dir, stem, "svg"), bbox_inches="tight")
+    safe = SafeRoot(inp.out_dir)  # the figures folder: never a link, never written through one
+    safe.mkdir()
+    for suffix, dpi in (("png", 90), ("svg", None)):
+        target = inside(inp.out_dir, stem, suffix)
+
+        def draw(f: IO[bytes], s: str = suffix, d: int | None = dpi) -> None:
+            fig.savefig(f, format=s, dpi=d, bbox_inches="tight")
+
+        safe.write_atomic(target, draw, binary=True)
     if inp.keep is None:
         plt.close(fig)
     else:
@@ -201,7 +196,6 @@ def legend_outside(ax, fontsize: int = 7) -> None:
     ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
-@figure("ttft_cdf")
 def ttft_cdf(inp: Inputs) -> list[str]:
     if inp.requests.empty or "ttft_ms" not in inp.requests:
         raise Skip("no request tables")
@@ -236,7 +230,6 @@ def ttft_cdf(inp: Inputs) -> list[str]:
     return written
 
 
-@figure("latency_throughput")
 def latency_throughput(inp: Inputs) -> list[str]:
     panels = (
         ("median_ttft_ms", "TTFT p50 (ms)"),
@@ -267,7 +260,6 @@ def latency_throughput(inp: Inputs) -> list[str]:
     return written
 
 
-@figure("hit_rate")
 def hit_rate(inp: Inputs) -> list[str]:
     written = []
     for suffix, platform_runs in platforms(inp.runs[inp.runs["cache_enabled"]]):
@@ -318,7 +310,6 @@ def hit_rate(inp: Inputs) -> list[str]:
 CAPACITY = "config.engine.kv_capacity_tokens"
 
 
-@figure("capacity")
 def capacity(inp: Inputs) -> list[str]:
     """Per workload and platform: hit rate and TTFT against KV capacity, one row of panels per
     group of runs that differ in nothing but the capacity, the seed and the arm (grouping.panels)."""
@@ -412,7 +403,7 @@ def draw_capacity_panel(ax_hit, ax_ttft, panel) -> None:
             color=c,
             label=f"{line} p99",
         )
-    where = f" [{panel.title}]" if panel.title else ""
+    where = f"\n({panel.title})" if panel.title else ""
     ax_hit.set(
         xscale="log",
         xlabel="KV capacity (tokens)",
@@ -441,7 +432,6 @@ def capacity_axes(axes, caps, legend_size: int) -> None:
         ax.legend(fontsize=legend_size)
 
 
-@figure("overhead")
 def overhead(inp: Inputs) -> list[str]:
     table = overhead_table(inp.pairs)
     if table.empty:
@@ -508,7 +498,6 @@ def overhead(inp: Inputs) -> list[str]:
     return [save(fig, inp, "overhead")]
 
 
-@figure("bookkeeping")
 def bookkeeping(inp: Inputs) -> list[str]:
     written = []
     for suffix, platform_runs in platforms(inp.runs):

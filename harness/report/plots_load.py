@@ -1,7 +1,7 @@
 """The report's figures of load and of caching's payoff: metrics against request rate, speed-up over
 caching off, and the TTFT of requests that hit the cache against those that missed.
 
-Registered into `harness.report.plots.FIGURES` on import (harness.report imports this module). Each is
+Listed in the report's registry of figures, harness/report/registry.py. Each is
 drawn once per platform (model, executor, hardware).
 """
 
@@ -26,7 +26,6 @@ from harness.report.plots import (
     Inputs,
     Skip,
     arm_label,
-    figure,
     footnote,
     legend_outside,
     line_points,
@@ -42,7 +41,6 @@ LOAD_KEYS = ("load.rate", "load.max_concurrency")  # the x axis of a load sweep,
 SPEEDUP_KEYS = ("workload", "engine", "kv_capacity_tokens", "model", "executor", "hardware")
 
 
-@figure("metric_vs_load")
 def metric_vs_load(inp: Inputs) -> list[str]:
     """Per workload of a load sweep: TTFT p50, p99 and throughput against the load, a line per arm."""
     panels = (
@@ -99,7 +97,7 @@ def _load_panels(axes, panel, key: str, metrics) -> None:
             xscale="log",
             xlabel=key + (" (req/s)" if key == "load.rate" else ""),
             ylabel=on_clock(label, runs),
-            title=label + (f" [{panel.title}]" if panel.title else ""),
+            title=label + (f"\n({panel.title})" if panel.title else ""),
         )
         loads = sorted(runs["load"].unique())
         ax.set_xticks(loads, [f"{v:g}" for v in loads], fontsize=7)
@@ -129,7 +127,6 @@ def speedup_pairs(runs: pd.DataFrame) -> pd.DataFrame:
     return pairs
 
 
-@figure("speedup")
 def speedup(inp: Inputs) -> list[str]:
     """Per workload and arm: how much faster caching makes TTFT and throughput than caching off."""
     written = []
@@ -199,7 +196,6 @@ def _ratio(values: pd.Series):
     return drawn_interval(ratio_ci(vals.tolist())) if len(vals) else None
 
 
-@figure("ttft_hit_miss")
 def ttft_hit_miss(inp: Inputs) -> list[str]:
     """Per workload and arm: TTFT of requests that reused cached tokens against those that did not
     (median, whiskers to p10 and p90), requests pooled over seeds."""
@@ -281,4 +277,5 @@ def _spread(values: pd.Series) -> tuple[float, float, float]:
     if vals.size < MIN_INTERVAL_N:
         med = float(np.median(vals))
         return (med, med, med)
-    return tuple(float(v) for v in np.percentile(vals, [10, 50, 90]))
+    p10, p50, p90 = (float(v) for v in np.percentile(vals, [10, 50, 90]))
+    return p10, p50, p90

@@ -1,6 +1,6 @@
 """Live-server figures: a server run's measured hit rate beside its twin's and the bounds.
 
-Registered into `harness.report.plots.FIGURES` on import (harness.report imports this module).
+Listed in the report's registry of figures, harness/report/registry.py.
 `server_twin`: per server run (one bar group each: workload, load mode), the hit rate the server
 reported, the twin's prediction from the same token streams, and the ideal / LRU / Belady bounds
 of those streams at the server's block size and capacity; the subtitle counts exact requests.
@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.report.plots import Inputs, Skip, figure, footnote, save
+from harness.report.plots import Inputs, Skip, footnote, save
 
 BARS = (
     ("hit_rate", "measured (server)"),
@@ -29,7 +29,6 @@ def server_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["server_flavour"].notna()]
 
 
-@figure("server_twin")
 def server_twin(inputs: Inputs) -> list[str]:
     runs = server_runs(inputs.runs)
     if runs.empty:
@@ -61,4 +60,4 @@ def server_twin(inputs: Inputs) -> list[str]:
     )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     footnote(fig, runs, "twin: the built-in cache replayed on the streams actually sent")
-    return [save(fig, inputs.out_dir, "server_twin")]
+    return [save(fig, inputs, "server_twin")]

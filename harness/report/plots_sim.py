@@ -1,11 +1,13 @@
 """The report's figures of simulated-executor runs: whole-trace TTFT against KV capacity per hardware
 preset, and the projected 0%-hit overhead per preset (measured bookkeeping / virtual duration).
 
-Registered into `harness.report.plots.FIGURES` on import (harness.report imports this module). Runs of the
+Listed in the report's registry of figures, harness/report/registry.py. Runs of the
 simulated executor carry their cost model's name as `hardware` (the manifest's resolved config).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -20,7 +22,6 @@ from harness.report.plots import (
     Skip,
     arm_label,
     capacity_axes,
-    figure,
     footnote,
     line_points,
     save,
@@ -63,7 +64,6 @@ def capacity_points(runs: pd.DataFrame) -> pd.DataFrame:
 TRACE_FIGURE_KEYS = ("config.workload.name", "config.executor", "config.hardware.name")
 
 
-@figure("trace_capacity")
 def trace_capacity(inp: Inputs) -> list[str]:
     """Per (workload, preset): TTFT p50/p99 and hit rate against capacity, one row of panels per
     group of runs that differ in nothing but the capacity, the seed and the arm."""
@@ -110,7 +110,7 @@ def _trace_panel(ax_ttft, ax_hit, panel) -> None:
         c = colour(g["arm"].iloc[0])
         label = arm_label(runs.assign(series=runs["line"]), line)
         # Arms often coincide: earlier arms are drawn wider so later ones stay visible on top.
-        style = {"lw": 3.5 - 1.2 * min(i, 2), "ms": 9 - 2.5 * min(i, 2), "color": c}
+        style: dict[str, Any] = {"lw": 3.5 - 1.2 * min(i, 2), "ms": 9 - 2.5 * min(i, 2), "color": c}
         x = "kv_capacity_tokens"
         line_points(ax_ttft, g, x, "p50_s", marker="o", label=f"{label} p50", **style)
         line_points(ax_ttft, g, x, "p99_s", marker="s", ls="--", label=f"{line} p99", **style)
@@ -121,7 +121,7 @@ def _trace_panel(ax_ttft, ax_hit, panel) -> None:
         yscale="log",
         xlabel="KV capacity (tokens)",
         ylabel="TTFT (s, virtual clock)",
-        title=f"TTFT p50 / p99 against KV capacity ({fixed}{_requests(runs)})",
+        title=f"TTFT p50 / p99 against KV capacity\n({fixed}{_requests(runs)})",
     )
     # Log TTFT with 1-2-5 labels: p50 and p99 differ by an order of magnitude.
     ax_ttft.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -130,13 +130,12 @@ def _trace_panel(ax_ttft, ax_hit, panel) -> None:
         xscale="log",
         xlabel="KV capacity (tokens)",
         ylabel="prompt tokens served from cache (%)",
-        title="Hit rate against KV capacity" + (f" ({panel.title})" if panel.title else ""),
+        title="Hit rate against KV capacity" + (f"\n({panel.title})" if panel.title else ""),
     )
     caps = sorted(runs["kv_capacity_tokens"].dropna().unique())
     capacity_axes((ax_ttft, ax_hit), caps, legend_size=7)
 
 
-@figure("projected_overhead")
 def projected_overhead(inp: Inputs) -> list[str]:
     """Bars per preset (x) and engine (colour): bookkeeping / virtual duration, the 1% claim as a line."""
     table = projected_overhead_table(inp.runs)

@@ -99,7 +99,7 @@ def ratio_ci(values: Sequence[float]) -> MeanCI:
         if v is not None and math.isfinite(float(v)) and float(v) > 0
     ]
     ci = mean_ci(logs)
-    if ci.low is None:
+    if ci.low is None or ci.high is None:
         return MeanCI(math.exp(ci.mean), None, None, ci.n)
     return MeanCI(math.exp(ci.mean), math.exp(ci.low), math.exp(ci.high), ci.n)
 

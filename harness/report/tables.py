@@ -189,7 +189,7 @@ def _series(df: pd.DataFrame) -> pd.Series:
         keys = [
             c.removeprefix("config.")
             for c in config
-            if group[c].map(str).nunique() > 1
+            if group[c].dropna().map(str).nunique() > 1  # a failed run's missing keys: no value
             and not c.removeprefix("config.").startswith((*IN_ARM_OR_AXIS, "hardware.", "model."))
         ]
         for i, row in group.iterrows():
@@ -236,7 +236,11 @@ def summary_table(tidy: pd.DataFrame) -> pd.DataFrame:
         }
     )
     rows = []
-    for _, group in tidy.groupby(list(KEY_COLUMNS), dropna=False, sort=False):
+    # A run without a fingerprint (no config recorded) is its own row: nothing says it matches.
+    unknown = tidy["fingerprint"].isna() | (tidy["fingerprint"] == "unknown")
+    alone = "unknown:" + tidy.index.astype(str)
+    keys = [tidy["fingerprint"].where(~unknown, alone), *(tidy[c] for c in KEY_COLUMNS[1:])]
+    for _, group in tidy.groupby(keys, dropna=False, sort=False):
         ok = group[group["ok"]]
         first = group.iloc[0]
         row = {c: first[c] for c in (*GROUP_COLUMNS, "fingerprint", "varies")}

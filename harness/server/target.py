@@ -20,6 +20,7 @@ import time
 from array import array
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any, cast
 
 import pandas as pd
 
@@ -90,7 +91,7 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
             f"server.url: GET {scfg.base_url}/v1/models answered HTTP {resp.status_code}; is it "
             "an OpenAI-compatible server?"
         )
-    models = resp.json().get("data") or []
+    models = cast(dict[str, Any], resp.json()).get("data") or []  # a non-object fails here
     if scfg.model is not None:
         entry = next((m for m in models if m.get("id") == scfg.model), None)
         if entry is None:
@@ -111,8 +112,9 @@ async def _version(client: ServerClient, flavour: Flavour) -> str | None:
         return None
     try:
         resp = await client.get(flavour.version_path)
-        return str(resp.json().get("version")) if resp.status_code == 200 else None
-    except (*TRANSPORT_ERRORS, ValueError, AttributeError):
+        body = cast(dict[str, Any], resp.json())  # a non-object raises AttributeError below
+        return str(body.get("version")) if resp.status_code == 200 else None
+    except TRANSPORT_ERRORS + (ValueError, AttributeError):
         return None
 
 
@@ -216,9 +218,9 @@ async def warm_up_and_reset(
     await reset_cache(client, flavour)
     probe_cached = None
     if warm:  # the first warm-up prompt again: a hit would mean the reset did not take
-        probe = dataclasses.replace(
-            warm[0], max_new_tokens=None, output_ids=(warm[0].output_ids[0],)
-        )
+        first_output = warm[0].output_ids
+        assert first_output is not None  # warm-up requests are scripted
+        probe = dataclasses.replace(warm[0], max_new_tokens=None, output_ids=(first_output[0],))
         reply = await client.complete(completion_body(flavour, model, probe, probe.prompt_ids), 1)
         probe_cached = reply.cached_tokens
         if reply.status != OK:

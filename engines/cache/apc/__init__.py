@@ -2,8 +2,8 @@
 
 hashing (chained block hashes) -> block (blocks, free queue) -> pool_loops (the pool's hot
 loops, C where built) -> block_pool (map, eviction) -> manager (tables, lookup, allocate_slots) ->
-cache (the PrefixCache protocol). Any scheduler design (engines/sched/) drives it. Importing
-this package registers the `apc` factory in `engines.cache.CACHES`.
+cache (the PrefixCache protocol). Any scheduler design (engines/sched/) drives it; `build_apc`
+is registered as `apc` in engines/cache/__init__.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from engines.cache.apc.block_pool import FREE_ORDERS, BlockPool
 from engines.cache.apc.cache import ApcCache
 from engines.cache.apc.hashing import HASH_ALGOS, register_hash_fn
 from engines.cache.apc.manager import KVCacheManager, PrefixCacheStats
-from engines.cache.base import CACHES
 from engines.config import EngineConfig
 
 __all__ = [
@@ -27,7 +26,6 @@ __all__ = [
 ]
 
 
-@CACHES.register("apc")
 def build_apc(config: EngineConfig) -> ApcCache:
     """An ApcCache from an EngineConfig (unknown free orders fail before anything is built)."""
     FREE_ORDERS.get(config.free_order)
@@ -39,5 +37,6 @@ def build_apc(config: EngineConfig) -> ApcCache:
         free_order=config.free_order,
         none_hash_seed=config.none_hash_seed,
         verify_tokens_on_hit=config.verify_tokens_on_hit,
+        head_first=config.free_direction == "head_first",
         debug=config.debug_checks,
     )

@@ -9,6 +9,7 @@ so O(1) remove from the middle (a cache hit on a free block) creates no Python o
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, cast
 
 
 class KVCacheBlock:
@@ -34,7 +35,7 @@ class KVCacheBlock:
         self.next_free_block: KVCacheBlock | None = None
         self.is_null = False
         # verify_tokens_on_hit only: (parent block id, extra keys, own tokens) at caching time
-        self.provenance: tuple | None = None
+        self.provenance: tuple[Any, ...] | None = None
 
     def reset_hash(self) -> None:
         self.block_hash = None
@@ -68,15 +69,15 @@ class FreeKVCacheBlockQueue:
             return []
         assert n <= self.num_free_blocks, "popleft_n beyond the free count"
         head = self.fake_free_list_head
-        out = []
+        out: list[KVCacheBlock] = []
         append = out.append
-        blk = head.next_free_block
+        blk = cast(KVCacheBlock, head.next_free_block)  # the sentinel tail ends the queue
         for _ in range(n):
             append(blk)
             blk.prev_free_block = None
             nxt = blk.next_free_block
             blk.next_free_block = None
-            blk = nxt
+            blk = cast(KVCacheBlock, nxt)
         head.next_free_block = blk
         blk.prev_free_block = head
         self.num_free_blocks -= n

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from engines.cache.apc import pool_loops
 from engines.cache.apc.block import FreeKVCacheBlockQueue, KVCacheBlock
-from engines.cache.apc.pool_loops import PoolLoops
+from engines.cache.apc.pool_loops import Entries, Entry, PoolLoops
 from engines.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -43,13 +43,13 @@ class BlockHashToBlockMap:
         self._cache: dict[bytes, KVCacheBlock | dict[int, KVCacheBlock]] = {}
 
     @property
-    def entries(self) -> dict:
+    def entries(self) -> Entries:
         """The dict itself, for the pool's loops (pool_loops.py), which keep the forms above."""
         return self._cache
 
     def get_one_block(self, key: bytes) -> KVCacheBlock | None:
         entry = self._cache.get(key)
-        if entry is None or entry.__class__ is not dict:
+        if entry is None or not isinstance(entry, dict):
             return entry
         return next(iter(entry.values()))
 
@@ -57,16 +57,16 @@ class BlockHashToBlockMap:
         entry = self._cache.get(key)
         if entry is None:
             return []
-        return list(entry.values()) if entry.__class__ is dict else [entry]
+        return list(entry.values()) if isinstance(entry, dict) else [entry]
 
     def insert(self, key: bytes, block: KVCacheBlock) -> None:
         entry = self._cache.setdefault(key, block)
         if entry is not block:
             self.add_duplicate(key, entry, block)
 
-    def add_duplicate(self, key: bytes, entry, block: KVCacheBlock) -> None:
+    def add_duplicate(self, key: bytes, entry: Entry, block: KVCacheBlock) -> None:
         """`block` joins `entry`, what `key` maps to already (one block or the duplicates)."""
-        if entry.__class__ is dict:
+        if isinstance(entry, dict):
             entry[block.block_id] = block
         else:
             self._cache[key] = {entry.block_id: entry, block.block_id: block}
@@ -76,7 +76,7 @@ class BlockHashToBlockMap:
         entry = self._cache.get(key)
         if entry is None:
             return None
-        if entry.__class__ is not dict:
+        if not isinstance(entry, dict):
             if entry.block_id != block_id:
                 return None
             del self._cache[key]
@@ -150,7 +150,7 @@ class BlockPool:
         blocks: list[KVCacheBlock],
         num_cached_blocks: int,
         num_full_blocks: int,
-        provenances: list[tuple] | None = None,
+        provenances: list[tuple[Any, ...]] | None = None,
     ) -> None:
         """Give blocks[num_cached:num_full] their keys and insert them into the map; a key
         cached already keeps both blocks, the first one answering lookups.

@@ -1,4 +1,4 @@
-"""`ApcCache`: the PrefixCache protocol (engines/cache/base.py) over vLLM's KVCacheManager.
+"""`ApcCache`: the cache protocols (engines/cache/protocol.py) over vLLM's KVCacheManager.
 
 The native API lives on `self.manager` (and `self.manager.block_pool`); this class adds the
 design-neutral view the schedulers and harness use, and the accounting checks of invariants 29-30.
@@ -10,20 +10,35 @@ locking takes matched blocks out of the free queue, unlocking frees them back, t
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
+from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.dfs_weight import dfs_weight_order
 from engines.cache.apc.manager import KVCacheManager
-from engines.cache.base import (
+from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder
+from engines.cache.records import (
     Allocation,
     CacheIntegrityError,
+    CacheLock,
     CacheStats,
     CacheUsage,
+    MatchHandle,
     PrefixMatch,
 )
 from engines.sequence import Sequence
 
 
-class ApcCache:
+def _blocks(
+    handle: MatchHandle | CacheLock | None,
+) -> list[KVCacheBlock] | tuple[KVCacheBlock, ...]:
+    """The hit blocks a `PrefixMatch` of this cache carries, or the blocks a lock holds."""
+    return cast("list[KVCacheBlock] | tuple[KVCacheBlock, ...]", handle or ())
+
+
+class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
+    """vLLM's APC behind the cache protocols; no `RecencyRefresh`: vLLM has no recency outside
+    the free queue."""
+
     name = "apc"
     matchable_at_allocation = True
 
@@ -38,6 +53,7 @@ class ApcCache:
         none_hash_seed: str | None = None,
         stats_timing: str = "admission",
         verify_tokens_on_hit: bool = False,
+        head_first: bool = False,
         debug: bool = False,
     ) -> None:
         self.enabled = enabled
@@ -53,6 +69,7 @@ class ApcCache:
             none_hash_seed=none_hash_seed,
             stats_timing=stats_timing,
             verify_tokens_on_hit=verify_tokens_on_hit,
+            head_first=head_first,
             track_parents=debug,
         )
         self.pool = self.manager.block_pool
@@ -63,15 +80,15 @@ class ApcCache:
 
     def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
         hits = self.manager.lookup(seq, capped=capped)
-        return PrefixMatch(len(hits) * self.block_size, hits)
+        return PrefixMatch(len(hits) * self.block_size, MatchHandle(hits))
 
-    def lock(self, match: PrefixMatch) -> tuple:
-        hits = tuple(match.handle or ())
+    def lock(self, match: PrefixMatch) -> CacheLock:
+        hits = tuple(_blocks(match.handle))
         self.pool.touch(hits)
-        return hits
+        return CacheLock(hits)
 
-    def unlock(self, lock: tuple) -> None:
-        self.pool.free_blocks(reversed(lock))  # tail first, as vLLM frees a table
+    def unlock(self, lock: CacheLock) -> None:
+        self.pool.free_blocks(reversed(_blocks(lock)))  # tail first, as vLLM frees a table
 
     def free_tokens(self) -> int:
         return self.pool.get_num_free_blocks() * self.block_size
@@ -97,7 +114,7 @@ class ApcCache:
         return True
 
     def _allocate_one(self, item: Allocation) -> bool:
-        hits = list(item.adopt.handle or ()) if item.adopt is not None else []
+        hits = list(_blocks(item.adopt.handle)) if item.adopt is not None else []
         blocks = self.manager.allocate_slots(
             item.seq,
             item.num_new_tokens,
@@ -128,9 +145,6 @@ class ApcCache:
         cached at allocation are skipped, so this is the async catch-up or a no-op."""
         if self.enabled and seq.seq_id in self.manager.num_cached_block:
             self.manager.cache_blocks(seq, num_tokens)
-
-    def touch(self, seq: Sequence) -> None:
-        """No recency refresh outside the free queue (vLLM has none)."""
 
     def dfs_weight_order(
         self, queue: list[Sequence], matches: dict[str, PrefixMatch]
@@ -221,7 +235,7 @@ class ApcCache:
         if self.debug:
             self.check_ancestor_closure()
 
-    def _check_map(self, free_list: list) -> None:
+    def _check_map(self, free_list: list[KVCacheBlock]) -> None:
         pool = self.pool
         cached = pool.cached_block_hash_to_block
         num_mapped = 0

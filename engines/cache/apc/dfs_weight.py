@@ -14,7 +14,7 @@ is a 750-block chain.
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from engines.sequence import Sequence
@@ -27,7 +27,9 @@ class _Node:
     weight: int = 0
 
 
-def dfs_weight_order(waiting: deque[Sequence], hit_keys) -> list[Sequence]:
+def dfs_weight_order(
+    waiting: Iterable[Sequence], hit_keys: Callable[[Sequence], list[bytes]]
+) -> list[Sequence]:
     """`hit_keys(seq)` -> the map keys of seq's leading cached blocks (uncapped)."""
     root = _Node()
     for seq in waiting:

@@ -17,6 +17,7 @@ import os
 import pickle
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import cbor2
@@ -25,7 +26,9 @@ import xxhash
 from engines.registry import Registry
 
 try:  # built by setup.py where a C compiler and OpenSSL's headers are; same keys, ~5x faster
-    from engines.cache.apc import _pickle_chain as _native
+    from engines.cache.apc import _pickle_chain  # type: ignore[attr-defined]
+
+    _native: ModuleType | None = _pickle_chain
 except ImportError:
     _native = None
 
@@ -68,10 +71,13 @@ def _builtin(obj: Any) -> bytes:
 
 # A chain hashes the whole blocks token_ids[start:stop] from `parent`, appends one map key per
 # block to `keys` and returns the last raw hash: (parent, token_ids, start, stop, extra, keys).
-ChainFn = Callable[[bytes, Sequence[int], int, int, "tuple | None", list], bytes]
+ExtraKeys = tuple[Any, ...]
+ChainFn = Callable[[bytes, Sequence[int], int, int, "ExtraKeys | None", list[bytes]], bytes]
 
 
-def _blocks(token_ids: Sequence[int], start: int, stop: int, block_size: int) -> Iterator[tuple]:
+def _blocks(
+    token_ids: Sequence[int], start: int, stop: int, block_size: int
+) -> Iterator[tuple[int, ...]]:
     """Token tuples of the blocks in [start, stop), cut by zip over one iterator (no slice per
     block); zip drops a trailing partial block, so only a range short of the end needs a slice."""
     ids = token_ids[start:stop] if start or len(token_ids) - stop >= block_size else token_ids
@@ -81,7 +87,14 @@ def _blocks(token_ids: Sequence[int], start: int, stop: int, block_size: int) ->
 
 
 def _sha256_chain(block_size: int) -> ChainFn:
-    def chain(parent, token_ids, start, stop, extra, keys):
+    def chain(
+        parent: bytes,
+        token_ids: Sequence[int],
+        start: int,
+        stop: int,
+        extra: ExtraKeys | None,
+        keys: list[bytes],
+    ) -> bytes:
         # _sha256 inlined: the same bytes hashed, without a Python call per block.
         sha, dumps, append = hashlib.sha256, pickle.dumps, keys.append
         for block in _blocks(token_ids, start, stop, block_size):
@@ -93,7 +106,14 @@ def _sha256_chain(block_size: int) -> ChainFn:
 
 
 def _xxhash_chain(block_size: int) -> ChainFn:
-    def chain(parent, token_ids, start, stop, extra, keys):
+    def chain(
+        parent: bytes,
+        token_ids: Sequence[int],
+        start: int,
+        stop: int,
+        extra: ExtraKeys | None,
+        keys: list[bytes],
+    ) -> bytes:
         digest, dumps, append = xxhash.xxh3_128_digest, pickle.dumps, keys.append
         for block in _blocks(token_ids, start, stop, block_size):
             parent = digest(dumps((parent, block, extra), _PICKLE))
@@ -104,7 +124,14 @@ def _xxhash_chain(block_size: int) -> ChainFn:
 
 
 def _generic_chain(fn: HashFn, block_size: int) -> ChainFn:
-    def chain(parent, token_ids, start, stop, extra, keys):
+    def chain(
+        parent: bytes,
+        token_ids: Sequence[int],
+        start: int,
+        stop: int,
+        extra: ExtraKeys | None,
+        keys: list[bytes],
+    ) -> bytes:
         for block in _blocks(token_ids, start, stop, block_size):
             parent = fn((parent, block, extra))
             keys.append(parent + GROUP0)
@@ -135,7 +162,7 @@ _FRAME_HEADER_LEN = 11  # PROTO 5, FRAME, 8-byte frame length
 
 
 @functools.lru_cache(maxsize=4096)
-def extra_fragment(extra: tuple | None) -> bytes | None:
+def extra_fragment(extra: ExtraKeys | None) -> bytes | None:
     """The bytes `extra` adds to the pickle of (parent, block, extra), cut from a real
     pickle.dumps; None when the pickle does not have the single-frame layout the C chain writes."""
     data = pickle.dumps((_SAMPLE_PARENT, _SAMPLE_BLOCK, extra), _PICKLE)
@@ -151,16 +178,27 @@ def extra_fragment(extra: tuple | None) -> bytes | None:
     return body[len(_SAMPLE_HEAD) : -len(_PICKLE_TAIL)]
 
 
-def _native_chain(digest: Callable[[bytes], bytes] | None, block_size: int, python: ChainFn):
+def _native_chain(
+    digest: Callable[[bytes], bytes] | None, block_size: int, python: ChainFn
+) -> ChainFn:
+    assert _native is not None  # chain_for asks for it only when built
     native = _native.chain
 
-    def chain(parent, token_ids, start, stop, extra, keys):
+    def chain(
+        parent: bytes,
+        token_ids: Sequence[int],
+        start: int,
+        stop: int,
+        extra: ExtraKeys | None,
+        keys: list[bytes],
+    ) -> bytes:
         fragment = extra_fragment(extra)
         if fragment is not None:
             try:
-                return native(
+                last: bytes = native(
                     digest, parent, token_ids, start, stop, block_size, fragment, GROUP0, keys
                 )
+                return last
             except (TypeError, OverflowError):
                 pass  # a token the C chain does not write (not an int32): nothing was appended
         return python(parent, token_ids, start, stop, extra, keys)
@@ -225,7 +263,7 @@ def hash_block_tokens(
     hash_fn: HashFn,
     parent_block_hash: bytes | None,
     curr_block_token_ids: Sequence[int],
-    extra_keys: tuple | None = None,
+    extra_keys: ExtraKeys | None = None,
     *,
     none_hash: bytes,
 ) -> bytes:
@@ -234,9 +272,9 @@ def hash_block_tokens(
     return hash_fn((parent, tuple(curr_block_token_ids), extra_keys))
 
 
-def block_extra_keys(block_index: int, lora_name: str | None, salt: str | None) -> tuple | None:
+def block_extra_keys(block_index: int, lora_name: str | None, salt: str | None) -> ExtraKeys | None:
     """Extra keys of one block: LoRA name on every block, then the salt on block 0 only (§1.4)."""
-    keys: tuple = ()
+    keys: ExtraKeys = ()
     if lora_name:
         keys += (lora_name,)
     if block_index == 0 and salt:

@@ -8,6 +8,7 @@ Blocks are cached when allocated, before the forward pass that fills them (§4.2
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.block_pool import BlockPool
@@ -17,9 +18,12 @@ from engines.cache.apc.hashing import (
     RequestHasher,
     init_none_hash,
 )
-from engines.cache.base import CacheIntegrityError
+from engines.cache.records import CacheIntegrityError
 from engines.registry import Registry
 from engines.sequence import Sequence
+
+# A decode-run event: (step, position in the run, kind 0 allocate / 1 cache, limit).
+RunEvent = tuple[int, int, int, int]
 
 # stats_timing -> record inside the lookup (True, <= v0.26) or once at admission (False, >= v0.27)
 STATS_TIMINGS: Registry[bool] = Registry("stats_timing")
@@ -75,9 +79,11 @@ class KVCacheManager:
         none_hash_seed: str | None = None,
         stats_timing: str = "admission",
         verify_tokens_on_hit: bool = False,
+        head_first: bool = False,
         track_parents: bool = False,
     ) -> None:
         self.block_size = block_size
+        self.head_first = head_first  # counterfactual free direction (engine.free_direction)
         self.enable_caching = enable_caching
         self.verify_tokens_on_hit = verify_tokens_on_hit
         self.stats_at_lookup = STATS_TIMINGS.get(stats_timing)
@@ -104,6 +110,8 @@ class KVCacheManager:
         memo = self._hashes.get(seq.seq_id)
         if memo is None or memo.owner is not seq:
             memo = self._hashes[seq.seq_id] = RequestBlockHashes(seq, seq.lora_id, seq.salt)
+        if self.hasher is None:
+            raise CacheIntegrityError("block keys asked of a cache without prefix caching")
         return self.hasher.extend(memo, seq.token_ids)
 
     # ---- lookup ------------------------------------------------------------------------------
@@ -124,7 +132,7 @@ class KVCacheManager:
             hits.append(blk)
         return hits
 
-    def _provenance(self, seq: Sequence, table: list[KVCacheBlock], index: int) -> tuple:
+    def _provenance(self, seq: Sequence, table: list[KVCacheBlock], index: int) -> tuple[Any, ...]:
         """What a block at `index` of `seq` must have been cached with to be reusable: the same
         parent block (so the same whole prefix, by induction from block 0), the same extra keys
         (salt, LoRA) and the same tokens. A digest collision cannot pass all three."""
@@ -261,9 +269,8 @@ class KVCacheManager:
         queue (evicting a cached one lazily) and newly full blocks are cached. Both are replayed
         as events in the per-step order (step, then position in `seqs`, allocation before
         caching); every other call is a no-op."""
-        events: list[
-            tuple[int, int, int, int]
-        ] = []  # (step, position, kind 0 alloc / 1 cache, limit)
+        # (step, position, kind 0 alloc / 1 cache, limit)
+        events: list[RunEvent] = []
         for pos, seq in enumerate(seqs):
             self._run_events(pos, seq, num_steps, first_limits[pos], lag, events)
         events.sort()
@@ -276,7 +283,13 @@ class KVCacheManager:
                 self.cache_blocks(seq, limit)
 
     def _run_events(
-        self, pos: int, seq: Sequence, num_steps: int, first_limit: int | None, lag: int, out: list
+        self,
+        pos: int,
+        seq: Sequence,
+        num_steps: int,
+        first_limit: int | None,
+        lag: int,
+        out: list[RunEvent],
     ) -> None:
         bs, c = self.block_size, seq.num_computed_tokens
         held = len(self.req_to_blocks[seq.seq_id])
@@ -306,11 +319,13 @@ class KVCacheManager:
 
     # ---- release -----------------------------------------------------------------------------
     def free(self, seq: Sequence) -> None:
-        """Free the table tail first (reverse order, §4.3). Hash memo is kept (preemption)."""
+        """Free the table tail first (reverse order, §4.3), or head first in the counterfactual
+        arm. Hash memo is kept (preemption)."""
         table = self.req_to_blocks.pop(seq.seq_id, None)
         self.num_cached_block.pop(seq.seq_id, None)
         if table:
-            table.reverse()
+            if not self.head_first:
+                table.reverse()
             self.block_pool.free_blocks(table)
 
     def forget(self, seq: Sequence) -> None:

@@ -22,25 +22,35 @@ what changed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from types import ModuleType
+from typing import NamedTuple, cast
 
 from engines.cache.apc.block import KVCacheBlock, link_between
 
+# The block map's forms (block_pool.py BlockHashToBlockMap): one block, or the duplicates by id.
+Entry = KVCacheBlock | dict[int, KVCacheBlock]
+Entries = dict[bytes, Entry]
+PopDuplicate = Callable[[bytes, int], object]  # BlockHashToBlockMap.pop
+AddDuplicate = Callable[[bytes, Entry, KVCacheBlock], None]  # BlockHashToBlockMap.add_duplicate
+
 try:  # built by setup.py where a C compiler is; the same contracts
-    from engines.cache.apc import _pool_loops as _native
+    from engines.cache.apc import _pool_loops  # type: ignore[attr-defined]
+
+    _native: ModuleType | None = _pool_loops
 except ImportError:
     _native = None
 
 
 def pop_free(
-    head: KVCacheBlock, n: int, entries: dict, pop_duplicate: Callable
-) -> tuple[list, int]:
+    head: KVCacheBlock, n: int, entries: Entries, pop_duplicate: PopDuplicate
+) -> tuple[list[KVCacheBlock], int]:
     """Take the first `n` blocks after `head` (the caller checked n <= free count). A cached one
     is evicted from the map (lazily, here); each gets ref_cnt 1 (queued blocks have 0)."""
-    out = []
+    out: list[KVCacheBlock] = []
     append = out.append
     num_evicted = 0
-    blk = head.next_free_block
+    # Never None: the queue's sentinel tail follows the last free block.
+    blk = cast(KVCacheBlock, head.next_free_block)
     for _ in range(n):
         key = blk.block_hash
         if key is not None:  # stale provenance is harmless: it is read only through the map
@@ -56,7 +66,7 @@ def pop_free(
         append(blk)
         nxt = blk.next_free_block
         blk.next_free_block = None
-        blk = nxt
+        blk = cast(KVCacheBlock, nxt)
     head.next_free_block = blk
     blk.prev_free_block = head
     return out, num_evicted
@@ -67,8 +77,8 @@ def link_free(
 ) -> tuple[int, int]:
     """Drop one reference each; a block reaching 0 joins the queue at the tail, or, when it has
     no hash and `prepend_hashless`, at the head, keeping the order of `blocks` on each side."""
-    prev = tail.prev_free_block
-    to_head = []
+    prev = cast(KVCacheBlock, tail.prev_free_block)  # the sentinel head at least
+    to_head: list[KVCacheBlock] = []
     num_tail = num_hashed = 0
     for blk in blocks:
         # The null block's ref_cnt is not maintained (§2.2): it goes negative, never to 0.
@@ -87,12 +97,17 @@ def link_free(
     prev.next_free_block = tail
     tail.prev_free_block = prev
     if to_head:
-        link_between(head, to_head, head.next_free_block)
+        link_between(head, to_head, cast(KVCacheBlock, head.next_free_block))
     return num_tail + len(to_head), num_hashed
 
 
 def cache_run(
-    keys: list, blocks: list, start: int, stop: int, entries: dict, add_duplicate: Callable
+    keys: list[bytes],
+    blocks: list[KVCacheBlock],
+    start: int,
+    stop: int,
+    entries: Entries,
+    add_duplicate: AddDuplicate,
 ) -> None:
     """Give blocks[start:stop] their keys and insert them. Upstream's setter asserts the hash
     was None; blocks past the cached count are fresh from pop_free by construction, and
@@ -125,27 +140,27 @@ def take_free(blocks: Iterable[KVCacheBlock]) -> tuple[int, int]:
     return num_removed, num_hashed
 
 
-def hit_run(keys: list, max_blocks: int, entries: dict) -> list:
+def hit_run(keys: list[bytes], max_blocks: int, entries: Entries) -> list[KVCacheBlock]:
     """The blocks cached under keys[:max_blocks], up to the first miss; under a duplicated key
     the first inserted block answers."""
-    hits = []
+    hits: list[KVCacheBlock] = []
     for key in keys[:max_blocks]:
         entry = entries.get(key)
         if entry is None:
             break
-        hits.append(next(iter(entry.values())) if entry.__class__ is dict else entry)
+        hits.append(next(iter(entry.values())) if isinstance(entry, dict) else entry)
     return hits
 
 
 class PoolLoops(NamedTuple):
     """One implementation: its block type and the five loops."""
 
-    block_type: type
-    pop_free: Callable
-    link_free: Callable
-    cache_run: Callable
-    take_free: Callable
-    hit_run: Callable
+    block_type: type[KVCacheBlock]
+    pop_free: Callable[[KVCacheBlock, int, Entries, PopDuplicate], tuple[list[KVCacheBlock], int]]
+    link_free: Callable[[KVCacheBlock, KVCacheBlock, Iterable[KVCacheBlock], bool], tuple[int, int]]
+    cache_run: Callable[[list[bytes], list[KVCacheBlock], int, int, Entries, AddDuplicate], None]
+    take_free: Callable[[Iterable[KVCacheBlock]], tuple[int, int]]
+    hit_run: Callable[[list[bytes], int, Entries], list[KVCacheBlock]]
 
 
 PYTHON = PoolLoops(KVCacheBlock, pop_free, link_free, cache_run, take_free, hit_run)

@@ -1,24 +1,21 @@
 """SGLang 0.5.23 RadixAttention prefix cache (`UnifiedRadixCache`).
 
-`CACHES["radix"](config)` builds a `RadixCache` (page size = `config.block_size`, capacity =
-`config.kv_capacity_tokens`, the disabled mode when `prefix_caching` is false). Any scheduler
-design (engines/sched/) drives it.
+`build_radix(config)`, registered as `radix` in engines/cache/__init__.py, builds a `RadixCache`
+(page size = `config.block_size`, capacity = `config.kv_capacity_tokens`, the disabled mode when
+`prefix_caching` is false). Any scheduler design (engines/sched/) drives it.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from engines.cache.base import CACHES
 from engines.cache.radix.cache import RadixCache
 from engines.cache.radix.key import RadixKey
 from engines.cache.radix.tree import UnifiedRadixTree
+from engines.config import EngineConfig
 
 __all__ = ["RadixCache", "RadixKey", "UnifiedRadixTree", "build_radix"]
 
 
-@CACHES.register("radix")
-def build_radix(config: Any) -> RadixCache:
+def build_radix(config: EngineConfig) -> RadixCache:
     """A RadixCache for an `engines.config.EngineConfig`."""
     return RadixCache(
         page_size=config.block_size,

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engines.cache.base import CacheIntegrityError
 from engines.cache.radix.slot_row import SLOT_DTYPE, SlotRow
+from engines.cache.records import CacheIntegrityError
 
 
 def as_slots(index: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -30,7 +30,7 @@ class _FreeGroup:
     """Batched frees (upstream free_group_begin/end): frees between the two calls are collected
     and released together at the end."""
 
-    _group: list | None
+    _group: list[np.ndarray] | None
 
     def free(self, free_index: Sequence[int] | np.ndarray) -> None:
         raise NotImplementedError
@@ -67,7 +67,7 @@ class TokenToKVPoolAllocator(_FreeGroup):
         self._buf[: self.size] = np.arange(1, self.size + 1, dtype=SLOT_DTYPE)
         self._head, self._tail = 0, self.size
         self._unfreeable = np.ones(self.size + 1, dtype=bool)  # debug: free, or the dummy slot 0
-        self._group: list | None = None
+        self._group: list[np.ndarray] | None = None
 
     def available_size(self) -> int:
         return self._tail - self._head
@@ -113,7 +113,8 @@ class TokenToKVPoolAllocator(_FreeGroup):
 
     def free_slots(self) -> list[int]:
         """Every free slot id, in allocation order (integrity checks)."""
-        return self._buf[self._head : self._tail].tolist()
+        slots: list[int] = self._buf[self._head : self._tail].tolist()
+        return slots
 
     def free_pages(self) -> np.ndarray:
         """Every free page id (page 1: slot id) as an int32 array, a view (integrity checks of
@@ -135,7 +136,7 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
     def clear(self) -> None:
         self._free: deque[int] = deque(range(1, self.num_pages + 1))
         self._is_free = bytearray([0]) + bytearray([1]) * self.num_pages
-        self._group: list[int] | None = None
+        self._group: list[np.ndarray] | None = None
 
     def available_size(self) -> int:
         return len(self._free) * self.page_size
@@ -180,22 +181,30 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         for pre, s, last, n in zip(prefix_lens, seq_lens, last_locs, num_new):
             head = min(s, -(-pre // p) * p) - pre  # tokens that still fit the current page
             rest = self._expand(self._take_pages(n))[: s - pre - head]
-            if head:
+            if head:  # a request with a prefix holds its last slot
+                assert last is not None
                 tail_of_page = np.arange(last + 1, last + 1 + head, dtype=SLOT_DTYPE)
                 rest = np.concatenate((tail_of_page, rest))
             out.append(rest)
         return out
 
-    def alloc_decode(self, seq_lens: Sequence[int], last_locs: Sequence[int]) -> list[int] | None:
-        """One slot per request for position seq_len - 1: last_loc + 1, or a fresh page's first."""
+    def alloc_decode(
+        self, seq_lens: Sequence[int], last_locs: Sequence[int | None]
+    ) -> list[int] | None:
+        """One slot per request for position seq_len - 1: last_loc + 1, or a fresh page's first
+        (a request without slots, last_loc None, always starts a page)."""
         p = self.page_size
         needs_page = [(s - 1) % p == 0 for s in seq_lens]
         if sum(needs_page) > len(self._free):
             return None
-        return [
-            self._take_pages(1)[0] * p if fresh else last + 1
-            for fresh, last in zip(needs_page, last_locs)
-        ]
+        slots: list[int] = []
+        for fresh, last in zip(needs_page, last_locs):
+            if fresh:
+                slots.append(self._take_pages(1)[0] * p)
+            else:
+                assert last is not None  # mid-page: the request holds the page's earlier slots
+                slots.append(last + 1)
+        return slots
 
     def free(self, free_index: Sequence[int] | np.ndarray) -> None:
         if len(free_index) == 0:
@@ -227,7 +236,8 @@ class PagedTokenToKVPoolAllocator(_FreeGroup):
         self._free.extendleft(reversed(pages))  # prepend as a block, order kept
 
     def free_slots(self) -> list[int]:
-        return self._expand(list(self._free)).tolist()
+        slots: list[int] = self._expand(list(self._free)).tolist()
+        return slots
 
     def free_pages(self) -> np.ndarray:
         return np.fromiter(self._free, dtype=SLOT_DTYPE, count=len(self._free))
@@ -253,6 +263,13 @@ class ReqToTokenPool:
             return None
         row = self.free_rows.pop()
         self.rows[row] = SlotRow()
+        return row
+
+    def row(self, index: int) -> SlotRow:
+        """The row `index` of a running request."""
+        row = self.rows[index]
+        if row is None:
+            raise CacheIntegrityError(f"req_to_token row {index} is not held by a request")
         return row
 
     def free(self, row: int) -> None:

@@ -20,22 +20,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import Any, cast
 
 import numpy as np
 
-from engines.cache.base import (
-    Allocation,
-    CacheIntegrityError,
-    CacheStats,
-    CacheUsage,
-    PrefixMatch,
-)
+from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder, RecencyRefresh
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
     ReqToTokenPool,
     TokenToKVPoolAllocator,
 )
-from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
+from engines.cache.radix.eviction import make_eviction_policy
 from engines.cache.radix.hooks import (
     ReqKV,
     checkpoint,
@@ -49,13 +44,28 @@ from engines.cache.radix.hooks import (
     request_key,
     start_request,
 )
-from engines.cache.radix.policies import make_eviction_policy
+from engines.cache.radix.node import TreeNode
+from engines.cache.radix.recency import PROCESS_CLOCK, LogicalClock
 from engines.cache.radix.schedule_policy import SortPassMatch, dfs_weight_order
-from engines.cache.radix.tree import UnifiedRadixTree
+from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
+from engines.cache.records import (
+    Allocation,
+    CacheIntegrityError,
+    CacheLock,
+    CacheStats,
+    CacheUsage,
+    MatchHandle,
+    PrefixMatch,
+)
 from engines.sequence import Sequence
 
 
-class RadixCache:
+def _node(handle: MatchHandle | None) -> TreeNode:
+    """The last matched node a `PrefixMatch` of this cache carries."""
+    return cast(TreeNode, handle)
+
+
+class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
     name = "radix"
     matchable_at_allocation = False
 
@@ -66,7 +76,7 @@ class RadixCache:
         *,
         enabled: bool = True,
         eviction_policy: str = "lru",
-        eviction_params: dict | None = None,
+        eviction_params: dict[str, Any] | None = None,
         max_num_reqs: int = 256,
         clock: LogicalClock = PROCESS_CLOCK,
     ) -> None:
@@ -96,13 +106,13 @@ class RadixCache:
     # --------------------------------------------------------------- protocol
     def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
         result = match_request(self.tree, seq, capped)
-        return PrefixMatch(result.device_prefix_len, result.last_device_node)
+        return PrefixMatch(result.device_prefix_len, MatchHandle(result.last_device_node))
 
-    def lock(self, match: PrefixMatch):
-        return self.tree.lock(match.handle)
+    def lock(self, match: PrefixMatch) -> CacheLock:
+        return CacheLock(self.tree.lock(_node(match.handle)))
 
-    def unlock(self, lock) -> None:
-        self.tree.unlock(lock)
+    def unlock(self, lock: CacheLock) -> None:
+        self.tree.unlock(cast(TreeLock, lock))
 
     def free_tokens(self) -> int:
         return self.allocator.available_size() + self.tree.evictable_size()
@@ -130,8 +140,9 @@ class RadixCache:
             st = self.reqs.get(seq.seq_id)
             if st is None:
                 match = item.adopt if item.adopt is not None else self.match(seq, capped=True)
-                lock = item.lock if item.lock is not None else self.tree.lock(match.handle)
-                st = start_request(self, seq, match.num_tokens, match.handle, lock)
+                node = _node(match.handle)
+                lock = cast(TreeLock, item.lock) if item.lock is not None else self.tree.lock(node)
+                st = start_request(self, seq, match.num_tokens, node, lock)
                 batch.append((seq, st, match.num_tokens, item.num_new_tokens))
             else:
                 batch.append((seq, st, st.kv_allocated_len, item.num_new_tokens))
@@ -148,7 +159,7 @@ class RadixCache:
         need = -(-item.num_new_tokens // p) * p + (p if p > 1 else 0)
         if item.whole_sequence_must_fit:
             need = max(need, -(-(item.seq.num_tokens - held - adopted) // p) * p)
-        temp = self.tree.lock(item.adopt.handle) if adopted else None
+        temp = self.tree.lock(_node(item.adopt.handle)) if item.adopt and adopted else None
         try:
             return self.free_tokens() >= need
         finally:
@@ -181,7 +192,7 @@ class RadixCache:
     def dfs_weight_order(
         self, queue: list[Sequence], matches: dict[str, PrefixMatch]
     ) -> list[Sequence]:
-        found = {sid: SortPassMatch(m.num_tokens, m.handle) for sid, m in matches.items()}
+        found = {sid: SortPassMatch(m.num_tokens, _node(m.handle)) for sid, m in matches.items()}
         return dfs_weight_order(queue, found, set(), self.tree.root_node)
 
     def record_admission(
@@ -200,9 +211,10 @@ class RadixCache:
         st = self.reqs.get(seq.seq_id)
         if st is None:
             return []
-        row = self.req_to_token_pool.rows[st.row][: st.kv_allocated_len]
+        row = self.req_to_token_pool.row(st.row)[: st.kv_allocated_len]
         p = self.page_size
-        return row.tolist() if p == 1 else (row[::p] // p).tolist()
+        table: list[int] = row.tolist() if p == 1 else (row[::p] // p).tolist()
+        return table
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.pop(seq.seq_id, None)
@@ -259,7 +271,7 @@ class RadixCache:
     def _check_nodes(self) -> None:
         """Invariants 8 (lock monotonicity), 14 (evictable-leaf set) and one lock per request."""
         tree = self.tree
-        expected: Counter = Counter()
+        expected: Counter[TreeNode] = Counter()
         for st in self.reqs.values():
             if st.lock is not None:
                 node = st.lock.node
@@ -272,7 +284,10 @@ class RadixCache:
                 raise CacheIntegrityError(
                     f"{node!r}: lock_ref {node.lock_ref} != {expected[node]} request locks"
                 )
-            if node.parent.parent is not None and node.lock_ref > node.parent.lock_ref:
+            parent = node.parent
+            if parent is None:
+                raise CacheIntegrityError(f"{node!r}: a tree node without a parent")
+            if parent.parent is not None and node.lock_ref > parent.lock_ref:
                 raise CacheIntegrityError(f"lock monotonicity broken at {node!r}")
             if len(node.value) != len(node.key) or len(node.value) % self.page_size:
                 raise CacheIntegrityError(
@@ -292,7 +307,7 @@ class RadixCache:
         pages = [self.allocator.free_pages()]
         pages += [node.value[::p] // p for node in self.tree.nodes()]
         for st in self.reqs.values():
-            private = self.req_to_token_pool.rows[st.row][
+            private = self.req_to_token_pool.row(st.row)[
                 st.cache_protected_len : st.kv_allocated_len
             ]
             pages.append(np.unique(private // p))

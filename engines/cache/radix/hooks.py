@@ -12,12 +12,15 @@ A request's `req_to_token` row holds the slot of every position it has KV for:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from engines.cache.base import CacheIntegrityError
+import numpy as np
+
+from engines.cache.radix.allocator import TokenToKVPoolAllocator
 from engines.cache.radix.key import RadixKey, packed_tokens
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.tree import MatchResult, TreeLock, UnifiedRadixTree
+from engines.cache.records import CacheIntegrityError
 from engines.sequence import Sequence
 
 if TYPE_CHECKING:
@@ -39,7 +42,7 @@ class ReqKV:
 
 def extra_key_of(seq: Sequence) -> str | None:
     """Caller key (`tags["extra_key"]`) with the LoRA id appended, as `Req.__init__` builds it (§4)."""
-    extra = seq.tags.get("extra_key")
+    extra = cast("str | None", seq.tags.get("extra_key"))
     if seq.lora_id:
         extra = (extra or "") + str(seq.lora_id)
     return extra
@@ -91,14 +94,16 @@ def prepare_extend(cache: RadixCache, batch: list[tuple[Sequence, ReqKV, int, in
     """
     pool, tree, p = cache.req_to_token_pool, cache.tree, cache.page_size
     for _, st, prefix_len, _ in batch:
-        row = pool.rows[st.row]
+        row = pool.row(st.row)
         if not row and prefix_len:  # a new admission; a chunk continuation's row already has it
             row[:] = tree.path_device_indices(st.last_node)[:prefix_len]
     extend_lens = [e for _, _, _, e in batch]
     need = sum(extend_lens) + (len(batch) * p if p > 1 else 0)
     evict_to_free_tokens(cache, need)
-    if p == 1:
-        slots = cache.allocator.alloc(sum(extend_lens))
+    allocator = cache.allocator
+    parts: list[np.ndarray] | None
+    if isinstance(allocator, TokenToKVPoolAllocator):  # page 1
+        slots = allocator.alloc(sum(extend_lens))
         if slots is None:
             raise CacheIntegrityError("Prefill out of memory")
         parts, start = [], 0
@@ -106,33 +111,35 @@ def prepare_extend(cache: RadixCache, batch: list[tuple[Sequence, ReqKV, int, in
             parts.append(slots[start : start + e])
             start += e
     else:
-        rows = [pool.rows[st.row] for _, st, _, _ in batch]
+        rows = [pool.row(st.row) for _, st, _, _ in batch]
         prefix_lens = [pre for _, _, pre, _ in batch]
         last_locs = [row[pre - 1] if pre else None for row, pre in zip(rows, prefix_lens)]
         seq_lens = [pre + e for pre, e in zip(prefix_lens, extend_lens)]
-        parts = cache.allocator.alloc_extend(prefix_lens, seq_lens, last_locs)
+        parts = allocator.alloc_extend(prefix_lens, seq_lens, last_locs)
         if parts is None:
             raise CacheIntegrityError("Prefill out of memory")
     for (_, st, prefix_len, extend), part in zip(batch, parts):
-        pool.rows[st.row].extend(part)
+        pool.row(st.row).extend(part)
         st.prefix_len = prefix_len
         st.extend_end = st.kv_committed_len = st.kv_allocated_len = prefix_len + extend
 
 
 def prepare_decode(cache: RadixCache, states: list[ReqKV]) -> None:
     """One new slot per request (a fresh page when its current page is full) (§7.1 step 5)."""
-    p, rows = cache.page_size, cache.req_to_token_pool.rows
+    p, pool, allocator = cache.page_size, cache.req_to_token_pool, cache.allocator
     evict_to_free_tokens(cache, len(states) * p)
-    if p == 1:
-        slots = cache.allocator.alloc(len(states))
+    slots: np.ndarray | list[int] | None
+    if isinstance(allocator, TokenToKVPoolAllocator):  # page 1
+        slots = allocator.alloc(len(states))
     else:
         seq_lens = [st.kv_allocated_len + 1 for st in states]
-        last_locs = [rows[st.row][-1] if rows[st.row] else None for st in states]
-        slots = cache.allocator.alloc_decode(seq_lens, last_locs)
+        rows = [pool.row(st.row) for st in states]
+        last_locs = [row[-1] if row else None for row in rows]
+        slots = allocator.alloc_decode(seq_lens, last_locs)
     if slots is None:
         raise CacheIntegrityError("Decode out of memory")
     for st, slot in zip(states, slots):
-        rows[st.row].append(slot)
+        pool.row(st.row).append(slot)
         st.kv_allocated_len += 1
         st.kv_committed_len += 1
 
@@ -156,13 +163,13 @@ def prepare_decode_run(cache: RadixCache, states: list[ReqKV], num_steps: int) -
         for _ in range(num_steps):
             prepare_decode(cache, states)
         return
-    n, rows = len(states), cache.req_to_token_pool.rows
+    n, pool = len(states), cache.req_to_token_pool
     slots = cache.allocator.alloc(num_steps * n)
     if slots is None:  # each step had n free slots, so none evicted, iff all num_steps * n were
         raise CacheIntegrityError("decode run out of KV slots: it was sized to fit")
     by_request = slots.reshape(num_steps, n).T
     for st, own in zip(states, by_request):
-        rows[st.row].extend(own)
+        pool.row(st.row).extend(own)
         st.kv_allocated_len += num_steps
         st.kv_committed_len += num_steps
 
@@ -176,7 +183,7 @@ def checkpoint(cache: RadixCache, st: ReqKV, seq: Sequence, up_to: int) -> None:
     p = cache.page_size
     n = up_to // p * p
     key = request_key(seq, num_tokens=n)
-    row = cache.req_to_token_pool.rows[st.row]
+    row = cache.req_to_token_pool.row(st.row)
     values = row[:n]
     result = tree.insert(
         key,
@@ -217,7 +224,7 @@ def release_kv_cache(cache: RadixCache, st: ReqKV, seq: Sequence, do_checkpoint:
     owned = st.kv_committed_len
     if do_checkpoint:
         checkpoint(cache, st, seq, owned)
-    row = cache.req_to_token_pool.rows[st.row]
+    row = cache.req_to_token_pool.row(st.row)
     protected, p = st.cache_protected_len, cache.page_size
     if protected < owned:
         cache.allocator.free_segment(row[protected:owned], protected)

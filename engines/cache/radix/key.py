@@ -56,7 +56,7 @@ class _Packed:
         return int.from_bytes(self.data[-TOKEN_BYTES:], "little", signed=True)
 
 
-_PACKED: WeakKeyDictionary = WeakKeyDictionary()
+_PACKED: WeakKeyDictionary[object, _Packed] = WeakKeyDictionary()
 
 
 def packed_tokens(owner: object, ids: Sequence[int]) -> bytes:
@@ -155,6 +155,7 @@ def make_child_key(
 ) -> Hashable:
     """Child key of the edge starting at ids[pos]: the first token (page 1) or the first page's
     packed bytes (page P; upstream uses a tuple, the same identity), under a namespace."""
+    plain: Hashable
     if page_size == 1:
         plain = ids[pos]
     else:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import Any
 
+from engines.cache.radix.eviction import EvictionPolicy
 from engines.cache.radix.node import TreeNode
-from engines.cache.radix.policies import EvictionPolicy
 
 _COMPACT_SLACK = 1024
 
@@ -29,8 +30,10 @@ class EvictableLeaves:
     def __init__(self, policy: EvictionPolicy) -> None:
         self.policy = policy
         self.nodes: set[TreeNode] = set()
-        self._heap: list[tuple] = []
-        self._sorted: deque[tuple] = deque()  # entries in increasing order, pushed in that order
+        self._heap: list[tuple[Any, ...]] = []
+        self._sorted: deque[tuple[Any, ...]] = (
+            deque()
+        )  # entries in increasing order, pushed in that order
         self._serial = 0
         self._with_stamp = not policy.stamp_decides_ties
 
@@ -70,7 +73,7 @@ class EvictableLeaves:
         if len(self._heap) + len(ordered) > 2 * len(self.nodes) + _COMPACT_SLACK:
             self._compact()
 
-    def _entry(self, node: TreeNode) -> tuple:
+    def _entry(self, node: TreeNode) -> tuple[Any, ...]:
         if self._with_stamp:
             return (self.policy.key(node), node.last_access_time, self._serial, node)
         return (self.policy.key(node), self._serial, node)
@@ -83,7 +86,7 @@ class EvictableLeaves:
                 entry = ordered.popleft()
             else:
                 entry = heapq.heappop(heap)
-            node = entry[-1]
+            node: TreeNode = entry[-1]
             if node.in_leaf_set and node.heap_serial == entry[-2]:
                 return node
         return None

@@ -13,11 +13,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Hashable
 from itertools import count
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engines.cache.radix.key import RadixKey, unpack
 from engines.cache.radix.slot_row import SLOT_DTYPE
+
+if TYPE_CHECKING:
+    from engines.cache.radix.runs import Run
 
 _NODE_IDS = count()
 
@@ -68,7 +72,9 @@ class TreeNode:
         self.high_water = 0
         self.in_leaf_set = False
         self.heap_serial: int | None = None
-        self.run = None  # runs.Run: shortcut over the single-child chain below (runs.py)
+        self.run: Run | None = (
+            None  # runs.Run: shortcut over the single-child chain below (runs.py)
+        )
         self.run_owner: TreeNode | None = None  # the node whose run lists this one
 
     @classmethod

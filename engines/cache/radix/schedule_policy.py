@@ -33,7 +33,8 @@ def dfs_weight_order(
     for seq in waiting:
         reqs_at[matches[seq.seq_id].last_node].append(seq)
     weight: dict[TreeNode, int] = defaultdict(int)
-    for node, reqs in reqs_at.items():
+    for last, reqs in reqs_at.items():
+        node: TreeNode | None = last
         while node is not None:
             weight[node] += len(reqs)
             node = node.parent

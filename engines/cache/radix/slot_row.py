@@ -7,6 +7,7 @@ slice reads are views, so a checkpoint rewrites or frees a row segment without c
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import overload
 
 import numpy as np
 
@@ -32,6 +33,12 @@ class SlotRow:
             grown = np.empty(max(size, 2 * len(self._buf)), dtype=SLOT_DTYPE)
             grown[: self._len] = self._buf[: self._len]
             self._buf = grown
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> np.ndarray: ...
 
     def __getitem__(self, index: int | slice) -> int | np.ndarray:
         if isinstance(index, slice):
@@ -63,7 +70,8 @@ class SlotRow:
         self._len += n
 
     def tolist(self) -> list[int]:
-        return self._buf[: self._len].tolist()
+        slots: list[int] = self._buf[: self._len].tolist()
+        return slots
 
     def __eq__(self, other: object) -> bool:
         return list(self) == list(other) if isinstance(other, (list, SlotRow)) else NotImplemented

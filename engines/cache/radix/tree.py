@@ -15,15 +15,14 @@ re-pushes a member whenever it changes a field the policy key reads (stamps, hit
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import repeat
 from operator import sub
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from engines.cache.base import CacheIntegrityError
-from engines.cache.radix.clock import PROCESS_CLOCK, LogicalClock
+from engines.cache.radix.eviction import LRU, EvictionPolicy
 from engines.cache.radix.key import (
     TOKEN_BYTES,
     TOKEN_DTYPE,
@@ -34,9 +33,10 @@ from engines.cache.radix.key import (
 )
 from engines.cache.radix.leaves import EvictableLeaves
 from engines.cache.radix.node import TreeNode
-from engines.cache.radix.policies import LRU, EvictionPolicy
+from engines.cache.radix.recency import PROCESS_CLOCK, LogicalClock
 from engines.cache.radix.runs import build_run, drop_run_of
 from engines.cache.radix.slot_row import SLOT_DTYPE
+from engines.cache.records import CacheIntegrityError
 
 ANCESTOR_STAMP_STEP = (
     1e-5  # §2.1: parent of the stamped node gets t - 1e-5, grandparent t - 2e-5, ...
@@ -64,11 +64,19 @@ class TreeLock(NamedTuple):
     delta: int
 
 
+class SlotAllocator(Protocol):
+    """What the tree asks of the KV allocator whose slots its values hold."""
+
+    def available_size(self) -> int: ...
+
+    def free_segment(self, free_index: Sequence[int] | np.ndarray, start_pos: int = 0) -> None: ...
+
+
 class UnifiedRadixTree:
     def __init__(
         self,
         page_size: int = 1,
-        allocator: object | None = None,
+        allocator: SlotAllocator | None = None,
         policy: EvictionPolicy | None = None,
         clock: LogicalClock = PROCESS_CLOCK,
         disable: bool = False,
@@ -212,11 +220,13 @@ class UnifiedRadixTree:
         """Cut child after split_len tokens; the new upper node takes child's place (§2.2)."""
         drop_run_of(child)
         cut = split_len * TOKEN_BYTES
+        parent = child.parent
+        assert parent is not None  # matching splits below the root, never the root itself
         upper = TreeNode(
             child.tokens[:cut],
             child.key_extra,
             child.value[:split_len],
-            child.parent,
+            parent,
             child.child_key,
         )
         upper.last_access_time = self.clock()
@@ -226,7 +236,7 @@ class UnifiedRadixTree:
         upper.hit_count = child.hit_count
         upper.depth = child.depth - (len(child.value) - split_len)
         upper.high_water = child.high_water
-        child.parent.children[child.child_key] = upper
+        parent.children[child.child_key] = upper
         child.tokens = child.tokens[cut:]
         child.value = child.value[split_len:]
         child.parent = upper
@@ -289,7 +299,7 @@ class UnifiedRadixTree:
                 self.leaves.push(child)
             node = child
         prefix_len = pos
-        if not simulated and prev_prefix_len < prefix_len:
+        if not simulated and prev_prefix_len < prefix_len and self.allocator is not None:
             self.allocator.free_segment(value[prev_prefix_len:prefix_len], prev_prefix_len)
         if pos == n:
             return InsertResult(prefix_len, node)
@@ -386,6 +396,7 @@ class UnifiedRadixTree:
         if self.allocator is not None:
             self.allocator.free_segment(leaf.value, leaf.depth - size)
         parent = leaf.parent
+        assert parent is not None  # a leaf in the evictable set is attached
         if leaf.run_owner is not None:
             drop_run_of(leaf)
         del parent.children[leaf.child_key]

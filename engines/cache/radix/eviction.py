@@ -12,7 +12,7 @@ from typing import Any
 from engines.cache.radix.node import TreeNode
 from engines.registry import Registry
 
-EVICTION_POLICIES: Registry[type] = Registry("eviction policy")
+EVICTION_POLICIES: Registry[type[EvictionPolicy]] = Registry("eviction policy")
 
 
 class EvictionPolicy:

@@ -1,0 +1,222 @@
+"""The prefix cache's contract, as small protocols a scheduler design drives (engines/sched/).
+
+A cache design (`apc` hash table, `radix` tree) owns the KV block/slot allocator and the reuse
+structure. Its contract is layered the way mini-sglang layers `BasePrefixCache`:
+
+* `ReuseIndex`: match a prefix (with a handle), lock/unlock it, commit computed tokens (make them
+  matchable), evict.
+* `KVOwner`: allocate new tokens (evicting exactly the shortfall), release a request, capacity
+  and occupancy, and (its base `BlockTables`) the block table the executor addresses the KV pool
+  with.
+* `CacheBookkeeping`: hit statistics, an integrity check, flushing.
+* `PrefixCache` is the three together: what every cache is and every scheduler needs.
+* Optional capabilities, each its own protocol, which a cache declares when it has them:
+  `DecodeRunAllocation` (a whole decode run in one call), `PrefixOrder` (SGLang's dfs-weight
+  order over the cache's prefix structure), `RecencyRefresh` (`touch`).
+
+Each cache class names the protocols it implements as its bases (mypy then checks it implements
+every member); `ApcCache`: PrefixCache, DecodeRunAllocation, PrefixOrder; `RadixCache`: those and
+RecencyRefresh. A disabled cache (`prefix_caching=false`) is the same class with `enabled` False.
+
+Where an upstream scheduler relies on a behaviour of its own cache, the protocol names it:
+
+* `matchable_at_allocation` (APC: vLLM's `allocate_slots` caches full blocks before the forward
+  pass fills them). A cache without it (radix) makes tokens matchable only through `commit`; the
+  vLLM scheduler then commits every step's computed tokens after the step, the earliest point the
+  tree can hold them.
+* `commit` is SGLang's `cache_unfinished_req` (checkpoint an unfinished request after a prefill or
+  chunk); on APC it caches the full blocks computed so far, a no-op when they were cached at
+  allocation, and vLLM's async catch-up at finish otherwise.
+
+KV addressing. The pool is `[num_blocks, block_size, kv_heads, head_dim]` per layer; block 0 is
+reserved (vLLM's null block, SGLang's dummy slot/page 0) and never handed out, so usable capacity is
+`(num_blocks - 1) * block_size` tokens for both designs. Token `j` of a sequence lives at
+`block_table(seq)[j // block_size] * block_size + j % block_size`. Radix with page 1 uses
+`block_size == 1`, so its block table is SGLang's `req_to_token` row of slot ids.
+
+Write-before-read. Blocks may become matchable before the forward pass fills them (APC caches at
+allocation). The executor stores every new K/V of a step before any attention of that step reads.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from engines.cache.records import Allocation, CacheLock, CacheStats, CacheUsage, PrefixMatch
+from engines.sequence import Sequence
+
+
+@runtime_checkable
+class ReuseIndex(Protocol):
+    """The reuse structure: which leading tokens of a request are cached, and keeping them so."""
+
+    enabled: bool
+    matchable_at_allocation: bool  # see the module docstring
+
+    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
+        """Longest reusable cached prefix of `seq.token_ids` (prompt plus any output so far).
+
+        capped: apply the last-token rule (reuse at most num_tokens - 1; APC block-aligned, radix
+        page-aligned). Never changes ref counts, locks or stats. Radix may split nodes and refresh
+        recency stamps, exactly as upstream matching does. Disabled caches return 0.
+        """
+        ...
+
+    def lock(self, match: PrefixMatch) -> CacheLock:
+        """Protect a matched prefix from eviction until `unlock`; returns the lock."""
+        ...
+
+    def unlock(self, lock: CacheLock) -> None: ...
+
+    def commit(self, seq: Sequence, num_tokens: int) -> None:
+        """Make the first `num_tokens` of `seq` (computed KV) matchable, page/block-aligned."""
+        ...
+
+    def evict(self, num_tokens: int) -> None:
+        """Make `num_tokens` allocatable without evicting at allocation time; evicts exactly the
+        shortfall (radix: whole leaves). A cache that evicts lazily when it allocates (APC: the
+        free queue's head) does nothing."""
+        ...
+
+
+@runtime_checkable
+class BlockTables(Protocol):
+    """KV addressing: what the real executor reads to find a sequence's K/V in the pool."""
+
+    block_size: int  # tokens per KV block that block_table() indexes (APC B, radix page size)
+
+    def block_table(self, seq: Sequence) -> list[int]:
+        """Block ids covering the tokens of `seq` that have KV allocated, in order."""
+        ...
+
+
+@runtime_checkable
+class KVOwner(BlockTables, Protocol):
+    """The KV blocks/slots: who holds which, and what is left (and where they are)."""
+
+    num_blocks: int  # pool blocks including the reserved block 0
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Usable KV tokens: (num_blocks - 1) * block_size."""
+        ...
+
+    def free_tokens(self) -> int:
+        """Tokens allocatable now, counting unlocked cached content that allocation may evict."""
+        ...
+
+    def available_tokens(self) -> int:
+        """`usage().available` alone (allocatable without anything `evict` would evict), cheap
+        enough to ask every step."""
+        ...
+
+    def allocate(
+        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+    ) -> bool:
+        """KV for every item, in order, evicting the shortfall. One item is all-or-nothing: False
+        changes nothing. Several items are one batch (one eviction for the total, as SGLang's
+        prepare_extend); a failure part-way raises CacheIntegrityError.
+        decode=True: each item is one generated token of a running request (SGLang's decode path).
+        budgeted=True: the caller has budgeted the batch (SGLang's PrefillAdder, decode memory
+        check), so no fit check runs first and running out raises CacheIntegrityError.
+        """
+        ...
+
+    def release(self, seq: Sequence, *, finished: bool) -> None:
+        """Drop every hold `seq` has. finished=True is a normal finish (radix inserts the output
+        first, SGLang's cache_finished_req); False is preemption, retraction or abort (nothing new
+        becomes cached in radix; APC frees the same way in both cases, keeping the request's
+        hashes). Releasing an unknown sequence is a no-op."""
+        ...
+
+    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
+        """`release` of several requests as one free group (SGLang's decode-step release)."""
+        ...
+
+    def usage(self) -> CacheUsage: ...
+
+
+@runtime_checkable
+class CacheBookkeeping(Protocol):
+    """Statistics, integrity and flushing: what the harness asks of a cache between steps."""
+
+    name: str
+
+    def record_admission(
+        self, num_cached: int, num_new: int, *, new_request: bool, retried: bool
+    ) -> None:
+        """Count one admission in the hit statistics (`stats()`): the scheduler design decides
+        when (vLLM: once per admitted request; SGLang: per prefill-batch entry)."""
+        ...
+
+    def stats(self) -> CacheStats: ...
+
+    def check_integrity(self) -> None:
+        """Raise CacheIntegrityError unless every accounting invariant of the spec holds.
+
+        At minimum: APC free + held == usable blocks; radix available + evictable + protected ==
+        capacity and evictable + protected == tree total.
+        """
+        ...
+
+    def reset(self) -> bool:
+        """Flush every cached entry; refuse (return False, change nothing) while a request holds
+        KV. Counters restart at zero on success."""
+        ...
+
+
+@runtime_checkable
+class PrefixCache(ReuseIndex, KVOwner, CacheBookkeeping, Protocol):
+    """The operations that define a prefix cache, beyond each design's upstream-native API: the
+    reuse index, KV ownership and bookkeeping together."""
+
+
+@runtime_checkable
+class DecodeRunAllocation(Protocol):
+    """Capability: allocate a whole decode run (engines/sched/base.py `DecodeRun`) in one call.
+
+    A scheduler plans decode runs only over a cache that has it."""
+
+    def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
+        """KV tokens (whole blocks or pages) that `num_steps` decode steps of one token for each of
+        `seqs` would newly allocate, from each sequence's current `num_computed_tokens`."""
+        ...
+
+    def allocate_decode_run(
+        self, items: list[Allocation], num_steps: int, matchable_lag: int
+    ) -> None:
+        """Exactly what `num_steps` successive `allocate(step_items, decode=True, budgeted=True)`
+        calls of one token per item would do (same blocks, same evictions, same cached keys),
+        where the caller has sized the run (`decode_run_tokens`) so that no step would evict
+        through `evict` or run out.
+
+        State the caller guarantees: each `items[i].seq` has its `num_computed_tokens` of before
+        the run and its `token_ids` already extended by the run's tokens (a block the run
+        completes is hashed from them). `items[i].matchable_limit` caps what step 0 makes
+        matchable (None: the tokens known then, num_computed_tokens + 1); step s >= 1 caps at
+        num_computed_tokens + 1 + s - matchable_lag (vLLM async scheduling: lag 1).
+        """
+        ...
+
+
+@runtime_checkable
+class PrefixOrder(Protocol):
+    """Capability: the `dfs-weight` waiting-queue policy's walk over the prefix structure."""
+
+    def dfs_weight_order(
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+    ) -> list[Sequence]:
+        """SGLang's dfs-weight order of `queue` over this cache's prefix structure, given each
+        request's uncapped match: heavier subtrees first, post-order, unmatched requests last."""
+        ...
+
+
+@runtime_checkable
+class RecencyRefresh(Protocol):
+    """Capability: refresh recency stamps without locking (APC has no recency outside its free
+    queue, so it does not have it)."""
+
+    def touch(self, seq: Sequence) -> None:
+        """Refresh the recency of `seq`'s cached prefix without locking it (SGLang's periodic
+        waiting-prefix refresh under LRU)."""
+        ...

@@ -1,0 +1,128 @@
+"""The scheduler contract: what a scheduler design (`vllm`, `sglang`) is, and its registry.
+
+A `Scheduler` decides per step who runs and how many tokens, and touches a cache only through the
+cache protocols (engines/cache/protocol.py). The step loop `engines.loop.StepLoop` owns the
+waiting/running lists and token bookkeeping; it calls only `Scheduler.schedule` and
+`Scheduler.finish_step` (and the decode-run pair), and the executor reads
+`KVOwner.block_table` to address the KV pool.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from engines.cache import build_cache
+from engines.cache.protocol import PrefixCache
+from engines.registry import Registry
+from engines.sequence import Sequence
+
+if TYPE_CHECKING:
+    from engines.config import EngineConfig
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """Per-step limits shared by both designs (matched knobs, docs/benchmarking.md §2)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+@dataclass(frozen=True)
+class ScheduledSeq:
+    """One sequence's work in a step: compute `num_new_tokens` tokens starting at `start`.
+
+    `start` is `seq.num_computed_tokens` when the step was planned (its cached context).
+    """
+
+    seq: Sequence
+    start: int
+    num_new_tokens: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.num_new_tokens
+
+
+@dataclass
+class StepPlan:
+    """What the scheduler decided for one step."""
+
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+@dataclass(frozen=True)
+class DecodeRun:
+    """Consecutive pure-decode steps that per-step scheduling would plan identically, advanced as
+    one macro-step (docs/design.md §5).
+
+    Each of the next `max_steps` steps schedules one token of every sequence in `seqs` (plan order)
+    and nothing else: nobody is admitted, chunked, preempted or retracted, nobody finishes before
+    the last step (`max_steps` stops short of the first finish), and no step evicts through
+    `ReuseIndex.evict`. Arrivals are the engine's to check: it ends the run at the next one.
+    """
+
+    seqs: list[Sequence]
+    max_steps: int
+
+
+class Scheduler(Protocol):
+    """A scheduler design (engines/sched/: vLLM's, SGLang's) driving any cache through the
+    PrefixCache protocol (see module docstring).
+
+    `schedule` may reorder `waiting` (policy), move sequences between `waiting` and `running`,
+    preempt (status PREEMPTED, num_computed_tokens reset to 0, KV released, put back in `waiting`
+    where upstream puts it), and allocate KV for everything it schedules. It sets
+    `seq.num_computed_tokens` to the adopted prefix on admission and `seq.num_cached_tokens` on the
+    first admission. It never runs the model.
+
+    After the executor ran the plan, the step loop advances `num_computed_tokens` to each
+    `ScheduledSeq.end`, appends any sampled token, marks finished sequences FINISHED and removes
+    them from `running`, then calls `finish_step(plan, finished)`: commit computed tokens where the
+    design and the cache need it (vLLM's async catch-up, SGLang's checkpoint of unfinished
+    requests) and release finished sequences.
+    """
+
+    cache: PrefixCache
+
+    def schedule(
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
+    ) -> StepPlan: ...
+
+    def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None: ...
+
+    def plan_decode_run(
+        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
+    ) -> DecodeRun | None:
+        """The decode run the next steps would be, or None (the next step needs `schedule`).
+        Changes nothing."""
+        ...
+
+    def apply_decode_run(self, run: DecodeRun, num_steps: int) -> None:
+        """Everything the first `num_steps` steps of `run` would have done in `schedule` and
+        `finish_step` (allocations through `DecodeRunAllocation.allocate_decode_run`, the design's own
+        step state), given sequences in the state `allocate_decode_run` documents."""
+        ...
+
+    def on_idle(self) -> None:
+        """The engine's iteration found nothing waiting or running (SGLang resets its
+        `new_token_ratio`; vLLM keeps no such state)."""
+        ...
+
+
+# name -> factory(PrefixCache, EngineConfig) -> Scheduler; filled in engines/sched/__init__.py.
+SCHEDULERS: Registry[Callable[[PrefixCache, EngineConfig], Scheduler]] = Registry("scheduler")
+
+
+def build_scheduler(config: EngineConfig) -> Scheduler:
+    """The scheduler design `config.scheduler_design` driving a new cache of design `config.cache`
+    (the cache is the scheduler's `.cache`)."""
+    return SCHEDULERS.get(config.scheduler_design)(build_cache(config), config)
