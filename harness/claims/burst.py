@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from harness.claims import keys
 from harness.claims.arms import H100_8B, cross_arms_missing
-from harness.claims.tree_reuse import PRESETS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, not_measurable
+from harness.claims.tree_reuse import PRESETS
 
 FOLDER = "10-burst"
 POINTS = 0.02
