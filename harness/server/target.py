@@ -210,6 +210,11 @@ async def warm_up_and_reset(
         )
         for req in warm:
             reply = await client.complete(completion_body(flavour, model, req, req.prompt_ids), 1)
+            if reply.status == HTTP_ERROR:  # the server refuses what we send: a mismatch
+                raise BadInput(
+                    f"server.url: the server refused the warm-up request ({reply.error}); "
+                    f"server.tokenizer ({scfg.tokenizer}) must be the server model's tokenizer"
+                )
             if reply.status != OK:
                 raise RuntimeError(f"warm-up request failed: {reply.status} {reply.error}")
         info.update(warmup_policy="unrelated", warmup_requests=len(warm))
