@@ -273,3 +273,15 @@ def test_parallel_samples_are_one_request_and_the_counter_matches_the_twin(vllm_
     assert summary["server_hits_delta"] > 0
     assert summary["twin_matches_counter"] is True
     assert summary["twin_matches"] == summary["twin_requests"] == 3  # the rows with their own count
+
+
+def test_claims_real_server_column_quick(vllm_server):
+    """[4/7]'s real-server column in quick mode: claims 2 and 9 and the burst finding on vLLM."""
+    from harness.claims.server import QUICK, server_column
+
+    column = server_column(vllm_server.url, quick=True)
+    assert sorted(column) == sorted(QUICK)
+    assert "block 32: 96 cached (block-aligned)" in column[2]
+    assert "same tenant 512 cached, other tenant 0 cached" in column[9]
+    hits = int(column[10].split(": ")[1].split(" of 8")[0])
+    assert hits >= 1, column[10]  # vLLM makes a block matchable as soon as it is allocated

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from harness.server import prometheus
+
 NOT_RUN = (
     "not run: needs the live vLLM server of issue [2/7] (harness/server/, scripts/setup_vllm.sh, the "
     "tests' session server), which this run did not have"
@@ -34,7 +36,7 @@ class Reply:
 
 
 def complete(url: str, prompt: list[int], max_tokens: int = 1, **extra: object) -> Reply:
-    """One /v1/completions call with a token-id prompt, greedy."""
+    """One /v1/completions call with a token-id prompt, greedy unless `extra` says otherwise."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, **extra}
     req = urllib.request.Request(
         url.rstrip("/") + "/v1/completions",
@@ -57,7 +59,7 @@ def server_column(
         return {n: NOT_RUN for n in numbers}
     extra = {"model": model} if model else {}
     checks: dict[int, Callable[[], str]] = {
-        2: lambda: _alignment(url, extra),
+        2: lambda: _alignment(url, extra, block_size(url)),
         9: lambda: _salt(url, extra),
         10: lambda: _burst(url, extra),
         12: lambda: _parallel(url, extra),
@@ -76,14 +78,22 @@ def _prompt(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(1000, 20000) for _ in range(n)]
 
 
-def _alignment(url: str, extra: dict) -> str:
+def block_size(url: str) -> int:
+    """The server's block size from /metrics `vllm:cache_config_info` (vLLM reports it there)."""
+    with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as resp:
+        samples = prometheus.parse(resp.read().decode("utf-8", errors="replace"))
+    labels = prometheus.info_labels(samples, "vllm:cache_config_info")
+    return int(labels["block_size"])
+
+
+def _alignment(url: str, extra: dict, block: int) -> str:
     rng = random.Random(2)
-    head = _prompt(rng, 100)  # 100 shared tokens: 6 full blocks of 16 and a partial one
+    shared = 3 * block + block // 2  # three full blocks of the server's and half of a fourth
+    head = _prompt(rng, shared)
     complete(url, head + _prompt(rng, 20), **extra)
     got = complete(url, head + _prompt(rng, 20), **extra).cached_tokens
-    return (
-        f"100 shared tokens: {got} cached ({'block-aligned' if got % 16 == 0 else 'not aligned'})"
-    )
+    aligned = "block-aligned" if got == 3 * block else "not aligned"
+    return f"{shared} shared tokens, block {block}: {got} cached ({aligned})"
 
 
 def _salt(url: str, extra: dict) -> str:
@@ -107,7 +117,8 @@ def _burst(url: str, extra: dict) -> str:
 
 def _parallel(url: str, extra: dict) -> str:
     rng = random.Random(12)
-    got = complete(url, _prompt(rng, 1024), max_tokens=4, n=4, **extra)
+    # vLLM refuses n > 1 under greedy sampling: the samples are drawn, seeded.
+    got = complete(url, _prompt(rng, 1024), max_tokens=4, n=4, temperature=1.0, seed=12, **extra)
     return f"n=4 on a fresh 1,024-token prompt: {got.cached_tokens} cached tokens reported"
 
 
