@@ -17,12 +17,11 @@ import time
 import traceback
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from harness.checks import check_known_keys
 from harness.config import RunConfig
 from harness.errors import BAD_INPUT, config_errors, describe
-from harness.pipeline import RunInterrupted, checked, run, start, write_manifest
+from harness.pipeline import RunInterrupted, run, start, typed, with_values_checked, write_manifest
 from harness.results import RunDir
 from harness.rowlog import RowLog, rows_table
 from harness.safe_write import disk_fault
@@ -36,16 +35,14 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
     _quiet_library_progress()
     job = f"job {Path(run_dir).name}: " if multirun else ""
     try:
-        check_known_keys(dcfg)
-        cfg = OmegaConf.to_object(dcfg)
-        assert isinstance(cfg, RunConfig)
+        cfg = typed(dcfg)
         out, rows = start(Path(run_dir), bool(cfg.overwrite))
     except (KeyboardInterrupt, RunInterrupted) as exc:  # nothing of ours is in the directory yet
         return _say(f"{job}{exc or 'SIGINT'} during start-up; nothing was run", EXIT_INTERRUPTED)
     except config_errors() as exc:
         return _say(f"{job}{describe(exc)}", EXIT_BAD_INPUT)
     try:
-        write_manifest(out, checked(dcfg))
+        write_manifest(out, with_values_checked(dcfg, cfg))
         outcome = run(cfg, out, rows) if cfg.server is None else _run_server(cfg, out, rows)
     except (KeyboardInterrupt, RunInterrupted) as exc:  # start-up, warm-up or writing
         kept = _close(out, rows, "interrupted", f"{exc or 'SIGINT'} outside the measured run")
@@ -66,7 +63,7 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
 
 
 def _run_server(cfg: RunConfig, out: RunDir, rows: RowLog):
-    from harness.server.target import run_server  # httpx only where a server is the target
+    from harness.server.target import run_server  # aiohttp only where a server is the target
 
     return run_server(cfg, out, rows)
 

@@ -111,9 +111,19 @@ def compose(overrides: list[str], job_name: str = "harness") -> Composed:
 
 def checked(dcfg: DictConfig) -> Composed:
     """A composed Hydra config as a checked RunConfig (unknown keys and bad values refused)."""
+    return with_values_checked(dcfg, typed(dcfg))
+
+
+def typed(dcfg: DictConfig) -> RunConfig:
+    """The config as a RunConfig, unknown keys refused; its values are not checked yet."""
     check_known_keys(dcfg)
     cfg = OmegaConf.to_object(dcfg)
     assert isinstance(cfg, RunConfig)
+    return cfg
+
+
+def with_values_checked(dcfg: DictConfig, cfg: RunConfig) -> Composed:
+    """`cfg` (typed from `dcfg`) with its values checked, beside its resolved form."""
     check_run_config(cfg)
     resolved = OmegaConf.to_container(dcfg, resolve=True)
     assert isinstance(resolved, dict)
