@@ -1,12 +1,19 @@
 """The server client's own cost at rising open-loop Poisson rates (docs/servers.md §1.6).
 
     python scripts/bench_client.py --url http://127.0.0.1:8000 [--rates 25 50 100 200] [--n 400]
+        [--cpu 1] [--realtime]
 
 Per rate: N requests of 16 random prompt tokens and 1 output token, Poisson arrivals, no
 concurrency cap, through the same driver and client a server run uses. Reported: send lag (the
 time from a request's scheduled arrival to its hand-off to the HTTP client; the server's speed
 does not enter it), the client process's CPU time per request, and the time from a reply's last
 byte to the driver recording it. Goal on this machine: p99 send lag <= 2 ms at 200 req/s.
+
+`--cpu N` pins the client to CPU N; start the server on the other cores
+(`bash scripts/start_vllm.sh --cpus 0`), or the client's tail measures the scheduler handing
+its core to the server, not the client. `--realtime` also gives the client a real-time
+priority (SCHED_FIFO 10; needs root or CAP_SYS_NICE), so other work on its core cannot delay it:
+the client sleeps between events, so it cannot starve that core.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 
 import numpy as np
@@ -82,10 +90,22 @@ def main() -> None:
     ap.add_argument("--rates", type=float, nargs="+", default=[25.0, 50.0, 100.0, 200.0])
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cpu", type=int, default=None, help="pin the client to this CPU")
+    ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO priority 10")
     args = ap.parse_args()
+    try:
+        if args.cpu is not None:
+            os.sched_setaffinity(0, {args.cpu})
+        if args.realtime:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    except OSError as exc:
+        what = "--realtime needs root or CAP_SYS_NICE" if args.realtime else f"--cpu {args.cpu}"
+        raise SystemExit(f"error: {what}: {exc.strerror}") from None
     cfg = ServerConfig(url=args.url, request_timeout_s=120.0)
+    pinned = {"client_cpus": sorted(os.sched_getaffinity(0)), "realtime": args.realtime}
     for rate in args.rates:
-        print(json.dumps(asyncio.run(one_rate(cfg, args.model, rate, args.n, args.seed))))
+        row = asyncio.run(one_rate(cfg, args.model, rate, args.n, args.seed))
+        print(json.dumps({**row, **pinned}))
 
 
 if __name__ == "__main__":

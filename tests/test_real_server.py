@@ -230,6 +230,30 @@ def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_server_cpus_are_parsed_and_bound_for_openmp_too():
+    from harness.server.launch import VllmLaunch, parse_cpus
+
+    assert parse_cpus("0") == {0} and parse_cpus("0,2") == {0, 2} and parse_cpus("1-3") == {1, 2, 3}
+    for bad in ("", "a", "1-", "0;1"):
+        with pytest.raises(ValueError, match="expected CPU ids"):
+            parse_cpus(bad)
+    env = VllmLaunch(cpus="0").env()
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    default = VllmLaunch().env()  # no set: vLLM's automatic binding, whatever the caller had
+    assert default.get("VLLM_CPU_OMP_THREADS_BIND") == os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+
+
+def test_bad_server_cpus_is_one_line_and_exit_2():
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.server.launch", "start", "--cpus", "zero"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --cpus 'zero': expected CPU ids like 0 or 0,2 or 0-3"
+    ]
+
+
 def test_prometheus_counters_are_summed_over_label_sets():
     text = (
         "# HELP vllm:prefix_cache_hits_total hits\n"

