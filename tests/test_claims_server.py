@@ -4,7 +4,7 @@ The stand-in (aiohttp, in a thread) streams completions the way vLLM 0.32 does, 
 cached tokens from a block-granular prefix store (salted per `cache_salt`, or none at all for a
 caching-off server), and records how many requests it had in flight at once. The real server's
 numbers are tests/test_real_server.py's; here: the lines' form, the burst sent at once, claim 7
-with two servers, and failures as lines.
+with two servers, failures as lines, and the launch flags for a caching-off server.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from harness.claims.server import FULL, QUICK, server_column
-from harness.server.launch import free_port
+from harness.server.launch import VllmLaunch, free_port
 
 BLOCK = 32
 
@@ -164,3 +165,11 @@ def test_an_http_refusal_is_the_claims_line(serve, monkeypatch):
     monkeypatch.setattr(server, "_parallel", greedy_n4)
     column = server_column(serve(FakeVllm()), quick=False)
     assert column[12] == "failed on the server: HTTP 400: n must be 1 when greedy"
+
+
+def test_launch_flags_for_a_caching_off_server():
+    py = Path("python")
+    assert "--enable-prefix-caching" in VllmLaunch().argv(py)
+    off = VllmLaunch(prefix_caching=False).argv(py)
+    assert "--no-enable-prefix-caching" in off and "--enable-prefix-caching" not in off
+    assert "--enable-prompt-tokens-details" in off  # the off server still reports 0 cached

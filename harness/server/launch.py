@@ -43,6 +43,7 @@ class VllmLaunch:
     max_num_batched_tokens: int = 2048
     num_gpu_blocks: int | None = None  # --num-gpu-blocks-override (block 0 is the null block)
     kv_space_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE
+    prefix_caching: bool = True  # False: --no-enable-prefix-caching (claim 7's second server)
     log_path: Path | None = None
     extra_args: tuple[str, ...] = field(default=())
 
@@ -55,7 +56,8 @@ class VllmLaunch:
             "--block-size", str(self.block_size),
             "--max-num-seqs", str(self.max_num_seqs),
             "--max-num-batched-tokens", str(self.max_num_batched_tokens),
-            "--enable-prefix-caching", "--enable-prompt-tokens-details",
+            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
+            "--enable-prompt-tokens-details",
         ]  # fmt: skip
         if self.num_gpu_blocks is not None:
             args += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
@@ -176,6 +178,7 @@ def _main(argv: list[str] | None = None) -> int:
     st.add_argument("--block-size", type=int, default=32)
     st.add_argument("--num-gpu-blocks", type=int, default=None)
     st.add_argument("--kv-space-gib", type=int, default=2)
+    st.add_argument("--no-prefix-caching", action="store_true", help="start it with caching off")
     st.add_argument("--pid-file", type=Path, default=REPO / ".cache" / "vllm.pid")
     st.add_argument("--wait-s", type=float, default=600.0)
     sp = sub.add_parser("stop", help="stop the server whose PID file is given")
@@ -189,6 +192,7 @@ def _main(argv: list[str] | None = None) -> int:
         block_size=args.block_size,
         num_gpu_blocks=args.num_gpu_blocks,
         kv_space_gib=args.kv_space_gib,
+        prefix_caching=not args.no_prefix_caching,
     )
     try:
         started = start_vllm(launch, args.wait_s)
