@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from harness.claims.__main__ import main
 from harness.claims.server import FULL, QUICK, server_column
 from harness.server.launch import VllmLaunch, free_port
 
@@ -165,6 +166,34 @@ def test_an_http_refusal_is_the_claims_line(serve, monkeypatch):
     monkeypatch.setattr(server, "_parallel", greedy_n4)
     column = server_column(serve(FakeVllm()), quick=False)
     assert column[12] == "failed on the server: HTTP 400: n must be 1 when greedy"
+
+
+def test_server_off_needs_server(capsys, tmp_path):
+    assert main(["--out", str(tmp_path / "c"), "--server-off", "http://127.0.0.1:1"]) == 2
+    assert "--server-off needs --server" in capsys.readouterr().err
+
+
+def test_the_run_passes_server_off_and_records_it(tmp_path, monkeypatch):
+    import harness.claims.__main__ as cli
+    from harness.claims.record import Row
+
+    calls = []
+
+    def measured(claim, ctx):
+        row = Row(claim.number, claim.statement, "", "", "", "", "1", "holds", "", 0.0)
+        return row, None
+
+    def column(url, quick, off_url=None, model=None):
+        calls.append((url, quick, off_url))
+        return {7: "6/6 identical"}
+
+    monkeypatch.setattr(cli, "check_claim", measured)
+    monkeypatch.setattr(cli, "server_column", column)
+    on, off = "http://127.0.0.1:8011", "http://127.0.0.1:8012"
+    out = tmp_path / "c"
+    assert main(["--out", str(out), "--only", "outputs", "--server", on, "--server-off", off]) == 0
+    assert calls == [(on, False, off)]
+    assert f"--server {on} --server-off {off}" in (out / "claims.md").read_text()
 
 
 def test_launch_flags_for_a_caching_off_server():
