@@ -1,6 +1,7 @@
 """`python -m harness.claims [--out DIR] [--quick] [--only KEY ...]`: every claim's verdict with numbers.
 
-`--server URL` runs the server-runnable claims on a live vLLM server too (harness/claims/server.py).
+`--server URL` runs the server-runnable claims on a live vLLM server too (harness/claims/server.py);
+`--server-off URL`, a second one started with prefix caching off, adds claim 7 (outputs on vs off).
 Writes DIR/claims.md, DIR/claims.csv, DIR/figures/claim<N>.png and each claim's runs under
 DIR/runs/ (replaced on every invocation when this command made it; any other DIR/runs is
 refused and left alone). Exit 0 when every claim was measured (whatever its
@@ -67,10 +68,15 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
 
 
 def run_claims(
-    out_dir: Path, quick: bool, only: list[str] | None = None, server_url: str | None = None
+    out_dir: Path,
+    quick: bool,
+    only: list[str] | None = None,
+    server_url: str | None = None,
+    server_off_url: str | None = None,
 ) -> list[Row]:
     """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv;
-    `server_url` (a live vLLM server) fills the real-server column, else it says "not run"."""
+    `server_url` (a live vLLM server) fills the real-server column, else it says "not run";
+    `server_off_url` (one with prefix caching off) lets the full run check claim 7 there too."""
     claims = [CLAIMS.get(k) for k in only] if only else ordered()
     check_out_dir("--out", out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -87,7 +93,7 @@ def run_claims(
         )
         rows.append(row)
         details[claim.number] = finding.details if finding else []
-    on_server = server_column(server_url, quick)
+    on_server = server_column(server_url, quick, server_off_url)
     rows = [replace(r, real_server=on_server.get(r.number, "")) for r in rows]
     command = " ".join(
         [
@@ -95,6 +101,7 @@ def run_claims(
             f"--out {out_dir}",
             *(["--quick"] if quick else []),
             *([f"--server {server_url}"] if server_url else []),
+            *([f"--server-off {server_off_url}"] if server_off_url else []),
             *([f"--only {' '.join(only)}"] if only else []),
         ]
     )
@@ -115,7 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server", metavar="URL", help="a live vLLM server for the real-server column"
     )
+    parser.add_argument(
+        "--server-off",
+        metavar="URL",
+        help="a second vLLM server started with prefix caching off (claim 7; needs --server)",
+    )
     args = parser.parse_args(argv)
+    if args.server_off and not args.server:
+        print("error: --server-off needs --server (the caching-on server)", file=sys.stderr)
+        return 2
     unknown = [k for k in args.only or [] if k not in CLAIMS]
     if unknown:
         print(
@@ -125,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        rows = run_claims(args.out, args.quick, args.only, args.server)
+        rows = run_claims(args.out, args.quick, args.only, args.server, args.server_off)
     except BAD_INPUT as exc:  # the output folder: one line, nothing measured
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,25 +1,33 @@
 """The real-server column: claims re-run against a live vLLM server (OpenAI-compatible API).
 
-`server_column(url, quick)` is the hook: None (no server here) gives every server-runnable claim
-"not run" with the reason; a URL runs the checks below over HTTP and returns one line per claim.
-What runs (issue [4/7] item 4): claim 2 (block alignment at the server's block size), claim 9
-(`cache_salt` per request), claim 10 (same-step sharing in a burst: 8 requests sharing a 512-token
-prefix) and claim 12 (n > 1 reuse); claim 7 (cache on vs off) needs a second server start with
-prefix caching off and runs in the full run only, through `server_column(url, quick, off_url)`.
-Cached tokens come from `usage.prompt_tokens_details.cached_tokens` (vLLM serves it with
---enable-prompt-tokens-details). Prompts are token ids, so no tokenizer is involved.
+`server_column(url, quick, off_url, model)` is the hook: None (no server here) gives every
+server-runnable claim "not run" with the reason; a URL runs the checks below over HTTP and returns
+one line per claim. What runs (issue [4/7] item 4): claim 2 (block alignment at the server's block
+size), claim 9 (`cache_salt` per request), claim 10 (same-step sharing in a burst: 8 requests
+sharing a 512-token prefix, sent at once) and claim 12 (n > 1 reuse); claim 7 (outputs with the
+cache on vs off) needs a second server started with prefix caching off (`off_url`) and runs in the
+full run only.
+
+Requests go through the project's one HTTP client (`harness.server.http_client.ServerClient`:
+aiohttp, one pooled session per server, streamed with usage), with the vLLM flavour's body fields
+(`ignore_eos`, `min_tokens = max_tokens`: every output has exactly the length asked for; token ids
+returned). Cached tokens are the reply's `usage.prompt_tokens_details.cached_tokens` (vLLM reports
+them when started with --enable-prompt-tokens-details). Prompts are token ids, so no tokenizer is
+involved; each invocation draws fresh ones, so a second run against the same server does not find
+the first run's blocks. A refused or unanswered request becomes that claim's line.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import random
-import urllib.request
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from harness.server import prometheus
+from harness.server.config import ServerConfig
+from harness.server.flavours import FLAVOURS
+from harness.server.http_client import HTTP_ERROR, OK, TIMEOUT, ServerClient
 
 NOT_RUN = (
     "not run: needs the live vLLM server of issue [2/7] (harness/server/, scripts/setup_vllm.sh, the "
@@ -27,27 +35,79 @@ NOT_RUN = (
 )
 QUICK = (2, 9, 10)  # what CI fills; the full run adds 12 and (with a caching-off server) 7
 FULL = (2, 7, 9, 10, 12)
+VLLM = FLAVOURS.get("vllm")
+REQUEST_TIMEOUT_S = 120.0
+
+
+class ServerFailed(Exception):
+    """The server refused a request or did not answer it (the claim's line says which)."""
 
 
 @dataclass(frozen=True)
-class Reply:
+class Completion:
     cached_tokens: int
-    tokens: tuple[str, ...]  # the completion texts, one per sample
+    texts: tuple[str, ...]  # one per sample
+    token_ids: tuple[tuple[int, ...], ...]  # one per sample, as the server returned them
 
 
-def complete(url: str, prompt: list[int], max_tokens: int = 1, **extra: object) -> Reply:
-    """One /v1/completions call with a token-id prompt, greedy unless `extra` says otherwise."""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, **extra}
-    req = urllib.request.Request(
-        url.rstrip("/") + "/v1/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        out = json.load(resp)
-    details = (out.get("usage") or {}).get("prompt_tokens_details") or {}
-    texts = tuple(c.get("text", "") for c in out.get("choices", []))
-    return Reply(int(details.get("cached_tokens") or 0), texts)
+class Server:
+    """One live server: its pooled client and the served model name (None: the server's default)."""
+
+    def __init__(self, url: str, model: str | None, label: str = "") -> None:
+        self.client = ServerClient(ServerConfig(url=url, request_timeout_s=REQUEST_TIMEOUT_S))
+        self.model = model
+        self.label = label  # prefixed to its failures ("" for the server under test)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def complete(
+        self, prompt: list[int], max_tokens: int = 1, n: int = 1, **extra: object
+    ) -> Completion:
+        """One streamed /v1/completions call with a token-id prompt, greedy unless `extra` says
+        otherwise; a refusal or no answer raises ServerFailed."""
+        body: dict[str, object] = {
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "n": n,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **VLLM.extra_body,
+            **extra,
+        }
+        for name in VLLM.fixed_length_fields:
+            body[name] = max_tokens
+        if self.model is not None:
+            body["model"] = self.model
+        reply = await self.client.complete(body, n)
+        if reply.status == HTTP_ERROR:
+            raise ServerFailed(f"{self.label}HTTP {reply.http_status}: {reply.error}")
+        if reply.status == TIMEOUT:
+            raise ServerFailed(f"{self.label}no reply within {REQUEST_TIMEOUT_S:.0f} s")
+        if reply.status != OK:
+            raise ServerFailed(f"{self.label}no reply: {reply.error}")
+        if reply.cached_tokens is None:
+            raise ServerFailed(
+                f"{self.label}the reply reports no cached tokens "
+                "(start vLLM with --enable-prompt-tokens-details)"
+            )
+        return Completion(
+            reply.cached_tokens,
+            tuple(c.text for c in reply.choices),
+            tuple(tuple(c.token_ids) for c in reply.choices),
+        )
+
+    async def block_size(self) -> int:
+        """The server's block size from /metrics `vllm:cache_config_info` (vLLM reports it there)."""
+        resp = await self.client.get("/metrics", timeout_s=30.0)
+        if resp.status_code != 200:
+            raise ServerFailed(f"{self.label}GET /metrics answered HTTP {resp.status_code}")
+        samples = prometheus.parse(resp.text)
+        labels = prometheus.info_labels(samples, VLLM.cache_config_metric)
+        if "block_size" not in labels:
+            raise ServerFailed(f"{self.label}/metrics reports no {VLLM.cache_config_metric}")
+        return int(labels["block_size"])
 
 
 def server_column(
@@ -57,20 +117,39 @@ def server_column(
     numbers = QUICK if quick else FULL
     if url is None:
         return {n: NOT_RUN for n in numbers}
-    extra = {"model": model} if model else {}
-    checks: dict[int, Callable[[], str]] = {
-        2: lambda: _alignment(url, extra, block_size(url)),
-        9: lambda: _salt(url, extra),
-        10: lambda: _burst(url, extra),
-        12: lambda: _parallel(url, extra),
-        7: lambda: _outputs(url, off_url, extra),
+    return asyncio.run(_column(url, numbers, off_url, model))
+
+
+async def _column(
+    url: str, numbers: tuple[int, ...], off_url: str | None, model: str | None
+) -> dict[int, str]:
+    on = Server(url, model)
+    off = Server(off_url, model, "caching-off server: ") if off_url is not None else None
+    nonce = random.SystemRandom().getrandbits(64)  # fresh prompts on every invocation
+
+    def rng(claim: int) -> random.Random:
+        return random.Random(f"{claim}-{nonce}")
+
+    checks: dict[int, Callable[[], Awaitable[str]]] = {
+        2: lambda: _alignment(on, rng(2)),
+        9: lambda: _salt(on, rng(9)),
+        10: lambda: _burst(on, rng(10)),
+        12: lambda: _parallel(on, rng(12)),
+        7: lambda: _outputs(on, off, rng(7)),
     }
     out = {}
-    for n in numbers:
-        try:
-            out[n] = checks[n]()
-        except Exception as exc:  # a server problem is that claim's line, not a crash
-            out[n] = f"failed on the server: {type(exc).__name__}: {exc}"
+    try:
+        for n in numbers:
+            try:
+                out[n] = await checks[n]()
+            except ServerFailed as exc:  # a server problem is that claim's line, not a crash
+                out[n] = f"failed on the server: {exc}"
+            except Exception as exc:
+                out[n] = f"failed on the server: {type(exc).__name__}: {exc}"
+    finally:
+        await on.aclose()
+        if off is not None:
+            await off.aclose()
     return out
 
 
@@ -78,57 +157,55 @@ def _prompt(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(1000, 20000) for _ in range(n)]
 
 
-def block_size(url: str) -> int:
-    """The server's block size from /metrics `vllm:cache_config_info` (vLLM reports it there)."""
-    with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as resp:
-        samples = prometheus.parse(resp.read().decode("utf-8", errors="replace"))
-    labels = prometheus.info_labels(samples, "vllm:cache_config_info")
-    return int(labels["block_size"])
-
-
-def _alignment(url: str, extra: dict, block: int) -> str:
-    rng = random.Random(2)
+async def _alignment(on: Server, rng: random.Random) -> str:
+    block = await on.block_size()
     shared = 3 * block + block // 2  # three full blocks of the server's and half of a fourth
     head = _prompt(rng, shared)
-    complete(url, head + _prompt(rng, 20), **extra)
-    got = complete(url, head + _prompt(rng, 20), **extra).cached_tokens
+    await on.complete(head + _prompt(rng, 20))
+    got = (await on.complete(head + _prompt(rng, 20))).cached_tokens
     aligned = "block-aligned" if got == 3 * block else "not aligned"
     return f"{shared} shared tokens, block {block}: {got} cached ({aligned})"
 
 
-def _salt(url: str, extra: dict) -> str:
-    rng = random.Random(9)
+async def _salt(on: Server, rng: random.Random) -> str:
     head = _prompt(rng, 512)
-    complete(url, head + _prompt(rng, 8), cache_salt="tenant-a", **extra)
-    same = complete(url, head + _prompt(rng, 8), cache_salt="tenant-a", **extra).cached_tokens
-    other = complete(url, head + _prompt(rng, 8), cache_salt="tenant-b", **extra).cached_tokens
+    await on.complete(head + _prompt(rng, 8), cache_salt="tenant-a")
+    same = (await on.complete(head + _prompt(rng, 8), cache_salt="tenant-a")).cached_tokens
+    other = (await on.complete(head + _prompt(rng, 8), cache_salt="tenant-b")).cached_tokens
     return f"512 shared tokens: same tenant {same} cached, other tenant {other} cached"
 
 
-def _burst(url: str, extra: dict) -> str:
-    rng = random.Random(10)
+async def _burst(on: Server, rng: random.Random) -> str:
     head = _prompt(rng, 512)
     prompts = [head + _prompt(rng, 16) for _ in range(8)]
-    with ThreadPoolExecutor(len(prompts)) as pool:
-        cached = list(pool.map(lambda p: complete(url, p, **extra).cached_tokens, prompts))
+    # All 8 in flight at once over the one pooled session (the connector has no per-host cap).
+    replies = await asyncio.gather(*(on.complete(p) for p in prompts))
+    cached = [r.cached_tokens for r in replies]
     hits = sum(c >= 512 for c in cached)
     return f"burst of 8 sharing 512 tokens: {hits} of 8 hit the prefix (cached {cached})"
 
 
-def _parallel(url: str, extra: dict) -> str:
-    rng = random.Random(12)
+async def _parallel(on: Server, rng: random.Random) -> str:
     # vLLM refuses n > 1 under greedy sampling: the samples are drawn, seeded.
-    got = complete(url, _prompt(rng, 1024), max_tokens=4, n=4, temperature=1.0, seed=12, **extra)
+    got = await on.complete(_prompt(rng, 1024), max_tokens=4, n=4, temperature=1.0, seed=12)
     return f"n=4 on a fresh 1,024-token prompt: {got.cached_tokens} cached tokens reported"
 
 
-def _outputs(url: str, off_url: str | None, extra: dict) -> str:
-    if off_url is None:
-        return "not run: needs a second server started with prefix caching off"
-    rng = random.Random(7)
+async def _outputs(on: Server, off: Server | None, rng: random.Random) -> str:
+    if off is None:
+        return "not run: needs a second server started with prefix caching off (--server-off URL)"
     head = _prompt(rng, 256)
     prompts = [head + _prompt(rng, 16) for _ in range(6)]
-    on = [complete(url, p, max_tokens=64, **extra).tokens for p in prompts]
-    off = [complete(off_url, p, max_tokens=64, **extra).tokens for p in prompts]
-    same = sum(a == b for a, b in zip(on, off))
-    return f"{same}/{len(prompts)} greedy 64-token outputs identical, caching on vs off"
+    # One at a time on each server: on the caching-on one, prompts 2-6 find the shared prefix.
+    with_cache = [await on.complete(p, max_tokens=64) for p in prompts]
+    without = [await off.complete(p, max_tokens=64) for p in prompts]
+    same = sum(
+        (a.token_ids, a.texts) == (b.token_ids, b.texts) for a, b in zip(with_cache, without)
+    )
+    used = sum(r.cached_tokens > 0 for r in with_cache)
+    off_cached = sum(r.cached_tokens for r in without)
+    return (
+        f"{same}/{len(prompts)} greedy 64-token outputs identical, caching on vs off (caching on: "
+        f"{used} of {len(prompts)} prompts had cached tokens; caching off: {off_cached} cached "
+        "tokens reported)"
+    )

@@ -47,6 +47,7 @@ class VllmLaunch:
     # "0": leaves the other core to a client whose own latency is measured. None: vLLM's default
     # (OpenMP threads bound to one core, the processes anywhere).
     cpus: str | None = None
+    prefix_caching: bool = True  # False: --no-enable-prefix-caching (claim 7's second server)
     log_path: Path | None = None
     extra_args: tuple[str, ...] = field(default=())
 
@@ -59,7 +60,8 @@ class VllmLaunch:
             "--block-size", str(self.block_size),
             "--max-num-seqs", str(self.max_num_seqs),
             "--max-num-batched-tokens", str(self.max_num_batched_tokens),
-            "--enable-prefix-caching", "--enable-prompt-tokens-details",
+            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
+            "--enable-prompt-tokens-details",
         ]  # fmt: skip
         if self.num_gpu_blocks is not None:
             args += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
@@ -202,6 +204,7 @@ def _main(argv: list[str] | None = None) -> int:
     st.add_argument("--num-gpu-blocks", type=int, default=None)
     st.add_argument("--kv-space-gib", type=int, default=2)
     st.add_argument("--cpus", default=None, help="CPU ids the server may use, e.g. 0 or 0-1")
+    st.add_argument("--no-prefix-caching", action="store_true", help="start it with caching off")
     st.add_argument("--pid-file", type=Path, default=REPO / ".cache" / "vllm.pid")
     st.add_argument("--wait-s", type=float, default=600.0)
     sp = sub.add_parser("stop", help="stop the server whose PID file is given")
@@ -216,6 +219,7 @@ def _main(argv: list[str] | None = None) -> int:
         num_gpu_blocks=args.num_gpu_blocks,
         kv_space_gib=args.kv_space_gib,
         cpus=args.cpus,
+        prefix_caching=not args.no_prefix_caching,
     )
     try:
         launch.cpu_set()
