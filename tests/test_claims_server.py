@@ -1,171 +1,105 @@
-"""The real-server column's client side (harness/claims/server.py) against a stand-in vLLM.
+"""The real-server column's client side (harness/claims/server.py) against real servers.
 
-The stand-in (aiohttp, in a thread) streams completions the way vLLM 0.32 does, with usage and
-cached tokens from a block-granular prefix store (salted per `cache_salt`, or none at all for a
-caching-off server), and records how many requests it had in flight at once. The real server's
-numbers are tests/test_real_server.py's; here: the lines' form, the burst sent at once, claim 7
-with two servers, failures as lines, and the launch flags for a caching-off server.
+The servers are the project's own engine served over the OpenAI API (`harness.serve`, model=tiny,
+uvicorn in a thread): one with prefix caching on and one started with it off, the pair the full
+claims run takes from two vLLM servers. vLLM's own numbers are tests/test_real_server.py's (the
+session vLLM server); here: the lines' form and values at the served engine's block size, the
+burst in flight at once, claim 7 across two servers, a second run drawing fresh prompts, refusals
+and an absent server as lines, the CLI passing both servers, and the caching-off launch flags.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
+import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from harness.claims.__main__ import main
 from harness.claims.server import FULL, QUICK, server_column
+from harness.serve.server import InProcessServer, compose_config, prepare
 from harness.server.launch import VllmLaunch, free_port
 
-BLOCK = 32
+TINY_IDS = range(1, 1024)  # model=tiny's vocabulary (1,024 ids)
+KNOBS = ["model=tiny", "device=cpu", "engine=apc", "engine.backend=torch"]
+KNOBS += ["engine.kv_capacity_tokens=16384", "engine.max_num_batched_tokens=8192"]
 
 
-@dataclass
-class FakeVllm:
-    caching: bool = True
-    hold_s: float = 0.05  # each request stays in flight this long
-    store: set[tuple] = field(default_factory=set)
-    in_flight: int = 0
-    peak: int = 0
-    bodies: list[dict] = field(default_factory=list)
-
-    def cached(self, prompt: list[int], salt: object) -> int:
-        """Leading full blocks already stored (the last prompt token is always computed)."""
-        if not self.caching:
-            return 0
-        blocks = (len(prompt) - 1) // BLOCK
-        keys = [(salt, tuple(prompt[: (i + 1) * BLOCK])) for i in range(blocks)]
-        hit = 0
-        while hit < blocks and keys[hit] in self.store:
-            hit += 1
-        self.store.update(keys)  # allocated blocks are matchable at once, as in vLLM
-        return hit * BLOCK
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.bodies.append(body)
-        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
-        prompt, n, length = body["prompt"], body.get("n", 1), body["max_tokens"]
-        if n > 1 and body.get("temperature", 1.0) == 0.0:
-            return web.json_response({"error": {"message": "n must be 1 when greedy"}}, status=400)
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        cached = self.cached(prompt, body.get("cache_salt"))
-        await asyncio.sleep(self.hold_s)
-        self.in_flight -= 1
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for i in range(n):
-            ids = [(sum(prompt) + 7 * j + i) % 30000 for j in range(length)]
-            chunk = {"choices": [{"index": i, "text": f"<{ids[0]}>", "token_ids": ids}]}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        usage = {
-            "prompt_tokens": len(prompt),
-            "completion_tokens": n * length,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
-        await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=f'vllm:cache_config_info{{block_size="{BLOCK}"}} 1.0\n')
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[str, str]]:
+    """(caching-on URL, caching-off URL) of two served apc engines, stopped with the module."""
+    on = InProcessServer(prepare(compose_config(KNOBS))).__enter__()
+    off_cfg = compose_config([*KNOBS, "engine.prefix_caching=false"])
+    off = InProcessServer(prepare(off_cfg)).__enter__()
+    yield on.url, off.url
+    off.__exit__(None, None, None)
+    on.__exit__(None, None, None)
 
 
-@pytest.fixture
-def serve() -> Iterator:
-    """serve(fake) -> its URL; every server started is stopped at the end."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    runners = []
-
-    def start(fake: FakeVllm) -> str:
-        app = web.Application()
-        app.router.add_post("/v1/completions", fake.completions)
-        app.router.add_get("/metrics", fake.metrics)
-        runner = web.AppRunner(app)
-        port = free_port()
-
-        async def up() -> None:
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-
-        asyncio.run_coroutine_threadsafe(up(), loop).result(10)
-        runners.append(runner)
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for runner in runners:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-
-
-def test_quick_column_lines_and_the_burst_in_flight_at_once(serve):
-    fake = FakeVllm()
-    column = server_column(serve(fake), quick=True)
+def test_quick_column_at_the_servers_block_size(servers):
+    on, _ = servers
+    column = server_column(on, quick=True, token_ids=TINY_IDS)
     assert sorted(column) == sorted(QUICK)
-    assert column[2] == "112 shared tokens, block 32: 96 cached (block-aligned)"
+    assert column[2] == "56 shared tokens, block 16: 48 cached (block-aligned)"
     assert column[9] == "512 shared tokens: same tenant 512 cached, other tenant 0 cached"
-    assert column[10].startswith("burst of 8 sharing 512 tokens: 7 of 8 hit the prefix (cached [")
-    assert fake.peak == 8  # the burst's 8 requests were in flight together
-    assert all(b["ignore_eos"] and b["min_tokens"] == b["max_tokens"] for b in fake.bodies)
-    assert all("model" not in b for b in fake.bodies)
-
-
-def test_full_column_claim_7_compares_two_servers(serve):
-    on, off = FakeVllm(), FakeVllm(caching=False)
-    column = server_column(serve(on), quick=False, off_url=serve(off), model="m")
-    assert sorted(column) == sorted(FULL)
-    assert column[7] == (
-        "6/6 greedy 64-token outputs identical, caching on vs off (caching on: 5 of 6 prompts "
-        "had cached tokens; caching off: 0 cached tokens reported)"
+    burst = re.fullmatch(
+        r"burst of 8 sharing 512 tokens, (\d) of 8 in flight together: (\d) of 8 hit the prefix "
+        r"\(cached \[(.*)\]\), replies ended within \d+ ms of each other",
+        column[10],
     )
-    assert column[12] == "n=4 on a fresh 1,024-token prompt: 0 cached tokens reported"
-    assert {b["model"] for b in on.bodies + off.bodies} == {"m"}
-    assert {len(b["prompt"]) for b in off.bodies} == {272}
+    assert burst is not None, column[10]
+    assert int(burst[1]) == 8  # the 8 requests went out at once over the one client
+    cached = [int(c) for c in burst[3].split(", ")]
+    assert len(cached) == 8 and int(burst[2]) == sum(c >= 512 for c in cached)
 
 
-def test_claim_7_without_a_caching_off_server_says_so(serve):
-    column = server_column(serve(FakeVllm()), quick=False)
+def test_a_second_run_on_the_same_server_draws_fresh_prompts(servers):
+    on, _ = servers
+    again = server_column(on, quick=True, token_ids=TINY_IDS)
+    assert again[9].endswith("other tenant 0 cached")  # not an earlier run's tenant-b blocks
+    assert again[2].endswith("48 cached (block-aligned)")
+
+
+def test_full_column_claim_7_compares_two_servers(servers):
+    on, off = servers
+    column = server_column(on, quick=False, off_url=off, token_ids=TINY_IDS)
+    assert sorted(column) == sorted(FULL)
+    seven = re.fullmatch(
+        r"(\d)/6 greedy 64-token outputs identical, caching on vs off \(caching on: (\d) of 6 "
+        r"prompts had cached tokens; caching off: 0 cached tokens reported\)",
+        column[7],
+    )
+    assert seven is not None, column[7]
+    assert int(seven[2]) == 5  # prompts 2-6 find the 256-token prefix of prompt 1
+    # The served engine decodes greedily only: claim 12's seeded sampling is refused, as a line.
+    assert column[12] == (
+        "failed on the server: HTTP 400: temperature must be 0: this server decodes greedily, "
+        "got 1.0"
+    )
+
+
+def test_claim_7_without_a_caching_off_server_says_so(servers):
+    on, _ = servers
+    column = server_column(on, quick=False, token_ids=TINY_IDS)
     assert column[7].startswith("not run: needs a second server started with prefix caching off")
 
 
-def test_a_second_run_on_the_same_server_sends_fresh_prompts(serve):
-    url = serve(FakeVllm())
-    server_column(url, quick=True)
-    again = server_column(url, quick=True)
-    assert again[9].endswith("other tenant 0 cached")  # not the first run's tenant-b blocks
-    assert " 7 of 8 hit" in again[10]
-
-
-def test_failures_are_the_claims_lines(serve):
+def test_an_absent_server_is_every_claims_line(servers):
+    on, _ = servers
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     column = server_column(down, quick=True)
     assert all(line.startswith("failed on the server: ") for line in column.values()), column
     assert "Cannot connect" in column[9] or "refused" in column[9].lower(), column[9]
-    column = server_column(serve(FakeVllm()), quick=False, off_url=down)
+    column = server_column(on, quick=False, off_url=down, token_ids=TINY_IDS)
     assert column[7].startswith("failed on the server: caching-off server: no reply: "), column[7]
     assert column[2].endswith("(block-aligned)")
 
 
-def test_an_http_refusal_is_the_claims_line(serve, monkeypatch):
-    import harness.claims.server as server
-
-    async def greedy_n4(on, rng):  # n > 1 greedy: the stand-in refuses it as vLLM does
-        await on.complete([1, 2, 3], n=4)
-        return "unreachable"
-
-    monkeypatch.setattr(server, "_parallel", greedy_n4)
-    column = server_column(serve(FakeVllm()), quick=False)
-    assert column[12] == "failed on the server: HTTP 400: n must be 1 when greedy"
+def test_an_unknown_model_is_the_claims_line(servers):
+    on, _ = servers
+    column = server_column(on, quick=True, model="nope", token_ids=TINY_IDS)
+    assert all(line.startswith("failed on the server: HTTP 404: ") for line in column.values())
 
 
 def test_server_off_needs_server(capsys, tmp_path):
@@ -173,27 +107,17 @@ def test_server_off_needs_server(capsys, tmp_path):
     assert "--server-off needs --server" in capsys.readouterr().err
 
 
-def test_the_run_passes_server_off_and_records_it(tmp_path, monkeypatch):
-    import harness.claims.__main__ as cli
-    from harness.claims.record import Row
-
-    calls = []
-
-    def measured(claim, ctx):
-        row = Row(claim.number, claim.statement, "", "", "", "", "1", "holds", "", 0.0)
-        return row, None
-
-    def column(url, quick, off_url=None, model=None):
-        calls.append((url, quick, off_url))
-        return {7: "6/6 identical"}
-
-    monkeypatch.setattr(cli, "check_claim", measured)
-    monkeypatch.setattr(cli, "server_column", column)
-    on, off = "http://127.0.0.1:8011", "http://127.0.0.1:8012"
+def test_the_run_passes_both_servers_and_records_them(servers, tmp_path):
+    on, off = servers
     out = tmp_path / "c"
-    assert main(["--out", str(out), "--only", "outputs", "--server", on, "--server-off", off]) == 0
-    assert calls == [(on, False, off)]
-    assert f"--server {on} --server-off {off}" in (out / "claims.md").read_text()
+    argv = ["--out", str(out), "--quick", "--only", "alignment"]
+    argv += ["--server", on, "--server-off", off]
+    assert main(argv) == 0
+    text = (out / "claims.md").read_text()
+    assert f"--server {on} --server-off {off}" in text
+    # The CLI draws ids from the local vLLM model's vocabulary: model=tiny refuses them, and
+    # the refusal is the column's line (the run still completes and says so).
+    assert "token id" in text and "out of the vocabulary [0, 1024)" in text
 
 
 def test_launch_flags_for_a_caching_off_server():

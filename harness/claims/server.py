@@ -13,8 +13,9 @@ aiohttp, one pooled session per server, streamed with usage), with the vLLM flav
 (`ignore_eos`, `min_tokens = max_tokens`: every output has exactly the length asked for; token ids
 returned). Cached tokens are the reply's `usage.prompt_tokens_details.cached_tokens` (vLLM reports
 them when started with --enable-prompt-tokens-details). Prompts are token ids, so no tokenizer is
-involved; each invocation draws fresh ones, so a second run against the same server does not find
-the first run's blocks. A refused or unanswered request becomes that claim's line.
+involved; their ids are drawn from `token_ids` (the default suits SmolLM2's 49,152-token vocabulary
+of the local server), fresh on every invocation, so a second run against the same server does not
+find the first run's blocks. A refused or unanswered request becomes that claim's line.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ QUICK = (2, 9, 10)  # what CI fills; the full run adds 12 and (with a caching-of
 FULL = (2, 7, 9, 10, 12)
 VLLM = FLAVOURS.get("vllm")
 REQUEST_TIMEOUT_S = 120.0
+TOKEN_IDS = range(1000, 20000)  # ordinary ids of the server model's vocabulary (no specials)
+Draw = Callable[[int], list[int]]  # n -> n fresh prompt token ids
 
 
 class ServerFailed(Exception):
@@ -48,6 +51,8 @@ class Completion:
     cached_tokens: int
     texts: tuple[str, ...]  # one per sample
     token_ids: tuple[tuple[int, ...], ...]  # one per sample, as the server returned them
+    send_s: float  # perf_counter when it was handed to the client
+    finish_s: float  # perf_counter of its last byte
 
 
 class Server:
@@ -96,6 +101,8 @@ class Server:
             reply.cached_tokens,
             tuple(c.text for c in reply.choices),
             tuple(tuple(c.token_ids) for c in reply.choices),
+            reply.send_s,
+            reply.finish_s,
         )
 
     async def block_size(self) -> int:
@@ -111,31 +118,36 @@ class Server:
 
 
 def server_column(
-    url: str | None, quick: bool, off_url: str | None = None, model: str | None = None
+    url: str | None,
+    quick: bool,
+    off_url: str | None = None,
+    model: str | None = None,
+    token_ids: range = TOKEN_IDS,
 ) -> dict[int, str]:
     """claim number -> its real-server result line (or why it did not run)."""
     numbers = QUICK if quick else FULL
     if url is None:
         return {n: NOT_RUN for n in numbers}
-    return asyncio.run(_column(url, numbers, off_url, model))
+    return asyncio.run(_column(url, numbers, off_url, model, token_ids))
 
 
 async def _column(
-    url: str, numbers: tuple[int, ...], off_url: str | None, model: str | None
+    url: str, numbers: tuple[int, ...], off_url: str | None, model: str | None, token_ids: range
 ) -> dict[int, str]:
     on = Server(url, model)
     off = Server(off_url, model, "caching-off server: ") if off_url is not None else None
     nonce = random.SystemRandom().getrandbits(64)  # fresh prompts on every invocation
 
-    def rng(claim: int) -> random.Random:
-        return random.Random(f"{claim}-{nonce}")
+    def draw(claim: int) -> Draw:
+        rng = random.Random(f"{claim}-{nonce}")
+        return lambda n: [rng.choice(token_ids) for _ in range(n)]
 
     checks: dict[int, Callable[[], Awaitable[str]]] = {
-        2: lambda: _alignment(on, rng(2)),
-        9: lambda: _salt(on, rng(9)),
-        10: lambda: _burst(on, rng(10)),
-        12: lambda: _parallel(on, rng(12)),
-        7: lambda: _outputs(on, off, rng(7)),
+        2: lambda: _alignment(on, draw(2)),
+        9: lambda: _salt(on, draw(9)),
+        10: lambda: _burst(on, draw(10)),
+        12: lambda: _parallel(on, draw(12)),
+        7: lambda: _outputs(on, off, draw(7)),
     }
     out = {}
     try:
@@ -153,49 +165,55 @@ async def _column(
     return out
 
 
-def _prompt(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(1000, 20000) for _ in range(n)]
-
-
-async def _alignment(on: Server, rng: random.Random) -> str:
+async def _alignment(on: Server, draw: Draw) -> str:
     block = await on.block_size()
     shared = 3 * block + block // 2  # three full blocks of the server's and half of a fourth
-    head = _prompt(rng, shared)
-    await on.complete(head + _prompt(rng, 20))
-    got = (await on.complete(head + _prompt(rng, 20))).cached_tokens
+    head = draw(shared)
+    await on.complete(head + draw(20))
+    got = (await on.complete(head + draw(20))).cached_tokens
     aligned = "block-aligned" if got == 3 * block else "not aligned"
     return f"{shared} shared tokens, block {block}: {got} cached ({aligned})"
 
 
-async def _salt(on: Server, rng: random.Random) -> str:
-    head = _prompt(rng, 512)
-    await on.complete(head + _prompt(rng, 8), cache_salt="tenant-a")
-    same = (await on.complete(head + _prompt(rng, 8), cache_salt="tenant-a")).cached_tokens
-    other = (await on.complete(head + _prompt(rng, 8), cache_salt="tenant-b")).cached_tokens
+async def _salt(on: Server, draw: Draw) -> str:
+    head = draw(512)
+    await on.complete(head + draw(8), cache_salt="tenant-a")
+    same = (await on.complete(head + draw(8), cache_salt="tenant-a")).cached_tokens
+    other = (await on.complete(head + draw(8), cache_salt="tenant-b")).cached_tokens
     return f"512 shared tokens: same tenant {same} cached, other tenant {other} cached"
 
 
-async def _burst(on: Server, rng: random.Random) -> str:
-    head = _prompt(rng, 512)
-    prompts = [head + _prompt(rng, 16) for _ in range(8)]
+async def _burst(on: Server, draw: Draw) -> str:
+    head = draw(512)
+    prompts = [head + draw(16) for _ in range(8)]
     # All 8 in flight at once over the one pooled session (the connector has no per-host cap).
     replies = await asyncio.gather(*(on.complete(p) for p in prompts))
     cached = [r.cached_tokens for r in replies]
     hits = sum(c >= 512 for c in cached)
-    return f"burst of 8 sharing 512 tokens: {hits} of 8 hit the prefix (cached {cached})"
+    # Sent before the first reply ended: how many the server could have scheduled together. With
+    # one output token a reply ends right after its prefill, so the spread of the ends tells one
+    # step (same-step sharing: the 7 followers' 16 new tokens each fit beside the first's 528)
+    # from several (the local server's 2,048-token step budget cannot hold 8 full prompts of 528).
+    first_end = min(r.finish_s for r in replies)
+    together = sum(r.send_s < first_end for r in replies)
+    spread_ms = (max(r.finish_s for r in replies) - first_end) * 1e3
+    return (
+        f"burst of 8 sharing 512 tokens, {together} of 8 in flight together: {hits} of 8 hit the "
+        f"prefix (cached {cached}), replies ended within {spread_ms:.0f} ms of each other"
+    )
 
 
-async def _parallel(on: Server, rng: random.Random) -> str:
+async def _parallel(on: Server, draw: Draw) -> str:
     # vLLM refuses n > 1 under greedy sampling: the samples are drawn, seeded.
-    got = await on.complete(_prompt(rng, 1024), max_tokens=4, n=4, temperature=1.0, seed=12)
+    got = await on.complete(draw(1024), max_tokens=4, n=4, temperature=1.0, seed=12)
     return f"n=4 on a fresh 1,024-token prompt: {got.cached_tokens} cached tokens reported"
 
 
-async def _outputs(on: Server, off: Server | None, rng: random.Random) -> str:
+async def _outputs(on: Server, off: Server | None, draw: Draw) -> str:
     if off is None:
         return "not run: needs a second server started with prefix caching off (--server-off URL)"
-    head = _prompt(rng, 256)
-    prompts = [head + _prompt(rng, 16) for _ in range(6)]
+    head = draw(256)
+    prompts = [head + draw(16) for _ in range(6)]
     # One at a time on each server: on the caching-on one, prompts 2-6 find the shared prefix.
     with_cache = [await on.complete(p, max_tokens=64) for p in prompts]
     without = [await off.complete(p, max_tokens=64) for p in prompts]

@@ -154,8 +154,11 @@ class _Routes:
     def _engine_request(self, p: CompletionParams) -> CompletionRequest:
         m = self.model
         if p.model is not None and p.model != m.name:
+            # vLLM's OpenAIServingModels.check_model answers an unknown name with 404 NotFoundError.
             raise ApiError(
-                f"The model `{p.model}` does not exist; this server serves `{m.name}`", "model"
+                f"The model `{p.model}` does not exist; this server serves `{m.name}`",
+                "model",
+                status=404,
             )
         if p.prompt_ids is not None:
             ids = p.prompt_ids

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 MAX_N = 128  # samples per request
 
 
+_KINDS = {400: "BadRequestError", 404: "NotFoundError"}  # vLLM's error types by status
+
+
 class ApiError(Exception):
     """A request the server refuses: an HTTP status and vLLM's error body."""
 
@@ -23,7 +26,7 @@ class ApiError(Exception):
     ) -> None:
         super().__init__(message)
         self.message, self.param, self.status = message, param, status
-        self.kind = kind or ("BadRequestError" if status == 400 else "ConflictError")
+        self.kind = kind or _KINDS.get(status, "ConflictError")
 
     def body(self) -> dict:
         error = {"message": self.message, "type": self.kind, "param": self.param}
