@@ -99,7 +99,8 @@ def test_submitit_local_sweep_of_two_jobs(tmp_path):
 
 @pytest.mark.slow
 def test_joblib_sweep_of_two_jobs(tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="the launchers extra")
+    import hydra_plugins.hydra_joblib_launcher  # noqa: F401  (the launchers extra: README setup)
+
     sweep = tmp_path / "sweep"
     proc = multirun(
         ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "engine=apc", ONE_GOOD_ONE_BAD],

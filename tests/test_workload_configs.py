@@ -3,25 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
+from harness.config import register_configs
 from workloads.base import FAMILIES, TokenSpace, generate
 from workloads.bounds import ideal_hit_rate
 
-if importlib.util.find_spec("harness.config") is None:
-    pytest.skip("harness/config.py (register_configs) does not exist yet", allow_module_level=True)
-
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-from harness.config import register_configs  # noqa: E402
-
 CONF = Path(__file__).resolve().parents[1] / "conf"
 NAMES = sorted(p.stem for p in (CONF / "workload").glob("*.yaml"))
-NEEDS_TOKENIZER = {"dataset"}
 SPACE = TokenSpace(vocab_size=32000, first_ordinary_id=1)  # model s
 
 
@@ -41,8 +34,6 @@ def test_workload_config_composes_and_generates(name):
     params = OmegaConf.to_object(_compose([f"workload={name}"]).workload)
     assert isinstance(params, FAMILIES.get(params.family).params_cls)
     assert params.name == name and params.version >= 1
-    if params.family in NEEDS_TOKENIZER and importlib.util.find_spec("workloads.tokenizer") is None:
-        pytest.skip("workloads/tokenizer.py does not exist yet")
     reqs = generate(params, 0, SPACE)
     assert reqs and all(r.prompt_ids for r in reqs)
     rates = ideal_hit_rate(reqs, (1, 16)).by_granularity

@@ -7,11 +7,9 @@ import json
 import pytest
 
 from tests.workload_util import brute_shared
+from workloads import tokenizer
 from workloads.base import FAMILIES, TokenSpace, generate
 
-tokenizer = pytest.importorskip(
-    "workloads.tokenizer", reason="workloads/tokenizer.py is not written yet"
-)
 SMOL = TokenSpace(vocab_size=49152, first_ordinary_id=17)
 Params = FAMILIES.get("dataset").params_cls
 

@@ -49,7 +49,6 @@ def test_sessions_outputs_arrivals_and_ground_truth(tmp_path):
 
 
 def test_text_prompts_use_the_tokenizer(tmp_path):
-    pytest.importorskip("tokenizers")
     path = write(tmp_path, [{"prompt": "What is a prefix cache?"}])
     (raw,) = generate(Params(path=path), 0, SPACE)
     (chat,) = generate(Params(path=path, chat_template=True), 0, SPACE)
