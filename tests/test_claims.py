@@ -31,7 +31,7 @@ def quick(tmp_path_factory):  # a minute or more: the tests using it are marked 
 @pytest.mark.slow
 def test_every_claim_has_a_computed_verdict(quick):
     out, rows = quick
-    assert [r.number for r in rows] == list(range(1, 15))
+    assert [r.number for r in rows] == list(range(1, 17))
     for row in rows:
         assert VERDICT.match(row.verdict), (row.number, row.verdict)
         if not row.verdict.startswith("not measurable here"):
@@ -66,7 +66,7 @@ def test_exactness_claims_hold(quick):
     are built to these, so any other verdict is a bug."""
     _, rows = quick
     verdicts = {r.number: r.verdict for r in rows}
-    for number in (2, 5, 9):
+    for number in (2, 5, 9, 15):
         assert verdicts[number] == HOLDS, (number, verdicts[number])
     # claim 7: wrong K/V never; near-tie flips in bfloat16 are counted, not a failure
     assert verdicts[7] == HOLDS or verdicts[7].startswith("depends on the numerics"), verdicts[7]
@@ -98,6 +98,23 @@ def test_new_rows_measure_what_they_name(quick):
     assert "radix (SGLang front stage) n=4" in by[12].result
     assert "radix p16" in by[13].result and "tokens evicted" in by[13].result
     assert all(p in by[14].result for p in ("fcfs", "lpm", "dfs-weight"))
+    assert "of its ideal" in by[15].result and "its common header" in by[15].result
+    assert "radix-lpm on / apc on" in by[16].result and "radix on / apc off" in by[16].result
+
+
+def test_a_claims_run_is_made_once_per_invocation(tmp_path):
+    """Claim 16 reads claim 3's arms: asking again returns the finished run, and asking for the
+    same name with other overrides is refused."""
+    from harness.claims.experiment import Context
+
+    ctx = Context(tmp_path, quick=True)
+    arm = ["model=tiny", "device=cpu", "executor=simulated", "hardware=h100_llama3_8b_bf16"]
+    arm += ["workload=unique", "workload.num_prompts=2", "warmup.enabled=false"]
+    first = ctx.run("x", "one", arm)
+    assert ctx.run("x", "one", arm) is first
+    assert [p.name for p in (tmp_path / "runs" / "x").iterdir()] == ["one"]
+    with pytest.raises(RuntimeError, match="asked for twice with other overrides"):
+        ctx.run("x", "one", [*arm, "seed=1"])
 
 
 def test_unknown_claim_is_refused(capsys):

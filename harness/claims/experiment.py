@@ -12,7 +12,7 @@ import contextlib
 import io
 import json
 from dataclasses import MISSING as MISSING_FACTORY
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
@@ -74,13 +74,31 @@ def has_preset(group: str, name: str) -> bool:
 
 @dataclass(frozen=True)
 class Context:
-    """Where a claim's runs go and how big they are (`quick` for tests and smoke checks)."""
+    """Where a claim's runs go and how big they are (`quick` for tests and smoke checks).
+
+    A run is made once per invocation: a claim that reads another claim's arms (16 reads 3's)
+    asks for the same folder, name and overrides and gets the finished run back; the same name
+    with other overrides is a bug and raises."""
 
     out_dir: Path
     quick: bool
+    done: dict[tuple[str, str], tuple[tuple[str, ...], ArmResult]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def size(self, quick: object, full: object):
         return quick if self.quick else full
 
     def run(self, folder: str, name: str, overrides, save_tokens: bool = False) -> ArmResult:
-        return run_arm(name, list(overrides), self.out_dir / "runs" / folder, save_tokens)
+        args = (*overrides, f"save_tokens={save_tokens}")
+        key = (folder, name)
+        if key in self.done:
+            made_with, result = self.done[key]
+            if made_with != args:
+                raise RuntimeError(
+                    f"claims run {folder}/{name} asked for twice with other overrides"
+                )
+            return result
+        result = run_arm(name, list(overrides), self.out_dir / "runs" / folder, save_tokens)
+        self.done[key] = (args, result)
+        return result

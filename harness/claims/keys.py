@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 HIT_RATE = "hit_rate"  # cached prompt tokens / prompt tokens, per request at first admission
+IDEAL_HIT_RATE = "ideal_hit_rate"  # unbounded-cache ceiling at the engine's own granularity
 THROUGHPUT = "total_token_throughput"  # (input + output tokens) / duration
 OUTPUT_THROUGHPUT = "output_throughput"
 TTFT_P50 = "median_ttft_ms"

@@ -8,22 +8,27 @@ from __future__ import annotations
 
 from harness.claims import keys
 from harness.claims.arms import ARMS, H100_8B
-from harness.claims.experiment import Context
+from harness.claims.experiment import ArmResult, Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 
 FOLDER = "5-position"
 LAYOUTS = {"documents first": "workload=rag", "question first": "workload=rag_question_first"}
 
 
-def measure(ctx: Context) -> Finding:
+def layout_runs(ctx: Context) -> dict[str, dict[str, ArmResult]]:
+    """layout -> design -> its run."""
     size = f"workload.num_prompts={ctx.size(24, 96)}"
-    runs = {
+    return {
         layout: {
             a: ctx.run(FOLDER, f"{w.split('=')[1]}-{a}", (*H100_8B, w, size, *ARMS[a]))
             for a in ("apc", "radix")
         }
         for layout, w in LAYOUTS.items()
     }
+
+
+def measure(ctx: Context) -> Finding:
+    runs = layout_runs(ctx)
     hits = {
         layout: {a: keys.value(r.summary, keys.HIT_RATE) for a, r in by.items()}
         for layout, by in runs.items()

@@ -19,7 +19,9 @@ from harness.claims import (
     outputs,
     parallel_n,
     position,
+    rag_template,
     speedup,
+    transfer,
     tree_reuse,
     zero_hit,
 )
@@ -42,6 +44,8 @@ for _module in (
     parallel_n,
     eviction,
     backlog,
+    rag_template,
+    transfer,
 ):
     CLAIMS.add(_module.CLAIM.key, _module.CLAIM)
 

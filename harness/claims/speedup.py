@@ -26,7 +26,9 @@ FEWSHOT = (
 AGENT = ("workload=agent",)
 
 
-def measure(ctx: Context) -> Finding:
+def speedup_rows(ctx: Context) -> tuple[list[dict], str | None]:
+    """One row of throughput ratios per workload and setting, and why the cross arm is missing
+    (None: it ran). Claim 16 reads the same rows."""
     workloads = {
         "fewshot": (
             *FEWSHOT,
@@ -62,6 +64,11 @@ def measure(ctx: Context) -> Finding:
                 ctx, cpu, w, (*overrides, *cpu_sizes[w], f"model={ctx.size('tiny', 's')}"), arms
             )
         )
+    return rows, missing
+
+
+def measure(ctx: Context) -> Finding:
+    rows, missing = speedup_rows(ctx)
     gpu = [r for r in rows if r["setting"] == "h100-8b"]
     best = max(max(r["radix"], r["radix-lpm"]) for r in gpu)
     verdict = _verdict(best)
@@ -123,6 +130,8 @@ def _speedups(ctx: Context, setting: str, workload: str, overrides: tuple, arms:
         # vLLM with caching off (the claim's baseline)
         "radix_vs_apc_on": tput["radix"] / tput["apc"],
         "radix_vs_apc_off": tput["radix"] / tput["apc-off"],
+        "radix-lpm_vs_apc_on": tput["radix-lpm"] / tput["apc"],
+        "radix-lpm_vs_apc_off": tput["radix-lpm"] / tput["apc-off"],
     }
     if "radix+vllm" in tput:
         row["data_structure"] = tput["radix+vllm"] / tput["apc"]
