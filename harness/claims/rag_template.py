@@ -84,7 +84,7 @@ def measure(ctx: Context) -> Finding:
                     **{f"{a} header": 100 * v for a, v in header.items()},
                 },
             },
-        ),  # fmt: skip
+        ),
         details=[
             {
                 "design": a,
