@@ -94,7 +94,7 @@ def measure(ctx: Context) -> Finding:
                 "header_share": header[a],
             }
             for a in ideal
-        ],  # fmt: skip
+        ],
     )
 
 
