@@ -29,6 +29,7 @@ from harness.server import prometheus
 from harness.server.config import ServerConfig
 from harness.server.flavours import FLAVOURS
 from harness.server.http_client import HTTP_ERROR, OK, TIMEOUT, ServerClient
+from harness.server.target import settled_counters
 
 NOT_RUN = (
     "not run: needs the live vLLM server of issue [2/7] (harness/server/, scripts/setup_vllm.sh, the "
@@ -204,9 +205,21 @@ async def _burst(on: Server, draw: Draw) -> str:
 
 
 async def _parallel(on: Server, draw: Draw) -> str:
+    # The usage of an n > 1 reply counts one sample's cached tokens; the other samples' reuse of
+    # its prefill shows in the server's hit counter (None: the server exports none).
+    before = (await settled_counters(on.client, VLLM, wait_s=1.0)).hits
     # vLLM refuses n > 1 under greedy sampling: the samples are drawn, seeded.
     got = await on.complete(draw(1024), max_tokens=4, n=4, temperature=1.0, seed=12)
-    return f"n=4 on a fresh 1,024-token prompt: {got.cached_tokens} cached tokens reported"
+    after = (await settled_counters(on.client, VLLM)).hits
+    counted = (
+        "no hit counter on /metrics"
+        if before is None or after is None
+        else f"the server's hit counter rose by {after - before:,.0f} tokens"
+    )
+    return (
+        f"n=4 on a fresh 1,024-token prompt: usage reports {got.cached_tokens} cached tokens "
+        f"(one sample's count); {counted}"
+    )
 
 
 async def _outputs(on: Server, off: Server | None, draw: Draw) -> str:
