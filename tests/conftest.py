@@ -1,5 +1,5 @@
 """Test setup: offline Hugging Face, Triton's CPU interpreter when there is no GPU, one CPU thread
-per process, markers, and slow tests first.
+per process, markers, slow tests first, and a worker's end-of-session work done before it reports.
 
 TRITON_INTERPRET must be set before any Triton kernel module is imported, hence at conftest import.
 The suite runs on pytest-xdist workers (pyproject addopts); every worker imports this file.
@@ -7,8 +7,10 @@ The suite runs on pytest-xdist workers (pyproject addopts); every worker imports
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +53,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # and in order), so no long test is handed to a worker at the very end of the run.
     slow = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: getattr(item, "module", None) not in slow)
+
+
+# An xdist worker is told to terminate as soon as every worker has reported finished, and execnet
+# sends a worker still busy 5 s later a SIGINT. What a worker did after reporting took 2.3-4.7 s
+# on the 2-core box (more on a slower one): hypothesis's terminal summary importing hypothesis in a
+# worker that ran no hypothesis test (2.5-3.7 s: pytest rewrites its asserts, again on every run
+# where no bytecode is written) and pytest's two end-of-session collections walking the whole heap
+# (0.2-0.8 s each). Past 5 s the KeyboardInterrupt lands wherever the worker is; in a finaliser or a
+# gc callback (hypothesis installs one) it is "PytestUnraisableExceptionWarning: Exception ignored
+# in: ... KeyboardInterrupt" after a run where nothing failed. So that work is done before the
+# worker reports: the garbage is collected in the last test's teardown (an unraisable there fails
+# that test: pyproject filterwarnings), hypothesis is imported, and what is left is frozen, so
+# pytest's collections after the report have next to nothing to walk.
+@pytest.fixture(scope="session", autouse=True)
+def _collect_garbage_in_the_last_teardown() -> Iterator[None]:
+    yield
+    gc.collect()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Runs before the xdist worker reports finished (xdist reports after every sessionfinish)."""
+    if not hasattr(session.config, "workerinput"):
+        return  # not a worker: nothing ends this process early
+    import hypothesis  # noqa: F401  (what its pytest plugin's terminal summary imports)
+
+    gc.freeze()
 
 
 # KV blocks of the shared vLLM server (block 0 is its null block): 128 usable blocks of 32 tokens
