@@ -181,3 +181,61 @@ def test_a_report_replaces_only_the_figures_it_wrote(tmp_path):
     listed = set((folder / WRITTEN).read_text().split())
     assert listed == {f"{s}.{x}" for s in report.figures for x in ("png", "svg")}
     assert names == listed | {WRITTEN, "claim1-zero_hit.png"}
+
+
+def factorial_square(root, sweep, executor="real", hardware=None, hit=0.5, seeds=3):
+    """The four scheduler x cache arms of the fewshot workload in one sweep folder."""
+    for seed in range(seeds):
+        for cache, scheduler in (
+            ("apc", "vllm"),
+            ("radix", "vllm"),
+            ("apc", "sglang"),
+            ("radix", "sglang"),
+        ):
+            cross = {"apc": "vllm", "radix": "sglang"}[cache] != scheduler
+            write_run(
+                root,
+                f"{sweep}/{seed}-{cache}-{scheduler}",
+                engine=cache,
+                workload="fewshot",
+                seed=seed,
+                hit_rate=hit / 2 if cross else hit,
+                executor=executor,
+                hardware=hardware,
+                extra={"engine": {"scheduler": scheduler}},
+            )
+
+
+def test_decomposition_keeps_arm_colours_and_never_joins_platforms_or_suites(tmp_path, drawn):
+    from matplotlib.colors import to_hex
+
+    from harness.report.figstyle import ARM_COLOURS, colour
+
+    factorial_square(tmp_path, "fact", hit=0.5)
+    factorial_square(tmp_path, "fact_sim", "simulated", "h100_llama3_8b_bf16", hit=0.8)
+    for seed in range(3):  # another suite's apc runs (main, say): not part of the square
+        write_run(tmp_path, f"main/{seed}-apc", workload="fewshot", seed=seed, hit_rate=0.1)
+    report = drawn(tmp_path)
+    table = report.decomposition[report.decomposition["metric"] == "hit_rate"]
+    by_platform = table.set_index("executor")
+    assert len(table) == 2  # one row per platform, never a mean of real and simulated runs
+    assert by_platform.loc["real", "apc+vllm"] == pytest.approx(0.5)  # main's 0.1 left out
+    assert by_platform.loc["real", "n_runs_per_arm"] == 3
+    assert by_platform.loc["simulated", "apc+vllm"] == pytest.approx(0.8)
+    assert by_platform.loc["simulated", "hardware"] == "h100_llama3_8b_bf16"
+    fig = report.drawn["decomposition_tiny_simulated_h100_llama3_8b_bf16"]
+    assert "hardware h100_llama3_8b_bf16" in fig._suptitle.get_text()
+    arms, effects = {}, set()
+    for ax in fig.axes:
+        for bars in ax.containers:
+            if isinstance(bars, BarContainer):
+                shades = {to_hex(p.get_facecolor()) for p in bars.patches}
+                name = bars.get_label()
+                if ":" in name:  # `radix-vllm: cache radix + scheduler vllm`
+                    arms.setdefault(name.split(":")[0], set()).update(shades)
+                else:
+                    effects |= shades
+    assert set(arms) == {"apc", "radix", "apc-sglang", "radix-vllm"}
+    assert all(shades == {colour(arm)} for arm, shades in arms.items()), arms
+    assert effects and not effects & {*ARM_COLOURS.values(), *(colour(a) for a in arms)}
+
