@@ -239,3 +239,33 @@ def test_decomposition_keeps_arm_colours_and_never_joins_platforms_or_suites(tmp
     assert all(shades == {colour(arm)} for arm, shades in arms.items()), arms
     assert effects and not effects & {*ARM_COLOURS.values(), *(colour(a) for a in arms)}
 
+
+def test_overhead_ratios_are_points_on_a_log_axis_with_intervals_from_three_pairs(tmp_path, drawn):
+    # apc: five pairs (an interval); radix: two pairs (each pair a point, no whisker).
+    for seed in range(5):
+        for engine in ("apc", "radix") if seed < 2 else ("apc",):
+            for cache, tput in ((True, 990.0 + 10 * seed), (False, 1000.0)):
+                write_run(
+                    tmp_path,
+                    f"ov/{seed}-{engine}-{cache}",
+                    engine=engine,
+                    seed=seed,
+                    cache=cache,
+                    throughput=tput,
+                )
+    fig = drawn(tmp_path).drawn["overhead"]
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log"
+        assert not any(isinstance(c, BarContainer) for c in ax.containers)
+        assert not [p for p in ax.patches if p.get_width() > 0 and p.get_height() > 0]
+    tput = fig.axes[0]
+    points = {
+        c.get_label().split(" ")[0]: c for c in tput.containers if isinstance(c, ErrorbarContainer)
+    }
+    assert set(points) == {"apc", "radix"}
+    apc_whisker = [s for coll in points["apc"].lines[2] for s in coll.get_segments()]
+    assert apc_whisker and abs(apc_whisker[0][1][1] - apc_whisker[0][0][1]) > 0
+    radix_whisker = [s for coll in points["radix"].lines[2] for s in coll.get_segments()]
+    assert all(abs(s[1][1] - s[0][1]) == 0 for s in radix_whisker)
+    pairs = [c for c in tput.collections if isinstance(c, PathCollection)]
+    assert sorted(np.round(np.asarray(pairs[0].get_offsets())[:, 1], 3)) == [0.99, 1.0]

@@ -22,11 +22,12 @@ from harness.report.figstyle import (
     plain_ms_axis,
     platform_title,
     platforms,
+    ratio_axis,
     safe_stem,
     series_style,
 )
 from harness.report.grouping import panels
-from harness.report.stats import MIN_INTERVAL_N, bounded_ci, drawn_interval
+from harness.report.stats import MIN_INTERVAL_N, MeanCI, bounded_ci, drawn_interval
 from harness.report.tables import PAIR_COLUMNS, overhead_table
 from harness.safe_write import SafeRoot
 
@@ -433,6 +434,9 @@ def capacity_axes(axes, caps, legend_size: int) -> None:
 
 
 def overhead(inp: Inputs) -> list[str]:
+    """The 0%-hit on/off ratios per configuration: geometric means as points on a log ratio axis
+    (a ratio's bar from 1 has no meaningful length), whiskers the 95% t-interval from
+    MIN_INTERVAL_N pairs on, each pair's own ratio a point below that."""
     table = overhead_table(inp.pairs)
     if table.empty:
         raise Skip("no matched cache-on (0% hit) / cache-off pairs")
@@ -441,13 +445,26 @@ def overhead(inp: Inputs) -> list[str]:
         table["metric"].unique(),
         key=["total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms"].index,
     )
-    configs = table.groupby(["workload", "engine", "model", "executor"], sort=True)
+    configs = table.groupby(list(PAIR_COLUMNS), dropna=False, sort=True)
+    pair_groups = {  # the pairs of each configuration, keyed as text (a NaN key matches too)
+        tuple(map(str, key)): group
+        for key, group in inp.pairs.groupby(list(PAIR_COLUMNS), dropna=False)
+    }
+    # Keys beyond engine, workload and model that set one engine's configurations apart: in
+    # their labels (the block/page size differs between engines, not within one).
+    apart = [
+        c
+        for c in PAIR_COLUMNS
+        if c not in ("engine", "workload", "model")
+        and table[c].astype(str).groupby(table["engine"]).nunique().max() > 1
+    ]
     for ax, shown in (
         (axes[0], ["total_token_throughput"]),
         (axes[1], [m for m in metrics if m != "total_token_throughput"]),
     ):
         width = 0.8 / max(len(configs), 1)
-        for i, ((workload, engine, model, _executor), g) in enumerate(configs):
+        for i, (key, g) in enumerate(configs):
+            cfg = dict(zip(PAIR_COLUMNS, key))
             g = g.set_index("metric").reindex(shown)
             x = np.arange(len(shown)) + (i - (len(configs) - 1) / 2) * width
             enough = g["n_pairs"] >= MIN_INTERVAL_N  # stats.drawn_interval's rule
@@ -456,46 +473,71 @@ def overhead(inp: Inputs) -> list[str]:
                 (g["ci_high"] - g["ratio"]).where(enough).fillna(0),
             ]
             n = int(g["n_pairs"].max())
-            ax.bar(
+            c = colour(cfg["engine"])
+            ax.errorbar(
                 x,
-                g["ratio"] - 1,
-                width,
-                bottom=1,
+                g["ratio"],
                 yerr=err,
+                fmt="o",
+                ms=6,
                 capsize=3,
-                color=colour(engine),
-                label=f"{engine} on/off ({workload}, n={n} pairs, model {model})",
+                color=c,
+                label=f"{cfg['engine']} on/off ({cfg['workload']}, n={n} pairs, model {cfg['model']}"
+                + "".join(f", {c}={_label_value(cfg[c])}" for c in apart)
+                + ")",
             )
+            pairs = pair_groups.get(tuple(map(str, key)), pd.DataFrame())
+            values = [
+                pairs[f"{m}_ratio"].dropna().tolist() if f"{m}_ratio" in pairs else []
+                for m in shown
+            ]
+            cis = [
+                MeanCI(r, None, None, int(k)) if k < MIN_INTERVAL_N else MeanCI(r, lo, hi, int(k))
+                for r, lo, hi, k in zip(
+                    g["ratio"], g["ci_low"], g["ci_high"], g["n_pairs"].fillna(0)
+                )
+            ]
+            run_points(ax, x, values, cis, c)
             for xi, r in zip(x, g["ratio"]):
                 ax.annotate(
                     f"{(r - 1) * 100:+.2f}%",
                     (xi, r),
                     textcoords="offset points",
-                    xytext=(0, 8),
-                    ha="center",
+                    xytext=(7, 0),
+                    ha="left",
+                    va="center",
                     fontsize=7,
                 )
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(np.arange(len(shown)), shown, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
     axes[0].axhline(0.99, color="r", ls=":", lw=0.8, label="-1% (vLLM V1 claim)")
-    axes[0].legend(fontsize=7, loc="lower right")
-    axes[0].set(ylabel="cache on / cache off", title="0%-hit throughput ratio")
-    axes[1].set(ylabel="cache on / cache off", title="0%-hit latency ratios (lower is better)")
+    axes[0].set(ylabel="cache on / cache off (log scale)", title="0%-hit throughput ratio")
+    axes[1].set(
+        ylabel="cache on / cache off (log scale)", title="0%-hit latency ratios (lower is better)"
+    )
     lo = float(np.nanmin(table["ci_low"].fillna(table["ratio"])))
     hi = float(np.nanmax(table["ci_high"].fillna(table["ratio"])))
+    if not inp.pairs.empty:  # the single pairs drawn where there is no interval
+        ratios = inp.pairs[[f"{m}_ratio" for m in metrics]].to_numpy(dtype=float)
+        lo, hi = min(lo, float(np.nanmin(ratios))), max(hi, float(np.nanmax(ratios)))
     for ax in axes:
-        ax.set_ylim(min(lo, 0.98) - 0.01, max(hi, 1.02) + 0.02)
+        ax.set_ylim(min(lo, 0.98) * 0.98, max(hi, 1.02) * 1.02)
+        ratio_axis(ax)
+        ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(
         "0%-hit overhead: geometric mean of paired on/off ratios, 95% t-interval on the log scale"
-        f" (n >= {MIN_INTERVAL_N} pairs)"
+        f" (n >= {MIN_INTERVAL_N} pairs, else each pair a point)"
     )
     fig.tight_layout()
     keys = [*PAIR_COLUMNS, "sweep", "seed"]  # the runs that formed the pairs, nothing else
     runs = inp.runs.merge(inp.pairs[keys].drop_duplicates(), on=keys)
     footnote(fig, runs)
     return [save(fig, inp, "overhead")]
+
+
+def _label_value(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def bookkeeping(inp: Inputs) -> list[str]:
