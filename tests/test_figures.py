@@ -269,3 +269,77 @@ def test_overhead_ratios_are_points_on_a_log_axis_with_intervals_from_three_pair
     assert all(abs(s[1][1] - s[0][1]) == 0 for s in radix_whisker)
     pairs = [c for c in tput.collections if isinstance(c, PathCollection)]
     assert sorted(np.round(np.asarray(pairs[0].get_offsets())[:, 1], 3)) == [0.99, 1.0]
+
+
+def test_log_axis_intervals_are_geometric_and_stay_above_zero(tmp_path, drawn):
+    # TTFT p50 of 1, 10 and 1,000 ms over three seeds: an arithmetic t-interval would reach
+    # below zero (clipped there, off a log axis); the log axis shows the geometric mean, 10^(4/3).
+    for seed, ms in enumerate((1.0, 10.0, 1000.0)):
+        write_run(tmp_path, f"s/{seed}", seed=seed, ttfts_ms=(ms / 2, ms, 2 * ms))
+        for capacity in (1024, 4096):  # a capacity sweep: TTFT lines on a log axis too
+            write_run(
+                tmp_path,
+                f"cap/{capacity}-{seed}",
+                seed=seed,
+                workload="system_prompt",
+                capacity=capacity,
+                ttfts_ms=(ms / 2, ms, 2 * ms),
+            )
+    report = drawn(tmp_path)
+    p50 = next(
+        ax
+        for ax in report.drawn["latency_throughput_tiny_real"].axes
+        if ax.get_title().startswith("TTFT p50")
+    )
+    (points,) = [c for c in p50.containers if isinstance(c, ErrorbarContainer)]
+    assert points.lines[0].get_ydata()[0] == pytest.approx(10 ** (4 / 3))
+    log_axes = [
+        ax
+        for stem in ("latency_throughput_tiny_real", "capacity_system_prompt_tiny_real")
+        for ax in report.drawn[stem].axes
+        if ax.get_yscale() == "log"
+    ]
+    assert len(log_axes) == 3
+    for ax in log_axes:
+        bottoms = [
+            min(seg[0][1], seg[1][1])
+            for c in ax.containers
+            if isinstance(c, ErrorbarContainer) and c.has_yerr
+            for coll in c.lines[2]
+            for seg in coll.get_segments()
+        ]
+        assert bottoms and min(bottoms) > 0, ax.get_title()
+
+
+def test_a_capacity_figure_draws_only_lines_that_span_capacities(tmp_path, drawn):
+    # apc and radix swept over two capacities; radix-lpm at one capacity only, and apc at that
+    # capacity under a Poisson load (another configuration, one capacity: no panel of its own).
+    for capacity in (1024, 4096):
+        for engine in ("apc", "radix"):
+            write_run(
+                tmp_path,
+                f"cap/{capacity}-{engine}",
+                engine=engine,
+                capacity=capacity,
+                workload="system_prompt",
+            )
+    write_run(
+        tmp_path, "main/lpm", engine="radix", policy="lpm", capacity=4096, workload="system_prompt"
+    )
+    write_run(tmp_path, "rate/apc", capacity=4096, workload="system_prompt", rate=8.0)
+    fig = drawn(tmp_path).drawn["capacity_system_prompt_tiny_real"]
+    assert len(fig.axes) == 2  # one row: the Poisson run sets up no panel
+    for ax in fig.axes:
+        assert "\n" not in ax.get_title()  # nothing drawn to tell apart: no panel title
+        texts = legend_texts(ax)
+        assert texts and not [t for t in texts if t.startswith("radix-lpm")], texts
+
+
+def test_log_axes_carry_at_least_three_labelled_ticks_on_a_narrow_range():
+    from harness.report.figstyle import PlainLogLocator
+
+    for low, high in ((7_000.0, 13_500.0), (190.0, 1_300.0), (5.0, 200_000.0)):
+        ticks = [t for t in PlainLogLocator().tick_values(low, high) if low <= t <= high]
+        assert len(ticks) >= 3, (low, high, ticks)
+    wide = [t for t in PlainLogLocator().tick_values(5.0, 200_000.0) if 5.0 <= t <= 200_000.0]
+    assert wide[:4] == [5.0, 10.0, 20.0, 50.0]  # 1-2-5 where they suffice
