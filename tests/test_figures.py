@@ -226,15 +226,20 @@ def test_decomposition_keeps_arm_colours_and_never_joins_platforms_or_suites(tmp
     fig = report.drawn["decomposition_tiny_simulated_h100_llama3_8b_bf16"]
     assert "hardware h100_llama3_8b_bf16" in fig._suptitle.get_text()
     arms, effects = {}, set()
+    names = {"apc", "radix", "apc-sglang", "radix-vllm"}
     for ax in fig.axes:
-        for bars in ax.containers:
-            if isinstance(bars, BarContainer):
-                shades = {to_hex(p.get_facecolor()) for p in bars.patches}
-                name = bars.get_label()
-                if ":" in name:  # `radix-vllm: cache radix + scheduler vllm`
-                    arms.setdefault(name.split(":")[0], set()).update(shades)
-                else:
-                    effects |= shades
+        for drawn_ in ax.containers:
+            name = drawn_.get_label()
+            if isinstance(drawn_, BarContainer):
+                shades = {to_hex(p.get_facecolor()) for p in drawn_.patches}
+            elif isinstance(drawn_, ErrorbarContainer) and ax.get_yscale() == "log":
+                shades = {to_hex(drawn_.lines[0].get_color())}
+            else:
+                continue
+            if name.split(" ")[0] in names:  # `radix-vllm (page 1, fcfs)`; TTFT: points
+                arms.setdefault(name.split(" ")[0], set()).update(shades)
+            else:
+                effects |= shades
     assert set(arms) == {"apc", "radix", "apc-sglang", "radix-vllm"}
     assert all(shades == {colour(arm)} for arm, shades in arms.items()), arms
     assert effects and not effects & {*ARM_COLOURS.values(), *(colour(a) for a in arms)}

@@ -25,8 +25,17 @@ import numpy as np
 import pandas as pd
 
 from engines.config import UPSTREAM_SCHEDULER
-from harness.report.figstyle import PLATFORM, colour, on_clock, platform_title, platforms
-from harness.report.plots import Inputs, Skip, footnote, main_config, plt, save
+from harness.report.figstyle import PLATFORM, on_clock, plain_ms_axis, platform_title, platforms
+from harness.report.plots import (
+    INTERVAL_NOTE,
+    Inputs,
+    Skip,
+    _grouped_bars,
+    footnote,
+    main_config,
+    plt,
+    save,
+)
 from harness.report.tables import DEFAULT_GRANULARITY
 
 TIE_TOLERANCE = 0.05  # relative
@@ -170,45 +179,48 @@ def decomposition(inp: Inputs) -> list[str]:
 
 def _decomposition(inp: Inputs, runs: pd.DataFrame, table: pd.DataFrame, suffix: str) -> str:
     workloads = sorted(table["workload"].unique())
+    cells = square_runs(factorial_runs(runs))  # the runs the table averaged, nothing else
+    cells = cells[cells["workload"].isin(workloads)]
+    arms = [cell_arm(c, s) for c, s in zip(cells["engine"], cells["scheduler"])]
+    cells = cells.assign(arm=arms, series=arms)
     width = max(6.0, 0.9 * len(workloads))
     fig, axes = plt.subplots(
         len(METRICS), 2, figsize=(2 * width, 2.8 * len(METRICS)), squeeze=False
     )
     for (left, right), (metric, label) in zip(axes, METRICS):
-        sub = table[table["metric"] == metric].set_index("workload").loc[workloads]
-        arms = [
-            (
-                f"{cell_arm(c, s)}: cache {c} + scheduler {s}",
-                sub[f"{c}+{s}"],
-                colour(cell_arm(c, s)),
-            )
-            for c, s in CELLS
-        ]
-        _bars(left, workloads, arms)
+        # The arms as every other figure draws them: bars on linear axes, points on the log
+        # TTFT axes (workloads span milliseconds to minutes), intervals from three runs on.
+        log = "ttft" in metric
+        _grouped_bars(left, cells, metric, log=log)
+        if log:
+            left.set_yscale("log")
+            plain_ms_axis(left)
         label = on_clock(label, runs) if "ms" in label or "/s" in label else label
         left.set_ylabel(label)
+        sub = table[table["metric"] == metric].set_index("workload").loc[workloads]
         effects = [
             (name, sub[column], shade) for (column, name), shade in zip(EFFECTS, EFFECT_COLOURS)
         ]
         _bars(right, workloads, effects)
         right.axhline(0, color="0.3", lw=0.8)
         right.set_ylabel(f"effect on {label}")
-    axes[0][0].set_title("the 2x2 arms (mean over seeds)", pad=28)
-    axes[0][1].set_title("main effects and interaction (2x2 factorial)", pad=28)
+    axes[0][0].set_title("the 2x2 arms (mean over seeds)", pad=34)
+    axes[0][1].set_title("main effects and interaction (2x2 factorial, arithmetic means)", pad=34)
     for ax in axes[0]:  # above the first row, clear of the bars
-        ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+        ax.legend(fontsize=7, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     fig.suptitle(f"Scheduler x cache: the 2x2 arms and their effects ({platform_title(runs)})")
     fig.tight_layout()
     footnote(
         fig,
-        square_runs(factorial_runs(runs)),
+        cells,
         "per workload and metric: decomposition.csv (simple effects, driver) | each cell from "
-        "the sweeps that ran all four arms of its workload",
+        f"the sweeps that ran all four arms of its workload | {INTERVAL_NOTE}",
     )
     return save(fig, inp, "decomposition", suffix)
 
 
 def _bars(ax, workloads: list[str], series: list[tuple[str, pd.Series, str]]) -> None:
+    """The effects: one bar per workload and effect, on a linear axis (differences)."""
     width = 0.8 / len(series)
     for i, (name, values, shade) in enumerate(series):
         x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
