@@ -181,3 +181,170 @@ def test_a_report_replaces_only_the_figures_it_wrote(tmp_path):
     listed = set((folder / WRITTEN).read_text().split())
     assert listed == {f"{s}.{x}" for s in report.figures for x in ("png", "svg")}
     assert names == listed | {WRITTEN, "claim1-zero_hit.png"}
+
+
+def factorial_square(root, sweep, executor="real", hardware=None, hit=0.5, seeds=3):
+    """The four scheduler x cache arms of the fewshot workload in one sweep folder."""
+    for seed in range(seeds):
+        for cache, scheduler in (
+            ("apc", "vllm"),
+            ("radix", "vllm"),
+            ("apc", "sglang"),
+            ("radix", "sglang"),
+        ):
+            cross = {"apc": "vllm", "radix": "sglang"}[cache] != scheduler
+            write_run(
+                root,
+                f"{sweep}/{seed}-{cache}-{scheduler}",
+                engine=cache,
+                workload="fewshot",
+                seed=seed,
+                hit_rate=hit / 2 if cross else hit,
+                executor=executor,
+                hardware=hardware,
+                extra={"engine": {"scheduler": scheduler}},
+            )
+
+
+def test_decomposition_keeps_arm_colours_and_never_joins_platforms_or_suites(tmp_path, drawn):
+    from matplotlib.colors import to_hex
+
+    from harness.report.figstyle import ARM_COLOURS, colour
+
+    factorial_square(tmp_path, "fact", hit=0.5)
+    factorial_square(tmp_path, "fact_sim", "simulated", "h100_llama3_8b_bf16", hit=0.8)
+    for seed in range(3):  # another suite's apc runs (main, say): not part of the square
+        write_run(tmp_path, f"main/{seed}-apc", workload="fewshot", seed=seed, hit_rate=0.1)
+    report = drawn(tmp_path)
+    table = report.decomposition[report.decomposition["metric"] == "hit_rate"]
+    by_platform = table.set_index("executor")
+    assert len(table) == 2  # one row per platform, never a mean of real and simulated runs
+    assert by_platform.loc["real", "apc+vllm"] == pytest.approx(0.5)  # main's 0.1 left out
+    assert by_platform.loc["real", "n_runs_per_arm"] == 3
+    assert by_platform.loc["simulated", "apc+vllm"] == pytest.approx(0.8)
+    assert by_platform.loc["simulated", "hardware"] == "h100_llama3_8b_bf16"
+    fig = report.drawn["decomposition_tiny_simulated_h100_llama3_8b_bf16"]
+    assert "hardware h100_llama3_8b_bf16" in fig._suptitle.get_text()
+    arms, effects = {}, set()
+    names = {"apc", "radix", "apc-sglang", "radix-vllm"}
+    for ax in fig.axes:
+        for drawn_ in ax.containers:
+            name = drawn_.get_label()
+            if isinstance(drawn_, BarContainer):
+                shades = {to_hex(p.get_facecolor()) for p in drawn_.patches}
+            elif isinstance(drawn_, ErrorbarContainer) and ax.get_yscale() == "log":
+                shades = {to_hex(drawn_.lines[0].get_color())}
+            else:
+                continue
+            if name.split(" ")[0] in names:  # `radix-vllm (page 1, fcfs)`; TTFT: points
+                arms.setdefault(name.split(" ")[0], set()).update(shades)
+            else:
+                effects |= shades
+    assert set(arms) == {"apc", "radix", "apc-sglang", "radix-vllm"}
+    assert all(shades == {colour(arm)} for arm, shades in arms.items()), arms
+    assert effects and not effects & {*ARM_COLOURS.values(), *(colour(a) for a in arms)}
+
+
+def test_overhead_ratios_are_points_on_a_log_axis_with_intervals_from_three_pairs(tmp_path, drawn):
+    # apc: five pairs (an interval); radix: two pairs (each pair a point, no whisker).
+    for seed in range(5):
+        for engine in ("apc", "radix") if seed < 2 else ("apc",):
+            for cache, tput in ((True, 990.0 + 10 * seed), (False, 1000.0)):
+                write_run(
+                    tmp_path,
+                    f"ov/{seed}-{engine}-{cache}",
+                    engine=engine,
+                    seed=seed,
+                    cache=cache,
+                    throughput=tput,
+                )
+    fig = drawn(tmp_path).drawn["overhead"]
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log"
+        assert not any(isinstance(c, BarContainer) for c in ax.containers)
+        assert not [p for p in ax.patches if p.get_width() > 0 and p.get_height() > 0]
+    tput = fig.axes[0]
+    points = {
+        c.get_label().split(" ")[0]: c for c in tput.containers if isinstance(c, ErrorbarContainer)
+    }
+    assert set(points) == {"apc", "radix"}
+    apc_whisker = [s for coll in points["apc"].lines[2] for s in coll.get_segments()]
+    assert apc_whisker and abs(apc_whisker[0][1][1] - apc_whisker[0][0][1]) > 0
+    radix_whisker = [s for coll in points["radix"].lines[2] for s in coll.get_segments()]
+    assert all(abs(s[1][1] - s[0][1]) == 0 for s in radix_whisker)
+    pairs = [c for c in tput.collections if isinstance(c, PathCollection)]
+    assert sorted(np.round(np.asarray(pairs[0].get_offsets())[:, 1], 3)) == [0.99, 1.0]
+
+
+def test_log_axis_intervals_are_geometric_and_stay_above_zero(tmp_path, drawn):
+    # TTFT p50 of 1, 10 and 1,000 ms over three seeds: an arithmetic t-interval would reach
+    # below zero (clipped there, off a log axis); the log axis shows the geometric mean, 10^(4/3).
+    for seed, ms in enumerate((1.0, 10.0, 1000.0)):
+        write_run(tmp_path, f"s/{seed}", seed=seed, ttfts_ms=(ms / 2, ms, 2 * ms))
+        for capacity in (1024, 4096):  # a capacity sweep: TTFT lines on a log axis too
+            write_run(
+                tmp_path,
+                f"cap/{capacity}-{seed}",
+                seed=seed,
+                workload="system_prompt",
+                capacity=capacity,
+                ttfts_ms=(ms / 2, ms, 2 * ms),
+            )
+    report = drawn(tmp_path)
+    p50 = next(
+        ax
+        for ax in report.drawn["latency_throughput_tiny_real"].axes
+        if ax.get_title().startswith("TTFT p50")
+    )
+    (points,) = [c for c in p50.containers if isinstance(c, ErrorbarContainer)]
+    assert points.lines[0].get_ydata()[0] == pytest.approx(10 ** (4 / 3))
+    log_axes = [
+        ax
+        for stem in ("latency_throughput_tiny_real", "capacity_system_prompt_tiny_real")
+        for ax in report.drawn[stem].axes
+        if ax.get_yscale() == "log"
+    ]
+    assert len(log_axes) == 3
+    for ax in log_axes:
+        bottoms = [
+            min(seg[0][1], seg[1][1])
+            for c in ax.containers
+            if isinstance(c, ErrorbarContainer) and c.has_yerr
+            for coll in c.lines[2]
+            for seg in coll.get_segments()
+        ]
+        assert bottoms and min(bottoms) > 0, ax.get_title()
+
+
+def test_a_capacity_figure_draws_only_lines_that_span_capacities(tmp_path, drawn):
+    # apc and radix swept over two capacities; radix-lpm at one capacity only, and apc at that
+    # capacity under a Poisson load (another configuration, one capacity: no panel of its own).
+    for capacity in (1024, 4096):
+        for engine in ("apc", "radix"):
+            write_run(
+                tmp_path,
+                f"cap/{capacity}-{engine}",
+                engine=engine,
+                capacity=capacity,
+                workload="system_prompt",
+            )
+    write_run(
+        tmp_path, "main/lpm", engine="radix", policy="lpm", capacity=4096, workload="system_prompt"
+    )
+    write_run(tmp_path, "rate/apc", capacity=4096, workload="system_prompt", rate=8.0)
+    fig = drawn(tmp_path).drawn["capacity_system_prompt_tiny_real"]
+    assert len(fig.axes) == 2  # one row: the Poisson run sets up no panel
+    for ax in fig.axes:
+        assert "\n" not in ax.get_title()  # nothing drawn to tell apart: no panel title
+        texts = legend_texts(ax)
+        assert texts and not [t for t in texts if t.startswith("radix-lpm")], texts
+
+
+def test_log_axes_carry_at_least_three_labelled_ticks_on_a_narrow_range():
+    from harness.report.figstyle import PlainLogLocator
+
+    for low, high in ((7_000.0, 13_500.0), (190.0, 1_300.0), (5.0, 200_000.0)):
+        ticks = [t for t in PlainLogLocator().tick_values(low, high) if low <= t <= high]
+        assert len(ticks) >= 3, (low, high, ticks)
+    wide = [t for t in PlainLogLocator().tick_values(5.0, 200_000.0) if 5.0 <= t <= 200_000.0]
+    assert wide[:4] == [5.0, 10.0, 20.0, 50.0]  # 1-2-5 where they suffice

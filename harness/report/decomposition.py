@@ -11,8 +11,12 @@ The shipped difference is what `apc` vs `radix` measures; it equals one data-str
 one scheduler effect either way round the square. As in any 2x2 factorial, the main effects are
 the means of the two simple effects and the interaction is half their difference
 ((DS under sglang - DS under vllm) / 2); the driver is the largest of the three in magnitude, and
-"interaction" means the cache's effect depends on the scheduler (e.g. only one pairing reuses). `decomposition_table` gives one row per (workload, metric); the `decomposition` figure
-shows the four arms' means per workload and metric with the effects written under each panel.
+"interaction" means the cache's effect depends on the scheduler (e.g. only one pairing reuses).
+`decomposition_table` gives one row per platform (model, executor, hardware), workload and metric,
+each from the runs of the sweeps that hold the whole square for that workload (a suite run such as
+`factorial`), so the four cells are measured side by side, never a cell of one suite against the
+cells of another run at another time; the `decomposition` figure shows the four arms' means per
+workload and metric (each arm in its colour of every other figure) and the effects beside them.
 """
 
 from __future__ import annotations
@@ -21,8 +25,17 @@ import numpy as np
 import pandas as pd
 
 from engines.config import UPSTREAM_SCHEDULER
-from harness.report.figstyle import on_clock, platforms
-from harness.report.plots import Inputs, Skip, footnote, main_config, plt, save
+from harness.report.figstyle import PLATFORM, on_clock, plain_ms_axis, platform_title, platforms
+from harness.report.plots import (
+    INTERVAL_NOTE,
+    Inputs,
+    Skip,
+    _grouped_bars,
+    footnote,
+    main_config,
+    plt,
+    save,
+)
 from harness.report.tables import DEFAULT_GRANULARITY
 
 TIE_TOLERANCE = 0.05  # relative
@@ -52,12 +65,53 @@ def cell_means(runs: pd.DataFrame) -> pd.DataFrame:
     return out.assign(n_runs=df.groupby(["workload", "engine", "scheduler"]).size())
 
 
+def cell_arm(cache: str, scheduler: str) -> str:
+    """The arm name a cell's runs carry everywhere else in the report (tables._arm): `apc`,
+    `radix` for the shipped pairings, `apc-sglang`, `radix-vllm` for the cross arms."""
+    return cache if UPSTREAM_SCHEDULER.get(cache) == scheduler else f"{cache}-{scheduler}"
+
+
+def square_sweeps(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of one workload from the sweeps that hold all four cells; all of them where no
+    sweep does (four arms run one by one into one folder count as one sweep anyway)."""
+    if "sweep" not in runs:
+        return runs
+    cells = set(CELLS)
+    whole = [
+        sweep
+        for sweep, group in runs.groupby("sweep", sort=True)
+        if cells <= set(zip(group["engine"], group["scheduler"]))
+    ]
+    return runs[runs["sweep"].isin(whole)] if whole else runs
+
+
 def decomposition_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (workload, metric) of the workloads that have all four cells."""
+    """One row per platform, workload and metric of the workloads that have all four cells."""
     square = factorial_runs(runs)
     if square.empty:
         return pd.DataFrame()
+    keys = [k for k in PLATFORM if k in square]
+    tables = []
+    for platform, group in square.groupby(keys, dropna=False, sort=True):
+        platform = platform if isinstance(platform, tuple) else (platform,)
+        table = _platform_table(group)
+        if not table.empty:
+            for key, value in reversed(list(zip(keys, platform))):
+                table.insert(1, key, None if pd.isna(value) else value)
+            tables.append(table)
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def square_runs(square: pd.DataFrame) -> pd.DataFrame:
+    """The runs of one platform's square the table and figure use: per workload its main
+    configuration (plots.main_config) from the sweeps that hold all four cells."""
     square = main_config(square)
+    parts = [square_sweeps(g) for _, g in square.groupby("workload", sort=True)]
+    return pd.concat(parts) if parts else square
+
+
+def _platform_table(square: pd.DataFrame) -> pd.DataFrame:
+    square = square_runs(square)
     means = cell_means(square)
     rows = []
     for workload in sorted(square["workload"].unique()):
@@ -107,6 +161,8 @@ EFFECTS = (
     ("scheduler_main_effect", "scheduler (sglang - vllm)"),
     ("interaction", "interaction"),
 )
+# Effects are no arm: greys, so no effect wears an engine's colour.
+EFFECT_COLOURS = ("0.2", "0.5", "0.78")
 
 
 def decomposition(inp: Inputs) -> list[str]:
@@ -123,35 +179,51 @@ def decomposition(inp: Inputs) -> list[str]:
 
 def _decomposition(inp: Inputs, runs: pd.DataFrame, table: pd.DataFrame, suffix: str) -> str:
     workloads = sorted(table["workload"].unique())
+    cells = square_runs(factorial_runs(runs))  # the runs the table averaged, nothing else
+    cells = cells[cells["workload"].isin(workloads)]
+    arms = [cell_arm(c, s) for c, s in zip(cells["engine"], cells["scheduler"])]
+    cells = cells.assign(arm=arms, series=arms)
     width = max(6.0, 0.9 * len(workloads))
     fig, axes = plt.subplots(
         len(METRICS), 2, figsize=(2 * width, 2.8 * len(METRICS)), squeeze=False
     )
     for (left, right), (metric, label) in zip(axes, METRICS):
-        sub = table[table["metric"] == metric].set_index("workload").loc[workloads]
-        _bars(left, workloads, [(f"cache {c} + scheduler {s}", sub[f"{c}+{s}"]) for c, s in CELLS])
+        # The arms as every other figure draws them: bars on linear axes, points on the log
+        # TTFT axes (workloads span milliseconds to minutes), intervals from three runs on.
+        log = "ttft" in metric
+        _grouped_bars(left, cells, metric, log=log)
+        if log:
+            left.set_yscale("log")
+            plain_ms_axis(left)
         label = on_clock(label, runs) if "ms" in label or "/s" in label else label
         left.set_ylabel(label)
-        _bars(right, workloads, [(name, sub[column]) for column, name in EFFECTS])
+        sub = table[table["metric"] == metric].set_index("workload").loc[workloads]
+        effects = [
+            (name, sub[column], shade) for (column, name), shade in zip(EFFECTS, EFFECT_COLOURS)
+        ]
+        _bars(right, workloads, effects)
         right.axhline(0, color="0.3", lw=0.8)
         right.set_ylabel(f"effect on {label}")
-    axes[0][0].set_title("the 2x2 arms (mean over seeds)", pad=28)
-    axes[0][1].set_title("main effects and interaction (2x2 factorial)", pad=28)
+    axes[0][0].set_title("the 2x2 arms (mean over seeds)", pad=34)
+    axes[0][1].set_title("main effects and interaction (2x2 factorial, arithmetic means)", pad=34)
     for ax in axes[0]:  # above the first row, clear of the bars
-        ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+        ax.legend(fontsize=7, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.suptitle(f"Scheduler x cache: the 2x2 arms and their effects ({platform_title(runs)})")
+    fig.tight_layout()
     footnote(
         fig,
-        factorial_runs(runs),
-        "per workload and metric: decomposition.csv (simple effects, driver)",
+        cells,
+        "per workload and metric: decomposition.csv (simple effects, driver) | each cell from "
+        f"the sweeps that ran all four arms of its workload | {INTERVAL_NOTE}",
     )
-    fig.tight_layout()
     return save(fig, inp, "decomposition", suffix)
 
 
-def _bars(ax, workloads: list[str], series: list[tuple[str, pd.Series]]) -> None:
+def _bars(ax, workloads: list[str], series: list[tuple[str, pd.Series, str]]) -> None:
+    """The effects: one bar per workload and effect, on a linear axis (differences)."""
     width = 0.8 / len(series)
-    for i, (name, values) in enumerate(series):
+    for i, (name, values, shade) in enumerate(series):
         x = np.arange(len(workloads)) + (i - (len(series) - 1) / 2) * width
-        ax.bar(x, values.to_numpy(dtype=float), width, label=name)
+        ax.bar(x, values.to_numpy(dtype=float), width, label=name, color=shade)
     ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
     ax.grid(axis="y", alpha=0.3)

@@ -82,10 +82,27 @@ def platform_title(runs: pd.DataFrame) -> str:
     return ", ".join(parts)
 
 
+class PlainLogLocator(LogLocator):
+    """Log ticks at 1, 2, 5 x 10^k; at every integer multiple where the view holds fewer than
+    three of those (a narrow range would otherwise carry one label or none)."""
+
+    def __init__(self) -> None:
+        super().__init__(base=10, subs=(1.0, 2.0, 5.0))
+
+    def tick_values(self, vmin, vmax):
+        ticks = super().tick_values(vmin, vmax)
+        low, high = sorted((vmin, vmax))
+        if sum(low <= t <= high for t in ticks) >= 3:
+            return ticks
+        return LogLocator(base=10, subs=tuple(float(i) for i in range(1, 10))).tick_values(
+            vmin, vmax
+        )
+
+
 def plain_ms_axis(ax, axis: str = "y") -> None:
     """Log axis labelled 1, 2, 5, 10, 20, ... in plain numbers (no 10^x)."""
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_locator(PlainLogLocator())
     target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
     target.set_minor_formatter(NullFormatter())
 

@@ -22,11 +22,18 @@ from harness.report.figstyle import (
     plain_ms_axis,
     platform_title,
     platforms,
+    ratio_axis,
     safe_stem,
     series_style,
 )
 from harness.report.grouping import panels
-from harness.report.stats import MIN_INTERVAL_N, bounded_ci, drawn_interval
+from harness.report.stats import (
+    MIN_INTERVAL_N,
+    MeanCI,
+    bounded_ci,
+    drawn_interval,
+    geometric_ci,
+)
 from harness.report.tables import PAIR_COLUMNS, overhead_table
 from harness.safe_write import SafeRoot
 
@@ -76,8 +83,14 @@ def footnote(fig, df: pd.DataFrame, extra: str = "") -> None:
     caps = sorted({int(c) for c in df["kv_capacity_tokens"].dropna()})
     cap = ", ".join(f"{c:,}" for c in caps) if caps else "n/a"
     seeds = df["seed"].nunique()
+    hardware = (
+        f" | hardware {_values(df, 'hardware')}"
+        if "hardware" in df and df["hardware"].notna().any()
+        else ""
+    )
     text = (
-        f"model {_values(df, 'model')} | executor {_values(df, 'executor')} | KV capacity {cap} tokens"
+        f"model {_values(df, 'model')} | executor {_values(df, 'executor')}{hardware}"
+        f" | KV capacity {cap} tokens"
         f" | n = {len(df)} runs ({seeds} seeds)" + (f" | {extra}" if extra else "")
     )
     # Below everything already drawn (rotated tick labels reach under the axes), never over it.
@@ -128,7 +141,8 @@ def _grouped_bars(
 ) -> dict[str, np.ndarray]:
     """The mean per workload (x) and series (colour by arm, hatch by variant): bars on a linear
     axis, points on a log one (a bar's length on a log axis is no ratio). A 95% t-interval is drawn
-    from MIN_INTERVAL_N runs on (clipped at 0: every such quantity is non-negative); below it each
+    from MIN_INTERVAL_N runs on (clipped at 0: every such quantity is non-negative; on a log axis
+    the geometric mean and its interval on the log scale, stats.geometric_ci); below it each
     run is a point of its own. Returns series -> x."""
     workloads = sorted(df["workload"].unique())
     style = series_style(df)
@@ -144,7 +158,7 @@ def _grouped_bars(
             ).dropna()
             vals = (vals * scale).tolist()
             runs.append(vals)
-            cis.append(drawn_interval(bounded_ci(vals, non_negative=True)) if vals else None)
+            cis.append(drawn_interval(_interval(vals, log)) if vals else None)
         means = np.array([np.nan if ci is None else ci.mean for ci in cis])
         errs = whiskers(cis)
         colour_ = style[name]["color"]
@@ -169,6 +183,15 @@ def _grouped_bars(
     return positions
 
 
+def _interval(values: list[float], log: bool) -> MeanCI:
+    """The mean and 95% t-interval a figure draws: arithmetic (clipped at 0) on a linear axis,
+    geometric (interval on the log scale) on a log one, where zero has no place."""
+    positive = [v for v in values if v > 0]
+    if log and positive:
+        return geometric_ci(positive)
+    return bounded_ci(values, non_negative=True)
+
+
 def whiskers(cis: list) -> list[list[float]]:
     """errorbar's [below, above] from intervals; 0 where there is none."""
     return [
@@ -188,7 +211,10 @@ def run_points(ax, x, runs: list[list[float]], cis: list, point_colour: str) -> 
         ax.scatter(xs, ys, s=9, marker="D", color=point_colour, zorder=4, linewidths=0)
 
 
-INTERVAL_NOTE = f"95% t-interval where n >= {MIN_INTERVAL_N} runs, else each run a point"
+INTERVAL_NOTE = (
+    f"95% t-interval where n >= {MIN_INTERVAL_N} runs, else each run a point; on log axes the "
+    "geometric mean, its interval on the log scale"
+)
 
 
 def legend_outside(ax, fontsize: int = 7) -> None:
@@ -221,7 +247,7 @@ def ttft_cdf(inp: Inputs) -> list[str]:
             ax.set(
                 xlabel=on_clock("TTFT (ms)", sub),
                 ylabel="fraction of requests",
-                title=f"TTFT CDF: {workload}",
+                title=f"TTFT CDF: {workload} ({platform_title(sub)})",
             )
             ax.grid(alpha=0.3)
             legend_outside(ax, 8)
@@ -252,7 +278,8 @@ def latency_throughput(inp: Inputs) -> list[str]:
             ax.grid(axis="y", alpha=0.3)
         legend_outside(axes.flat[1])
         fig.suptitle(
-            f"Latency and throughput by workload and arm ({platform_title(runs)}; mean over seeds)"
+            f"Latency and throughput by workload and arm ({platform_title(runs)}; mean over seeds, "
+            "geometric on the log axes)"
         )
         fig.tight_layout()
         footnote(fig, runs, INTERVAL_NOTE)
@@ -335,23 +362,37 @@ def capacity(inp: Inputs) -> list[str]:
 
 
 def swept_panels(runs: pd.DataFrame, variable: str, figure_keys=None) -> list:
-    """The panels (grouping.panels) of `runs` whose runs span two or more values of `variable`."""
+    """The panels (grouping.panels) of `runs` whose runs span two or more values of `variable`,
+    each with only its lines that do (a line of one capacity is no sweep). Panel titles name what
+    sets the drawn panels apart, not the panels left out."""
     if variable not in runs:
         runs = runs.assign(**{variable: runs["kv_capacity_tokens"]})
-    found = panels(runs, variable) if figure_keys is None else panels(runs, variable, figure_keys)
-    return [p for p in found if p.runs["kv_capacity_tokens"].nunique() >= 2]
+
+    def split(df: pd.DataFrame) -> list:
+        return panels(df, variable) if figure_keys is None else panels(df, variable, figure_keys)
+
+    kept = []
+    for panel in split(runs):
+        spans = panel.runs.groupby("line")["kv_capacity_tokens"].transform("nunique")
+        lines = panel.runs[spans >= 2]
+        if lines["kv_capacity_tokens"].nunique() >= 2:
+            kept.append(lines.drop(columns="line"))
+    return split(pd.concat(kept)) if kept else []
 
 
-def line_points(ax, g: pd.DataFrame, x: str, column: str, scale: float = 1.0, **style):
+def line_points(
+    ax, g: pd.DataFrame, x: str, column: str, scale: float = 1.0, log: bool = False, **style
+):
     """One line: the mean per x with a 95% t-interval whisker from MIN_INTERVAL_N runs, each run
-    a point below that. Returns the line."""
+    a point below that (`log`: for a log axis, the geometric mean and its interval on the log
+    scale). Returns the line."""
     xs, cis, runs = [], [], []
     for xv, v in g.groupby(x, sort=True):
         vals = (pd.to_numeric(v[column], errors="coerce").dropna() * scale).tolist()
         if vals:
             xs.append(xv)
             runs.append(vals)
-            cis.append(drawn_interval(bounded_ci(vals, non_negative=True)))
+            cis.append(drawn_interval(_interval(vals, log)))
     means = [ci.mean for ci in cis]
     line = ax.errorbar(xs, means, yerr=whiskers(cis), capsize=2, **style)
     run_points(ax, xs, runs, cis, style.get("color", "k"))
@@ -389,6 +430,7 @@ def draw_capacity_panel(ax_hit, ax_ttft, panel) -> None:
             g,
             "kv_capacity_tokens",
             "median_ttft_ms",
+            log=True,
             marker="o",
             color=c,
             label=f"{line} p50",
@@ -398,6 +440,7 @@ def draw_capacity_panel(ax_hit, ax_ttft, panel) -> None:
             g,
             "kv_capacity_tokens",
             "p99_ttft_ms",
+            log=True,
             marker="s",
             ls="--",
             color=c,
@@ -433,6 +476,9 @@ def capacity_axes(axes, caps, legend_size: int) -> None:
 
 
 def overhead(inp: Inputs) -> list[str]:
+    """The 0%-hit on/off ratios per configuration: geometric means as points on a log ratio axis
+    (a ratio's bar from 1 has no meaningful length), whiskers the 95% t-interval from
+    MIN_INTERVAL_N pairs on, each pair's own ratio a point below that."""
     table = overhead_table(inp.pairs)
     if table.empty:
         raise Skip("no matched cache-on (0% hit) / cache-off pairs")
@@ -441,13 +487,34 @@ def overhead(inp: Inputs) -> list[str]:
         table["metric"].unique(),
         key=["total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms"].index,
     )
-    configs = table.groupby(["workload", "engine", "model", "executor"], sort=True)
+    configs = table.groupby(list(PAIR_COLUMNS), dropna=False, sort=True)
+    pair_groups = {  # the pairs of each configuration, keyed as text (a NaN key matches too)
+        tuple(map(str, key)): group
+        for key, group in inp.pairs.groupby(list(PAIR_COLUMNS), dropna=False)
+    }
+    # One colour per engine; its configurations (workloads, ...) told apart by the marker.
+    markers = {}
+    for key, _ in configs:
+        engine = dict(zip(PAIR_COLUMNS, key))["engine"]
+        markers[key] = CONFIG_MARKERS[
+            sum(dict(zip(PAIR_COLUMNS, k))["engine"] == engine for k in markers)
+            % len(CONFIG_MARKERS)
+        ]
+    # Keys beyond engine, workload and model that set one engine's configurations apart: in
+    # their labels (the block/page size differs between engines, not within one).
+    apart = [
+        c
+        for c in PAIR_COLUMNS
+        if c not in ("engine", "workload", "model")
+        and table[c].astype(str).groupby(table["engine"]).nunique().max() > 1
+    ]
     for ax, shown in (
         (axes[0], ["total_token_throughput"]),
         (axes[1], [m for m in metrics if m != "total_token_throughput"]),
     ):
         width = 0.8 / max(len(configs), 1)
-        for i, ((workload, engine, model, _executor), g) in enumerate(configs):
+        for i, (key, g) in enumerate(configs):
+            cfg = dict(zip(PAIR_COLUMNS, key))
             g = g.set_index("metric").reindex(shown)
             x = np.arange(len(shown)) + (i - (len(configs) - 1) / 2) * width
             enough = g["n_pairs"] >= MIN_INTERVAL_N  # stats.drawn_interval's rule
@@ -456,46 +523,78 @@ def overhead(inp: Inputs) -> list[str]:
                 (g["ci_high"] - g["ratio"]).where(enough).fillna(0),
             ]
             n = int(g["n_pairs"].max())
-            ax.bar(
+            c = colour(cfg["engine"])
+            ax.errorbar(
                 x,
-                g["ratio"] - 1,
-                width,
-                bottom=1,
+                g["ratio"],
                 yerr=err,
+                fmt=markers[key],
+                ms=6,
                 capsize=3,
-                color=colour(engine),
-                label=f"{engine} on/off ({workload}, n={n} pairs, model {model})",
+                color=c,
+                label=f"{cfg['engine']} on/off ({cfg['workload']}, n={n} pairs, model {cfg['model']}"
+                + "".join(f", {c}={_label_value(cfg[c])}" for c in apart)
+                + ")",
             )
+            pairs = pair_groups.get(tuple(map(str, key)), pd.DataFrame())
+            values = [
+                pairs[f"{m}_ratio"].dropna().tolist() if f"{m}_ratio" in pairs else []
+                for m in shown
+            ]
+            cis = [
+                MeanCI(r, None, None, int(k)) if k < MIN_INTERVAL_N else MeanCI(r, lo, hi, int(k))
+                for r, lo, hi, k in zip(
+                    g["ratio"], g["ci_low"], g["ci_high"], g["n_pairs"].fillna(0)
+                )
+            ]
+            run_points(ax, x, values, cis, c)
             for xi, r in zip(x, g["ratio"]):
                 ax.annotate(
                     f"{(r - 1) * 100:+.2f}%",
                     (xi, r),
                     textcoords="offset points",
-                    xytext=(0, 8),
-                    ha="center",
+                    xytext=(7, 0),
+                    ha="left",
+                    va="center",
                     fontsize=7,
                 )
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(np.arange(len(shown)), shown, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
     axes[0].axhline(0.99, color="r", ls=":", lw=0.8, label="-1% (vLLM V1 claim)")
-    axes[0].legend(fontsize=7, loc="lower right")
-    axes[0].set(ylabel="cache on / cache off", title="0%-hit throughput ratio")
-    axes[1].set(ylabel="cache on / cache off", title="0%-hit latency ratios (lower is better)")
+    axes[0].set(ylabel="cache on / cache off (log scale)", title="0%-hit throughput ratio")
+    axes[1].set(
+        ylabel="cache on / cache off (log scale)", title="0%-hit latency ratios (lower is better)"
+    )
     lo = float(np.nanmin(table["ci_low"].fillna(table["ratio"])))
     hi = float(np.nanmax(table["ci_high"].fillna(table["ratio"])))
+    if not inp.pairs.empty:  # the single pairs drawn where there is no interval
+        ratios = inp.pairs[[f"{m}_ratio" for m in metrics]].to_numpy(dtype=float)
+        lo, hi = min(lo, float(np.nanmin(ratios))), max(hi, float(np.nanmax(ratios)))
     for ax in axes:
-        ax.set_ylim(min(lo, 0.98) - 0.01, max(hi, 1.02) + 0.02)
+        ax.set_yscale("log")  # before the limits: a scale change after them would rescale
+        ax.set_ylim(min(lo, 0.98) * 0.97, max(hi, 1.02) * 1.03)
+        ratio_axis(ax)
+    legend_outside(axes[1])  # every series is in both panels; the -1% line only in the first
+    handles, labels = axes[0].get_legend_handles_labels()
+    claim = [(h, t) for h, t in zip(handles, labels) if t.startswith("-1%")]
+    axes[0].legend(*zip(*claim), fontsize=7, loc="lower left")
     fig.suptitle(
         "0%-hit overhead: geometric mean of paired on/off ratios, 95% t-interval on the log scale"
-        f" (n >= {MIN_INTERVAL_N} pairs)"
+        f" (n >= {MIN_INTERVAL_N} pairs, else each pair a point)"
     )
     fig.tight_layout()
     keys = [*PAIR_COLUMNS, "sweep", "seed"]  # the runs that formed the pairs, nothing else
     runs = inp.runs.merge(inp.pairs[keys].drop_duplicates(), on=keys)
     footnote(fig, runs)
     return [save(fig, inp, "overhead")]
+
+
+CONFIG_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def _label_value(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def bookkeeping(inp: Inputs) -> list[str]:

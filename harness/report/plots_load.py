@@ -89,6 +89,7 @@ def _load_panels(axes, panel, key: str, metrics) -> None:
                 g,
                 "load",
                 column,
+                log="ttft" in column,  # the TTFT axes are log
                 marker="o",
                 color=colour(g["arm"].iloc[0]),
                 label=arm_label(runs.assign(series=runs["line"]), line),

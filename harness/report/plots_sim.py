@@ -12,9 +12,9 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FuncFormatter
 
-from harness.report.figstyle import colour
+from harness.report.figstyle import PlainLogLocator, colour
 from harness.report.plots import (
     CAPACITY,
     INTERVAL_NOTE,
@@ -23,6 +23,7 @@ from harness.report.plots import (
     arm_label,
     capacity_axes,
     footnote,
+    legend_outside,
     line_points,
     save,
     swept_panels,
@@ -112,8 +113,10 @@ def _trace_panel(ax_ttft, ax_hit, panel) -> None:
         # Arms often coincide: earlier arms are drawn wider so later ones stay visible on top.
         style: dict[str, Any] = {"lw": 3.5 - 1.2 * min(i, 2), "ms": 9 - 2.5 * min(i, 2), "color": c}
         x = "kv_capacity_tokens"
-        line_points(ax_ttft, g, x, "p50_s", marker="o", label=f"{label} p50", **style)
-        line_points(ax_ttft, g, x, "p99_s", marker="s", ls="--", label=f"{line} p99", **style)
+        line_points(ax_ttft, g, x, "p50_s", log=True, marker="o", label=f"{label} p50", **style)
+        line_points(
+            ax_ttft, g, x, "p99_s", log=True, marker="s", ls="--", label=f"{line} p99", **style
+        )
         line_points(ax_hit, g, x, "hit_rate", 100, marker="o", label=label, **style)
     fixed = f"{panel.title}; " if panel.title else ""
     ax_ttft.set(
@@ -124,7 +127,7 @@ def _trace_panel(ax_ttft, ax_hit, panel) -> None:
         title=f"TTFT p50 / p99 against KV capacity\n({fixed}{_requests(runs)})",
     )
     # Log TTFT with 1-2-5 labels: p50 and p99 differ by an order of magnitude.
-    ax_ttft.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax_ttft.yaxis.set_major_locator(PlainLogLocator())
     ax_ttft.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax_hit.set(
         xscale="log",
@@ -194,7 +197,7 @@ def projected_overhead(inp: Inputs) -> list[str]:
         title="Projected 0%-hit overhead per hardware preset (bookkeeping timed on this CPU, duration simulated)",
     )
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    legend_outside(ax)  # clear of the bars, their labels and the gross markers
     runs = simulated(inp.runs)
     footnote(
         fig,

@@ -104,6 +104,18 @@ def ratio_ci(values: Sequence[float]) -> MeanCI:
     return MeanCI(math.exp(ci.mean), math.exp(ci.low), math.exp(ci.high), ci.n)
 
 
+def geometric_ci(values: Sequence[float]) -> MeanCI:
+    """What a log axis shows of positive values (TTFTs): their geometric mean with the
+    t-interval of the mean log, so the interval is positive and symmetric on that axis; an
+    arithmetic interval clipped at zero would run off a log axis. Same arithmetic as ratio_ci;
+    equal values give back that value exactly (exp(log(x)) may not)."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
+    if xs and min(xs) == max(xs):
+        bound = xs[0] if len(xs) >= 2 else None
+        return MeanCI(xs[0], bound, bound, len(xs))
+    return ratio_ci(xs)
+
+
 # Figures draw an interval only from this many values on: at n = 2 the 95% t-interval is
 # mean +- 12.7 x the half-range, wider than anything the two runs say, and clipped at zero it
 # reads as a measurement. Below it the runs themselves are drawn, as points.
