@@ -338,6 +338,8 @@ def test_a_capacity_figure_draws_only_lines_that_span_capacities(tmp_path, drawn
         assert "\n" not in ax.get_title()  # nothing drawn to tell apart: no panel title
         texts = legend_texts(ax)
         assert texts and not [t for t in texts if t.startswith("radix-lpm")], texts
+    # The footnote counts the four drawn runs, not the two left out.
+    assert any("n = 4 runs" in t.get_text() for t in fig.texts), [t.get_text() for t in fig.texts]
 
 
 def test_log_axes_carry_at_least_three_labelled_ticks_on_a_narrow_range():

@@ -26,6 +26,7 @@ from harness.report.plots import (
     Inputs,
     Skip,
     arm_label,
+    drawn_runs,
     footnote,
     legend_outside,
     line_points,
@@ -72,7 +73,7 @@ def metric_vs_load(inp: Inputs) -> list[str]:
                 f"Latency and throughput against load: {workload} ({platform_title(group)}; mean over seeds)"
             )
             fig.tight_layout()
-            footnote(fig, group, INTERVAL_NOTE)
+            footnote(fig, drawn_runs(rows), INTERVAL_NOTE)
             written.append(save(fig, inp, "metric_vs_load", workload, suffix))
     if not written:
         raise Skip("no workload was run at two or more request rates or concurrencies")
