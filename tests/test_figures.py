@@ -338,6 +338,8 @@ def test_a_capacity_figure_draws_only_lines_that_span_capacities(tmp_path, drawn
         assert "\n" not in ax.get_title()  # nothing drawn to tell apart: no panel title
         texts = legend_texts(ax)
         assert texts and not [t for t in texts if t.startswith("radix-lpm")], texts
+    # The footnote counts the four drawn runs, not the two left out.
+    assert any("n = 4 runs" in t.get_text() for t in fig.texts), [t.get_text() for t in fig.texts]
 
 
 def test_log_axes_carry_at_least_three_labelled_ticks_on_a_narrow_range():
@@ -348,3 +350,14 @@ def test_log_axes_carry_at_least_three_labelled_ticks_on_a_narrow_range():
         assert len(ticks) >= 3, (low, high, ticks)
     wide = [t for t in PlainLogLocator().tick_values(5.0, 200_000.0) if 5.0 <= t <= 200_000.0]
     assert wide[:4] == [5.0, 10.0, 20.0, 50.0]  # 1-2-5 where they suffice
+
+
+def test_the_speedup_footnote_counts_the_paired_runs(tmp_path, drawn):
+    for seed in range(2):
+        for cache in (True, False):
+            write_run(tmp_path, f"main/{seed}-{cache}", seed=seed, cache=cache)
+    for capacity in (1024, 2048):  # cache on only, at other capacities: in no pair
+        write_run(tmp_path, f"cap/{capacity}", capacity=capacity)
+    fig = drawn(tmp_path).drawn["speedup_tiny_real"]
+    notes = [t.get_text() for t in fig.texts]
+    assert any("KV capacity 4,096 tokens | n = 4 runs (2 seeds)" in t for t in notes), notes

@@ -354,7 +354,7 @@ def capacity(inp: Inputs) -> list[str]:
                 draw_capacity_panel(ax_hit, ax_ttft, panel)
             fig.suptitle(f"Capacity sweep: {workload} ({platform_title(runs)})")
             fig.tight_layout()
-            footnote(fig, runs, INTERVAL_NOTE)
+            footnote(fig, drawn_runs(rows), INTERVAL_NOTE)
             written.append(save(fig, inp, "capacity", workload, suffix))
     if not written:
         raise Skip("no workload was run at two or more KV capacities")
@@ -378,6 +378,11 @@ def swept_panels(runs: pd.DataFrame, variable: str, figure_keys=None) -> list:
         if lines["kv_capacity_tokens"].nunique() >= 2:
             kept.append(lines.drop(columns="line"))
     return split(pd.concat(kept)) if kept else []
+
+
+def drawn_runs(rows: list) -> pd.DataFrame:
+    """The runs the panels draw, for the footnote's counts (not those left out of every panel)."""
+    return pd.concat([panel.runs for panel in rows])
 
 
 def line_points(

@@ -26,6 +26,7 @@ from harness.report.plots import (
     Inputs,
     Skip,
     arm_label,
+    drawn_runs,
     footnote,
     legend_outside,
     line_points,
@@ -72,7 +73,7 @@ def metric_vs_load(inp: Inputs) -> list[str]:
                 f"Latency and throughput against load: {workload} ({platform_title(group)}; mean over seeds)"
             )
             fig.tight_layout()
-            footnote(fig, group, INTERVAL_NOTE)
+            footnote(fig, drawn_runs(rows), INTERVAL_NOTE)
             written.append(save(fig, inp, "metric_vs_load", workload, suffix))
     if not written:
         raise Skip("no workload was run at two or more request rates or concurrencies")
@@ -132,9 +133,12 @@ def speedup(inp: Inputs) -> list[str]:
     """Per workload and arm: how much faster caching makes TTFT and throughput than caching off."""
     written = []
     for suffix, runs in platforms(inp.runs):
-        pairs = speedup_pairs(main_config(runs))
+        shown = main_config(runs)
+        pairs = speedup_pairs(shown)
         if pairs.empty:
             continue
+        keys = [*SPEEDUP_KEYS, "sweep", "seed"]  # the cache-on and -off runs that formed pairs
+        paired = shown.merge(pairs[keys].drop_duplicates(), on=keys)
         workloads = sorted(pairs["workload"].unique())
         series = sorted(pairs["series"].unique())
         style = series_style(pairs)
@@ -181,7 +185,7 @@ def speedup(inp: Inputs) -> list[str]:
         fig.tight_layout()
         footnote(
             fig,
-            runs[runs["workload"].isin(workloads)],
+            paired,
             "pairs: same engine, workload, capacity, sweep and seed | 95% t-interval on the log "
             f"scale where n >= {MIN_INTERVAL_N} pairs, else each pair a point",
         )

@@ -22,6 +22,7 @@ from harness.report.plots import (
     Skip,
     arm_label,
     capacity_axes,
+    drawn_runs,
     footnote,
     legend_outside,
     line_points,
@@ -88,7 +89,7 @@ def trace_capacity(inp: Inputs) -> list[str]:
         fig.tight_layout()
         footnote(
             fig,
-            group,
+            drawn_runs(rows),
             f"hardware {hardware} | arrivals = trace timestamps x {_slowdown(group)} | {INTERVAL_NOTE}",
         )
         written.append(save(fig, inp, "trace_capacity", workload, hardware))
