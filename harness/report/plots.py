@@ -498,7 +498,7 @@ def overhead(inp: Inputs) -> list[str]:
         for key, group in inp.pairs.groupby(list(PAIR_COLUMNS), dropna=False)
     }
     # One colour per engine; its configurations (workloads, ...) told apart by the marker.
-    markers = {}
+    markers: dict[tuple, str] = {}
     for key, _ in configs:
         engine = dict(zip(PAIR_COLUMNS, key))["engine"]
         markers[key] = CONFIG_MARKERS[
