@@ -3,11 +3,11 @@
 Loads every run below RESULTS_DIR (default results/) with `harness.results.load_runs`, writes
 `RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
 0%-hit on/off ratios with their 95% t-intervals), `projected_overhead.csv` (simulated 0%-hit
-bookkeeping / duration per hardware preset), `decomposition.csv` (the scheduler x cache effects per
-workload, harness/report/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`. Runs whose
-status is not `ok` are counted, never plotted; runs killed before writing a summary are listed
-as `incomplete` with their row counts; a figure whose runs are absent is skipped with one
-log line, so a partial results tree always gives a report.
+bookkeeping / duration per hardware preset), `decomposition.csv` (the scheduler x cache effects
+per platform and workload, harness/report/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`.
+Runs whose status is not `ok` are counted, never plotted; runs killed before writing a summary
+are listed as `incomplete` with their row counts; a figure whose runs are absent is skipped with
+one log line, so a partial results tree always gives a report.
 
 From Python, `build_report(root)` only reads: pass `out_dir` to write the tables and figures
 (the command line passes the results folder itself). Only the command line selects matplotlib's
