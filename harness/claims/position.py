@@ -15,12 +15,15 @@ FOLDER = "5-position"
 LAYOUTS = {"documents first": "workload=rag", "question first": "workload=rag_question_first"}
 
 
-def layout_runs(ctx: Context) -> dict[str, dict[str, ArmResult]]:
-    """layout -> design -> its run."""
+def layout_runs(
+    ctx: Context, folder: str = FOLDER, extra: tuple[str, ...] = ()
+) -> dict[str, dict[str, ArmResult]]:
+    """layout -> design -> its run, into `folder`, with `extra` overrides (claim 15: one at a
+    time)."""
     size = f"workload.num_prompts={ctx.size(24, 96)}"
     return {
         layout: {
-            a: ctx.run(FOLDER, f"{w.split('=')[1]}-{a}", (*H100_8B, w, size, *ARMS[a]))
+            a: ctx.run(folder, f"{w.split('=')[1]}-{a}", (*H100_8B, w, size, *extra, *ARMS[a]))
             for a in ("apc", "radix")
         }
         for layout, w in LAYOUTS.items()

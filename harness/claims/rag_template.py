@@ -12,27 +12,13 @@ layout gets no more than its common header.
 from __future__ import annotations
 
 from harness.claims import keys
-from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import ArmResult, Context
-from harness.claims.position import LAYOUTS
+from harness.claims.position import layout_runs
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends
 
 FOLDER = "15-rag_template"
 TEMPLATE, QUESTION = "documents first", "question first"  # claim 5's layout names
 ONE_AT_A_TIME = "engine.max_num_seqs=1"
-
-
-def layout_runs(ctx: Context) -> dict[str, dict[str, ArmResult]]:
-    size = f"workload.num_prompts={ctx.size(24, 96)}"
-    return {
-        layout: {
-            a: ctx.run(
-                FOLDER, f"{w.split('=')[1]}-{a}", (*H100_8B, w, size, ONE_AT_A_TIME, *ARMS[a])
-            )
-            for a in ("apc", "radix")
-        }
-        for layout, w in LAYOUTS.items()
-    }
 
 
 def _header_share(run: ArmResult) -> float:
@@ -43,7 +29,7 @@ def _header_share(run: ArmResult) -> float:
 
 
 def measure(ctx: Context) -> Finding:
-    runs = layout_runs(ctx)
+    runs = layout_runs(ctx, FOLDER, (ONE_AT_A_TIME,))
     hit = {
         lay: {a: keys.value(r.summary, keys.HIT_RATE) for a, r in by.items()}
         for lay, by in runs.items()
