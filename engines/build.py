@@ -50,7 +50,22 @@ def build_real_executor(ctx: ExecutorContext) -> Executor:
         device=device,
     )
     attn = get_attention_backend(ctx.engine_config.backend, device)
-    return RealExecutor(model, kv_pool, attn, ctx.cache, WallClock(), device)
+    return RealExecutor(
+        model,
+        kv_pool,
+        attn,
+        ctx.cache,
+        WallClock(),
+        device,
+        max_num_seqs=ctx.engine_config.max_num_seqs,
+        cuda_graphs=cuda_graphs_enabled(ctx.engine_config.cuda_graphs, device),
+        max_model_len=min(mc.max_position_embeddings, ctx.cache.capacity_tokens),
+    )
+
+
+def cuda_graphs_enabled(setting: bool | None, device: torch.device) -> bool:
+    """`engine.cuda_graphs` in effect: None (the default) means on with CUDA, off elsewhere."""
+    return device.type == "cuda" if setting is None else bool(setting)
 
 
 # registry: every executor (name -> factory)

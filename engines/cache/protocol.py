@@ -40,8 +40,12 @@ allocation). The executor stores every new K/V of a step before any attention of
 
 from __future__ import annotations
 
+from collections.abc import Sequence as Sequence_
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
+from engines.cache.addressing import TableJournal
 from engines.cache.records import Allocation, CacheLock, CacheStats, CacheUsage, PrefixMatch
 from engines.sequence import Sequence
 
@@ -87,6 +91,15 @@ class BlockTables(Protocol):
 
     def block_table(self, seq: Sequence) -> list[int]:
         """Block ids covering the tokens of `seq` that have KV allocated, in order."""
+        ...
+
+    # Incremental addressing (engines/cache/addressing.py): the real executor keeps the tables
+    # on its device and copies only what the journal says changed.
+    table_journal: TableJournal  # where the cache records writes and releases of tables
+
+    def block_ids_from(self, seq_id: str, start: int) -> Sequence_[int] | np.ndarray:
+        """`block_table(seq)[start:]` of the running sequence `seq_id`, without building the
+        whole table (an int list or int array)."""
         ...
 
 

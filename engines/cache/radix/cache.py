@@ -24,6 +24,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from engines.cache.addressing import TableJournal
 from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder, RecencyRefresh
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
@@ -98,6 +99,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         self.req_to_token_pool = ReqToTokenPool(max_num_reqs)
         self.reqs: dict[str, ReqKV] = {}
         self._stats = CacheStats()
+        self.table_journal = TableJournal()  # addressing: what changed since the executor looked
 
     @property
     def capacity_tokens(self) -> int:
@@ -132,7 +134,10 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         if not budgeted and len(items) == 1 and not self._fits(items[0]):
             return False
         if decode:
-            prepare_decode(self, [self.reqs[item.seq.seq_id] for item in items])
+            states = [self.reqs[item.seq.seq_id] for item in items]
+            grown = [(item.seq.seq_id, st.kv_allocated_len) for item, st in zip(items, states)]
+            prepare_decode(self, states)
+            self._journal_rows(grown)
             return True
         batch = []
         for item in items:
@@ -146,8 +151,16 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
                 batch.append((seq, st, match.num_tokens, item.num_new_tokens))
             else:
                 batch.append((seq, st, st.kv_allocated_len, item.num_new_tokens))
+        grown = [(seq.seq_id, st.kv_allocated_len) for seq, st, _, _ in batch]
         prepare_extend(self, batch)
+        self._journal_rows(grown)
         return True
+
+    def _journal_rows(self, rows: list[tuple[str, int]]) -> None:
+        """Record (seq_id, row length before a write): its table changed from that page on."""
+        p = self.page_size
+        for seq_id, length in rows:
+            self.table_journal.write(seq_id, length // p)
 
     def _fits(self, item: Allocation) -> bool:
         """Would one request's allocation fit after evicting every unlocked leaf? Its own matched
@@ -175,14 +188,20 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
     ) -> None:
         """`prepare_decode` run `num_steps` times (decode allocates slots only: nothing becomes
         matchable before a commit, so the limits and the lag change nothing)."""
-        prepare_decode_run(self, [self.reqs[item.seq.seq_id] for item in items], num_steps)
+        states = [self.reqs[item.seq.seq_id] for item in items]
+        grown = [(item.seq.seq_id, st.kv_allocated_len) for item, st in zip(items, states)]
+        prepare_decode_run(self, states, num_steps)
+        self._journal_rows(grown)
 
     def commit(self, seq: Sequence, num_tokens: int) -> None:
         """`cache_unfinished_req`: insert the first `num_tokens` (page-aligned), rewrite the
         request's row with the tree's slots and move its lock to the new last node."""
         st = self.reqs[seq.seq_id]
+        protected = st.cache_protected_len  # the row is rewritten from here (tree slots)
         checkpoint(self, st, seq, num_tokens)
         st.prefix_len = num_tokens
+        if st.cache_protected_len > protected:
+            self._journal_rows([(seq.seq_id, protected)])
 
     def touch(self, seq: Sequence) -> None:
         """Re-stamp the cached prefix of `seq` (only LRU reads the stamps it refreshes)."""
@@ -216,9 +235,16 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         table: list[int] = row.tolist() if p == 1 else (row[::p] // p).tolist()
         return table
 
+    def block_ids_from(self, seq_id: str, start: int) -> np.ndarray:
+        st = self.reqs[seq_id]
+        p = self.page_size
+        row = self.req_to_token_pool.row(st.row)[start * p : st.kv_allocated_len]
+        return row if p == 1 else row[::p] // p
+
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.pop(seq.seq_id, None)
         if st is not None:
+            self.table_journal.release(seq.seq_id)
             release_kv_cache(self, st, seq, do_checkpoint=finished)
 
     def stats(self) -> CacheStats:
