@@ -99,7 +99,9 @@ class DecodeGraphs:
         ids, positions, slot_index, slot_offset, rows, lens = views
         return StepTensors(ids, positions, slot_index, slot_offset, rows, lens, empty, empty, empty)
 
-    def _forward(self, size: int) -> torch.Tensor:
+    def _forward(self, size: int, context_lens: tuple[int, ...] | None = None) -> torch.Tensor:
+        """The model on the views of `size` rows. A captured graph bakes in the host lengths,
+        which graph-safe backends never read; the eager path passes the step's own."""
         dev = self._views(size)
         meta = attention_metadata(
             dev,
@@ -107,7 +109,7 @@ class DecodeGraphs:
             self.block_size,
             self.tables.width,
             (1,) * size,
-            (0,) * size,  # host context lengths are not read by graph-safe backends
+            context_lens or (0,) * size,
             self.max_seq_len,
         )
         hidden: torch.Tensor = self.model(dev.input_ids, meta, self.kv_pool, self.attn)
@@ -132,7 +134,7 @@ class DecodeGraphs:
         if entry is None:
             entry = self.entries[size] = self._capture(size)
         if entry.graph is None:
-            hidden = self._forward(size)
+            hidden = self._forward(size, tuple(padded.lens[size : 2 * size].tolist()))
         else:
             entry.graph.replay()
             assert entry.hidden is not None
