@@ -58,14 +58,28 @@ def build_real_executor(ctx: ExecutorContext) -> Executor:
         WallClock(),
         device,
         max_num_seqs=ctx.engine_config.max_num_seqs,
-        cuda_graphs=cuda_graphs_enabled(ctx.engine_config.cuda_graphs, device),
+        cuda_graphs=cuda_graphs_mode(ctx.engine_config, device) != "off",
         max_model_len=min(mc.max_position_embeddings, ctx.cache.capacity_tokens),
     )
 
 
-def cuda_graphs_enabled(setting: bool | None, device: torch.device) -> bool:
-    """`engine.cuda_graphs` in effect: None (the default) means on with CUDA, off elsewhere."""
-    return device.type == "cuda" if setting is None else bool(setting)
+def cuda_graphs_mode(config: EngineConfig, device: torch.device) -> str:
+    """What `engine.cuda_graphs` means on `device` (the manifest records it): "captured" (decode
+    steps replay CUDA graphs: CUDA and the triton backend), "eager" (the same padded decode path
+    without capture: asked for where graphs cannot be captured) or "off". None, the default, is
+    "captured" where possible and "off" elsewhere."""
+    from engines.attention.triton_paged import HAS_TRITON
+    from engines.real_executor import GRAPH_SAFE_BACKENDS
+
+    backend = config.backend
+    if backend == "auto":  # as engines/attention/backend.py resolves it
+        backend = "triton" if device.type == "cuda" and HAS_TRITON else "torch"
+    capturable = device.type == "cuda" and backend in GRAPH_SAFE_BACKENDS
+    if config.cuda_graphs is None:
+        return "captured" if capturable else "off"
+    if not config.cuda_graphs:
+        return "off"
+    return "captured" if capturable else "eager"
 
 
 # registry: every executor (name -> factory)

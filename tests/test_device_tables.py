@@ -251,3 +251,55 @@ def _cuda_engine(cache: str, device: str, **overrides: Any):
     )
     fields.update(overrides)
     return build_engine(EngineConfig(**fields), tiny_model(), executor="real", device=device)
+
+
+# ------------------------------------------------------------------ weights' init device, manifest
+
+
+def test_init_device_target_on_cpu_draws_the_default_weights():
+    from dataclasses import replace
+
+    from engines.model.weights import build_model
+    from tests.engine_util import tiny_model
+
+    default = build_model(tiny_model(), "cpu").state_dict()
+    target = build_model(replace(tiny_model(), init_device="target"), "cpu").state_dict()
+    assert all(torch.equal(default[k], target[k]) for k in default)
+
+
+def test_init_device_is_checked():
+    from dataclasses import replace
+
+    from engines.errors import BadInput
+    from tests.engine_util import tiny_model
+
+    with pytest.raises(BadInput, match="model.init_device must be one of cpu, target"):
+        replace(tiny_model(), init_device="gpu").validate()
+
+
+@pytest.mark.parametrize("init", ["cpu", "target"])
+def test_manifest_records_init_device_and_cuda_graphs(init):
+    from harness.manifest import build_manifest
+    from harness.pipeline import compose, identity
+
+    composed = compose(["model=tiny", "executor=real", "device=cpu", f"model.init_device={init}"])
+    manifest = build_manifest(composed.resolved, composed.cfg.seed, identity(composed))
+    assert manifest["config"]["model"]["init_device"] == init
+    assert manifest["weights_init_device"] == "cpu"  # target is the CPU here
+    assert manifest["config"]["engine"]["cuda_graphs"] is None
+    assert manifest["cuda_graphs"] == "off"
+    asked = compose(["model=tiny", "executor=real", "device=cpu", "engine.cuda_graphs=true"])
+    assert identity(asked)["cuda_graphs"] == "eager"
+
+
+@pytest.mark.gpu
+def test_init_device_target_draws_on_the_gpu():
+    from dataclasses import replace
+
+    from engines.model.weights import build_model
+    from tests.engine_util import tiny_model
+
+    model = build_model(replace(tiny_model(), init_device="target"), "cuda")
+    assert all(p.device.type == "cuda" for p in model.parameters())
+    again = build_model(replace(tiny_model(), init_device="target"), "cuda")
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))
