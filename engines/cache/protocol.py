@@ -34,6 +34,12 @@ reserved (vLLM's null block, SGLang's dummy slot/page 0) and never handed out, s
 `block_table(seq)[j // block_size] * block_size + j % block_size`. Radix with page 1 uses
 `block_size == 1`, so its block table is SGLang's `req_to_token` row of slot ids.
 
+Incremental addressing. The real executor keeps every running table on its device and never
+rebuilds one: a cache records in `table_journal` (engines/cache/addressing.py) the first block
+index it appends or rewrites for a sequence, and each release; the executor copies only
+`block_ids_from(seq_id, first)`. A table is append-only while held except where a cache rewrites
+it (radix `commit` points the row at the tree's slots), and that too is journaled.
+
 Write-before-read. Blocks may become matchable before the forward pass fills them (APC caches at
 allocation). The executor stores every new K/V of a step before any attention of that step reads.
 """
