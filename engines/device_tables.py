@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from engines.cache.addressing import Appended
 from engines.cache.protocol import BlockTables
 
 EMPTY = np.empty(0, dtype=np.int64)
@@ -41,11 +42,52 @@ class DeviceBlockTable:
     def collect(self, source: BlockTables) -> tuple[np.ndarray, np.ndarray]:
         """Drain `source`'s journal: clear and free released rows now, and return the changed
         entries as (flat indices into `table`, block ids), int64, for `apply`."""
-        released, changed = source.table_journal.drain()
+        released, changed, appended = source.table_journal.drain()
         for seq_id in released:
             self._free(seq_id)
-        if not changed:
+        pieces = [self._appended(piece, released, changed) for piece in appended]
+        if changed:
+            pieces.append(self._changed(source, changed))
+        if not pieces:
             return EMPTY, EMPTY
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+
+    def _appended(
+        self, piece: Appended, released: set[str], changed: dict[str, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A piece of one-block appends, vectorised. An id released or changed in the same
+        interval, or without a row, is read back instead (folded into `changed`)."""
+        seq_ids, index, block_ids = piece
+        get = self.rows.get
+        rows = np.fromiter((get(sid, 0) for sid in seq_ids), np.int64, len(seq_ids))
+        if released or changed or not rows.all():
+            keep = np.fromiter(
+                (
+                    r != 0 and sid not in changed and sid not in released
+                    for sid, r in zip(seq_ids, rows)
+                ),
+                bool,
+                len(seq_ids),
+            )
+            for i in np.flatnonzero(~keep).tolist():
+                sid = seq_ids[i]
+                if sid in changed or (rows[i] == 0 and sid not in released):
+                    changed[sid] = min(changed.get(sid, int(index[i])), int(index[i]))
+            rows, index, block_ids = rows[keep], index[keep], block_ids[keep]
+        if len(index) and int(index.max()) >= self.width:
+            raise ValueError(
+                f"a sequence needs more blocks than the device table's {self.width} "
+                "(max_model_len / block_size)"
+            )
+        np.maximum.at(self.used, rows, index + 1)
+        return rows * self.width + index, block_ids.astype(np.int64, copy=False)
+
+    def _changed(
+        self, source: BlockTables, changed: dict[str, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Read back each changed table from its first changed block."""
         bases, lengths, values = [], [], []
         width = self.width
         for seq_id, first in changed.items():
@@ -68,7 +110,7 @@ class DeviceBlockTable:
         flat = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
             np.asarray(bases, dtype=np.int64) - starts, counts
         )
-        return flat, np.concatenate([np.asarray(v, dtype=np.int64) for v in values])
+        return flat, np.concatenate(values).astype(np.int64, copy=False)
 
     def apply(self, flat: torch.Tensor, block_ids: torch.Tensor) -> None:
         """Scatter `collect`'s entries, already on the device, into the table."""

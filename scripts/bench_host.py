@@ -5,7 +5,9 @@ with `batch` distinct requests of `context` prompt tokens and time the decode st
 scheduling and cache work (the engine's step minus the executor), the executor's host arrays and
 block-table journal drain, and the launch preparation (packing, the one copy, table scatter,
 metadata). The model forward is left out (`HostOnlyExecutor`), so what is timed is exactly the
-host path a GPU run pays per step. Goal: <= 1 ms at batch 128 x 2,048 keys, page 1 within 1.2x
+host path a GPU run pays per step; the block-table gather (device work, a memcpy on CPU) is timed
+apart. Times are the thread's CPU time (a shared machine's other load does not count), medians
+over the timed steps. Goal: <= 1 ms at batch 128 x 2,048 keys, page 1 within 1.2x
 of page 16.
 
 `e2e`: the issue-33 run on this CPU, `python -m harness` with model=tiny on system_prompt
@@ -17,6 +19,7 @@ runs another checkout (a before/after comparison).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -53,34 +56,43 @@ class HostOnlyExecutor(RealExecutor):
 
     launch_ns: int = 0
     prepare_ns: int = 0
+    gather_ns: int = 0  # device work: the step's block-table columns (CPU: a memcpy)
 
     def prepare(self, items: Any) -> tuple[StepArrays, list[int]]:
-        t0 = time.perf_counter_ns()
+        t0 = time.thread_time_ns()
         out = super().prepare(items)
-        self.prepare_ns += time.perf_counter_ns() - t0
+        self.prepare_ns += time.thread_time_ns() - t0
         return out
 
     def forward(self, step: StepArrays) -> tuple[torch.Tensor, torch.Tensor]:
-        t0 = time.perf_counter_ns()
+        t0 = time.thread_time_ns()
         dev = StepTensors.unpack(self.packer.pack(step.parts()))
         self.tables.apply(dev.table_index, dev.table_ids)
         n = step.num_seqs
         max_seq_len = int(step.lens[:n].max())
+        # The host side of the metadata: the same launches with one table column (what the
+        # host pays does not depend on the width; the gather's bytes are device work).
         attention_metadata(
             dev,
             self.tables.table,
             self.cache.block_size,
-            -(-max_seq_len // self.cache.block_size),
+            1,
             tuple(step.query_lens.tolist()),
             tuple(step.lens[n : 2 * n].tolist()),
             max_seq_len,
         )
-        self.launch_ns += time.perf_counter_ns() - t0
+        t1 = time.thread_time_ns()
+        num_blocks = -(-max_seq_len // self.cache.block_size)
+        self.tables.table[:, :num_blocks].index_select(0, dev.seq_rows)
+        t2 = time.thread_time_ns()
+        self.launch_ns += t1 - t0
+        self.gather_ns += t2 - t1
         return torch.empty(0), dev.logits_index
 
 
 def host_engine(cache: str, page: int, batch: int, context: int, steps: int) -> Engine:
-    capacity = batch * (-(-(context + steps + 8 + batch * context // 8192) // page) * page)
+    per_seq = -(-(context + steps + 8 + batch * context // 8192) // page) * page
+    capacity = batch * per_seq + 4096  # headroom: SGLang admits against a reserve
     capacity = -(-capacity // page) * page
     config = EngineConfig(
         cache=cache,
@@ -117,6 +129,10 @@ def loop_clock() -> Any:
 def time_decode(
     cache: str, page: int, batch: int, context: int, steps: int, seed: int
 ) -> dict[str, Any]:
+    # Set-up (engine, prefill, the first decode step) untimed, with the collector paused and
+    # what it made frozen afterwards, as the harness runs (harness/pipeline.py collector_paused).
+    gc.collect()
+    gc.disable()
     engine = host_engine(cache, page, batch, context, steps)
     rng = np.random.default_rng(seed)
     # Early finishers of the prefill decode while the rest prefill: room for all of it.
@@ -129,18 +145,23 @@ def time_decode(
         )
     executor = engine.executor
     assert isinstance(executor, HostOnlyExecutor)
-    # Prefill (and the first decode step) untimed.
     while any(s.num_output_tokens < 2 for s in engine.loop.running) or engine.loop.waiting:
         engine.step()
-    totals, prepares, launches = [], [], []
+    gc.freeze()
+    gc.enable()
+    totals, prepares, launches, gathers = [], [], [], []
     for _ in range(steps - 2):
-        executor.prepare_ns = executor.launch_ns = 0
-        t0 = time.perf_counter_ns()
+        executor.prepare_ns = executor.launch_ns = executor.gather_ns = 0
+        t0 = time.thread_time_ns()
         out = engine.step()
-        totals.append(time.perf_counter_ns() - t0)
+        totals.append(time.thread_time_ns() - t0 - executor.gather_ns)
         prepares.append(executor.prepare_ns)
         launches.append(executor.launch_ns)
+        gathers.append(executor.gather_ns)
         assert out.num_steps == 1 and len(out.tokens) == batch, "a decode step of the whole batch"
+    gc.unfreeze()
+    del engine, executor
+    gc.collect()
     ms = 1e-6
     total = statistics.median(totals) * ms
     prepare = statistics.median(prepares) * ms
@@ -150,10 +171,11 @@ def time_decode(
         "page": page,
         "batch": batch,
         "context": context,
-        "step_ms": round(total, 4),
+        "step_ms": round(total, 4),  # host work only (the gather is left out)
         "sched_cache_ms": round(total - prepare - launch, 4),
         "prepare_ms": round(prepare, 4),
         "launch_ms": round(launch, 4),
+        "gather_ms": round(statistics.median(gathers) * ms, 4),
     }
 
 
@@ -230,33 +252,48 @@ def e2e_once(root: Path, cache: str, page: int, out_dir: Path) -> dict[str, Any]
 
 
 def run_e2e(args: argparse.Namespace) -> list[dict[str, Any]]:
-    root = Path(args.root).resolve() if args.root else ROOT
+    """Rounds of the four arms (and of the same arms on `--baseline`'s checkout, alternating),
+    ABBA within a round, so machine load hits both pages, and both checkouts, alike."""
+    trees = [("this", Path(args.root).resolve() if args.root else ROOT)]
+    if args.baseline:
+        trees.append(("baseline", Path(args.baseline).resolve()))
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_host_") as tmp:
         for round_index in range(args.rounds):
-            arms = [(c, p) for c in ("apc", "radix") for p in PAGES[c]]
+            arms = [(t, c, p) for t in trees for c in ("apc", "radix") for p in PAGES[c]]
             if round_index % 2:
-                arms.reverse()  # ABBA: drift in machine load hits both pages alike
-            for cache, page in arms:
+                arms.reverse()
+            for (tree, root), cache, page in arms:
                 row = e2e_once(root, cache, page, Path(tmp))
-                row["round"] = round_index
+                row.update(round=round_index, tree=tree)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
 
 
 def e2e_table(rows: list[dict[str, Any]]) -> str:
-    def med(cache: str, page: int, key: str) -> float:
-        return statistics.median(r[key] for r in rows if r["cache"] == cache and r["page"] == page)
+    """Medians per arm, and the median of the page-1/page-16 TPOT ratios paired per round."""
+
+    def pick(tree: str, cache: str, page: int) -> list[dict[str, Any]]:
+        return [r for r in rows if (r["tree"], r["cache"], r["page"]) == (tree, cache, page)]
 
     lines = [
-        "| cache | TPOT p16 (ms) | TPOT p1 (ms) | p1/p16 | duration p16 (s) | duration p1 (s) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| checkout | cache | TPOT p16 (ms) | TPOT p1 (ms) | p1/p16 (paired) | "
+        "duration p16 (s) | duration p1 (s) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for cache in ("apc", "radix"):
-        t16, t1 = med(cache, 16, "mean_tpot_ms"), med(cache, 1, "mean_tpot_ms")
-        d16, d1 = med(cache, 16, "duration_s"), med(cache, 1, "duration_s")
-        lines.append(f"| {cache} | {t16:.1f} | {t1:.1f} | {t1 / t16:.2f} | {d16:.2f} | {d1:.2f} |")
+    for tree in sorted({r["tree"] for r in rows}, reverse=True):
+        for cache in ("apc", "radix"):
+            p16, p1 = pick(tree, cache, 16), pick(tree, cache, 1)
+            ratios = [b["mean_tpot_ms"] / a["mean_tpot_ms"] for a, b in zip(p16, p1)]
+            t16 = statistics.median(r["mean_tpot_ms"] for r in p16)
+            t1 = statistics.median(r["mean_tpot_ms"] for r in p1)
+            d16 = statistics.median(r["duration_s"] for r in p16)
+            d1 = statistics.median(r["duration_s"] for r in p1)
+            lines.append(
+                f"| {tree} | {cache} | {t16:.1f} | {t1:.1f} | {statistics.median(ratios):.2f} | "
+                f"{d16:.2f} | {d1:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -268,6 +305,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12, help="decode steps per point (2 untimed)")
     parser.add_argument("--rounds", type=int, default=3, help="e2e: rounds of the four arms")
     parser.add_argument("--root", help="e2e: the checkout to run (default: this one)")
+    parser.add_argument("--baseline", help="e2e: a second checkout, run side by side")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()

@@ -130,7 +130,9 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
             self.unlock(item.lock)
         if blocks is None:
             return False
-        if blocks or hits:  # the table is append-only while held: only its tail is new
+        if len(blocks) == 1 and not hits:  # a decode step's new block: journaled with its id
+            self.table_journal.append_one(item.seq.seq_id, num_held, blocks[0].block_id)
+        elif blocks or hits:  # the table is append-only while held: only its tail is new
             self.table_journal.write(item.seq.seq_id, num_held)
         return True
 

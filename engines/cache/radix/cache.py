@@ -135,7 +135,15 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
             return False
         if decode:
             states = [self.reqs[item.seq.seq_id] for item in items]
-            grown = [(item.seq.seq_id, st.kv_allocated_len) for item, st in zip(items, states)]
+            if self.page_size == 1:  # one new block per request: journaled in one piece
+                seq_ids = [item.seq.seq_id for item in items]
+                positions = np.fromiter(
+                    (st.kv_allocated_len for st in states), np.int64, len(states)
+                )
+                slots = prepare_decode(self, states)
+                self.table_journal.append(seq_ids, positions, np.asarray(slots))
+                return True
+            grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
             prepare_decode(self, states)
             self._journal_rows(grown)
             return True
@@ -151,16 +159,19 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
                 batch.append((seq, st, match.num_tokens, item.num_new_tokens))
             else:
                 batch.append((seq, st, st.kv_allocated_len, item.num_new_tokens))
-        grown = [(seq.seq_id, st.kv_allocated_len) for seq, st, _, _ in batch]
+        grown = [(seq.seq_id, st.kv_allocated_len, st) for seq, st, _, _ in batch]
         prepare_extend(self, batch)
         self._journal_rows(grown)
         return True
 
-    def _journal_rows(self, rows: list[tuple[str, int]]) -> None:
-        """Record (seq_id, row length before a write): its table changed from that page on."""
+    def _journal_rows(self, rows: list[tuple[str, int, ReqKV]]) -> None:
+        """Journal each (seq_id, row length before a write, state) whose table gained pages:
+        slots added inside a page already in the table change no block id."""
         p = self.page_size
-        for seq_id, length in rows:
-            self.table_journal.write(seq_id, length // p)
+        for seq_id, length, st in rows:
+            first = -(-length // p)  # the first page the table did not have
+            if st.kv_allocated_len > first * p:
+                self.table_journal.write(seq_id, first)
 
     def _fits(self, item: Allocation) -> bool:
         """Would one request's allocation fit after evicting every unlocked leaf? Its own matched
@@ -189,7 +200,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         """`prepare_decode` run `num_steps` times (decode allocates slots only: nothing becomes
         matchable before a commit, so the limits and the lag change nothing)."""
         states = [self.reqs[item.seq.seq_id] for item in items]
-        grown = [(item.seq.seq_id, st.kv_allocated_len) for item, st in zip(items, states)]
+        grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
         prepare_decode_run(self, states, num_steps)
         self._journal_rows(grown)
 
@@ -200,8 +211,8 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         protected = st.cache_protected_len  # the row is rewritten from here (tree slots)
         checkpoint(self, st, seq, num_tokens)
         st.prefix_len = num_tokens
-        if st.cache_protected_len > protected:
-            self._journal_rows([(seq.seq_id, protected)])
+        if st.cache_protected_len > protected:  # protected is page-aligned
+            self._journal_rows([(seq.seq_id, protected, st)])
 
     def touch(self, seq: Sequence) -> None:
         """Re-stamp the cached prefix of `seq` (only LRU reads the stamps it refreshes)."""
