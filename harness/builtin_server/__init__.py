@@ -1,4 +1,4 @@
-"""`python -m harness.serve`: the built-in engines behind vLLM's OpenAI completions API.
+"""`python -m harness.builtin_server`: the built-in engines behind vLLM's OpenAI completions API.
 
 server.py composes the config and runs uvicorn; app.py holds the routes; engine_thread.py runs
 the engine's steps off the event loop (continuous batching); protocol.py checks request bodies

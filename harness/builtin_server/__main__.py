@@ -1,4 +1,4 @@
-"""`python -m harness.serve engine=<apc|radix> [model=...] [port=...]`: serve one built-in engine.
+"""`python -m harness.builtin_server engine=<apc|radix> [model=...] [port=...]`: serve one built-in engine.
 
 The configuration is composed from conf/serve.yaml with the harness's groups (engine, model), so
 every engine knob is an override (`engine.kv_capacity_tokens=8192`). Bad input is one `error: `
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import sys
 
-from harness.errors import config_errors, describe
+from harness.config.errors import config_errors, describe
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
 
 def main(argv: list[str]) -> int:
-    from harness.serve.server import check_bindable, compose_config, prepare, serve
+    from harness.builtin_server.server import check_bindable, compose_config, prepare, serve
 
     try:
         cfg = compose_config(argv)

@@ -24,11 +24,18 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from engines.request import CompletionRequest
-from harness.serve import protocol as api
-from harness.serve.engine_thread import Accepted, Done, EngineThread, Failed, RequestSink, Tokens
-from harness.serve.metrics import CONTENT_TYPE, render
-from harness.serve.protocol import ApiError, CompletionParams
-from harness.serve.text import Detokenizer, TextCodec
+from harness.builtin_server import protocol as api
+from harness.builtin_server.engine_thread import (
+    Accepted,
+    Done,
+    EngineThread,
+    Failed,
+    RequestSink,
+    Tokens,
+)
+from harness.builtin_server.metrics import CONTENT_TYPE, render
+from harness.builtin_server.protocol import ApiError, CompletionParams
+from harness.builtin_server.text import Detokenizer, TextCodec
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection (never sent)

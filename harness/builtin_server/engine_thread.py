@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from engines.engine import CapacityError, Engine, StepOutput
 from engines.errors import BadInput
 from engines.request import CompletionRequest
-from harness.serve.metrics import MetricsSnapshot
-from harness.serve.step_log import StepEntry, StepLog
+from harness.builtin_server.metrics import MetricsSnapshot
+from harness.builtin_server.step_log import StepEntry, StepLog
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 
-from harness.checks import require_int, require_number
-from harness.config import CONF_DIR, ServeConfig
-from harness.errors import BadInput
-from harness.serve.app import ServedModel, build_app
-from harness.serve.engine_thread import EngineThread
-from harness.serve.step_log import StepLog
-from harness.serve.text import load_codec
+from harness.builtin_server.app import ServedModel, build_app
+from harness.builtin_server.engine_thread import EngineThread
+from harness.builtin_server.step_log import StepLog
+from harness.builtin_server.text import load_codec
+from harness.config.checks import require_int, require_number
+from harness.config.errors import BadInput
+from harness.config.schema import CONF_DIR, ServeConfig
 
 GROUPS = ("engine", "model")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -45,8 +45,8 @@ def compose_config(argv: list[str]) -> ServeConfig:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.checks import check_known_keys
-    from harness.preflight import options
+    from harness.config.checks import check_known_keys
+    from harness.config.preflight import options
 
     for arg in argv:
         key, sep, value = arg.partition("=")

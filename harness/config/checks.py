@@ -4,7 +4,7 @@
 the run (finite, in a sane range), names that become paths, the bounds and the memory the
 workload and the KV pool would need. `check_requests` then checks what only the generated
 workload knows (none at all, a schedule longer than a day) before the engine starts. Each problem
-raises `harness.errors.BadInput` with one line naming the field.
+raises `harness.config.errors.BadInput` with one line naming the field.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 
-from harness.errors import BadInput
+from harness.config.errors import BadInput
 
 DECODES = ("greedy", "scripted")
 MAX_SEED = 2**63  # seeds become 64-bit stream keys and torch generator seeds
@@ -27,8 +27,8 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # names that may become file 
 def check_run_config(cfg) -> None:
     """Raise BadInput naming the first field of a RunConfig that no run accepts."""
     from engines.build import EXECUTORS
-    from harness.footprint import check_footprint
-    from harness.metrics import check_metrics
+    from harness.config.footprint import check_footprint
+    from harness.metrics.slo import check_metrics
     from workloads.base import WorkloadParams
 
     if not isinstance(cfg.workload, WorkloadParams):  # a workload file without its family schema

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from harness.errors import BadInput
+from harness.config.errors import BadInput
 
 BYTES_PER_PROMPT_TOKEN = 64  # measured ~12 for the requests; engine sequences and bounds add more
 BOOKKEEPING_BYTES_PER_BLOCK = 200

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.config import CONF_DIR, RunConfig, to_schema
-from harness.errors import BAD_INPUT, config_errors, describe
-from harness.identity import holds_results
+from harness.config.errors import BAD_INPUT, config_errors, describe
+from harness.config.schema import CONF_DIR, RunConfig, to_schema
+from harness.results.identity import holds_results
 
 GROUPS = ("workload", "engine", "model", "hardware", "server", "suite")
 SWEEP_FLAGS = ("-m", "--multirun")
@@ -242,7 +242,7 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
     """Compose like Hydra would; with `check`, also apply check_run_config."""
     from hydra import compose, initialize_config_dir
 
-    from harness.checks import check_executor_hardware, check_known_keys, check_run_config
+    from harness.config.checks import check_executor_hardware, check_known_keys, check_run_config
 
     try:
         with initialize_config_dir(

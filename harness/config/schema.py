@@ -19,19 +19,19 @@ from omegaconf import MISSING, OmegaConf
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from engines.model.presets import PRESETS
-from harness.identity import register_resolver
-from harness.server.config import ServerConfig
+from harness.live_server.config import ServerConfig
+from harness.results.identity import register_resolver
 
 
 def _conf_dir() -> Path:
     """The Hydra config tree. A wheel ships the top-level `conf/` as `harness/conf` (setup.py's
     package_dir mapping: one source, no copy); a checkout or an editable install reads `conf/`
     at the repository's top. The packaged copy is looked for first, since only a wheel has it."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "conf", here.parent / "conf"):
+    harness_dir = Path(__file__).resolve().parents[1]
+    for candidate in (harness_dir / "conf", harness_dir.parent / "conf"):
         if (candidate / "config.yaml").is_file():
             return candidate
-    raise FileNotFoundError(f"no conf/config.yaml beside or above {here}")
+    raise FileNotFoundError(f"no conf/config.yaml beside or above {harness_dir}")
 
 
 CONF_DIR = _conf_dir()
@@ -108,7 +108,7 @@ class RunConfig:
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     hardware: Any = None  # cost model of the simulated executor
-    server: Any = None  # a live server as the target (harness/server/config.py ServerConfig)
+    server: Any = None  # a live server as the target (harness/live_server/config.py ServerConfig)
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy
     executor: str = "real"  # real | simulated
@@ -121,7 +121,7 @@ class RunConfig:
 
 @dataclass
 class ServeConfig:
-    """`python -m harness.serve` (conf/serve.yaml): one engine behind the OpenAI API (harness/serve).
+    """`python -m harness.builtin_server` (conf/serve.yaml): one engine behind the OpenAI API (harness/builtin_server).
 
     The engine and model groups are the harness's, so every engine knob works. Decoding is greedy.
     served_model_name: the name clients send as `model` (None: the model preset's name).

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from harness.errors import BadInput
+from harness.config.errors import BadInput
 
 
 @dataclass
 class ServerConfig:
-    flavour: str = "vllm"  # vllm | sglang | openai (harness/server/flavours.py)
+    flavour: str = "vllm"  # vllm | sglang | openai (harness/live_server/flavours.py)
     url: str = "http://127.0.0.1:8000"
     model: str | None = None  # served model name; None: the first of GET /v1/models
     # The workload's tokenizer, which must be the server's: the built-in smollm2-135m, or the
@@ -34,7 +34,7 @@ class ServerConfig:
     twin: bool = True  # replay the run through the built-in caches afterwards
 
     def validate(self) -> None:
-        from harness.server.flavours import FLAVOURS
+        from harness.live_server.flavours import FLAVOURS
 
         FLAVOURS.get(self.flavour)
         parsed = urlparse(self.url)

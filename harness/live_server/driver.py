@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.client.releases import ReleaseQueue
-from harness.server.flavours import Flavour
-from harness.server.http_client import FAILED, Reply, ServerClient
+from harness.live_server.flavours import Flavour
+from harness.live_server.http_client import FAILED, Reply, ServerClient
 from workloads.request import Request
 
 SCRIPTED, RETURNED, RETOKENIZED, UNMATCHED, SKIPPED = (

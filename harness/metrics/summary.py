@@ -2,7 +2,7 @@
 
 `RunSummary` holds what `harness.metrics.summarize` computes from a measured window's request
 table (counts, throughputs, latency statistics, prefix-cache figures) plus `facts`: what the
-pipeline knows beside the table (status, engine counters, bounds, warm-up; harness/pipeline.py
+pipeline knows beside the table (status, engine counters, bounds, warm-up; harness/run/pipeline.py
 `RunFacts`). `as_dict()` is the flat JSON object every result file and reader uses, in the same
 field order as before the record existed, so result files stay compatible.
 """

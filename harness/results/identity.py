@@ -24,8 +24,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.errors import BadInput
-from harness.safe_write import SafeRoot
+from harness.config.errors import BadInput
+from harness.results.safe_write import SafeRoot
 
 # Resolved-config keys that do not change what is measured: the seed varies within a group, the
 # others say where and how results are kept.

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # The device a simulated run records: it loads no model (execute.py and the claims write it).
 VIRTUAL_DEVICE = "virtual"
 PACKAGES = ("torch", "triton", "numpy", "pandas", "pyarrow", "hydra-core", "prefixbench")

@@ -11,14 +11,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.errors import BadInput
+from harness.config.errors import BadInput
 
 MARKER = ".made-by-prefixbench"
 
 
 def check_out_dir(flag: str, path: Path) -> None:
     """BadInput unless `path` can be (or already is) a writable directory."""
-    from harness.preflight import unusable_dir
+    from harness.config.preflight import unusable_dir
 
     problem = unusable_dir(str(path))
     if problem:
@@ -42,8 +42,8 @@ def replace_owned(folder: Path, owner: str) -> None:
 
 def out_and_overrides_problem(out: Path, overrides: list[str]) -> str | None:
     """One line for an unusable `--out` folder or bad Hydra overrides (the run's preflight)."""
-    from harness.errors import BAD_INPUT
-    from harness.preflight import preflight
+    from harness.config.errors import BAD_INPUT
+    from harness.config.preflight import preflight
 
     try:
         check_out_dir("--out", out)

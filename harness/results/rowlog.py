@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.metrics import COLUMNS, json_safe
-from harness.safe_write import SafeRoot
+from harness.metrics.table import COLUMNS
+from harness.results.json_safe import json_safe
+from harness.results.safe_write import SafeRoot
 
 
 class RowLog:
-    """Appends rows to an already claimed file (harness.identity.claim_run_dir creates it)."""
+    """Appends rows to an already claimed file (harness.results.identity.claim_run_dir creates it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -56,7 +57,7 @@ def count_rows(path: Path) -> int:
 
 
 def rows_table(path: Path) -> pd.DataFrame:
-    """The rows file as a request table (the dtypes of harness.metrics.COLUMNS), arrival order."""
+    """The rows file as a request table (the dtypes of harness.metrics.table.COLUMNS), arrival order."""
     df = pd.DataFrame(read_rows(path), columns=list(COLUMNS)).astype(COLUMNS)
     return df.sort_values(
         ["arrival_s", "request_index", "sample_index"], kind="stable"

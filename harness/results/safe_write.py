@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from harness.errors import BadInput
+from harness.config.errors import BadInput
 
 FILE_MODE = 0o644
 

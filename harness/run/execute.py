@@ -4,7 +4,7 @@ Exit codes: 0 ok; 2 bad input (one `error: ` line on stderr, no traceback); 1 a 
 check, a crash: its traceback is printed and its finished rows are kept); 130 SIGINT/SIGTERM, with
 the rows finished so far kept and status `interrupted`, whenever it arrives. The run directory,
 once claimed, always ends with a summary.json whose status says which; a directory holding
-another run's results is never written (harness.identity.claim_run_dir).
+another run's results is never written (harness.results.identity.claim_run_dir).
 """
 
 from __future__ import annotations
@@ -19,12 +19,19 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.config import RunConfig
-from harness.errors import BAD_INPUT, config_errors, describe
-from harness.pipeline import RunInterrupted, run, start, typed, with_values_checked, write_manifest
-from harness.results import RunDir
-from harness.rowlog import RowLog, rows_table
-from harness.safe_write import disk_fault
+from harness.config.errors import BAD_INPUT, config_errors, describe
+from harness.config.schema import RunConfig
+from harness.results.rowlog import RowLog, rows_table
+from harness.results.run_dir import RunDir
+from harness.results.safe_write import disk_fault
+from harness.run.pipeline import (
+    RunInterrupted,
+    run,
+    start,
+    typed,
+    with_values_checked,
+    write_manifest,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 log = logging.getLogger("harness")
@@ -63,7 +70,7 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
 
 
 def _run_server(cfg: RunConfig, out: RunDir, rows: RowLog):
-    from harness.server.target import run_server  # aiohttp only where a server is the target
+    from harness.live_server.target import run_server  # aiohttp only where a server is the target
 
     return run_server(cfg, out, rows)
 

@@ -1,8 +1,8 @@
-"""`python -m harness.overhead`: where the 0%-hit overhead goes, measured robustly on a busy machine.
+"""`python -m harness.run.overhead`: where the 0%-hit overhead goes, measured robustly on a busy machine.
 
 The overhead suite measures the end-to-end on/off throughput ratio on the wall clock, which on a
 shared 2-core box carries other processes' load. This tool repeats the same measured window
-(unique workload, warm-up, flush, the measured run: harness/pipeline.py's prepare and
+(unique workload, warm-up, flush, the measured run: harness/run/pipeline.py's prepare and
 measure, with the same checks and step accounting as the CLI) in one process, on/off pairs per engine in ABBA
 order (on-off for even seeds, off-on for odd ones), and
 records both clocks: wall time and this process's CPU time (immune to other processes' load), plus
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.config import RunConfig
-from harness.owned_dir import out_and_overrides_problem
-from harness.pipeline import compose, measure, prepare
+from harness.config.schema import RunConfig
 from harness.report.stats import ratio_ci
+from harness.results.owned_dir import out_and_overrides_problem
+from harness.run.pipeline import compose, measure, prepare
 
 ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
 # Code areas for the profile, first match wins (paths relative to the repository).
@@ -155,7 +155,7 @@ def ratios(runs: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m harness.overhead", description=__doc__.splitlines()[0]
+        prog="python -m harness.run.overhead", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--repeats", type=int, default=5, help="interleaved seeds per arm (>= 2)")
     parser.add_argument("--out", type=Path, default=Path("results/overhead-profile"))

@@ -3,8 +3,8 @@
     compose ▸ start (claim the run dir, manifest) ▸ prepare (requests, engine, warm-up, flush)
         ▸ measure (the client layer drives the target) ▸ finish (leak check, tables, summary)
 
-The CLI (harness/execute.py), the claims (harness/claims/experiment.py) and the overhead tool
-(harness/overhead.py) all call these functions; only this module warms up, flushes and drives a
+The CLI (harness/run/execute.py), the claims (harness/claims/experiment.py) and the overhead tool
+(harness/run/overhead.py) all call these functions; only this module warms up, flushes and drives a
 measured run (a test enforces it). The cache-state protocol of benchmarking.md §4 is followed
 and recorded: warm-up on unrelated tokens, a flush that must succeed, then the measured window
 from an empty cache with the step and bookkeeping counters zeroed.
@@ -34,27 +34,21 @@ from engines.build import build_engine
 from engines.cache.records import CacheIntegrityError
 from engines.engine import Engine
 from engines.records import RequestRecord
-from harness.checks import check_known_keys, check_requests, check_run_config
 from harness.client.arrivals import resolve_mode, with_arrivals
 from harness.client.inprocess import completion_request, drive
 from harness.client.programs import runs_as_program
-from harness.config import CONF_DIR, RunConfig
-from harness.identity import claim_run_dir, fingerprint
-from harness.manifest import VIRTUAL_DEVICE, build_manifest
-from harness.metrics import (
-    RunContext,
-    format_summary,
-    itls_ms,
-    request_row,
-    request_table,
-    summarize,
-    summary_dict,
-    token_rows,
-)
-from harness.results import RunDir
-from harness.rowlog import RowLog
-from harness.safe_write import disk_fault
-from harness.tokenspace import token_space_for
+from harness.config.checks import check_known_keys, check_requests, check_run_config
+from harness.config.schema import CONF_DIR, RunConfig
+from harness.config.tokenspace import token_space_for
+from harness.metrics.format import format_summary
+from harness.metrics.summarize import summarize, summary_dict
+from harness.metrics.summary import RunContext
+from harness.metrics.table import itls_ms, request_row, request_table, token_rows
+from harness.results.identity import claim_run_dir, fingerprint
+from harness.results.manifest import VIRTUAL_DEVICE, build_manifest
+from harness.results.rowlog import RowLog
+from harness.results.run_dir import RunDir
+from harness.results.safe_write import disk_fault
 from workloads.base import TokenSpace, generate_with_notes
 from workloads.bounds import run_bounds
 from workloads.progress import progress
