@@ -130,7 +130,7 @@ def time_decode(
     cache: str, page: int, batch: int, context: int, steps: int, seed: int
 ) -> dict[str, Any]:
     # Set-up (engine, prefill, the first decode step) untimed, with the collector paused and
-    # what it made frozen afterwards, as the harness runs (harness/pipeline.py collector_paused).
+    # what it made frozen afterwards, as the harness runs (harness/run/pipeline.py collector_paused).
     gc.collect()
     gc.disable()
     engine = host_engine(cache, page, batch, context, steps)
