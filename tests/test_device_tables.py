@@ -17,10 +17,10 @@ import torch
 
 from engines.attention.metadata import AttentionMetadata
 from engines.batch import run_batch
-from engines.cuda_graphs import bucket_for, capture_sizes, pad_decode, padding_step
+from engines.cuda_graphs import bucket_for, capture_sizes, padding_step
 from engines.real_executor import RealExecutor
 from engines.sequence import Sequence
-from engines.step_inputs import StepArrays, step_arrays
+from engines.step_inputs import StepArrays, pad_decode, step_arrays
 from tests.engine_util import by_id, make_engine, shared_prompt_requests
 
 # (cache, block size, scheduler): the upstream pairings at both pages, and the swapped ones.
@@ -213,7 +213,7 @@ def test_logits_only_for_rows_that_need_them(scripted):
         rows.append(len(index))
         return logits_at(hidden, index)
 
-    executor.model.logits_at = counting  # type: ignore[method-assign]
+    executor.model.logits_at = counting
     reqs = shared_prompt_requests(groups=2, per_group=3, output_len=5, scripted=scripted)
     run_batch(engine, reqs)
     num_tokens = sum(r.max_new_tokens for r in reqs)
@@ -221,36 +221,45 @@ def test_logits_only_for_rows_that_need_them(scripted):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("cache", "block_size"), [("apc", 16), ("radix", 1)])
-def test_cuda_graphs_replay_with_tables_equal_to_the_cache(cache, block_size):
+@pytest.mark.parametrize(("cache", "block_size", "scheduler"), ARMS, ids=ARM_IDS)
+def test_cuda_device_table_equals_cache_tables_and_graphs_replay(cache, block_size, scheduler):
+    """On CUDA with triton: the same table check through eviction, preemption and chunked
+    prefill, eagerly and with decode graphs, and both give the same greedy tokens."""
     reqs = _requests()
-    kw: dict[str, Any] = dict(block_size=block_size, backend="triton", device="cuda")
-    eager = by_id(run_batch(_cuda_engine(cache, cuda_graphs=False, **kw), reqs))
-    engine = _cuda_engine(cache, cuda_graphs=True, **kw)
-    checks = _watch_tables(engine.executor)
-    graphed = by_id(run_batch(engine, reqs))
-    graphs = engine.executor.graphs
-    assert graphs is not None and graphs.captured_sizes() == graphs.sizes
-    assert graphs.num_replays > 0 and checks
-    assert {k: r.output_ids for k, r in graphed.items()} == {
-        k: r.output_ids for k, r in eager.items()
-    }
+    outputs = []
+    for graphs in (False, True):
+        engine = _cuda_engine(cache, block_size, scheduler, cuda_graphs=graphs)
+        checks = _watch_tables(engine.executor)
+        records = run_batch(engine, reqs)
+        assert len(checks) == engine.loop.num_steps
+        assert sum(r.num_preemptions for r in records) > 0
+        outputs.append({r.request_id: r.output_ids for r in records})
+        if graphs:
+            runner = engine.executor.graphs
+            assert runner is not None and runner.captured_sizes() == runner.sizes
+            assert runner.num_replays > 0
+    assert outputs[0] == outputs[1]
 
 
-def _cuda_engine(cache: str, device: str, **overrides: Any):
+def _cuda_engine(cache: str, block_size: int, scheduler: str | None, **overrides: Any):
     from engines.build import build_engine
     from engines.config import EngineConfig
     from tests.engine_util import tiny_model
 
     fields: dict[str, Any] = dict(
         cache=cache,
-        kv_capacity_tokens=128,
+        block_size=block_size,
+        scheduler=scheduler,
+        kv_capacity_tokens=192,
         max_num_batched_tokens=32,
         max_num_seqs=16,
+        backend="triton",
         debug_checks=True,
     )
+    if (scheduler or {"apc": "vllm", "radix": "sglang"}[cache]) == "sglang":
+        fields["schedule_conservativeness"] = 0.05
     fields.update(overrides)
-    return build_engine(EngineConfig(**fields), tiny_model(), executor="real", device=device)
+    return build_engine(EngineConfig(**fields), tiny_model(), executor="real", device="cuda")
 
 
 # ------------------------------------------------------------------ weights' init device, manifest
