@@ -180,15 +180,20 @@ def time_decode(
 
 
 def run_steps(args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = []
-    for context in args.contexts:
-        for batch in args.batches:
-            for cache in ("apc", "radix"):
-                for page in PAGES[cache]:
-                    row = time_decode(cache, page, batch, context, args.steps, args.seed)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
-    return rows
+    """The grid `--repeats` times over; per point the repeat with the least host time (other
+    load on a shared machine only ever adds time, even to CPU time: caches, memory bandwidth)."""
+    best: dict[tuple[str, int, int, int], dict[str, Any]] = {}
+    for _ in range(args.repeats):
+        for context in args.contexts:
+            for batch in args.batches:
+                for cache in ("apc", "radix"):
+                    for page in PAGES[cache]:
+                        row = time_decode(cache, page, batch, context, args.steps, args.seed)
+                        print(json.dumps(row), flush=True)
+                        key = (cache, page, batch, context)
+                        if key not in best or row["step_ms"] < best[key]["step_ms"]:
+                            best[key] = row
+    return list(best.values())
 
 
 def steps_table(rows: list[dict[str, Any]]) -> str:
@@ -285,7 +290,10 @@ def e2e_table(rows: list[dict[str, Any]]) -> str:
     for tree in sorted({r["tree"] for r in rows}, reverse=True):
         for cache in ("apc", "radix"):
             p16, p1 = pick(tree, cache, 16), pick(tree, cache, 1)
-            ratios = [b["mean_tpot_ms"] / a["mean_tpot_ms"] for a, b in zip(p16, p1)]
+            by_round = {r["round"]: r["mean_tpot_ms"] for r in p16}
+            ratios = [
+                r["mean_tpot_ms"] / by_round[r["round"]] for r in p1 if r["round"] in by_round
+            ]
             t16 = statistics.median(r["mean_tpot_ms"] for r in p16)
             t1 = statistics.median(r["mean_tpot_ms"] for r in p1)
             d16 = statistics.median(r["duration_s"] for r in p16)
@@ -303,6 +311,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 128, 256])
     parser.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 8192])
     parser.add_argument("--steps", type=int, default=12, help="decode steps per point (2 untimed)")
+    parser.add_argument("--repeats", type=int, default=1, help="steps: grid repeats (min kept)")
     parser.add_argument("--rounds", type=int, default=3, help="e2e: rounds of the four arms")
     parser.add_argument("--root", help="e2e: the checkout to run (default: this one)")
     parser.add_argument("--baseline", help="e2e: a second checkout, run side by side")
