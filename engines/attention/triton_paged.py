@@ -1,9 +1,10 @@
-"""Triton paged attention: a store-KV kernel and one attention kernel for extend and decode.
+"""Triton paged attention: a store-KV kernel and the unified attention kernel (any query lengths).
 
 One program per (sequence, q-tile, KV head[, KV segment]) packs the qpk = Hq/Hkv query heads that
 share a KV head into its rows (vLLM unified attention, docs/apc.md §14.5), gathers K/V through the
 block table for any block size (1 included) and runs an online softmax in fp32. Decode batches too
-small to fill the GPU split the keys into segments, merged by a reduce kernel. Runs on CPU tensors
+small to fill the GPU split the keys into segments, merged by a reduce kernel. Pure decode batches
+go to triton_decode.py instead (the backend, TritonPagedBackend, lives there). Runs on CPU tensors
 under TRITON_INTERPRET=1 (read at import, like `triton.jit`); importing without triton is fine.
 """
 
@@ -379,23 +380,3 @@ def paged_attention_triton(
             SEGMENTS_P=_next_pow2(cfg.num_segments),
         )
     return out
-
-
-class TritonPagedBackend:
-    """`backend=triton`: store kernel, then the paged attention kernel (CUDA, or interpreted CPU)."""
-
-    name = "triton"
-
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:
-        # Write before read: the kernel reads new tokens from the cache, never from k/v.
-        store_kv_triton(k, v, k_cache, v_cache, meta.slot_mapping)
-        return paged_attention_triton(q, k_cache, v_cache, meta, scale)
