@@ -302,10 +302,12 @@ def paged_attention_triton(
     meta: AttentionMetadata,
     scale: float,
     num_segments: int | None = None,
+    config: LaunchConfig | None = None,
 ) -> torch.Tensor:
     """q `[T, Hq, D]` against K/V already in the paged cache (new tokens included) -> `[T, Hq, D]`.
 
-    `num_segments` forces the split-KV path (tests); None picks it from the batch shape.
+    `num_segments` forces the split-KV path (tests); None picks it from the batch shape. `config`
+    replaces the whole launch (the benchmark's sweep).
     """
     _check_device(q)
     num_tokens, num_heads, head_dim = q.shape
@@ -317,7 +319,7 @@ def paged_attention_triton(
     out = torch.empty_like(q)
     if num_tokens == 0:
         return out
-    cfg = launch_config(q, num_kv_heads, meta, num_segments)
+    cfg = config or launch_config(q, num_kv_heads, meta, num_segments)
     head_dim_p = max(16, _next_pow2(head_dim))  # tl.dot needs K >= 16
     parts = (num_tokens, num_heads, cfg.num_segments)
     f32, dev = torch.float32, q.device
