@@ -11,7 +11,7 @@ import pytest
 from engines.cache.radix.eviction import make_eviction_policy
 from engines.cache.radix.key import RadixKey as K
 from engines.cache.radix.recency import LogicalClock
-from engines.cache.radix.tree import UnifiedRadixTree
+from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
 from tests.radix_support import RecordingAllocator
 
 
@@ -33,27 +33,29 @@ def run(fast: bool, page_size: int, policy: str, seed: int) -> tuple[list[tuple]
     rng = random.Random(seed)
     shared = [rng.randrange(50) for _ in range(8 * page_size)]
     seqs = [shared + [rng.randrange(50) for _ in range(40 * page_size)] for _ in range(3)]
-    locks = [None, None, None]
+    locks: list[TreeLock | None] = [None, None, None]
     inserted = [0, 0, 0]
     for step in range(2, 48):
         for r, ids in enumerate(seqs):
             n = step * page_size
-            anchor = locks[r].node if (fast and locks[r] is not None) else None
+            held = locks[r]
+            anchor = held.node if (fast and held is not None) else None
             priority = 1 if step > 30 and r == 1 else 0
             res = tree.insert(K(ids[:n]), None, priority, inserted[r], 0, anchor=anchor)
             inserted[r] = max(inserted[r], n)
             last = res.last_device_node
-            if locks[r] is None:
+            if held is None:
                 locks[r] = tree.lock(last)
             elif fast:
-                locks[r] = tree.relock(locks[r], last)
+                locks[r] = tree.relock(held, last)
             else:
-                tree.unlock(locks[r])
+                tree.unlock(held)
                 locks[r] = tree.lock(last)
         if step == 20:  # another request splits edges on the locked paths
             tree.insert(K(shared[: 3 * page_size] + [99] * page_size))
     state = snapshot(tree)
     for lock in locks:
+        assert lock is not None
         tree.unlock(lock)
     order = []
     while (leaf := tree.leaves.pop_min()) is not None:
