@@ -7,6 +7,9 @@ tokens for decode). The keys are cut into splits sized from occupancy (enough pr
 waves over the SMs, at least MIN_KEYS_PER_SPLIT keys each); partial (max, sum, acc) rows are merged
 by triton_paged's reduce kernel. Key j is read at block_table[s, j // B], offset j % B: a gather of
 one head_dim row per key whatever B is, so page 1 and page 16 read the same bytes the same way.
+The split count is a host choice (batch size, longest sequence); each program derives its key
+range from the device's seq_lens, so results never depend on it and a CUDA graph captured with
+one split count stays exact for any lengths.
 """
 
 from __future__ import annotations
