@@ -89,8 +89,10 @@ def row_specs() -> list[RowSpec]:
 def model_init_override() -> list[str]:
     """`model.init_device=target` where this checkout has it (random weights drawn on the GPU in a
     second instead of minutes on its CPU); nothing otherwise."""
-    config = (ROOT / "engines" / "model" / "config.py").read_text()
-    return ["model.init_device=target"] if "init_device" in config else []
+    sys.path.insert(0, str(ROOT))
+    from engines.model.config import ModelConfig
+
+    return ["model.init_device=target"] if "init_device" in ModelConfig.__dataclass_fields__ else []
 
 
 def overrides(spec: RowSpec, executor: str, args: argparse.Namespace) -> list[str]:
