@@ -135,12 +135,12 @@ stage_bench() {
 
 stage_e2e() {
     local left extra=()
-    left=$((TOTAL_S - ($(date +%s) - START) - 60))
+    left=$((TOTAL_S - ($(date +%s) - START) - 90))
     [ "$left" -lt 60 ] && left=60
     [ "$DRY" = 1 ] && extra+=(--dry-run)
     [ -n "${GPU_CHECK_E2E_LIMIT:-}" ] && extra+=(--limit "$GPU_CHECK_E2E_LIMIT")
     echo "budget: real runs start within ${left} s"
-    $PY scripts/gpu_table.py --out "$OUT/e2e" --budget-s "$left" --run-timeout-s 150 "${extra[@]}"
+    $PY scripts/gpu_table.py --out "$OUT/e2e" --budget-s "$left" --run-timeout-s 120 "${extra[@]}"
 }
 
 # ---------------------------------------------------------------------------------------------
