@@ -289,7 +289,7 @@ def test_init_device_is_checked():
 @pytest.mark.parametrize("init", ["cpu", "target"])
 def test_manifest_records_init_device_and_cuda_graphs(init):
     from harness.results.manifest import build_manifest
-    from harness.run.pipeline import compose, identity
+    from harness.run.compose import compose, identity
 
     composed = compose(["model=tiny", "executor=real", "device=cpu", f"model.init_device={init}"])
     manifest = build_manifest(composed.resolved, composed.cfg.seed, identity(composed))
