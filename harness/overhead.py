@@ -22,16 +22,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from engines.cache import designs
 from harness.config import RunConfig
 from harness.owned_dir import out_and_overrides_problem
 from harness.pipeline import compose, measure, prepare
 from harness.report.stats import ratio_ci
 
-ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
+# every cache design (its preset), caching on and off
+ARMS = tuple((d.name, on) for d in designs() for on in (True, False))
 # Code areas for the profile, first match wins (paths relative to the repository).
 AREAS = (
-    ("cache/apc", "engines/cache/apc/"),
-    ("cache/radix", "engines/cache/radix/"),
+    *((f"cache/{d.name}", d.source) for d in designs()),  # each design's own package
     ("cache/common", "engines/cache/"),  # protocol.py, records.py
     ("scheduler", "engines/sched/"),
     ("step loop", "engines/loop.py"),
