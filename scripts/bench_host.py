@@ -35,6 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engines.cache import designs  # noqa: E402
 from engines.config import EngineConfig  # noqa: E402
 from engines.engine import Engine  # noqa: E402
 from engines.frontend import FRONTENDS  # noqa: E402
@@ -47,7 +48,8 @@ from engines.request import GenerationRequest  # noqa: E402
 from engines.sched.base import StepBudget, build_scheduler  # noqa: E402
 from engines.step_inputs import StepArrays, StepTensors, attention_metadata  # noqa: E402
 
-PAGES = {"apc": (16, 1), "radix": (1, 16)}  # the upstream page first
+# every registered design at its upstream page first, then the other of 1 and 16
+PAGES = {d.name: (d.block_size, 16 if d.block_size == 1 else 1) for d in designs()}
 
 
 class HostOnlyExecutor(RealExecutor):
@@ -186,8 +188,8 @@ def run_steps(args: argparse.Namespace) -> list[dict[str, Any]]:
     for _ in range(args.repeats):
         for context in args.contexts:
             for batch in args.batches:
-                for cache in ("apc", "radix"):
-                    for page in PAGES[cache]:
+                for cache, pages in PAGES.items():
+                    for page in pages:
                         row = time_decode(cache, page, batch, context, args.steps, args.seed)
                         print(json.dumps(row), flush=True)
                         key = (cache, page, batch, context)
@@ -199,18 +201,16 @@ def run_steps(args: argparse.Namespace) -> list[dict[str, Any]]:
 def steps_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: ms per decode step by (batch, context), page 1 / page 16 per cache."""
     key = {(r["cache"], r["page"], r["batch"], r["context"]): r for r in rows}
-    lines = [
-        "| batch | context | apc p16 | apc p1 | apc p1/p16 | radix p1 | radix p16 | radix p1/p16 |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    head = ["batch", "context"]
+    for cache, pages in PAGES.items():
+        head += [f"{cache} p{page}" for page in pages] + [f"{cache} p1/p16"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for batch, context in sorted({(r["batch"], r["context"]) for r in rows}):
-        a16, a1 = key[("apc", 16, batch, context)], key[("apc", 1, batch, context)]
-        r1, r16 = key[("radix", 1, batch, context)], key[("radix", 16, batch, context)]
-        lines.append(
-            f"| {batch} | {context} | {a16['step_ms']:.3f} | {a1['step_ms']:.3f} | "
-            f"{a1['step_ms'] / a16['step_ms']:.2f} | {r1['step_ms']:.3f} | {r16['step_ms']:.3f} | "
-            f"{r1['step_ms'] / r16['step_ms']:.2f} |"
-        )
+        cells = [str(batch), str(context)]
+        for cache, pages in PAGES.items():
+            ms = {page: key[(cache, page, batch, context)]["step_ms"] for page in pages}
+            cells += [f"{ms[page]:.3f}" for page in pages] + [f"{ms[1] / ms[16]:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -265,7 +265,7 @@ def run_e2e(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_host_") as tmp:
         for round_index in range(args.rounds):
-            arms = [(t, c, p) for t in trees for c in ("apc", "radix") for p in PAGES[c]]
+            arms = [(t, c, p) for t in trees for c, pages in PAGES.items() for p in pages]
             if round_index % 2:
                 arms.reverse()
             for (tree, root), cache, page in arms:
@@ -288,7 +288,7 @@ def e2e_table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for tree in sorted({r["tree"] for r in rows}, reverse=True):
-        for cache in ("apc", "radix"):
+        for cache in PAGES:
             p16, p1 = pick(tree, cache, 16), pick(tree, cache, 1)
             by_round = {r["round"]: r["mean_tpot_ms"] for r in p16}
             ratios = [

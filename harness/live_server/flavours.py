@@ -25,7 +25,6 @@ class Flavour:
     # Fields added to every /v1/completions body beyond model/prompt/max_tokens/n/stream.
     extra_body: dict[str, object] = field(default_factory=dict)
     fixed_length_fields: tuple[str, ...] = ()  # set to max_tokens: the reply's exact length
-    twin_engine: str = "apc"  # the built-in cache whose design this server ships
 
 
 FLAVOURS: Registry[Flavour] = Registry("server.flavour")
@@ -41,7 +40,6 @@ FLAVOURS.add(
         cache_config_metric="vllm:cache_config_info",
         extra_body={"ignore_eos": True, "return_token_ids": True},
         fixed_length_fields=("min_tokens",),
-        twin_engine="apc",
     ),
 )
 FLAVOURS.add(
@@ -54,7 +52,6 @@ FLAVOURS.add(
         query_counters=("sglang:prompt_tokens_total",),
         extra_body={"ignore_eos": True, "return_token_ids": True},
         fixed_length_fields=("min_tokens",),
-        twin_engine="radix",
     ),
 )
 FLAVOURS.add("openai", Flavour(name="openai", reset_path=None, version_path=None))

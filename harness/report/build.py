@@ -28,7 +28,7 @@ from typing import IO
 import pandas as pd
 
 from harness.config.errors import BAD_INPUT
-from harness.report.decomposition import decomposition_table
+from harness.report.decomposition import CACHE_A, CACHE_B, decomposition_table
 from harness.report.plots import Inputs, Skip
 from harness.report.registry import FIGURES
 from harness.report.tables import (
@@ -213,7 +213,8 @@ def describe(report: Report) -> str:
     ].iterrows():
         why = "no arm differs" if row["driver"] == "none" else f"driven by the {row['driver']}"
         lines.append(
-            f"{row['workload']}: apc vs radix hit rate differ by {row['shipped_difference']:+.3f}, {why}"
+            f"{row['workload']}: {CACHE_A} vs {CACHE_B} hit rate differ by "
+            f"{row['shipped_difference']:+.3f}, {why}"
         )
     return "\n".join(lines)
 

@@ -10,7 +10,6 @@ locking takes matched blocks out of the free queue, unlocking frees them back, t
 from __future__ import annotations
 
 from collections import Counter
-from typing import cast
 
 from engines.cache.addressing import TableJournal
 from engines.cache.apc.block import KVCacheBlock
@@ -20,23 +19,20 @@ from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder
 from engines.cache.records import (
     Allocation,
     CacheIntegrityError,
-    CacheLock,
     CacheStats,
     CacheUsage,
-    MatchHandle,
     PrefixMatch,
 )
 from engines.sequence import Sequence
 
+# APC's handle types: a match carries its hit blocks (the lookup's list), a lock the blocks it
+# took a reference on.
+ApcHandle = list[KVCacheBlock]
+ApcLock = tuple[KVCacheBlock, ...]
+ApcAllocation = Allocation[ApcHandle, ApcLock]
 
-def _blocks(
-    handle: MatchHandle | CacheLock | None,
-) -> list[KVCacheBlock] | tuple[KVCacheBlock, ...]:
-    """The hit blocks a `PrefixMatch` of this cache carries, or the blocks a lock holds."""
-    return cast("list[KVCacheBlock] | tuple[KVCacheBlock, ...]", handle or ())
 
-
-class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
+class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder):
     """vLLM's APC behind the cache protocols; no `RecencyRefresh`: vLLM has no recency outside
     the free queue."""
 
@@ -80,17 +76,17 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
     def capacity_tokens(self) -> int:
         return (self.num_blocks - 1) * self.block_size
 
-    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
+    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch[ApcHandle]:
         hits = self.manager.lookup(seq, capped=capped)
-        return PrefixMatch(len(hits) * self.block_size, MatchHandle(hits))
+        return PrefixMatch(len(hits) * self.block_size, hits)
 
-    def lock(self, match: PrefixMatch) -> CacheLock:
-        hits = tuple(_blocks(match.handle))
+    def lock(self, match: PrefixMatch[ApcHandle]) -> ApcLock:
+        hits = tuple(match.handle)
         self.pool.touch(hits)
-        return CacheLock(hits)
+        return hits
 
-    def unlock(self, lock: CacheLock) -> None:
-        self.pool.free_blocks(reversed(_blocks(lock)))  # tail first, as vLLM frees a table
+    def unlock(self, lock: ApcLock) -> None:
+        self.pool.free_blocks(reversed(lock))  # tail first, as vLLM frees a table
 
     def free_tokens(self) -> int:
         return self.pool.get_num_free_blocks() * self.block_size
@@ -102,7 +98,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
         """Nothing: allocation evicts cached blocks from the free queue's head as it takes them."""
 
     def allocate(
-        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+        self, items: list[ApcAllocation], *, decode: bool = False, budgeted: bool = False
     ) -> bool:
         """`allocate_slots` per item: it checks the fit itself, so `decode` and `budgeted` change
         nothing here."""
@@ -115,8 +111,8 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
                 return False
         return True
 
-    def _allocate_one(self, item: Allocation) -> bool:
-        hits = list(_blocks(item.adopt.handle)) if item.adopt is not None else []
+    def _allocate_one(self, item: ApcAllocation) -> bool:
+        hits = list(item.adopt.handle) if item.adopt is not None else []
         num_held = len(self.manager.get_blocks(item.seq))
         blocks = self.manager.allocate_slots(
             item.seq,
@@ -140,7 +136,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
         return self.manager.decode_run_blocks(seqs, num_steps) * self.block_size
 
     def allocate_decode_run(
-        self, items: list[Allocation], num_steps: int, matchable_lag: int
+        self, items: list[ApcAllocation], num_steps: int, matchable_lag: int
     ) -> None:
         """The run's `allocate_slots` calls replayed as events (KVCacheManager.allocate_decode_run)."""
         seqs = [item.seq for item in items]
@@ -160,7 +156,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
             self.manager.cache_blocks(seq, num_tokens)
 
     def dfs_weight_order(
-        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch[ApcHandle]]
     ) -> list[Sequence]:
         def hit_keys(seq: Sequence) -> list[bytes]:
             return self.manager.block_keys(seq)[: matches[seq.seq_id].num_tokens // self.block_size]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -52,21 +52,17 @@ from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
 from engines.cache.records import (
     Allocation,
     CacheIntegrityError,
-    CacheLock,
     CacheStats,
     CacheUsage,
-    MatchHandle,
     PrefixMatch,
 )
 from engines.sequence import Sequence
 
-
-def _node(handle: MatchHandle | None) -> TreeNode:
-    """The last matched node a `PrefixMatch` of this cache carries."""
-    return cast(TreeNode, handle)
+# Radix's handle types: a match carries its last matched node, a lock is the tree's receipt.
+RadixAllocation = Allocation[TreeNode, TreeLock]
 
 
-class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
+class RadixCache(PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrder, RecencyRefresh):
     name = "radix"
     matchable_at_allocation = False
 
@@ -106,15 +102,15 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         return (self.num_blocks - 1) * self.block_size
 
     # --------------------------------------------------------------- protocol
-    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
+    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch[TreeNode]:
         result = match_request(self.tree, seq, capped)
-        return PrefixMatch(result.device_prefix_len, MatchHandle(result.last_device_node))
+        return PrefixMatch(result.device_prefix_len, result.last_device_node)
 
-    def lock(self, match: PrefixMatch) -> CacheLock:
-        return CacheLock(self.tree.lock(_node(match.handle)))
+    def lock(self, match: PrefixMatch[TreeNode]) -> TreeLock:
+        return self.tree.lock(match.handle)
 
-    def unlock(self, lock: CacheLock) -> None:
-        self.tree.unlock(cast(TreeLock, lock))
+    def unlock(self, lock: TreeLock) -> None:
+        self.tree.unlock(lock)
 
     def free_tokens(self) -> int:
         return self.allocator.available_size() + self.tree.evictable_size()
@@ -126,7 +122,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         evict_to_free_tokens(self, num_tokens)
 
     def allocate(
-        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+        self, items: list[RadixAllocation], *, decode: bool = False, budgeted: bool = False
     ) -> bool:
         """Decode: one slot (or page) per running request (`prepare_decode`). Otherwise a prefill
         batch (`prepare_extend`); new requests take a row and adopt their matched, locked prefix.
@@ -153,8 +149,8 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
             st = self.reqs.get(seq.seq_id)
             if st is None:
                 match = item.adopt if item.adopt is not None else self.match(seq, capped=True)
-                node = _node(match.handle)
-                lock = cast(TreeLock, item.lock) if item.lock is not None else self.tree.lock(node)
+                node = match.handle
+                lock = item.lock if item.lock is not None else self.tree.lock(node)
                 st = start_request(self, seq, match.num_tokens, node, lock)
                 batch.append((seq, st, match.num_tokens, item.num_new_tokens))
             else:
@@ -173,7 +169,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
             if st.kv_allocated_len > first * p:
                 self.table_journal.write(seq_id, first)
 
-    def _fits(self, item: Allocation) -> bool:
+    def _fits(self, item: RadixAllocation) -> bool:
         """Would one request's allocation fit after evicting every unlocked leaf? Its own matched
         prefix counts as locked (it is locked once admitted)."""
         st = self.reqs.get(item.seq.seq_id)
@@ -183,7 +179,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         need = -(-item.num_new_tokens // p) * p + (p if p > 1 else 0)
         if item.whole_sequence_must_fit:
             need = max(need, -(-(item.seq.num_tokens - held - adopted) // p) * p)
-        temp = self.tree.lock(_node(item.adopt.handle)) if item.adopt and adopted else None
+        temp = self.tree.lock(item.adopt.handle) if item.adopt and adopted else None
         try:
             return self.free_tokens() >= need
         finally:
@@ -195,7 +191,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         return decode_run_pages(self, states, num_steps) * self.page_size
 
     def allocate_decode_run(
-        self, items: list[Allocation], num_steps: int, matchable_lag: int
+        self, items: list[RadixAllocation], num_steps: int, matchable_lag: int
     ) -> None:
         """`prepare_decode` run `num_steps` times (decode allocates slots only: nothing becomes
         matchable before a commit, so the limits and the lag change nothing)."""
@@ -220,9 +216,9 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
             self.tree.touch_prefix(request_key(seq))
 
     def dfs_weight_order(
-        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch[TreeNode]]
     ) -> list[Sequence]:
-        found = {sid: SortPassMatch(m.num_tokens, _node(m.handle)) for sid, m in matches.items()}
+        found = {sid: SortPassMatch(m.num_tokens, m.handle) for sid, m in matches.items()}
         return dfs_weight_order(queue, found, set(), self.tree.root_node)
 
     def record_admission(
