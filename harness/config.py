@@ -19,6 +19,7 @@ from omegaconf import MISSING, OmegaConf
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from engines.model.presets import PRESETS
+from harness.fleet.config import FleetConfig
 from harness.identity import register_resolver
 from harness.server.config import ServerConfig
 
@@ -109,6 +110,7 @@ class RunConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     hardware: Any = None  # cost model of the simulated executor
     server: Any = None  # a live server as the target (harness/server/config.py ServerConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)  # N replicas behind a router
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy
     executor: str = "real"  # real | simulated

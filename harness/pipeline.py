@@ -39,6 +39,8 @@ from harness.client.arrivals import resolve_mode, with_arrivals
 from harness.client.inprocess import completion_request, drive
 from harness.client.programs import runs_as_program
 from harness.config import CONF_DIR, RunConfig
+from harness.fleet.facts import fleet_facts, with_replica
+from harness.fleet.fleet import Fleet, build_fleet
 from harness.identity import claim_run_dir, fingerprint
 from harness.manifest import VIRTUAL_DEVICE, build_manifest
 from harness.metrics import (
@@ -87,7 +89,7 @@ class Prepared:
     """A run ready to measure: its requests with arrival times, and a warmed-up, flushed engine."""
 
     workload_requests: list[Request]
-    engine: Engine
+    engine: Engine | Fleet
     warm: dict  # warm-up facts and the workload's notes, both for the summary
 
 
@@ -171,13 +173,26 @@ def prepare(cfg: RunConfig) -> Prepared:
     generated = generate_with_notes(cfg.workload, cfg.seed, space)
     workload_requests = with_arrivals(generated.requests, cfg.load, cfg.seed)
     check_requests(workload_requests, cfg.load)
-    engine = build_engine(
-        cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
-    )
+    engine = _build_target(cfg)
+    if isinstance(engine, Fleet):
+        engine.sessions = {r.request_id: r.session_id for r in workload_requests}
     _cap_torch_threads(cfg.threads)
     engine.check_fits([completion_request(r, scripted=False) for r in workload_requests])
     warm = {**warm_up_and_flush(engine, cfg, space), **generated.notes}
     return Prepared(workload_requests, engine, warm)
+
+
+def _build_target(cfg: RunConfig) -> Engine | Fleet:
+    """One engine, or with fleet.replicas > 1 a fleet of whole engines behind a router."""
+
+    def build_one() -> Engine:
+        return build_engine(
+            cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
+        )
+
+    if cfg.fleet.replicas == 1:
+        return build_one()
+    return build_fleet(cfg.fleet, build_one, virtual=cfg.executor == "simulated")
 
 
 def measure(
@@ -301,8 +316,12 @@ def finish(run: Finished) -> RunOutcome:
     workload_requests = run.prepared.workload_requests
     by_id = {r.request_id: r for r in workload_requests}
     table = request_table(records, by_id, _context(cfg, out.path))
+    if isinstance(engine, Fleet):
+        table = with_replica(table, engine.assignment)
     out.write_requests(table)
     extra = _extras(run, status, error, table)
+    if isinstance(engine, Fleet):
+        extra |= fleet_facts(table, cfg.fleet)
     summary = summary_dict(
         summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
     )
@@ -333,7 +352,7 @@ def interrupts_deferred() -> Iterator[None]:
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-def warm_up_and_flush(engine: Engine, cfg: RunConfig, space: TokenSpace) -> dict:
+def warm_up_and_flush(engine: Engine | Fleet, cfg: RunConfig, space: TokenSpace) -> dict:
     """Run unrelated requests, then flush; the flush must succeed (benchmarking.md §4). The
     step and bookkeeping counters start from zero for the measured window."""
     info: dict[str, object] = {"warmup_policy": "none", "warmup_requests": 0}
@@ -355,7 +374,7 @@ def warm_up_and_flush(engine: Engine, cfg: RunConfig, space: TokenSpace) -> dict
     return info
 
 
-def _idle_check(engine: Engine) -> tuple[str, str | None]:
+def _idle_check(engine: Engine | Fleet) -> tuple[str, str | None]:
     """After the run every hold must be released and the accounting must balance."""
     try:
         engine.cache.check_integrity()
@@ -435,7 +454,7 @@ def _extras(run: Finished, status: str, error: str | None, table: object) -> dic
     ).fields()
 
 
-def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:
+def _policy_profile(cfg: RunConfig, engine: Engine | Fleet) -> dict:
     """The chosen cache's and scheduler's knobs, with the values the scheduler resolved."""
     profile = cfg.engine.design_knobs()
     for name in ("reserve_full_prompt", "async_scheduling"):  # None: the free-order profile's
@@ -454,7 +473,8 @@ def _bounds(cfg: RunConfig, workload_requests: list[Request]) -> dict:
     )
     gs -= set(skipped)
     capped_g = g if cfg.bounds.capped and g in gs else None
-    capacity_blocks = cfg.engine.kv_capacity_tokens // g
+    # A fleet is compared with one cache of its whole capacity (docs/fleet.md §4).
+    capacity_blocks = cfg.engine.kv_capacity_tokens * cfg.fleet.replicas // g
     found = run_bounds(workload_requests, sorted(gs), capped_g, capacity_blocks)
     ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
     return {
