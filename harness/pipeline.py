@@ -321,7 +321,9 @@ def finish(run: Finished) -> RunOutcome:
     out.write_requests(table)
     extra = _extras(run, status, error, table)
     if isinstance(engine, Fleet):
-        extra |= fleet_facts(table, cfg.fleet)
+        block = getattr(cfg.workload, "block_size", None)  # a trace's own block (Mooncake: 512)
+        prompts = [r.prompt_ids for r in workload_requests for _ in range(r.n)]
+        extra |= fleet_facts(table, cfg.fleet, block, prompts)
     summary = summary_dict(
         summarize(table, itls_ms(records), duration_s, extra, metrics=cfg.metrics)
     )

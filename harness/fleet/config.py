@@ -27,8 +27,9 @@ class FleetConfig:
     max_tree_size: int = 67_108_864  # tokens per worker kept in the approximate tree
     # consistent_hash (vllm-router 0.1.17): virtual nodes per worker on the ring
     virtual_nodes: int = 160
-    # kv_aware: score = prefix_weight * cached fraction - load_weight * load share
-    prefix_weight: float = 1.0
+    # kv_aware: score = prefix_weight x cached fraction - load_weight x load share (the weights
+    # 2 : 1 of llm-d-kv-cache-manager benchmarking/37-capacity, its precise profile)
+    prefix_weight: float = 2.0
     load_weight: float = 1.0
     # ideal: only replicas with load below load_cap x the fleet's mean (plus one) are eligible
     load_cap: float = 1.5
