@@ -10,7 +10,7 @@ from harness.fleet.approx_tree import ApproxTree, pack
 from harness.fleet.config import FleetConfig
 from harness.fleet.fleet import Fleet
 from harness.fleet.policies import ROUTERS, CacheAware, ConsistentHash, FleetView, Routed
-from harness.pipeline import _build_target, compose, prepare
+from harness.run.pipeline import _build_target, compose, prepare
 from tests.harness_util import SMALL, SYSTEM_PROMPT_SMALL, merged, run_harness
 
 SIM = ["executor=simulated", "hardware=h100_llama3_8b_bf16"]
