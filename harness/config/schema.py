@@ -143,6 +143,9 @@ class ServeConfig:
     threads: int = 1  # torch CPU threads of the engine thread
     timeout_graceful_shutdown_s: float = 10.0  # SIGTERM: in-flight requests get this long
     log_level: str = "warning"  # uvicorn's
+    # A fleet behind a router (docs/fleet.md §5): each reply's `system_fingerprint` carries this
+    # tag, so the client learns which worker served it through any router. None: null, as vLLM.
+    worker_tag: str | None = None
 
 
 T = TypeVar("T")

@@ -161,24 +161,30 @@ class CacheAware:
         self._last_eviction_s = 0.0
 
     def choose(self, req: Routed, view: FleetView) -> int:
+        choice = self.decide(req, view)
+        self.record(req, choice, view.now_s)
+        return choice
+
+    def decide(self, req: Routed, view: FleetView) -> int:
+        """The worker for `req`, the tree left as it is (the routing twin records the worker
+        the real router chose instead)."""
         cfg, loads = self.cfg, view.loads
         for i in range(view.num_replicas):
             self.tree.add_tenant(i)
         self._maybe_evict(view.now_s)
-        key = pack(req.prompt)
         hi, lo = max(loads), min(loads)
         if hi - lo > cfg.balance_abs_threshold and hi > lo * cfg.balance_rel_threshold:
-            choice = least_loaded(loads)
-        else:
-            matched, tenant = self.tree.match(key, view.now_s)
-            units = max(len(key) // 4, 1)
-            if tenant is not None and matched / units > cfg.cache_threshold:
-                choice = tenant
-            else:
-                sizes = self.tree.tenant_size
-                choice = min(range(view.num_replicas), key=lambda i: (sizes.get(i, 0), i))
-        self.tree.insert(key, choice, view.now_s)
-        return choice
+            return least_loaded(loads)
+        key = pack(req.prompt)
+        matched, tenant = self.tree.match(key, view.now_s)
+        if tenant is not None and matched / max(len(key) // 4, 1) > cfg.cache_threshold:
+            return tenant
+        sizes = self.tree.tenant_size
+        return min(range(view.num_replicas), key=lambda i: (sizes.get(i, 0), i))
+
+    def record(self, req: Routed, choice: int, now_s: float) -> None:
+        """The prompt goes into the tree under the worker that took it."""
+        self.tree.insert(pack(req.prompt), choice, now_s)
 
     def _maybe_evict(self, now_s: float) -> None:
         if now_s - self._last_eviction_s >= self.cfg.eviction_interval_s:
