@@ -134,7 +134,7 @@ def _run(model: str, overrides: tuple[str, ...]):
 
     composed = compose([f"model={model}", *overrides], job_name="claims")
     prepared = prepare(composed.cfg)
-    executor = prepared.engine.executor
+    executor = getattr(prepared.engine, "executor", None)  # a fleet has one per replica
     if not isinstance(executor, RealExecutor):
         raise RuntimeError(f"claim 7 needs the real executor, got {type(executor).__name__}")
     executor.first_logits = {}

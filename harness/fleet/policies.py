@@ -155,10 +155,13 @@ class CacheAware:
     smallest tree. The prompt is inserted under the chosen worker either way; the tree is trimmed
     to max_tree_size per worker every eviction_interval_s."""
 
-    def __init__(self, cfg: FleetConfig) -> None:
+    def __init__(self, cfg: FleetConfig, all_tenants: bool = True) -> None:
         self.cfg = cfg
         self.tree = ApproxTree()
         self._last_eviction_s = 0.0
+        # False: a worker enters the tree only when a request is routed to it, as observed of
+        # both real routers behind workers registered at start-up (docs/fleet.md §5)
+        self.all_tenants = all_tenants
 
     def choose(self, req: Routed, view: FleetView) -> int:
         choice = self.decide(req, view)
@@ -169,8 +172,9 @@ class CacheAware:
         """The worker for `req`, the tree left as it is (the routing twin records the worker
         the real router chose instead)."""
         cfg, loads = self.cfg, view.loads
-        for i in range(view.num_replicas):
-            self.tree.add_tenant(i)
+        if self.all_tenants:
+            for i in range(view.num_replicas):
+                self.tree.add_tenant(i)
         self._maybe_evict(view.now_s)
         hi, lo = max(loads), min(loads)
         if hi - lo > cfg.balance_abs_threshold and hi > lo * cfg.balance_rel_threshold:
@@ -180,7 +184,7 @@ class CacheAware:
         if tenant is not None and matched / max(len(key) // 4, 1) > cfg.cache_threshold:
             return tenant
         sizes = self.tree.tenant_size
-        return min(range(view.num_replicas), key=lambda i: (sizes.get(i, 0), i))
+        return min(sizes or range(view.num_replicas), key=lambda i: (sizes.get(i, 0), i))
 
     def record(self, req: Routed, choice: int, now_s: float) -> None:
         """The prompt goes into the tree under the worker that took it."""
@@ -228,15 +232,27 @@ class KvAware:
 
 class Ideal(KvAware):
     """The oracle: among replicas under the load cap (in flight < load_cap x the fleet's mean
-    after this request, at least 1), the one truly holding the longest prefix."""
+    after this request, plus one), the one truly holding the longest prefix; on a tie the less
+    loaded, then the one sent the fewest prompt tokens so far (room for a new prefix: the
+    smallest-tree rule of cache_aware, which a greedy longest-prefix rule otherwise lacks)."""
+
+    def __init__(self, cfg: FleetConfig) -> None:
+        super().__init__(cfg)
+        self.routed_tokens: dict[int, int] = {}
 
     def choose(self, req: Routed, view: FleetView) -> int:
         cached = _truly_cached(req, view)
-        cap = max(1.0, self.cfg.load_cap * (sum(view.loads) + 1) / view.num_replicas)
-        eligible = [i for i, load in enumerate(view.loads) if load < cap]
-        if not eligible:
-            return least_loaded(view.loads)
-        return min(eligible, key=lambda i: (-cached[i], view.loads[i], i))
+        cap = self.cfg.load_cap * (sum(view.loads) + 1) / view.num_replicas + 1
+        eligible = [i for i, load in enumerate(view.loads) if load < cap] or [
+            least_loaded(view.loads)
+        ]
+        sent = self.routed_tokens
+        choice = min(eligible, key=lambda i: (-cached[i], view.loads[i], sent.get(i, 0), i))
+        sent[choice] = sent.get(choice, 0) + len(req.prompt)
+        return choice
+
+    def reset(self) -> None:
+        self.routed_tokens = {}
 
 
 # registry: every router policy (name -> factory taking the fleet config)

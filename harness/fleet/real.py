@@ -157,14 +157,18 @@ def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
     return out
 
 
-def drive(
+def drive_router(
     router_url: str, model: str, stream: list[Routed], twin_cfg: FleetConfig, num_workers: int
 ) -> list[Decision]:
     """Send the stream one request at a time; the twin predicts each decision first. The twin
     then learns the actual one (teacher forcing), so one miss is not counted twice."""
     import httpx
 
-    twin = ROUTERS.get(twin_cfg.router)(twin_cfg)
+    twin: Router = (
+        CacheAware(twin_cfg, all_tenants=False)
+        if twin_cfg.router == "cache_aware"
+        else ROUTERS.get(twin_cfg.router)(twin_cfg)
+    )
     sessions: dict[str, int] = {}  # consistent_hash: the worker each session went to
     out = []
     t0 = time.monotonic()
@@ -250,7 +254,7 @@ def route_through(
         router_url = f"http://127.0.0.1:{port}"
         wait_ready(router_url, procs, 60.0, "/health")
         time.sleep(2.0)  # the router's health checker marks the workers healthy
-        return drive(router_url, _served_name(urls[0]), stream, cfg, len(urls))
+        return drive_router(router_url, _served_name(urls[0]), stream, cfg, len(urls))
 
 
 def run_real_fleet(
