@@ -10,7 +10,9 @@ from harness.fleet.approx_tree import ApproxTree, pack
 from harness.fleet.config import FleetConfig
 from harness.fleet.fleet import Fleet
 from harness.fleet.policies import ROUTERS, CacheAware, ConsistentHash, FleetView, Routed
-from harness.run.pipeline import _build_target, compose, prepare
+from harness.run.compose import compose
+from harness.run.engine_target import ENGINE, build_target, engine_of
+from harness.run.pipeline import prepare
 from tests.harness_util import SMALL, SYSTEM_PROMPT_SMALL, merged, run_harness
 
 SIM = ["executor=simulated", "hardware=h100_llama3_8b_bf16"]
@@ -141,10 +143,13 @@ def _records(engine, cfg, requests):
 )
 def test_a_fleet_of_one_replays_the_plain_engine_exactly(workload):
     cfg = _fleet_of(workload, 1, "round_robin")
-    prepared = prepare(cfg)
-    plain = _records(prepared.engine, cfg, prepared.workload_requests)
-    fleet = Fleet([_build_target(cfg)], cfg.fleet, virtual=True)
-    assert _records(fleet, cfg, prepared.workload_requests) == plain
+    prepared = prepare(cfg, ENGINE)
+    requests = prepared.workload_requests
+    plain = _records(engine_of(prepared), cfg, requests)
+    one = build_target(cfg)
+    assert not isinstance(one, Fleet)
+    fleet = Fleet([one], cfg.fleet, virtual=True)
+    assert _records(fleet, cfg, requests) == plain
 
 
 def test_fleet_of_one_is_todays_run(tmp_path):

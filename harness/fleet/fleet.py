@@ -148,6 +148,10 @@ class Fleet:
             if not e.has_work:
                 e.idle()
 
+    def reset_counters(self) -> None:
+        for e in self.replicas:
+            e.reset_counters()
+
     def restart(self) -> None:
         for e in self.replicas:
             e.restart()
