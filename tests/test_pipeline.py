@@ -117,6 +117,7 @@ DRIVERS = {
     "harness/live_server/twin.py",
     "harness/builtin_server/app.py",
     "harness/builtin_server/engine_thread.py",
+    "harness/fleet/fleet.py",  # N engines the engine target drives as one (docs/fleet.md §1)
 }
 
 

@@ -106,6 +106,7 @@ def test_every_figure_written_as_png_and_svg(report):
         "projected_overhead",
         "metric_vs_load",
         "decomposition",
+        "fleet_routers",
     }
     for stem in expected:
         assert (figures / f"{stem}.png").stat().st_size > 1000
