@@ -21,6 +21,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from engines.cache.apc.block import KVCacheBlock
+from engines.cache.apc.block_pool import BlockHashToBlockMap, BlockPool
 from engines.cache.apc.hashing import block_extra_keys, get_hash_fn_by_name, init_none_hash
 from engines.engine import Engine
 from engines.records import RequestRecord
@@ -28,6 +30,7 @@ from harness.client.inprocess import completion_request
 from harness.server.kv_events import KvBatch, external_hash
 from workloads.request import Request
 
+_DEBUG = bool(__import__("os").environ.get("STEPLOCK_DEBUG"))
 DEFAULT_STEP_S = 0.01  # the server's step length before two matched batches give one
 
 
@@ -85,28 +88,55 @@ def anchors(arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size:
     return out
 
 
-class _Keys:
-    """The twin cache's map keys before and after a step: what it stored and removed."""
+class _RecordingMap(BlockHashToBlockMap):
+    """The apc pool's hash map, carrying the list of cache changes (copied with the engine)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.before = self.now()
+    __slots__ = ("events",)
 
-    def now(self) -> set[bytes]:
-        return set(self.engine.cache.pool.cached_block_hash_to_block.keys())  # type: ignore[attr-defined]
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, int]] = []
 
-    def diff(self, step: int) -> KvBatch | None:
-        after = self.now()
-        stored, removed = after - self.before, self.before - after
-        self.before = after
-        if not stored and not removed:
-            return None
-        return KvBatch(
-            seq=step,
-            ts=math.nan,
-            stored=tuple(sorted(external_hash(k) for k in stored)),
-            removed=tuple(sorted(external_hash(k) for k in removed)),
-        )
+
+class _RecordingPool(BlockPool):
+    """A BlockPool that lists, in order, each block it caches (vLLM's BlockStored: one per new
+    full block, a key cached already included) and each cached block it evicts (BlockRemoved)."""
+
+    def cache_full_blocks(self, keys, blocks, num_cached_blocks, num_full_blocks, provenances=None):
+        events = self.cached_block_hash_to_block.events  # type: ignore[attr-defined]
+        for key in keys[num_cached_blocks:num_full_blocks]:
+            events.append(("stored", external_hash(key)))
+        super().cache_full_blocks(keys, blocks, num_cached_blocks, num_full_blocks, provenances)
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        if num_blocks <= self.free_block_queue.num_free_blocks:  # else super() raises
+            events = self.cached_block_hash_to_block.events  # type: ignore[attr-defined]
+            blk = self.free_block_queue.fake_free_list_head.next_free_block
+            for _ in range(num_blocks):  # the blocks super() pops: a hashed one is evicted
+                if blk.block_hash is not None:
+                    events.append(("removed", external_hash(blk.block_hash)))
+                blk = blk.next_free_block
+        return super().get_new_blocks(num_blocks)
+
+
+def record_events(engine: Engine) -> None:
+    """Make the twin's apc pool list its cache changes (a copy of the engine lists its own)."""
+    pool = engine.cache.pool  # type: ignore[attr-defined]
+    recording = _RecordingMap()
+    recording._cache = pool.cached_block_hash_to_block.entries
+    pool.cached_block_hash_to_block = recording
+    pool.__class__ = _RecordingPool
+
+
+def take_batch(engine: Engine, step: int) -> KvBatch | None:
+    """The cache changes since the last call, as one batch (None: nothing changed)."""
+    events = engine.cache.pool.cached_block_hash_to_block.events  # type: ignore[attr-defined]
+    if not events:
+        return None
+    stored = tuple(h for kind, h in events if kind == "stored")
+    removed = tuple(h for kind, h in events if kind == "removed")
+    events.clear()
+    return KvBatch(seq=step, ts=math.nan, stored=stored, removed=removed)
 
 
 def _trial(engine: Engine, submit: list[Request]) -> tuple[frozenset, frozenset] | None:
@@ -115,11 +145,11 @@ def _trial(engine: Engine, submit: list[Request]) -> tuple[frozenset, frozenset]
     now = twin.clock.now()
     for req in submit:
         twin.submit(completion_request(req, True), now)
-    keys = _Keys(twin)
     if not twin.has_work:
         return None
+    take_batch(twin, 0)
     twin.step()
-    got = keys.diff(0)
+    got = take_batch(twin, 0)
     return got.changes if got is not None else None
 
 
@@ -135,7 +165,7 @@ def replay(
     entered: dict[str, int] = {}
     twin_batches: list[KvBatch] = []
     engine.restart()
-    keys = _Keys(engine)
+    record_events(engine)
     k, step = 0, 0  # server batches paired so far; twin steps taken
     last_ts, last_step, step_s = None, 0, DEFAULT_STEP_S
     notes: list[str] = []
@@ -188,7 +218,15 @@ def replay(
             continue
         engine.step()
         step += 1
-        got = keys.diff(step)
+        got = take_batch(engine, step)
+        if _DEBUG:
+            sv = batches[k] if got is not None and k < len(batches) else None
+            print(
+                f"step {step} k {k} entered {[r for r, i in entered.items() if i == step - 1]} "
+                f"twin {got and (len(got.stored), len(got.removed))} "
+                f"server {sv and (len(sv.stored), len(sv.removed))} eq {sv and got.changes == sv.changes}"
+                f" trial {[a.request.request_id for a in trial]}"
+            )
         if got is not None:
             twin_batches.append(got)
             if k < len(batches):

@@ -511,6 +511,9 @@ def _token_rows(sent: list[Sent]) -> list[dict]:
             "prompt_ids": list(s.prompt_ids),
             "output_ids": list(c.token_ids),
             "prompt_source": s.prompt_source,
+            "after": s.request.after,
+            "send_wall_s": s.send_wall_s,  # the server's clock (its KV events' ts)
+            "end_wall_s": s.end_wall_s,
         }
         for s in sent
         for i, c in enumerate(s.reply.choices)
