@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 KV_EVENTS_FILE = "kv_events.jsonl"  # the server's stream of the measured phase
 TWIN_EVENTS_FILE = "kv_events_twin.jsonl"  # the step-locked twin's own
@@ -72,7 +73,7 @@ def external_hash(key: bytes, group_id_bytes: int = 4) -> int:
 
 def decode(parts: Sequence[bytes], recv_s: float = 0.0) -> KvBatch:
     """One published message -> KvBatch; ValueError for anything that is not one."""
-    import msgpack
+    import msgpack  # type: ignore[import-untyped]
 
     if len(parts) != 3:
         raise ValueError(f"a KV event message has 3 parts (topic, seq, payload), got {len(parts)}")
@@ -121,7 +122,7 @@ class Subscriber:
     def __post_init__(self) -> None:
         import zmq
 
-        self._ctx = zmq.Context.instance()
+        self._ctx: Any = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.RCVHWM, 0)  # never drop on our side
         self._sock.setsockopt(zmq.SUBSCRIBE, self.topic.encode())

@@ -20,6 +20,7 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.block_pool import BlockHashToBlockMap, BlockPool
@@ -30,7 +31,6 @@ from harness.client.inprocess import completion_request
 from harness.server.kv_events import KvBatch, external_hash
 from workloads.request import Request
 
-_DEBUG = bool(__import__("os").environ.get("STEPLOCK_DEBUG"))
 DEFAULT_STEP_S = 0.01  # the server's step length before two matched batches give one
 
 
@@ -102,7 +102,14 @@ class _RecordingPool(BlockPool):
     """A BlockPool that lists, in order, each block it caches (vLLM's BlockStored: one per new
     full block, a key cached already included) and each cached block it evicts (BlockRemoved)."""
 
-    def cache_full_blocks(self, keys, blocks, num_cached_blocks, num_full_blocks, provenances=None):
+    def cache_full_blocks(
+        self,
+        keys: list[bytes],
+        blocks: list[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        provenances: list[tuple[Any, ...]] | None = None,
+    ) -> None:
         events = self.cached_block_hash_to_block.events  # type: ignore[attr-defined]
         for key in keys[num_cached_blocks:num_full_blocks]:
             events.append(("stored", external_hash(key)))
@@ -219,14 +226,6 @@ def replay(
         engine.step()
         step += 1
         got = take_batch(engine, step)
-        if _DEBUG:
-            sv = batches[k] if got is not None and k < len(batches) else None
-            print(
-                f"step {step} k {k} entered {[r for r, i in entered.items() if i == step - 1]} "
-                f"twin {got and (len(got.stored), len(got.removed))} "
-                f"server {sv and (len(sv.stored), len(sv.removed))} eq {sv and got.changes == sv.changes}"
-                f" trial {[a.request.request_id for a in trial]}"
-            )
         if got is not None:
             twin_batches.append(got)
             if k < len(batches):
@@ -251,7 +250,7 @@ def replay(
 def compare(server: Sequence[KvBatch], twin: Sequence[KvBatch]) -> dict:
     """Block-by-block: the i-th cache-changing step of each stores and removes the same block
     hashes (as sets within a step, in step order); totals and the first difference."""
-    first = None
+    first: dict[str, object] | None = None
     equal = 0
     for i, (s, t) in enumerate(zip(server, twin)):
         if s.changes == t.changes:
