@@ -160,6 +160,31 @@ def _trial(engine: Engine, submit: list[Request]) -> tuple[frozenset, frozenset]
     return got.changes if got is not None else None
 
 
+MAX_TRIALS = 64  # candidates tried per step (a longer queue waits on the budget anyway)
+
+
+def _entering(engine: Engine, must: list[Arrival], pending, ready, batch: KvBatch) -> list:
+    """Who enters before this step, given that `must` (anchored at the next batch) are due.
+    Admission is first come first served, so the requests that reached the server by a step are
+    a prefix of the send order: the shortest prefix of the requests sent by the batch's time
+    (holding every `must`) whose trial step changes the cache exactly as the batch did. None
+    fits: `must` enter if this step changes the cache anyway (it is the batch's step), else
+    they wait (the server's step changed nothing either)."""
+    sent = [a for a in pending if ready(a) and a.send_wall_s <= batch.ts][:MAX_TRIALS]
+    last_must = (
+        max(sent.index(a) for a in must if a in sent) if any(a in sent for a in must) else -1
+    )
+    target = batch.changes
+    if not engine.has_work:
+        return must
+    for j in range(last_must + 1, len(sent) + 1):
+        if _trial(engine, [a.request for a in sent[:j]]) == target:
+            return sent[:j]
+    if _trial(engine, []) is not None:
+        return must
+    return []
+
+
 def replay(
     engine: Engine, arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size: int
 ) -> StepLockedRun:
@@ -210,11 +235,7 @@ def replay(
                 late.append(a)
         submit(late)
         if trial:
-            target = batches[k].changes
-            if not engine.has_work or _trial(engine, [a.request for a in trial]) == target:
-                submit(trial)
-            elif _trial(engine, []) is not None:
-                submit(trial)  # this step changes the cache anyway: it is the anchor's step
+            submit(_entering(engine, trial, pending, ready, batches[k]))
         if not engine.has_work:
             nxt = next((a for a in pending if ready(a)), None)
             if nxt is None:
