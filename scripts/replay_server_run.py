@@ -61,7 +61,9 @@ def main(argv: list[str]) -> int:
             output_ids=tuple(row["output_ids"]),
             after=row.get("after"),
         )
-        arrivals[parent] = steplock.Arrival(req, row["send_wall_s"], row["end_wall_s"])
+        arrivals[parent] = steplock.Arrival(
+            req, row["send_wall_s"], row["end_wall_s"], tuple(row.get("token_wall_s", ()))
+        )
     twin = build_engine(
         cfg,
         _Context(server.get("max_model_len")),

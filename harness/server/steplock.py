@@ -16,8 +16,10 @@ comparison.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,7 @@ class Arrival:
     request: Request  # prompt as sent, script as returned, `after` its predecessor
     send_wall_s: float
     end_wall_s: float
+    token_wall_s: tuple[float, ...] = ()  # when the client received each token (sample 0)
 
 
 @dataclass
@@ -50,6 +53,7 @@ class StepLockedRun:
     entered_step: dict[str, int]  # request id -> the twin step it entered before
     anchored: int  # requests placed by their own stored blocks
     timed: int  # requests placed by send time
+    steps: int  # engine steps taken (vLLM counts the same in its per-step histogram)
     notes: list[str] = field(default_factory=list)
 
 
@@ -86,6 +90,10 @@ def anchors(arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size:
                 out[rid] = i
                 break
     return out
+
+
+def _seq_id(req: Request) -> str:
+    return req.request_id if req.n == 1 else f"0_{req.request_id}"  # twin.child_id's sample 0
 
 
 class _RecordingMap(BlockHashToBlockMap):
@@ -163,26 +171,38 @@ def _trial(engine: Engine, submit: list[Request]) -> tuple[frozenset, frozenset]
 MAX_TRIALS = 64  # candidates tried per step (a longer queue waits on the budget anyway)
 
 
-def _entering(engine: Engine, must: list[Arrival], pending, ready, batch: KvBatch) -> list:
+def _lag(engine: Engine, progress: dict[str, tuple[float, ...]], ts: float) -> int:
+    """How many tokens the twin's running requests are behind the server at time `ts` (the
+    median over requests decoding in both; 0 when none is): tokens the client had received by
+    then against tokens the twin has produced."""
+    lags = []
+    for seq in engine.loop.running:
+        times = progress.get(seq.seq_id)
+        if times and seq.num_output_tokens > 0:
+            lags.append(bisect.bisect_left(times, ts) - seq.num_output_tokens)
+    return int(statistics.median_low(lags)) if lags else 0
+
+
+def _entering(
+    engine: Engine, must: list[Arrival], pending, ready, batch: KvBatch, lag: int
+) -> list[Arrival]:
     """Who enters before this step, given that `must` (anchored at the next batch) are due.
-    Admission is first come first served, so the requests that reached the server by a step are
-    a prefix of the send order: the shortest prefix of the requests sent by the batch's time
-    (holding every `must`) whose trial step changes the cache exactly as the batch did. None
-    fits: `must` enter if this step changes the cache anyway (it is the batch's step), else
-    they wait (the server's step changed nothing either)."""
+    While the twin's running requests are behind the server's progress at the batch's time,
+    nobody: the server's step that stored their blocks is still ahead. Then admission is first
+    come first served, so the requests that reached the server by that step are a prefix of
+    the send order: the shortest prefix of those sent by the batch's time, holding every
+    `must`, whose trial step changes the cache exactly as the batch did, else `must`."""
+    if lag > 0 and engine.has_work:
+        return []
     sent = [a for a in pending if ready(a) and a.send_wall_s <= batch.ts][:MAX_TRIALS]
-    last_must = (
-        max(sent.index(a) for a in must if a in sent) if any(a in sent for a in must) else -1
-    )
-    target = batch.changes
+    held = [sent.index(a) for a in must if a in sent]
+    first = max(held) + 1 if held else 0
     if not engine.has_work:
         return must
-    for j in range(last_must + 1, len(sent) + 1):
-        if _trial(engine, [a.request for a in sent[:j]]) == target:
+    for j in range(first, len(sent) + 1):
+        if _trial(engine, [a.request for a in sent[:j]]) == batch.changes:
             return sent[:j]
-    if _trial(engine, []) is not None:
-        return must
-    return []
+    return must
 
 
 def replay(
@@ -193,6 +213,7 @@ def replay(
     anchor = anchors(order, batches, block_size)
     pending = list(order)
     replayed = {a.request.request_id for a in order}
+    progress = {_seq_id(a.request): a.token_wall_s for a in order}
     finished: set[str] = set()
     entered: dict[str, int] = {}
     twin_batches: list[KvBatch] = []
@@ -235,7 +256,8 @@ def replay(
                 late.append(a)
         submit(late)
         if trial:
-            submit(_entering(engine, trial, pending, ready, batches[k]))
+            lag = _lag(engine, progress, batches[k].ts)
+            submit(_entering(engine, trial, pending, ready, batches[k], lag))
         if not engine.has_work:
             nxt = next((a for a in pending if ready(a)), None)
             if nxt is None:
@@ -264,6 +286,7 @@ def replay(
         entered_step=entered,
         anchored=sum(1 for a in order if a.request.request_id in anchor),
         timed=sum(1 for a in order if a.request.request_id not in anchor),
+        steps=step,
         notes=notes,
     )
 

@@ -74,6 +74,8 @@ class ServerInfo:
 class Counters:
     hits: float | None
     queries: float | None
+    steps: float | None = None
+    preemptions: float | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,8 @@ async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
     return Counters(
         prometheus.counter(samples, flavour.hit_counters),
         prometheus.counter(samples, flavour.query_counters),
+        prometheus.counter(samples, flavour.step_counters),
+        prometheus.counter(samples, flavour.preemption_counters),
     )
 
 
@@ -514,6 +518,7 @@ def _token_rows(sent: list[Sent]) -> list[dict]:
             "after": s.request.after,
             "send_wall_s": s.send_wall_s,  # the server's clock (its KV events' ts)
             "end_wall_s": s.end_wall_s,
+            "token_wall_s": [s.wall0 + t - s.t0 for t in c.token_times_s],
         }
         for s in sent
         for i, c in enumerate(s.reply.choices)
@@ -597,6 +602,8 @@ def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, note
         "kv_capacity_tokens": m.info.facts.kv_capacity_tokens,
         "server_hits_delta": hits_delta,
         "server_queries_delta": queries_delta,
+        "server_steps_delta": _delta(m.before.steps, m.after.steps),
+        "server_preemptions_delta": _delta(m.before.preemptions, m.after.preemptions),
         "reported_cached_tokens_sum": measured_sum,
         "counters_agree": None if hits_delta is None else hits_delta == measured_sum,
         "prompt_sources": dict(sources),
@@ -662,6 +669,8 @@ def _twin_summary(
         "twin_predicted_tokens": predicted_sum,
         "twin_mean_abs_diff_tokens": float(diff.mean()) if len(diff) else None,
         "twin_evictions": twin.evictions,
+        "twin_steps": twin.steps,
+        "twin_preemptions": twin.preemptions,
         "predicted_hit_rate": predicted_sum / num_in if num_in else None,
         "twin_semantics": SEMANTICS_NOTE,
         **twin.bounds,

@@ -62,6 +62,8 @@ class TwinResult:
     kv_comparison: dict | None = None  # steplock.compare of the two event streams
     twin_batches: list = field(default_factory=list)  # the twin's own KvBatch stream
     steplock: dict | None = None  # anchored / timed counts, notes
+    steps: int | None = None  # engine steps the replay took (step-locked only)
+    preemptions: int = 0  # summed over the twin's requests
 
 
 def child_id(parent: str, n: int, index: int) -> str:
@@ -98,6 +100,11 @@ def twin_requests(sent: Sequence[Sent]) -> list[Request]:
             )
         )
     return out
+
+
+def _arrival(req: Request, s: Sent) -> Arrival:
+    times = tuple(s.wall0 + t - s.t0 for t in s.reply.choices[0].token_times_s)
+    return Arrival(req, s.send_wall_s, s.end_wall_s, times)
 
 
 def _generated(s: Sent) -> bool:
@@ -149,19 +156,17 @@ def predict(
     twin = build_engine(
         cfg, _Context(facts.max_model_len), executor="simulated", hardware=twin_hardware(hardware)
     )
-    kv_comparison, twin_batches, lock_info = None, [], None
+    kv_comparison, twin_batches, lock_info, steps = None, [], None, None
     if locked and requests:
         assert kv_batches is not None
         by_id = {s.request.request_id: s for s in sent}
-        arrivals = [
-            Arrival(r, by_id[r.request_id].send_wall_s, by_id[r.request_id].end_wall_s)
-            for r in requests
-        ]
+        arrivals = [_arrival(r, by_id[r.request_id]) for r in requests]
         run = steplock.replay(twin, arrivals, kv_batches, cfg.block_size)
         records = run.records
         twin_batches = run.twin_batches
         kv_comparison = steplock.compare(kv_batches, twin_batches)
         lock_info = {"anchored": run.anchored, "timed": run.timed, "notes": run.notes}
+        steps = run.steps
         timeline = STEP_LOCKED
     else:
         cap = 1 if one_at_a_time else None
@@ -186,6 +191,8 @@ def predict(
         kv_comparison=kv_comparison,
         twin_batches=twin_batches,
         steplock=lock_info,
+        steps=steps,
+        preemptions=sum(r.num_preemptions for r in records),
     )
 
 
