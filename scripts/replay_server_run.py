@@ -22,8 +22,8 @@ import yaml
 def main(argv: list[str]) -> int:
     from engines.build import build_engine
     from engines.config import EngineConfig
-    from harness.server import kv_events, steplock
-    from harness.server.twin import _Context, twin_hardware
+    from harness.live_server import kv_events, steplock
+    from harness.live_server.twin import _Context, twin_hardware
     from workloads.request import Request
 
     if not argv or not Path(argv[0]).is_dir():

