@@ -271,6 +271,9 @@ def replay(
         got = take_batch(engine, step)
         if got is not None:
             twin_batches.append(got)
+            skipped = k + 1 < len(batches) and got.changes != batches[k].changes
+            if skipped and got.changes == batches[k + 1].changes:
+                k += 1  # the twin made no step of the server's batch k: pair with k + 1
             if k < len(batches):
                 ts = batches[k].ts
                 if last_ts is not None and step > last_step:
