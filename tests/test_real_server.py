@@ -456,3 +456,66 @@ def test_a_server_without_the_launchers_nonce_is_refused(vllm_server, tmp_path):
         )  # fmt: skip
         manifest = json.loads((run_dir / "manifest.json").read_text())
         assert vllm_server.nonce in manifest["server"]["identity"]
+
+
+def test_kv_event_messages_decode_as_vllm_publishes_them():
+    """The wire format of vLLM 0.32's ZMQ publisher (topic, 8-byte sequence, msgpack batch of
+    tagged events); a reset drops what came before it in its batch; endpoints from
+    /kv_event_sources: only an ipc or wildcard tcp one can be subscribed to."""
+    import msgpack
+
+    from harness.live_server.kv_events import decode, endpoint_from_sources, external_hash
+
+    stored = {"type": "BlockStored", "block_hashes": [7, 8], "parent_block_hash": None,
+              "token_ids": list(range(64)), "block_size": 32, "lora_id": None, "medium": "GPU"}  # fmt: skip
+    removed = {"type": "BlockRemoved", "block_hashes": [5], "medium": "GPU"}
+    payload = msgpack.packb([123.5, [removed, {"type": "AllBlocksCleared"}, stored], 0])
+    batch = decode([b"kv", (41).to_bytes(8, "big"), payload])
+    assert (batch.seq, batch.ts, batch.cleared) == (41, 123.5, True)
+    assert batch.stored == (7, 8) and batch.removed == ()
+    assert batch.stored_tokens == (tuple(range(32)), tuple(range(32, 64)))
+    with pytest.raises(ValueError, match="3 parts"):
+        decode([b"kv", payload])
+    key = bytes(range(32)) + b"\0\0\0\0"  # a 32-byte block hash + the 4-byte group id
+    assert external_hash(key) == int.from_bytes(bytes(range(24, 32)), "big")
+    conf = {"enable_kv_cache_events": True, "publisher": "zmq", "topic": "kv"}
+    assert endpoint_from_sources({"0": {**conf, "endpoint": "ipc:///tmp/x"}}) == (
+        "ipc:///tmp/x",
+        "kv",
+    )
+    assert endpoint_from_sources({"0": {**conf, "endpoint": "tcp://*:5557"}}) == (
+        "tcp://127.0.0.1:5557",
+        "kv",
+    )
+    assert endpoint_from_sources({"0": {**conf, "enable_kv_cache_events": False}}) is None
+    assert endpoint_from_sources(None) is None
+
+
+def test_twin_requests_carry_the_turn_dependency_and_the_observed_gap():
+    """A follow-up turn enters the twin after its predecessor, `think_s` after it: its send time
+    minus the predecessor's reply time; an open-loop request keeps its send offset."""
+    from harness.live_server.driver import RETURNED, SCRIPTED, Sent
+    from harness.live_server.http_client import OK, ChoiceOut, Reply
+    from harness.live_server.twin import twin_requests
+
+    def sent(req: Request, send_s: float, end_s: float, how: str) -> Sent:
+        choice = ChoiceOut(token_ids=[5, 6], token_times_s=[end_s], ids_reported=True)
+        reply = Reply(OK, 200, None, 100.0 + send_s, 100.0 + end_s, (choice,))
+        return Sent(req, tuple(req.prompt_ids), how, send_s, reply, 100.0, 1e9)
+
+    first = Request("u0-r0", (1, 2, 3), max_new_tokens=2)
+    follow = Request("u0-r1", (1, 2, 3, 5, 6, 9), max_new_tokens=2, after="u0-r0")
+    other = Request("u1-r0", (4, 4, 4), max_new_tokens=2)
+    got = {
+        r.request_id: r
+        for r in twin_requests(
+            [
+                sent(first, 0.0, 0.5, SCRIPTED),
+                sent(follow, 0.75, 1.0, RETURNED),
+                sent(other, 0.25, 0.6, SCRIPTED),
+            ]
+        )
+    }
+    assert got["u0-r1"].after == "u0-r0" and got["u0-r1"].think_s == pytest.approx(0.25)
+    assert got["u1-r0"].after is None and got["u1-r0"].arrival_s == pytest.approx(0.25)
+    assert got["u0-r1"].output_ids == (5, 6)  # the script is what came back

@@ -188,6 +188,14 @@ def endpoint_from_sources(body: object) -> tuple[str, str] | None:
         if not isinstance(conf, dict) or not conf.get("enable_kv_cache_events"):
             continue
         endpoint = str(conf.get("endpoint") or "")
-        if conf.get("publisher") == "zmq" and endpoint.startswith(("ipc://", "tcp://")):
-            return endpoint.replace("tcp://*", "tcp://127.0.0.1"), str(conf.get("topic") or "")
+        # vLLM binds ipc and wildcard tcp endpoints; a tcp endpoint with a host it connects to
+        # (a subscriber binding that port received nothing here), so that one is not usable
+        topic = str(conf.get("topic") or "")
+        if conf.get("publisher") != "zmq":
+            continue
+        if endpoint.startswith("ipc://"):
+            return endpoint, topic
+        for wildcard in ("tcp://*:", "tcp://0.0.0.0:"):
+            if endpoint.startswith(wildcard):
+                return "tcp://127.0.0.1:" + endpoint[len(wildcard) :], topic
     return None
