@@ -71,6 +71,10 @@ class EngineConfig:
     sglang_frontend: bool = True
     # --- execution ---
     backend: str = "auto"  # auto | triton | torch
+    # Real executor: decode-only steps as CUDA graphs, one per padded batch size. None: on with
+    # CUDA (and a graph-safe backend, triton), off on CPU; true on CPU runs the same padded
+    # static-buffer path eagerly.
+    cuda_graphs: bool | None = None
     debug_checks: bool = False  # check_integrity() after every step
     # Simulated executor: advance stretches of pure decode as one macro-step (exact, see
     # engines/sched/base.py DecodeRun); false steps one by one (results are identical).
@@ -124,6 +128,10 @@ class EngineConfig:
         ):
             raise BadInput(
                 f"engine.schedule_conservativeness must be a positive number, got {value!r}"
+            )
+        if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
+            raise BadInput(
+                f"engine.cuda_graphs must be true, false or null, got {self.cuda_graphs!r}"
             )
         if self.kv_capacity_tokens % self.block_size:
             raise BadInput(

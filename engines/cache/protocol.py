@@ -34,14 +34,24 @@ reserved (vLLM's null block, SGLang's dummy slot/page 0) and never handed out, s
 `block_table(seq)[j // block_size] * block_size + j % block_size`. Radix with page 1 uses
 `block_size == 1`, so its block table is SGLang's `req_to_token` row of slot ids.
 
+Incremental addressing. The real executor keeps every running table on its device and never
+rebuilds one: a cache records in `table_journal` (engines/cache/addressing.py) the first block
+index it appends or rewrites for a sequence, and each release; the executor copies only
+`block_ids_from(seq_id, first)`. A table is append-only while held except where a cache rewrites
+it (radix `commit` points the row at the tree's slots), and that too is journaled.
+
 Write-before-read. Blocks may become matchable before the forward pass fills them (APC caches at
 allocation). The executor stores every new K/V of a step before any attention of that step reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence as Sequence_
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
+from engines.cache.addressing import TableJournal
 from engines.cache.records import Allocation, CacheLock, CacheStats, CacheUsage, PrefixMatch
 from engines.sequence import Sequence
 
@@ -87,6 +97,15 @@ class BlockTables(Protocol):
 
     def block_table(self, seq: Sequence) -> list[int]:
         """Block ids covering the tokens of `seq` that have KV allocated, in order."""
+        ...
+
+    # Incremental addressing (engines/cache/addressing.py): the real executor keeps the tables
+    # on its device and copies only what the journal says changed.
+    table_journal: TableJournal  # where the cache records writes and releases of tables
+
+    def block_ids_from(self, seq_id: str, start: int) -> Sequence_[int] | np.ndarray:
+        """`block_table(seq)[start:]` of the running sequence `seq_id`, without building the
+        whole table (an int list or int array)."""
         ...
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import cast
 
+from engines.cache.addressing import TableJournal
 from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.dfs_weight import dfs_weight_order
 from engines.cache.apc.manager import KVCacheManager
@@ -73,6 +74,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
             track_parents=debug,
         )
         self.pool = self.manager.block_pool
+        self.table_journal = TableJournal()  # addressing: what changed since the executor looked
 
     @property
     def capacity_tokens(self) -> int:
@@ -115,6 +117,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
 
     def _allocate_one(self, item: Allocation) -> bool:
         hits = list(_blocks(item.adopt.handle)) if item.adopt is not None else []
+        num_held = len(self.manager.get_blocks(item.seq))
         blocks = self.manager.allocate_slots(
             item.seq,
             item.num_new_tokens,
@@ -125,7 +128,13 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
         )
         if item.lock is not None:  # the request's own references replace the scheduler's lock
             self.unlock(item.lock)
-        return blocks is not None
+        if blocks is None:
+            return False
+        if len(blocks) == 1 and not hits:  # a decode step's new block: journaled with its id
+            self.table_journal.append_one(item.seq.seq_id, num_held, blocks[0].block_id)
+        elif blocks or hits:  # the table is append-only while held: only its tail is new
+            self.table_journal.write(item.seq.seq_id, num_held)
+        return True
 
     def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
         return self.manager.decode_run_blocks(seqs, num_steps) * self.block_size
@@ -138,7 +147,11 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
         if self.manager.decode_run_blocks(seqs, num_steps) > self.pool.get_num_free_blocks():
             raise CacheIntegrityError("decode run out of KV blocks: it was sized to fit")
         limits = [item.matchable_limit for item in items]
+        num_held = [len(self.manager.get_blocks(seq)) for seq in seqs]
         self.manager.allocate_decode_run(seqs, num_steps, limits, matchable_lag)
+        for seq, held in zip(seqs, num_held):
+            if len(self.manager.get_blocks(seq)) > held:
+                self.table_journal.write(seq.seq_id, held)
 
     def commit(self, seq: Sequence, num_tokens: int) -> None:
         """Cache the full blocks within the first `num_tokens` (vLLM's cache_blocks); blocks
@@ -163,9 +176,13 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
     def block_table(self, seq: Sequence) -> list[int]:
         return self.manager.get_block_ids(seq)
 
+    def block_ids_from(self, seq_id: str, start: int) -> list[int]:
+        return [blk.block_id for blk in self.manager.req_to_blocks[seq_id][start:]]
+
     def release(self, seq: Sequence, *, finished: bool) -> None:
         # APC frees the same way on finish, preemption and abort (§4.3); a preempted request
         # keeps its hash memo (its tokens do not change).
+        self.table_journal.release(seq.seq_id)
         if finished:
             self.manager.forget(seq)
         else:

@@ -24,6 +24,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from engines.cache.addressing import TableJournal
 from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder, RecencyRefresh
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
@@ -98,6 +99,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         self.req_to_token_pool = ReqToTokenPool(max_num_reqs)
         self.reqs: dict[str, ReqKV] = {}
         self._stats = CacheStats()
+        self.table_journal = TableJournal()  # addressing: what changed since the executor looked
 
     @property
     def capacity_tokens(self) -> int:
@@ -132,7 +134,18 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         if not budgeted and len(items) == 1 and not self._fits(items[0]):
             return False
         if decode:
-            prepare_decode(self, [self.reqs[item.seq.seq_id] for item in items])
+            states = [self.reqs[item.seq.seq_id] for item in items]
+            if self.page_size == 1:  # one new block per request: journaled in one piece
+                seq_ids = [item.seq.seq_id for item in items]
+                positions = np.fromiter(
+                    (st.kv_allocated_len for st in states), np.int64, len(states)
+                )
+                slots = prepare_decode(self, states)
+                self.table_journal.append(seq_ids, positions, np.asarray(slots))
+                return True
+            grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
+            prepare_decode(self, states)
+            self._journal_rows(grown)
             return True
         batch = []
         for item in items:
@@ -146,8 +159,19 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
                 batch.append((seq, st, match.num_tokens, item.num_new_tokens))
             else:
                 batch.append((seq, st, st.kv_allocated_len, item.num_new_tokens))
+        grown = [(seq.seq_id, st.kv_allocated_len, st) for seq, st, _, _ in batch]
         prepare_extend(self, batch)
+        self._journal_rows(grown)
         return True
+
+    def _journal_rows(self, rows: list[tuple[str, int, ReqKV]]) -> None:
+        """Journal each (seq_id, row length before a write, state) whose table gained pages:
+        slots added inside a page already in the table change no block id."""
+        p = self.page_size
+        for seq_id, length, st in rows:
+            first = -(-length // p)  # the first page the table did not have
+            if st.kv_allocated_len > first * p:
+                self.table_journal.write(seq_id, first)
 
     def _fits(self, item: Allocation) -> bool:
         """Would one request's allocation fit after evicting every unlocked leaf? Its own matched
@@ -175,14 +199,20 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
     ) -> None:
         """`prepare_decode` run `num_steps` times (decode allocates slots only: nothing becomes
         matchable before a commit, so the limits and the lag change nothing)."""
-        prepare_decode_run(self, [self.reqs[item.seq.seq_id] for item in items], num_steps)
+        states = [self.reqs[item.seq.seq_id] for item in items]
+        grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
+        prepare_decode_run(self, states, num_steps)
+        self._journal_rows(grown)
 
     def commit(self, seq: Sequence, num_tokens: int) -> None:
         """`cache_unfinished_req`: insert the first `num_tokens` (page-aligned), rewrite the
         request's row with the tree's slots and move its lock to the new last node."""
         st = self.reqs[seq.seq_id]
+        protected = st.cache_protected_len  # the row is rewritten from here (tree slots)
         checkpoint(self, st, seq, num_tokens)
         st.prefix_len = num_tokens
+        if st.cache_protected_len > protected:  # protected is page-aligned
+            self._journal_rows([(seq.seq_id, protected, st)])
 
     def touch(self, seq: Sequence) -> None:
         """Re-stamp the cached prefix of `seq` (only LRU reads the stamps it refreshes)."""
@@ -216,9 +246,16 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         table: list[int] = row.tolist() if p == 1 else (row[::p] // p).tolist()
         return table
 
+    def block_ids_from(self, seq_id: str, start: int) -> np.ndarray:
+        st = self.reqs[seq_id]
+        p = self.page_size
+        row = self.req_to_token_pool.row(st.row)[start * p : st.kv_allocated_len]
+        return row if p == 1 else row[::p] // p
+
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.pop(seq.seq_id, None)
         if st is not None:
+            self.table_journal.release(seq.seq_id)
             release_kv_cache(self, st, seq, do_checkpoint=finished)
 
     def stats(self) -> CacheStats:
