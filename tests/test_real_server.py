@@ -466,7 +466,7 @@ def test_kv_event_messages_decode_as_vllm_publishes_them():
     """The wire format of vLLM 0.32's ZMQ publisher (topic, 8-byte sequence, msgpack batch of
     tagged events); a reset drops what came before it in its batch; endpoints from
     /kv_event_sources: only an ipc or wildcard tcp one can be subscribed to."""
-    import msgpack
+    import msgpack  # type: ignore[import-untyped]
 
     from harness.live_server.kv_events import decode, endpoint_from_sources, external_hash
 
