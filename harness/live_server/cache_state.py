@@ -16,6 +16,8 @@ from harness.live_server.http_client import TRANSPORT_ERRORS, ServerClient
 class Counters:
     hits: float | None
     queries: float | None
+    steps: float | None = None  # engine steps (vLLM: its per-step histogram's count)
+    preemptions: float | None = None
 
 
 async def metric_samples(client: ServerClient) -> list[prometheus.Sample]:
@@ -31,6 +33,8 @@ async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
     return Counters(
         prometheus.counter(samples, flavour.hit_counters),
         prometheus.counter(samples, flavour.query_counters),
+        prometheus.counter(samples, flavour.step_counters),
+        prometheus.counter(samples, flavour.preemption_counters),
     )
 
 
