@@ -22,6 +22,8 @@ ARMS: dict[str, tuple[str, ...]] = {
 CROSS_ARMS: dict[str, tuple[str, ...]] = {
     "radix+vllm": ("engine=radix_vllm",),
     "apc+sglang": ("engine=apc_sglang",),
+    # APC under SGLang's cache-aware schedule: what the schedule gives a hash cache (claim 16)
+    "apc+sglang-lpm": ("engine=apc_sglang", "engine.policy=lpm"),
 }
 GPU_BUDGETS = ("engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256")
 # KV capacity: the preset file's "tokens fit in memory" comment, rounded down to a block of 16.
