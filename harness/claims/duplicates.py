@@ -12,8 +12,8 @@ from __future__ import annotations
 from harness.claims.arms import ARMS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
-from harness.pipeline import compose, prepare
-from harness.pipeline import measure as measure_run
+from harness.run.pipeline import compose, prepare
+from harness.run.pipeline import measure as measure_run
 
 FOLDER = "20-duplicates"
 DESIGNS = ("apc", "radix")
