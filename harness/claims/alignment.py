@@ -34,7 +34,7 @@ ARM_NAMES = ("apc", "radix", "radix-p16")
 
 
 def measure(ctx: Context) -> Finding:
-    names = ctx.size(("system_prompt_100", "multiturn"), tuple(WORKLOADS))
+    names = ctx.size(("system_prompt_100", "multiturn", "parallel"), tuple(WORKLOADS))
     tables = {}
     for w in names:
         for a in ARM_NAMES:
