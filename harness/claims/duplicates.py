@@ -12,8 +12,10 @@ from __future__ import annotations
 from harness.claims.arms import ARMS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
-from harness.run.pipeline import compose, prepare
+from harness.run.compose import compose
+from harness.run.engine_target import ENGINE, engine_of
 from harness.run.pipeline import measure as measure_run
+from harness.run.pipeline import prepare
 
 FOLDER = "20-duplicates"
 DESIGNS = ("apc", "radix")
@@ -73,12 +75,12 @@ def _held_at_idle(ctx: Context, design: str, overrides: tuple[str, ...]) -> int:
     """The run through the pipeline's own prepare and measure, then the cache's evictable tokens
     (cached, held by no request) before any flush."""
     composed = compose(list(overrides), job_name="claims")
-    prepared = prepare(composed.cfg)
+    prepared = prepare(composed.cfg, ENGINE)
     measured = measure_run(composed.cfg, prepared)
     if measured.status != "ok":
         raise RuntimeError(f"claims run {FOLDER}/{design}: {measured.error}")
     ctx.note(f"{FOLDER}/{design}", composed.cfg.seed)
-    usage = prepared.engine.cache.usage()
+    usage = engine_of(prepared).cache.usage()
     if usage.protected:
         raise RuntimeError(f"{usage.protected} KV tokens still held after the run")
     return usage.evictable
