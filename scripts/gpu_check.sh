@@ -6,7 +6,7 @@
 #   tests   the gpu-marked tests of every test file that has some (attention, decode, model, ...)
 #   bench   scripts/bench_attention.py --sweep at page 1 and page 16
 #   e2e     scripts/gpu_table.py: the 8B-shape runs, each beside executor=simulated
-#   claim1  SLOT for claim 1's 0%-hit ABBA pairs (empty for now)
+#   claim1  claim 1's 0%-hit ABBA pairs (scripts/gpu_claim1.py), prefill- and decode-heavy
 # Everything lands in one folder (--out, default results/gpu_check-<UTC time>): one log per stage,
 # stages.tsv (exit code and seconds of each) and SUMMARY.md. --dry-run runs every stage's command
 # on this CPU with tiny shapes (interpreted Triton, model=tiny), for tests and before a GPU session.
@@ -144,10 +144,13 @@ stage_e2e() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# SLOT: claim 1's 0%-hit ABBA pairs (the `claims` helper fills this stage in). Until then it
-# records that it did not run, so SUMMARY.md shows the gap instead of hiding it.
+# claim 1's 0%-hit ABBA pairs on the 8B shape (docs/claims.md §5): 6 pairs per design, prefill-
+# heavy and decode-heavy; about 5 minutes on an H200, so run it in its own call when the e2e stage
+# took the budget (GPU_CHECK_STAGES=deps,ext,claim1).
 stage_claim1() {
-    echo "claim 1 (0%-hit ABBA pairs): not implemented in this checkout; slot reserved"
+    local extra=()
+    [ "$DRY" = 1 ] && extra+=(--dry-run --pairs 3)
+    timeout 420 $PY scripts/gpu_claim1.py --out "$OUT/claim1" "${extra[@]}"
 }
 # ---------------------------------------------------------------------------------------------
 
@@ -177,6 +180,9 @@ want claim1 && run_stage claim1 stage_claim1
     done
     echo
     cat "$OUT/e2e/table.md" 2>/dev/null || echo "(no e2e table)"
+    echo
+    echo "## claim 1: 0%-hit on/off pairs"
+    cat "$OUT/claim1/claim1.md" 2>/dev/null || echo "(no claim 1 table)"
 } > "$OUT/SUMMARY.md"
 cat "$OUT/SUMMARY.md"
 echo "gpu_check: exit $status, $(($(date +%s) - START)) s (outputs in $OUT)"

@@ -52,6 +52,13 @@ def test_quick_column_at_the_servers_block_size(servers):
     assert int(burst[1]) == 8  # the 8 requests went out at once over the one client
     cached = [int(c) for c in burst[3].split(", ")]
     assert len(cached) == 8 and int(burst[2]) == sum(c >= 512 for c in cached)
+    ttft = re.fullmatch(
+        r"1,040-token prompts sharing 1,024 tokens, one at a time: cold TTFT (\d+) ms, median TTFT "
+        r"of the (\d) that hit (\d+) ms",
+        column[18],
+    )
+    assert ttft is not None, column[18]
+    assert int(ttft[2]) == 5  # prompts 2-6 find the prefix of prompt 1
 
 
 def test_a_second_run_on_the_same_server_draws_fresh_prompts(servers):
@@ -72,6 +79,7 @@ def test_full_column_claim_7_compares_two_servers(servers):
     )
     assert seven is not None, column[7]
     assert int(seven[2]) == 5  # prompts 2-6 find the 256-token prefix of prompt 1
+    assert "the caching-off server's median TTFT on the same prompts" in column[18]
     # The served engine decodes greedily only: claim 12's seeded sampling is refused, as a line.
     assert column[12] == (
         "failed on the server: HTTP 400: temperature must be 0: this server decodes greedily, "

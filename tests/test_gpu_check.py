@@ -32,7 +32,9 @@ def test_gpu_check_dry_run_quick_stages(tmp_path):
         ("env", "0"), ("deps", "0"), ("ext", "0"), ("claim1", "0")
     ]  # fmt: skip
     assert "built and imported _pool_loops" in (out / "ext.txt").read_text()
-    assert "slot reserved" in (out / "claim1.txt").read_text()
+    table = (out / "claim1" / "claim1.md").read_text()
+    assert "| prefill-heavy | apc | 3 |" in table and "| decode-heavy | radix | 3 |" in table
+    assert "claim 1: 0%-hit on/off pairs" in (out / "SUMMARY.md").read_text()
     assert "DRY RUN" in (out / "SUMMARY.md").read_text()
 
 

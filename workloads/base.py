@@ -59,6 +59,10 @@ class WorkloadParams:
     # Multi-tenant runs: > 0 gives each session (or request) the cache salt "tenant<k>", round
     # robin in order of first appearance, so tenants never share cached KV (vLLM/SGLang cache_salt).
     num_tenants: int = 0
+    # LoRA: > 0 gives each session (or request) the adapter "adapter<k>", round robin in order of
+    # first appearance; an adapter's KV is never another's (vLLM's LoRA block keys, SGLang's
+    # extra key)
+    num_adapters: int = 0
 
     positive: ClassVar[tuple[str, ...]] = ()  # integers > 0
     non_negative: ClassVar[tuple[str, ...]] = ()  # integers >= 0
@@ -71,7 +75,7 @@ class WorkloadParams:
             value = getattr(self, name)
             if not _is_int(value) or value <= 0:
                 raise fail(name, "a positive integer", value)
-        for name in ("seed_offset", "num_tenants", *self.non_negative):
+        for name in ("seed_offset", "num_tenants", "num_adapters", *self.non_negative):
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
                 raise fail(name, "a non-negative integer", value)
@@ -180,22 +184,40 @@ def generate_with_notes(
         raise AssertionError(f"workload {params.name!r} produced duplicate request ids")
     if params.num_tenants:
         requests = assign_tenants(requests, params.num_tenants)
+    if params.num_adapters:
+        requests = assign_adapters(requests, params.num_adapters)
     return Generated(requests, notes)
 
 
 def assign_tenants(requests: list[Request], num_tenants: int) -> list[Request]:
     """Salt every request with its tenant; turns of one session stay with one tenant. The ground
     truth `shared_prefix_len` is recomputed, since tenants never share."""
+    return _namespaced(requests, num_tenants, "tenant", lambda r, v: dataclasses.replace(r, salt=v))
+
+
+def assign_adapters(requests: list[Request], num_adapters: int) -> list[Request]:
+    """Serve every request with its LoRA adapter; turns of one session keep their adapter. As with
+    tenants, adapters never share, so `shared_prefix_len` is recomputed."""
+    return _namespaced(
+        requests, num_adapters, "adapter", lambda r, v: dataclasses.replace(r, lora_id=v)
+    )
+
+
+def _namespaced(
+    requests: list[Request], num: int, label: str, named_as: Callable[[Request, str], Request]
+) -> list[Request]:
+    """Each request `named_as` `<label><k>`, round robin over sessions in order of first
+    appearance."""
     from workloads.bounds import shared_prefix_lens
 
-    tenant_of: dict[str, str] = {}
-    salted = []
+    name_of: dict[str, str] = {}
+    named = []
     for req in requests:
         key = req.session_id or req.request_id
-        salt = tenant_of.setdefault(key, f"tenant{len(tenant_of) % num_tenants}")
-        salted.append(dataclasses.replace(req, salt=salt))
-    lens = shared_prefix_lens(salted)
-    return [dataclasses.replace(r, shared_prefix_len=n) for r, n in zip(salted, lens)]
+        value = name_of.setdefault(key, f"{label}{len(name_of) % num}")
+        named.append(named_as(req, value))
+    lens = shared_prefix_lens(named)
+    return [dataclasses.replace(r, shared_prefix_len=n) for r, n in zip(named, lens)]
 
 
 def resolve_data_path(path: str, what: str) -> Path:

@@ -35,7 +35,7 @@ class Replay(NamedTuple):
     prompt_ids: np.ndarray
     cached_ids: np.ndarray  # held afterwards: the prompt, or prompt + reply[:-1] for a chained turn
     num_samples: int = 1
-    salt: str | None = None
+    salt: str | None = None  # the request's namespace: its cache salt and LoRA adapter, if any
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,15 @@ def iter_replays(requests: Sequence[Request]) -> Iterator[Replay]:
         cached = prompt
         if r.request_id in chained and r.output_ids:
             cached = np.concatenate([prompt, np.asarray(r.output_ids[:-1], dtype=np.int64)])
-        yield Replay(prompt, cached, r.n, r.salt)
+        yield Replay(prompt, cached, r.n, namespace(r))
+
+
+def namespace(r: Request) -> str | None:
+    """What separates caches: the salt, and the LoRA adapter (vLLM keys every block of a LoRA
+    request with its adapter; SGLang's extra key). None: the global namespace."""
+    if r.lora_id is None:
+        return r.salt
+    return f"{r.salt or ''}|lora:{r.lora_id}"
 
 
 def _int_array(ids) -> np.ndarray:

@@ -23,6 +23,9 @@ class ParallelParams(WorkloadParams):
     prompt_len: int = 100
     output_len: int = 32
     num_prompts: int = 16
+    # every sample replays one reply (what greedy decoding gives): the samples then fill identical
+    # output blocks side by side, which APC keeps as duplicates and radix frees at insert
+    identical_samples: bool = False
 
     positive = ("n", "prompt_len", "output_len", "num_prompts")
 
@@ -54,7 +57,7 @@ def generate_parallel(p: ParallelParams, seed: int, space: TokenSpace) -> list[R
                 ),
                 output_ids=samples[0],
                 n=p.n,
-                sample_output_ids=samples,
+                sample_output_ids=() if p.identical_samples else samples,
                 shared_prefix_len=0,
             )
         )

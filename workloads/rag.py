@@ -1,7 +1,11 @@
 """`rag`: retrieved documents in a prompt template (LMCache long_doc_qa; docs/benchmarking.md §3.5).
 
-    static_first:   system | doc_a | doc_b | ... | question      (shared content leads)
-    question_first: question | system | doc_a | doc_b | ...    (nothing shared at the front)
+    static_first:   [header] system | doc_a | doc_b | ... | question      (shared content leads)
+    question_first: [header] question | system | doc_a | doc_b | ...    (only the header is shared)
+
+`header_len` > 0 puts a chat template's fixed header (the role tokens a chat template writes
+before any content) in front of every prompt, so even question-first prompts share a few leading
+tokens.
 
 Documents come from a pool with uniform or Zipf popularity; `doc_order` decides how the retrieved
 documents are laid out (popularity rank, id, or retrieval = random), and so how much prefix two
@@ -76,6 +80,7 @@ class RagParams(WorkloadParams):
     question_len: int = 32
     output_len: int = 16
     layout: str = "static_first"  # static_first | question_first
+    header_len: int = 0  # a chat template's fixed leading tokens, shared by every prompt
 
     positive = (
         "num_prompts",
@@ -85,7 +90,7 @@ class RagParams(WorkloadParams):
         "question_len",
         "output_len",
     )
-    non_negative = ("system_prompt_len",)
+    non_negative = ("system_prompt_len", "header_len")
     choices = {
         "doc_popularity": tuple(POPULARITY.names()),
         "doc_order": tuple(DOC_ORDERS.names()),
@@ -94,7 +99,10 @@ class RagParams(WorkloadParams):
 
     def prompt_tokens_estimate(self) -> int:
         return self.num_prompts * (
-            self.system_prompt_len + self.docs_per_request * self.doc_len + self.question_len
+            self.header_len
+            + self.system_prompt_len
+            + self.docs_per_request * self.doc_len
+            + self.question_len
         )
 
     def requests_estimate(self) -> int:
@@ -122,11 +130,14 @@ class RagParams(WorkloadParams):
 
 
 def _shared(p: RagParams, layout: Layout, docs: list[int], seen: set[tuple[int, ...]]) -> int:
-    """Tokens shared with earlier prompts: nothing ahead of a question, else S + leading docs."""
-    if not layout.static_leads or not seen:
+    """Tokens shared with earlier prompts: the header, then nothing ahead of a question, else
+    S + leading docs."""
+    if not seen:
         return 0
+    if not layout.static_leads:
+        return p.header_len
     common = max(j for j in range(p.docs_per_request + 1) if tuple(docs[:j]) in seen)
-    return p.system_prompt_len + common * p.doc_len
+    return p.header_len + p.system_prompt_len + common * p.doc_len
 
 
 def generate_rag(p: RagParams, seed: int, space: TokenSpace) -> list[Request]:
@@ -136,6 +147,7 @@ def generate_rag(p: RagParams, seed: int, space: TokenSpace) -> list[Request]:
     rank_to_doc = r.permutation(p.num_docs)  # popularity rank is not the id, so the orders differ
     weights = probabilities(p.doc_popularity, p.num_docs, p.zipf_alpha)
     system = token_ids(space, (seed, "system"), p.system_prompt_len)
+    header = token_ids(space, (seed, "header"), p.header_len)
     doc_heads = distinct_heads(space, p.num_docs, seed, "doc")
     pool = [
         token_ids(space, (seed, "doc", d), p.doc_len, head=int(doc_heads[d]))
@@ -157,7 +169,11 @@ def generate_rag(p: RagParams, seed: int, space: TokenSpace) -> list[Request]:
         out.append(
             Request(
                 request_id=f"q{i}",
-                prompt_ids=as_tuple(layout.build(system, [pool[d] for d in docs], question)),
+                prompt_ids=as_tuple(
+                    np.concatenate(
+                        [header, layout.build(system, [pool[d] for d in docs], question)]
+                    )
+                ),
                 output_ids=as_tuple(token_ids(space, (seed, "output", i), p.output_len)),
                 shared_prefix_len=shared,
                 tags={"docs": docs},

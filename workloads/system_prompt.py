@@ -36,6 +36,9 @@ class SystemPromptParams(WorkloadParams):
     group_distribution: str = "uniform"  # uniform | zipf (--gsp-group-distribution)
     zipf_alpha: float = 1.0  # --gsp-zipf-alpha
     ordered: bool = False  # --gsp-ordered; false = shuffled
+    # samples per prompt: n > 1 makes a three-level tree (system prompt, question, samples whose
+    # scripted replies differ from their first token), as tree-of-thought style sampling does
+    n: int = 1
 
     positive = (
         "num_groups",
@@ -43,16 +46,16 @@ class SystemPromptParams(WorkloadParams):
         "system_prompt_len",
         "question_len",
         "output_len",
+        "n",
     )
     choices = {"group_distribution": tuple(POPULARITY.names())}
 
     def prompt_tokens_estimate(self) -> int:
-        return (
-            self.num_groups * self.prompts_per_group * (self.system_prompt_len + self.question_len)
-        )
+        per_prompt = self.system_prompt_len + self.question_len
+        return self.num_groups * self.prompts_per_group * self.n * per_prompt
 
     def requests_estimate(self) -> int:
-        return self.num_groups * self.prompts_per_group
+        return self.num_groups * self.prompts_per_group * self.n
 
     def check(self) -> None:
         check_fraction(self, "range_ratio")
@@ -103,16 +106,32 @@ def generate_system_prompt(p: SystemPromptParams, seed: int, space: TokenSpace) 
             int(question_lens[index]),
             head=int(question_heads[g][i]),
         )
+        output_ids = as_tuple(token_ids(space, (seed, "output", g, i), int(output_lens[index])))
         out.append(
             Request(
                 request_id=f"g{g}-q{i}",
                 prompt_ids=as_tuple(np.concatenate([systems[g], question])),
-                output_ids=as_tuple(
-                    token_ids(space, (seed, "output", g, i), int(output_lens[index]))
-                ),
+                output_ids=output_ids,
+                n=p.n,
+                sample_output_ids=_samples(p, space, seed, (g, i), output_ids),
                 shared_prefix_len=int(system_lens[g]) if i > 0 else 0,
                 tags={"group": g},
             )
         )
         seen[g] += 1
     return out
+
+
+def _samples(
+    p: SystemPromptParams, space: TokenSpace, seed: int, key: tuple[int, int], first: tuple
+) -> tuple[tuple[int, ...], ...]:
+    """n > 1: one scripted reply per sample, the first the request's own, each opening with a
+    distinct token so the samples diverge at their first output token; n = 1: none."""
+    if p.n == 1:
+        return ()
+    heads = distinct_heads(space, p.n, seed, "sample", *key)
+    rest = (
+        as_tuple(token_ids(space, (seed, "sample", *key, s), len(first), head=int(heads[s])))
+        for s in range(1, p.n)
+    )
+    return (first, *rest)

@@ -23,6 +23,7 @@ from harness.claims.figures import draw
 from harness.claims.record import Claim, Finding, Row
 from harness.claims.registry import CLAIMS, ordered
 from harness.claims.server import server_column
+from harness.claims.strength import Evidence
 from harness.claims.writer import write_csv, write_markdown
 from harness.config.errors import BAD_INPUT
 from harness.results.owned_dir import check_out_dir, replace_owned
@@ -33,6 +34,7 @@ FIGURES = "figures"
 def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
     """Measure one claim; a crash becomes a row saying so (never a verdict)."""
     start = time.perf_counter()
+    first_run = len(ctx.used)
     finding: Finding | None
     try:
         finding = claim.measure(ctx)
@@ -52,6 +54,12 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
     if finding is not None and finding.figure is not None:
         figure = f"{FIGURES}/claim{claim.number}-{claim.key}.png"
         draw(finding.figure, ctx.out_dir / figure)
+    used = ctx.used[first_run:]
+    evidence = Evidence(
+        len({name for name, _ in used}),
+        len({seed for _, seed in used}) or 1,
+        finding.interval if finding is not None else "",
+    )
     row = Row(
         claim.number,
         claim.statement,
@@ -63,6 +71,7 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
         verdict,
         figure,
         time.perf_counter() - start,
+        evidence=evidence.text(),
     )
     return row, finding
 

@@ -50,6 +50,8 @@ ARMS: dict[str, tuple[str, ...]] = {
 CROSS_ARMS: dict[str, tuple[str, ...]] = {
     f"{RADIX}+{cross(RADIX)}": (engine(RADIX, cross(RADIX)),),
     f"{APC}+{cross(APC)}": (engine(APC, cross(APC)),),
+    # APC under SGLang's cache-aware schedule: what the schedule gives a hash cache (claim 16)
+    f"{APC}+{cross(APC)}-lpm": (engine(APC, cross(APC)), "engine.policy=lpm"),
 }
 GPU_BUDGETS = ("engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256")
 # KV capacity: the preset file's "tokens fit in memory" comment, rounded down to a block of 16.

@@ -61,6 +61,12 @@ def _read_outputs(path: Path) -> dict[str, tuple[int, ...]]:
     return {row["request_id"]: tuple(row["output_ids"]) for row in rows}
 
 
+def _seed_of(overrides) -> int:
+    """The run's seed as its overrides set it (the config's default, 0, otherwise)."""
+    seeds = [o.split("=", 1)[1] for o in overrides if o.startswith("seed=")]
+    return int(seeds[-1]) if seeds else 0
+
+
 def has_option(group: str, key: str) -> bool:
     """Whether the run configuration has `group.key` (an option another change may add)."""
     spec = RunConfig.__dataclass_fields__.get(group)
@@ -87,13 +93,20 @@ class Context:
     done: dict[tuple[str, str], tuple[tuple[str, ...], ArmResult]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # every run a claim made or read, as (folder/name, seed): its evidence size (strength.py)
+    used: list[tuple[str, int]] = field(default_factory=list, compare=False, repr=False)
 
     def size(self, quick: object, full: object):
         return quick if self.quick else full
 
+    def note(self, name: str, seed: int) -> None:
+        """Count a run made outside `run` (claim 1's interleaved pairs) as evidence."""
+        self.used.append((name, seed))
+
     def run(self, folder: str, name: str, overrides, save_tokens: bool = False) -> ArmResult:
         args = (*overrides, f"save_tokens={save_tokens}")
         key = (folder, name)
+        self.note(f"{folder}/{name}", _seed_of(overrides))
         if key in self.done:
             made_with, result = self.done[key]
             if made_with != args:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 
-from engines.cache import DESIGNS
-from harness.claims.arms import ARMS
+from harness.claims.arms import APC, ARMS, RADIX
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
 from harness.run.compose import compose
@@ -27,6 +26,8 @@ OUTPUT_LEN = 64
 DTYPE = "bfloat16"
 EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}  # machine epsilon
 MARGIN = 4.0
+# Relative K/V perturbations injected into cached prefixes to validate the detector (fault.py)
+FAULT_SCALES = (0.001, 0.01, 0.03, 0.1, 0.3, 1.0)
 # Two requests at a time: batches mix prefill and decode, and radix's scheduler still finds
 # content cached by the previous batch (in one burst it would admit everything before caching).
 REAL = (
@@ -74,10 +75,13 @@ def tolerance(dtype: str, num_layers: int, scale: float) -> float:
 def measure(ctx: Context) -> Finding:
     model = ctx.size("tiny", "smollm2-135m")
     names = ctx.size(("system_prompt",), tuple(WORKLOADS))
-    rows = [_compare(model, w, d) for w in names for d in DESIGNS.names()]
+    rows = [_compare(model, w, d) for w in names for d in (f"{APC}", f"{RADIX}")]
+    check = detector(model)
     wrong = sum(r["wrong_kv"] for r in rows)
     flips = sum(r["differing"] for r in rows)
-    if wrong:
+    if check["smallest_caught"] is None:
+        verdict = undecided("the tolerance missed every injected K/V fault, so it detects nothing")
+    elif wrong:
         verdict = FAILS
     elif not all(r["cached_tokens"] > 0 for r in rows):
         verdict = undecided("a cached run reused nothing, so it tested nothing")
@@ -87,11 +91,15 @@ def measure(ctx: Context) -> Finding:
         )
     else:
         verdict = HOLDS
-    result = "; ".join(
-        f"{r['workload']}/{r['design']}: {r['requests'] - r['differing']}/{r['requests']} identical, "
-        f"{r['wrong_kv']} wrong K/V, max first-token logit diff {r['max_logit_diff']:.3g} (tolerance "
-        f"{r['tolerance']:.3g}), {r['cached_tokens']} cached tokens"
-        for r in rows
+    result = (
+        "; ".join(
+            f"{r['workload']}/{r['design']}: {r['requests'] - r['differing']}/{r['requests']} identical, "
+            f"{r['wrong_kv']} wrong K/V, max first-token logit diff {r['max_logit_diff']:.3g} (tolerance "
+            f"{r['tolerance']:.3g}), {r['cached_tokens']} cached tokens"
+            for r in rows
+        )
+        + "; detector check: "
+        + _describe_detector(check)
     )
     return Finding(
         setup=f"real {model} in {DTYPE} on this CPU, greedy decoding, {OUTPUT_LEN} output tokens, burst, two "
@@ -112,7 +120,21 @@ def measure(ctx: Context) -> Finding:
             },
             reference=100.0,
         ),
-        details=rows,
+        details=[*rows, check],
+    )
+
+
+def _describe_detector(check: dict) -> str:
+    steps = ", ".join(
+        f"{r['fault']:g}: {r['caught']}/{r['reused']} (max diff {r['max_logit_diff']:.3g})"
+        for r in check["ladder"]
+    )
+    smallest = check["smallest_caught"]
+    found = f"smallest caught in every reusing request {smallest:g}" if smallest else "none caught"
+    return (
+        f"cached prefixes' K/V perturbed by a relative scale ({check['design']}, "
+        f"{check['workload']}; tolerance {check['tolerance']:.3g}), requests flagged / reusing: "
+        f"{steps}; {found}"
     )
 
 
@@ -126,14 +148,18 @@ CLAIM = Claim(
     "(2^-7 for bfloat16) x max |logit| (caching off) must never happen. Holds when no request has wrong "
     "K/V, every output is identical and the cached runs reused tokens; does not hold on any wrong K/V; "
     "depends on the numerics when outputs differ only through near-tie flips (first-token logits within "
-    "the tolerance), which are counted; undecided when a cached run reused nothing.",
+    "the tolerance), which are counted; undecided when a cached run reused nothing or when the "
+    "tolerance misses every injected fault (cached prefixes' K/V perturbed by relative scales 0.001-1; "
+    "the smallest caught is reported).",
     measure,
 )
 
 
-def _run(model: str, overrides: tuple[str, ...]):
-    """(records by id, first-token logits by id, layers) of one run through the pipeline."""
+def _run(model: str, overrides: tuple[str, ...], fault: float | None = None):
+    """(records by id, first-token logits by id, layers) of one run through the pipeline; with
+    `fault`, cached prefixes' K/V are perturbed by that relative scale (harness/claims/fault.py)."""
     from engines.real_executor import RealExecutor  # imports torch: only when claim 7 runs
+    from harness.claims.fault import CachedKVFault
 
     composed = compose([f"model={model}", *overrides], job_name="claims")
     prepared = prepare(composed.cfg, ENGINE)
@@ -141,12 +167,43 @@ def _run(model: str, overrides: tuple[str, ...]):
     if not isinstance(executor, RealExecutor):
         raise RuntimeError(f"claim 7 needs the real executor, got {type(executor).__name__}")
     executor.first_logits = {}
+    if fault is not None:
+        CachedKVFault(executor, fault)
     measured = measure_run(composed.cfg, prepared)
     if measured.status != "ok":
         raise RuntimeError(f"claims run ({' '.join(overrides)}): {measured.error}")
     records = {r.request_id: r for r in measured.items}
     logits = executor.first_logits
     return records, logits, composed.cfg.model.num_layers
+
+
+def detector(model: str, design: str = f"{APC}", workload: str = "system_prompt") -> dict:
+    """The smallest injected fault the tolerance catches: for each relative K/V perturbation of
+    the cached prefixes (FAULT_SCALES), how many requests that reused a prefix are flagged."""
+    off, off_logits, layers = _run(model, (*REAL, *WORKLOADS[workload], *ARMS[f"{design}-off"]))
+    scale = max(float(t.abs().max()) for t in off_logits.values())
+    tol = tolerance(DTYPE, layers, scale)
+    ladder = []
+    for fault in FAULT_SCALES:
+        on, on_logits, _ = _run(model, (*REAL, *WORKLOADS[workload], *ARMS[design]), fault)
+        hit = [rid for rid, r in on.items() if r.cached_tokens > 0 and rid in on_logits]
+        diffs = [float((on_logits[rid] - off_logits[rid]).abs().max()) for rid in hit]
+        ladder.append(
+            {
+                "fault": fault,
+                "reused": len(hit),
+                "caught": sum(d > tol for d in diffs),
+                "max_logit_diff": max(diffs, default=0.0),
+            }
+        )
+    caught_all = [r["fault"] for r in ladder if r["reused"] and r["caught"] == r["reused"]]
+    return {
+        "design": design,
+        "workload": workload,
+        "tolerance": tol,
+        "ladder": ladder,
+        "smallest_caught": min(caught_all, default=None),
+    }
 
 
 def _compare(model: str, workload: str, design: str) -> dict:

@@ -46,6 +46,8 @@ class Finding:
     verdict: str
     figure: Figure | None = None
     details: list[dict[str, object]] = field(default_factory=list)
+    # the interval that decided the verdict (harness/claims/strength.py), "" for exact counts
+    interval: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,3 +77,4 @@ class Row:
     figure: str  # path relative to the output folder, or ""
     seconds: float
     real_server: str = ""  # the claim on a live vLLM server (harness/claims/server.py), or ""
+    evidence: str = ""  # runs, seeds and the deciding interval (harness/claims/strength.py)

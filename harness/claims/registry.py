@@ -8,21 +8,27 @@ from __future__ import annotations
 
 from engines.registry import Registry
 from harness.claims import (
+    adapters,
     alignment,
     backlog,
     bookkeeping,
     burst,
+    duplicates,
     eviction,
     free_order,
+    hash_algos,
     isolation,
     mixed,
     outputs,
     parallel_n,
     position,
+    prefix_weight,
     rag_template,
     speedup,
     transfer,
     tree_reuse,
+    tree_sampling,
+    ttft_benefit,
     zero_hit,
 )
 from harness.claims.record import Claim
@@ -46,6 +52,12 @@ for _module in (
     backlog,
     rag_template,
     transfer,
+    prefix_weight,
+    ttft_benefit,
+    adapters,
+    duplicates,
+    hash_algos,
+    tree_sampling,
 ):
     CLAIMS.add(_module.CLAIM.key, _module.CLAIM)
 

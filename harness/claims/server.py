@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import statistics
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -35,8 +36,8 @@ NOT_RUN = (
     "not run: needs the live vLLM server of issue [2/7] (harness/live_server/, scripts/setup_vllm.sh, the "
     "tests' session server), which this run did not have"
 )
-QUICK = (2, 9, 10)  # what CI fills; the full run adds 12 and (with a caching-off server) 7
-FULL = (2, 7, 9, 10, 12)
+QUICK = (2, 9, 10, 18)  # what CI fills; the full run adds 12 and (with a caching-off server) 7
+FULL = (2, 7, 9, 10, 12, 18)
 VLLM = FLAVOURS.get("vllm")
 REQUEST_TIMEOUT_S = 120.0
 TOKEN_IDS = range(1000, 20000)  # ordinary ids of the server model's vocabulary (no specials)
@@ -54,6 +55,7 @@ class Completion:
     token_ids: tuple[tuple[int, ...], ...]  # one per sample, as the server returned them
     send_s: float  # perf_counter when it was handed to the client
     finish_s: float  # perf_counter of its last byte
+    first_token_s: float  # perf_counter of its first token (the earliest sample's)
 
 
 class Server:
@@ -104,6 +106,10 @@ class Server:
             tuple(tuple(c.token_ids) for c in reply.choices),
             reply.send_s,
             reply.finish_s,
+            min(
+                (c.token_times_s[0] for c in reply.choices if c.token_times_s),
+                default=reply.finish_s,
+            ),
         )
 
     async def block_size(self) -> int:
@@ -149,6 +155,7 @@ async def _column(
         10: lambda: _burst(on, draw(10)),
         12: lambda: _parallel(on, draw(12)),
         7: lambda: _outputs(on, off, draw(7)),
+        18: lambda: _ttft(on, off, draw(18)),
     }
     out = {}
     try:
@@ -240,3 +247,25 @@ async def _outputs(on: Server, off: Server | None, draw: Draw) -> str:
         f"{used} of {len(prompts)} prompts had cached tokens; caching off: {off_cached} cached "
         "tokens reported)"
     )
+
+
+async def _ttft(on: Server, off: Server | None, draw: Draw) -> str:
+    """Claim 18 on the server: six prompts sharing a 1,024-token prefix, one at a time, one output
+    token each; TTFT of the five that find the prefix against the cold first one, and against the
+    same prompts on the caching-off server when there is one."""
+    head = draw(1024)
+    prompts = [head + draw(16) for _ in range(6)]
+    warm = [await on.complete(p) for p in prompts]
+    ttft_ms = [(r.first_token_s - r.send_s) * 1e3 for r in warm]
+    hit = [t for t, r in zip(ttft_ms[1:], warm[1:]) if r.cached_tokens > 0]
+    line = (
+        f"1,040-token prompts sharing 1,024 tokens, one at a time: cold TTFT {ttft_ms[0]:.0f} ms, "
+        f"median TTFT of the {len(hit)} that hit {statistics.median(hit):.0f} ms"
+        if hit
+        else f"no prompt hit the shared prefix (cached {[r.cached_tokens for r in warm]})"
+    )
+    if off is not None:
+        cold = [await off.complete(p) for p in prompts]
+        off_ms = statistics.median((r.first_token_s - r.send_s) * 1e3 for r in cold)
+        line += f"; the caching-off server's median TTFT on the same prompts {off_ms:.0f} ms"
+    return line

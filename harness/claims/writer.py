@@ -33,7 +33,16 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
 def write_markdown(
     rows: Sequence[Row], details: dict[int, list[dict]], command: str, path: Path
 ) -> None:
-    head = ["#", "claim", "source", "verdict (conditions)", "result", "real vLLM server", "figure"]
+    head = [
+        "#",
+        "claim",
+        "source",
+        "verdict (conditions)",
+        "evidence",
+        "result",
+        "real vLLM server",
+        "figure",
+    ]
     lines = [
         "# Claims about APC and RadixAttention, re-measured",
         "",
@@ -49,7 +58,16 @@ def write_markdown(
     for r in rows:
         figure = f"![claim {r.number}]({r.figure})" if r.figure else ""
         verdict = f"**{r.verdict}** (conditions: {r.setup})" if r.setup else f"**{r.verdict}**"
-        cells = [str(r.number), r.claim, r.source, verdict, r.result, r.real_server, figure]
+        cells = [
+            str(r.number),
+            r.claim,
+            r.source,
+            verdict,
+            r.evidence,
+            r.result,
+            r.real_server,
+            figure,
+        ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     for r in rows:
         lines += [
@@ -62,6 +80,7 @@ def write_markdown(
             f"- Measured: {r.measured}",
             f"- Result: {r.result}",
             f"- Verdict: **{r.verdict}**, under the setup's conditions ({r.seconds:.0f} s)",
+            f"- Evidence: {r.evidence}",
             f"- Real vLLM server: {r.real_server or 'not a server check'}",
         ]
         if details.get(r.number):

@@ -21,6 +21,9 @@ from harness.report.tables import VLLM_OVERHEAD_CLAIM
 from harness.run import overhead
 
 SEEDS = 10  # paired on/off seeds of the one numerator measurement per design
+# (prompt, output) tokens: the published claim's prefill-heavy shape and its decode-heavy mirror,
+# where the run is longer per prompt token but every step still pays the cache's bookkeeping
+SHAPES = {"prefill-heavy": (1024, 128), "decode-heavy": (128, 1024)}
 
 
 def median_ci(values: list[float]) -> tuple[float, float, float]:
@@ -45,7 +48,7 @@ def measure(ctx: Context) -> Finding:
     cpu = _cpu_ratios(ctx)
     projected = _projected(ctx)
     lines = [
-        f"{r.engine}/{r.hardware}: {_pct(r.share)} [{_pct(r.low)}, {_pct(r.high)}] "
+        f"{r.engine}/{r.hardware}/{r.shape}: {_pct(r.share)} [{_pct(r.low)}, {_pct(r.high)}] "
         f"(wall-clock bookkeeping {_pct(r.bookkeeping_share)})"
         for r in projected.itertuples()
     ]
@@ -56,12 +59,16 @@ def measure(ctx: Context) -> Finding:
     figure = Figure(
         "Projected 0%-hit cost of prefix caching",
         "added CPU time (% of run time)",
-        {h: dict(zip(g["engine"], 100 * g["share"])) for h, g in projected.groupby("hardware")},
+        {
+            f"{h} {shape}": dict(zip(g["engine"], 100 * g["share"]))
+            for (h, shape), g in projected.groupby(["hardware", "shape"])
+        },
         reference=100 * VLLM_OVERHEAD_CLAIM,
         reference_label="claim: 1%",
     )
     return Finding(
-        setup=f"unique workload ({_num_prompts(ctx)} prompts of 1,024 + 128 tokens, burst) on the simulated "
+        setup=f"unique workload ({_num_prompts(ctx)} prompts, burst), prefill-heavy (1,024 + 128 tokens) and "
+        "decode-heavy (128 + 1,024), on the simulated "
         f"executor, {len(_presets(ctx))} GPU preset(s); added CPU measured once per design over {SEEDS} paired "
         "seeds (for this implementation, on this loaded 2-core machine) and divided by each preset's run "
         f"time; CPU: model {_cpu_model(ctx)}, unique "
@@ -73,6 +80,10 @@ def measure(ctx: Context) -> Finding:
         verdict=_verdict(projected),
         figure=figure,
         details=[*projected.to_dict("records"), *cpu.to_dict("records")],
+        interval="; ".join(
+            f"{r.engine}/{r.hardware}/{r.shape} [{_pct(r.low)}, {_pct(r.high)}] (n={r.n_pairs} pairs)"
+            for r in projected.itertuples()
+        ),
     )
 
 
@@ -82,12 +93,13 @@ CLAIM = Claim(
     "Prefix caching costs under 1% throughput at a 0% hit rate.",
     "vLLM V1 alpha release blog, 2025-01-27",
     "For this implementation: the numerator (engine-loop CPU seconds caching adds, cache on - off on the "
-    "same steps) is measured once per design over 10 paired seeds, its median and distribution-free ~95% "
-    "interval (order statistics), and divided by each GPU preset's simulated run time. Holds when, for both "
-    "designs on every preset, the interval's upper end is below 1%; does not hold when every preset has a "
-    "design whose lower end is above 1%; undecided when every preset straddles 1%; otherwise depends on "
-    "the preset (each as far from the claim as its worse design). The CPU end-to-end cost is reported "
-    "beside it.",
+    "same steps) is measured once per design and shape (prefill-heavy 1,024 + 128 and decode-heavy "
+    "128 + 1,024 tokens) over 10 paired seeds, its median and distribution-free ~95% interval (order "
+    "statistics), and divided by each GPU preset's simulated run time of that shape. Holds when, for both "
+    "designs on every preset and shape, the interval's upper end is below 1%; does not hold when every "
+    "preset and shape has a design whose lower end is above 1%; undecided when every one straddles 1%; "
+    "otherwise depends on the preset and shape (each as far from the claim as its worse design). The CPU "
+    "end-to-end cost is reported beside it.",
     measure,
 )
 
@@ -111,31 +123,39 @@ def _cpu_model(ctx: Context) -> str:
 def _cpu_ratios(ctx: Context) -> pd.DataFrame:
     """harness.run.overhead's paired on/off measurement, without its profiling pass."""
     extra = [f"model={_cpu_model(ctx)}", f"workload.num_prompts={ctx.size(16, 32)}"]
-    return overhead.ratios(_interleaved(extra, range(_repeats(ctx))))
+    return overhead.ratios(_interleaved(ctx, "cpu", extra, range(_repeats(ctx))))
 
 
-def _interleaved(extra: list[str], seeds: range) -> pd.DataFrame:
+def _interleaved(ctx: Context, label: str, extra: list[str], seeds: range) -> pd.DataFrame:
     configs = {(e, on): overhead.config(e, on, extra) for e, on in overhead.ARMS}
-    rows = [
-        {"engine": e, "cache_on": on, "seed": seed, **overhead.measure_arm(cfg, seed)}
-        for seed in seeds
-        for (e, on), cfg in configs.items()
-    ]
+    rows = []
+    for seed in seeds:
+        for (e, on), cfg in configs.items():
+            rows.append(
+                {"engine": e, "cache_on": on, "seed": seed, **overhead.measure_arm(cfg, seed)}
+            )
+            ctx.note(f"1-zero_hit/{label}-{e}-{'on' if on else 'off'}-seed{seed}", seed)
     return pd.DataFrame(rows)
 
 
 def _projected(ctx: Context) -> pd.DataFrame:
-    """Per preset and engine: the one added-CPU measurement over the preset's run time."""
+    """Per shape, preset and engine: the shape's added-CPU measurement over the preset's run time."""
+    return pd.concat([_projected_shape(ctx, shape) for shape in SHAPES], ignore_index=True)
+
+
+def _projected_shape(ctx: Context, shape: str) -> pd.DataFrame:
+    prompt_len, output_len = SHAPES[shape]
     workload = [
         f"workload.num_prompts={_num_prompts(ctx)}",
-        "workload.prompt_len=1024",
-        "workload.output_len=128",
+        f"workload.prompt_len={prompt_len}",
+        f"workload.output_len={output_len}",
         "engine.kv_capacity_tokens=524288",
         *GPU_BUDGETS,
     ]
     presets = _presets(ctx)
     # The numerator: the same steps on every preset, so measured once, on the first preset.
-    runs = _interleaved(["executor=simulated", f"hardware={presets[0]}", *workload], range(SEEDS))
+    first = ["executor=simulated", f"hardware={presets[0]}", *workload]
+    runs = _interleaved(ctx, shape, first, range(SEEDS))
     added = {}
     for engine, g in runs.groupby("engine"):
         on, off = g[g["cache_on"]].set_index("seed"), g[~g["cache_on"]].set_index("seed")
@@ -152,6 +172,7 @@ def _projected(ctx: Context) -> pd.DataFrame:
             rows.append(
                 {
                     "hardware": preset,
+                    "shape": shape,
                     "engine": engine,
                     "n_pairs": n,
                     "duration_s": d,
@@ -195,8 +216,9 @@ def _verdict(projected: pd.DataFrame) -> str:
         for lo, hi in zip(low, high)
     ]
     per_preset: dict[str, str] = {}
-    for hardware, st in zip(projected["hardware"], state):
-        per_preset[hardware] = max(per_preset.get(hardware, "below"), st, key=SEVERITY.index)
+    for hardware, shape, st in zip(projected["hardware"], projected["shape"], state):
+        key = f"{hardware} {shape}"
+        per_preset[key] = max(per_preset.get(key, "below"), st, key=SEVERITY.index)
     found = set(per_preset.values())
     if found == {"below"}:
         return HOLDS
@@ -209,7 +231,7 @@ def _verdict(projected: pd.DataFrame) -> str:
         for s in SEVERITY
         if s in found
     ]
-    return depends("the preset: " + "; ".join(parts))
+    return depends("the preset and shape: " + "; ".join(parts))
 
 
 def _pct(x: float | None) -> str:
