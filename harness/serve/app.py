@@ -5,6 +5,11 @@ POST /v1/completions (JSON or SSE stream), GET /v1/models, GET /health, GET /ver
 GET /step_log?since=N. Handlers never touch the engine: they post to the engine thread and await
 their request's events. A handler that ends before its request did (the client went away, a
 shutdown cancelled it) aborts the request, which frees its KV.
+
+Client input never reaches a traceback: a body is read up to `Limits.max_body_bytes` (413) within
+`Limits.body_timeout_s` (408), decoded, checked and tokenised on a worker thread (the event loop
+keeps answering /health), and anything malformed is HTTP 400 with vLLM's error body, as are
+unknown routes (404) and methods (405).
 """
 
 from __future__ import annotations
@@ -12,17 +17,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from engines.errors import BadInput
 from engines.request import CompletionRequest
 from harness.serve import protocol as api
 from harness.serve.engine_thread import Accepted, Done, EngineThread, Failed, RequestSink, Tokens
@@ -32,6 +40,15 @@ from harness.serve.text import Detokenizer, TextCodec
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection (never sent)
+SINCE = re.compile(r"[0-9]{1,18}")  # a step index in ASCII digits (int() takes "²" and "١")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may cost the server before it is refused (conf/serve.yaml)."""
+
+    max_body_bytes: int = 32 * 2**20
+    body_timeout_s: float = 60.0  # the whole body must arrive within this
 
 
 @dataclass(frozen=True)
@@ -47,8 +64,8 @@ class ServedModel:
     version: str  # the project's version (GET /version)
 
 
-def build_app(thread: EngineThread, model: ServedModel) -> Starlette:
-    routes = _Routes(thread, model)
+def build_app(thread: EngineThread, model: ServedModel, limits: Limits | None = None) -> Starlette:
+    routes = _Routes(thread, model, limits or Limits())
 
     @asynccontextmanager
     async def lifespan(app):
@@ -70,11 +87,20 @@ def build_app(thread: EngineThread, model: ServedModel) -> Starlette:
             Route("/step_log", routes.step_log, methods=["GET"]),
         ],
         lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error},
     )
 
 
-def _error(exc: ApiError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status)
+def _error(exc: ApiError, headers: Mapping[str, str] | None = None) -> Response:
+    # ASCII-escaped: a message may quote client text holding a lone surrogate (not UTF-8).
+    body = json.dumps(exc.body(), ensure_ascii=True, separators=(",", ":")).encode()
+    return Response(body, exc.status, headers, media_type="application/json")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, method not allowed) in vLLM's error shape."""
+    assert isinstance(exc, HTTPException)
+    return _error(ApiError(str(exc.detail), status=exc.status_code), exc.headers)
 
 
 def _sse(payload: dict | str) -> str:
@@ -83,13 +109,14 @@ def _sse(payload: dict | str) -> str:
 
 
 class _Routes:
-    def __init__(self, thread: EngineThread, model: ServedModel) -> None:
-        self.thread, self.model = thread, model
+    def __init__(self, thread: EngineThread, model: ServedModel, limits: Limits) -> None:
+        self.thread, self.model, self.limits = thread, model, limits
 
     # ---------------------------------------------------------------- small routes
     async def health(self, request: Request) -> Response:
-        if self.thread.failure is not None:
-            return PlainTextResponse(f"engine failed: {self.thread.failure}", status_code=503)
+        problem = self.thread.problem()
+        if problem is not None:
+            return PlainTextResponse(problem, status_code=503)
         return Response(status_code=200)
 
     async def version(self, request: Request) -> Response:
@@ -100,37 +127,59 @@ class _Routes:
         return JSONResponse(api.model_list(m.name, m.created, m.max_model_len))
 
     async def metrics(self, request: Request) -> Response:
-        snap = await asyncio.wrap_future(self.thread.call(self.thread.snapshot))
-        return Response(render(snap, self.model.name), media_type=CONTENT_TYPE)
+        try:
+            snap = await self._on_engine(self.thread.snapshot)
+            return Response(render(snap, self.model.name), media_type=CONTENT_TYPE)
+        except ApiError as exc:
+            return _error(exc)
 
     async def reset_prefix_cache(self, request: Request) -> Response:
-        if await asyncio.wrap_future(self.thread.call(self.thread.reset_cache)):
-            return Response(status_code=200)
+        try:
+            if await self._on_engine(self.thread.reset_cache):
+                return Response(status_code=200)
+        except ApiError as exc:
+            return _error(exc)
         return _error(ApiError(_REFUSED, status=409))
 
     async def flush_cache(self, request: Request) -> Response:
-        if await asyncio.wrap_future(self.thread.call(self.thread.reset_cache)):
+        try:
+            flushed = await self._on_engine(self.thread.reset_cache)
+        except ApiError as exc:
+            return PlainTextResponse(f"Cache not flushed: {exc.message}\n", status_code=exc.status)
+        if flushed:
             return PlainTextResponse("Cache flushed.\n")
         return PlainTextResponse(f"Cache not flushed: {_REFUSED}\n", status_code=400)
 
+    async def _on_engine(self, fn):
+        """`fn`'s result, run on the engine thread; its failure as a 500 ApiError."""
+        try:
+            return await asyncio.wrap_future(self.thread.call(fn))
+        except Exception as exc:
+            log.error(
+                "%s failed on the engine thread: %s: %s", fn.__name__, type(exc).__name__, exc
+            )
+            raise ApiError(f"{type(exc).__name__}: {exc}", status=500) from None
+
     async def step_log(self, request: Request) -> Response:
         raw = request.query_params.get("since", "0")
-        if not raw.isdigit():
-            return _error(ApiError(f"since must be a step index, got {raw!r}", "since"))
+        if not SINCE.fullmatch(raw):
+            return _error(
+                ApiError(
+                    f"since must be a step index (0-18 ASCII digits), got {api.show(raw)}", "since"
+                )
+            )
         entries = self.thread.step_log.since(int(raw))
         return JSONResponse({"steps": [asdict(e) for e in entries]})
 
     # ---------------------------------------------------------------- completions
     async def completions(self, request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
-            return _error(ApiError("the request body is not valid JSON"))
-        try:
-            params = api.parse_completion(body)
-            req = self._engine_request(params)
+            raw = await self._read_body(request)
+            # Decoding, checking and tokenising a large body takes CPU: off the event loop.
+            params, req = await asyncio.to_thread(self._parse, raw)
         except ApiError as exc:
-            return _error(exc)
+            closing = {"connection": "close"} if exc.status in (408, 413) else None
+            return _error(exc, closing)
         sink = RequestSink(asyncio.get_running_loop())
         self.thread.submit(req, sink)
         handed_over = False
@@ -151,6 +200,45 @@ class _Routes:
             if not handed_over:  # cancelled while waiting for the engine to take it
                 self.thread.abort(req.request_id)
 
+    async def _read_body(self, request: Request) -> bytes:
+        """The whole body, at most `max_body_bytes`, arrived within `body_timeout_s`."""
+        limit = self.limits.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise ApiError(_too_large(limit), status=413)
+        chunks: list[bytes] = []
+
+        async def read() -> None:
+            size = 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(_too_large(limit), status=413)
+                chunks.append(chunk)
+
+        try:
+            await asyncio.wait_for(read(), self.limits.body_timeout_s)
+        except TimeoutError:
+            raise ApiError(
+                f"the request body did not arrive within {self.limits.body_timeout_s:g} s",
+                status=408,
+            ) from None
+        return b"".join(chunks)
+
+    def _parse(self, raw: bytes) -> tuple[CompletionParams, CompletionRequest]:
+        """A body into the engine's request (a worker thread); ApiError for anything malformed."""
+        try:
+            body = json.loads(raw)
+        except RecursionError:
+            raise ApiError("the request body is nested too deeply") from None
+        except (ValueError, UnicodeDecodeError):
+            raise ApiError("the request body is not valid JSON") from None
+        try:
+            params = api.parse_completion(body)
+        except RecursionError:  # comparing or showing a deeply nested field
+            raise ApiError("the request body is nested too deeply") from None
+        return params, self._engine_request(params)
+
     def _engine_request(self, p: CompletionParams) -> CompletionRequest:
         m = self.model
         if p.model is not None and p.model != m.name:
@@ -169,9 +257,13 @@ class _Routes:
                 "prompt",
             )
         else:
-            ids = m.codec.encode(p.prompt_text or "")
-            if not ids:
-                raise ApiError("the prompt encodes to no tokens", "prompt")
+            ids = self._encode(p.prompt_text or "", p.max_tokens)
+        if len(ids) > m.max_model_len:  # before looking at each id
+            raise ApiError(
+                f"the prompt has {len(ids)} tokens; this model's maximum context length is "
+                f"{m.max_model_len}",
+                "prompt",
+            )
         bad = next((t for t in ids if not 0 <= t < m.vocab_size), None)
         if bad is not None:
             raise ApiError(f"token id {bad} is out of the vocabulary [0, {m.vocab_size})", "prompt")
@@ -191,6 +283,25 @@ class _Routes:
             salt=p.cache_salt,
             priority=p.priority,
         )
+
+    def _encode(self, text: str, max_tokens: int | None) -> tuple[int, ...]:
+        m = self.model
+        assert m.codec is not None
+        fewest = m.codec.min_tokens(text)
+        if fewest + (max_tokens or 1) > m.max_model_len:  # too long, tokenised or not
+            raise ApiError(
+                f"the prompt is {len(text.encode('utf-8', 'surrogatepass')):,} bytes: at least "
+                f"{fewest:,} tokens, more than this model's maximum context length of "
+                f"{m.max_model_len} tokens",
+                "prompt",
+            )
+        try:
+            ids = m.codec.encode(text)
+        except BadInput as exc:
+            raise ApiError(str(exc), "prompt") from None
+        if not ids:
+            raise ApiError("the prompt encodes to no tokens", "prompt")
+        return ids
 
     async def _collect(self, request: Request, sink: RequestSink, reply: _Reply) -> Response:
         """A whole (non-streamed) reply; a client that disconnects meanwhile aborts it."""
@@ -239,6 +350,10 @@ class _Routes:
 
 
 _REFUSED = "requests still hold KV blocks; retry when they have finished"
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is larger than {limit:,} bytes (max_body_bytes)"
 
 
 async def _on_disconnect(request: Request, sink: RequestSink) -> None:
