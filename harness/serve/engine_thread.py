@@ -216,6 +216,7 @@ class EngineThread:
         finally:  # only a BaseException ends the loop without _Stop: never silently
             if not stopped:
                 self.failure = self.failure or "the engine thread stopped"
+                log.error("the engine thread stopped: %s", self.failure)
                 self._fail_all(503, f"the engine has failed: {self.failure}")
 
     def _iterate(self) -> bool:
