@@ -15,7 +15,7 @@ It also maps the top-level conf/ into the wheel as harness/conf (see PACKAGES).
 from setuptools import Extension, find_packages, setup
 
 # conf/ is the repository's top-level Hydra tree; the wheel carries it as the data package
-# harness.conf (harness/config.py finds either), so there is one source of the configs.
+# harness.conf (harness/config/schema.py finds either), so there is one source of the configs.
 PACKAGES = find_packages(include=["harness*", "engines*", "workloads*"]) + ["harness.conf"]
 
 setup(

@@ -1,4 +1,4 @@
-"""`python -m harness.serve` as a process on a free loopback port, for the fault tests.
+"""`python -m harness.builtin_server` as a process on a free loopback port, for the fault tests.
 
 `ServeProcess` starts it, waits for /health, and stops it with SIGTERM; its stderr goes to a file
 that a test reads (`log()`) to check that no traceback was printed. `run_serve` runs a command
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.serve.server import free_port
+from harness.builtin_server.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny", "device=cpu", "engine.backend=torch", "engine.kv_capacity_tokens=4096"]
@@ -35,7 +35,7 @@ def serve_env() -> dict[str, str]:
 
 
 def serve_command(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "harness.serve", *args]
+    return [sys.executable, "-m", "harness.builtin_server", *args]
 
 
 def run_serve(args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess:

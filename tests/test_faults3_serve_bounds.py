@@ -2,7 +2,7 @@
 
 A request body larger than `max_body_bytes` is refused with 413 (declared or streamed without a
 length) and the server goes on; a KV capacity or vocabulary that would need more memory than the
-machine has is refused by `python -m harness.serve` before anything is allocated, in one line.
+machine has is refused by `python -m harness.builtin_server` before anything is allocated, in one line.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Issue 37 class 4 (server side) and the knob bounds left from round two: the command lines.
 
-`python -m harness.serve` refuses a device it cannot run on, a step log it cannot write, sizes
+`python -m harness.builtin_server` refuses a device it cannot run on, a step log it cannot write, sizes
 no machine holds, in one `error:` line and exit 2; SIGINT while it starts is one line and exit
 130, never a traceback. `python -m harness` refuses hardware and model values no real part or
 model has (a unit mix-up, an overflow) the same way, naming the unit it expected.
@@ -55,7 +55,7 @@ SERVE_CASES = {
 @pytest.mark.parametrize("name", sorted(SERVE_CASES))
 def test_serve_refuses_a_bad_command_line_in_one_line(name, capsys):
     """In-process (the command's own main()), as test_serve's command-line cases."""
-    from harness.serve.__main__ import main
+    from harness.builtin_server.__main__ import main
 
     args, needle = SERVE_CASES[name]
     code = main([*TINY, *args])
@@ -137,8 +137,8 @@ def test_the_shipped_hardware_presets_are_plausible():
     from hydra import compose, initialize_config_dir
 
     from engines.simulate.cost_model import HardwareConfig
-    from harness.config import CONF_DIR, to_schema
-    from harness.plausible import check_hardware
+    from harness.config.plausible import check_hardware
+    from harness.config.schema import CONF_DIR, to_schema
 
     names = sorted(p.stem for p in (CONF_DIR / "hardware").glob("*.yaml"))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

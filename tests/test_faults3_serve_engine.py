@@ -16,9 +16,9 @@ import time
 import httpx
 import pytest
 
-from harness.serve.engine_thread import MAX_CRASHES
-from harness.serve.metrics import parse as parse_metrics
-from harness.serve.server import InProcessServer, compose_config, prepare
+from harness.builtin_server.engine_thread import MAX_CRASHES
+from harness.builtin_server.metrics import parse as parse_metrics
+from harness.builtin_server.server import InProcessServer, compose_config, prepare
 from tests.serve_process import TINY, ServeProcess, assert_error_body
 
 BODY = {"prompt": [5, 6, 7, 8], "max_tokens": 4}

@@ -1,0 +1,46 @@
+"""`python -m harness.builtin_server engine=<apc|radix> [model=...] [port=...]`: serve one built-in engine.
+
+The configuration is composed from conf/serve.yaml with the harness's groups (engine, model), so
+every engine knob is an override (`engine.kv_capacity_tokens=8192`). Bad input is one `error: `
+line and exit 2; SIGINT/SIGTERM stop the server cleanly (uvicorn lets in-flight requests finish
+for `timeout_graceful_shutdown_s`, then the engine thread aborts the rest) and exit 0. SIGINT
+while the server is still starting (loading the model) is one line and exit 130.
+"""
+
+from __future__ import annotations
+
+import sys
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
+
+
+def main(argv: list[str]) -> int:
+    try:
+        prepared = _start(argv)
+        if isinstance(prepared, int):
+            return prepared
+        from harness.builtin_server.server import serve
+
+        serve(prepared)  # raises KeyboardInterrupt only before uvicorn handles the signals
+    except KeyboardInterrupt:  # Ctrl-C while importing torch or building the model
+        print("interrupted while starting; nothing was served", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _start(argv: list[str]):
+    """The prepared server, or the exit status of a bad command line."""
+    from harness.builtin_server.server import check_bindable, compose_config, prepare
+    from harness.config.errors import config_errors, describe
+
+    try:
+        cfg = compose_config(argv)
+        check_bindable(cfg.host, cfg.port)
+        return prepare(cfg)
+    except config_errors() as exc:
+        print(f"error: {describe(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
