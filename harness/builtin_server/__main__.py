@@ -9,6 +9,7 @@ while the server is still starting (loading the model) is one line and exit 130.
 
 from __future__ import annotations
 
+import os
 import sys
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
@@ -42,5 +43,16 @@ def _start(argv: list[str]):
         return EXIT_BAD_INPUT
 
 
+def _exit(code: int) -> None:
+    if code == EXIT_INTERRUPTED:
+        # A KeyboardInterrupt raised inside Python code that C code ran during an import (torch
+        # does) leaves the interpreter's "unhandled interrupt" flag set, and exit would then
+        # kill the process with SIGINT instead of exiting 130: leave directly, output flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _exit(main(sys.argv[1:]))
