@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -33,17 +32,12 @@ from starlette.routing import Route
 from engines.errors import BadInput
 from engines.request import CompletionRequest
 from harness.builtin_server import protocol as api
-from harness.builtin_server.engine_thread import (
-    Accepted,
-    Done,
-    EngineThread,
-    Failed,
-    RequestSink,
-    Tokens,
-)
+from harness.builtin_server.engine_thread import EngineThread
+from harness.builtin_server.events import Accepted, Done, Failed, RequestSink, Tokens
 from harness.builtin_server.metrics import CONTENT_TYPE, render
 from harness.builtin_server.protocol import ApiError, CompletionParams
-from harness.builtin_server.text import Detokenizer, TextCodec
+from harness.builtin_server.reply import Reply
+from harness.builtin_server.text import TextCodec
 
 log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection (never sent)
@@ -196,7 +190,7 @@ class _Routes:
                 handed_over = True  # the engine never took it
                 return _error(ApiError(first.message, status=first.status))
             assert isinstance(first, Accepted)
-            reply = _Reply(self.model, req, params)
+            reply = Reply(self.model, req, params)
             if params.stream:
                 handed_over = True
                 stream = self._stream(request, sink, reply)
@@ -310,7 +304,7 @@ class _Routes:
             raise ApiError("the prompt encodes to no tokens", "prompt")
         return ids
 
-    async def _collect(self, request: Request, sink: RequestSink, reply: _Reply) -> Response:
+    async def _collect(self, request: Request, sink: RequestSink, reply: Reply) -> Response:
         """A whole (non-streamed) reply; a client that disconnects meanwhile aborts it."""
         watcher = asyncio.ensure_future(_on_disconnect(request, sink))
         finished = False
@@ -331,7 +325,7 @@ class _Routes:
                 self.thread.abort(reply.req.request_id)
 
     async def _stream(
-        self, request: Request, sink: RequestSink, reply: _Reply
+        self, request: Request, sink: RequestSink, reply: Reply
     ) -> AsyncIterator[str]:
         """SSE chunks as vLLM sends them; closing the generator early aborts the request."""
         finished = False
@@ -371,74 +365,3 @@ async def _on_disconnect(request: Request, sink: RequestSink) -> None:
         if message["type"] == "http.disconnect":
             sink.queue.put_nowait(Failed(CLIENT_GONE, "the client disconnected"))
             return
-
-
-class _Reply:
-    """One request's reply as it is built: per-sample text and ids, usage at the end."""
-
-    def __init__(self, model: ServedModel, req: CompletionRequest, params: CompletionParams):
-        self.model, self.req, self.params = model, req, params
-        self.created = int(time.time())
-        self.samples = [Detokenizer(model.codec) for _ in range(req.n)]
-        self.texts = [""] * req.n
-        self.started = [False] * req.n
-        self.outputs = [0] * req.n
-        self.cached = [0] * req.n
-        self.first_sample: int | None = None  # the sample that emitted first
-        self.last_finished = 0  # the sample that finished last
-
-    def add(self, event: Tokens) -> str:
-        """Take a sample's new tokens; the text they complete."""
-        detok = self.samples[event.sample]
-        text = detok.add(event.ids)
-        if self.first_sample is None:
-            self.first_sample = event.sample
-        if event.finish is not None:
-            self.last_finished = event.sample
-            text += detok.flush()
-            self.outputs[event.sample] = event.finish.output_tokens
-            self.cached[event.sample] = event.finish.cached_tokens
-        self.texts[event.sample] += text
-        return text
-
-    def chunk(self, event: Tokens) -> dict:
-        text = self.add(event)
-        ids = self.params.return_token_ids
-        first = not self.started[event.sample]
-        self.started[event.sample] = True
-        choice = api.choice(
-            event.sample,
-            text,
-            "length" if event.finish is not None else None,
-            token_ids=list(event.ids) if ids else None,
-            prompt_token_ids=list(self.req.prompt_ids) if ids and first else None,
-        )
-        return self._envelope([choice], None)
-
-    def usage(self, sample: int) -> dict:
-        """One prompt for all samples, as vLLM counts it, and one sample's cached tokens."""
-        return api.usage(len(self.req.prompt_ids), sum(self.outputs), self.cached[sample])
-
-    def usage_chunk(self) -> dict:
-        # vLLM 0.32 (entrypoints/openai/completion/serving.py) streams the cached tokens of the
-        # first output it received, and answers a whole reply with the final output's.
-        first = self.first_sample if self.first_sample is not None else 0
-        return self._envelope([], self.usage(first))
-
-    def whole(self) -> dict:
-        ids = self.params.return_token_ids
-        prompt = list(self.req.prompt_ids)
-        choices = [
-            api.choice(
-                i,
-                self.texts[i],
-                "length",
-                token_ids=list(d.ids) if ids else None,
-                prompt_token_ids=prompt if ids else None,
-            )
-            for i, d in enumerate(self.samples)
-        ]
-        return self._envelope(choices, self.usage(self.last_finished))
-
-    def _envelope(self, choices: list[dict], usage: dict | None) -> dict:
-        return api.completion(self.req.request_id, self.created, self.model.name, choices, usage)

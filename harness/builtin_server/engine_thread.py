@@ -17,7 +17,6 @@ the failure permanent: /health answers 503 and every request is refused, none wa
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import queue
@@ -30,67 +29,20 @@ from dataclasses import dataclass, field
 from engines.engine import CapacityError, Engine, StepOutput
 from engines.errors import BadInput
 from engines.request import CompletionRequest
+from harness.builtin_server.events import (
+    Accepted,
+    Done,
+    Event,
+    Failed,
+    RequestSink,
+    SampleFinish,
+    Tokens,
+)
 from harness.builtin_server.metrics import MetricsSnapshot
 from harness.builtin_server.step_log import StepEntry, StepLog
 
 log = logging.getLogger(__name__)
 MAX_CRASHES = 3  # failed steps in a row after which the engine is considered broken
-
-
-# ------------------------------------------------------------------ events, engine -> handler
-
-
-@dataclass(frozen=True)
-class Accepted:
-    child_ids: list[str]
-
-
-@dataclass(frozen=True)
-class SampleFinish:
-    prompt_tokens: int
-    cached_tokens: int
-    output_tokens: int
-
-
-@dataclass(frozen=True)
-class Tokens:
-    sample: int
-    ids: list[int]
-    finish: SampleFinish | None  # set on the step that emitted the sample's last token
-
-
-@dataclass(frozen=True)
-class Done:
-    """Every sample of the request has finished."""
-
-
-@dataclass(frozen=True)
-class Failed:
-    status: int
-    message: str
-
-
-Event = Accepted | Tokens | Done | Failed
-
-
-class RequestSink:
-    """One request's event queue on the event loop, fed from the engine thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
-
-    def push(self, events: list[Event]) -> None:
-        # RuntimeError: the event loop has closed, nobody is listening any more.
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self._put, events)
-
-    def _put(self, events: list[Event]) -> None:
-        for event in events:
-            self.queue.put_nowait(event)
-
-    async def next(self) -> Event:
-        return await self.queue.get()
 
 
 # ------------------------------------------------------------------ commands, handler -> engine
