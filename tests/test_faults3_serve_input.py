@@ -101,3 +101,10 @@ def test_the_server_still_serves_after_the_bad_input(server):
         reply = client.post("/v1/completions", json={"prompt": "Hello there", "max_tokens": 3})
         assert reply.status_code == 200, reply.text
         assert client.get("/health").status_code == 200
+
+
+def test_an_unknown_model_name_of_a_megabyte_is_quoted_short(server):
+    with server.client() as client:
+        reply = client.post("/v1/completions", json={"prompt": "hi", "model": "m" * (1 << 20)})
+    error = assert_error_body(reply, 404, "model")
+    assert len(error["message"]) < 1000

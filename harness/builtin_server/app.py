@@ -245,7 +245,8 @@ class _Routes:
         if p.model is not None and p.model != m.name:
             # vLLM's OpenAIServingModels.check_model answers an unknown name with 404 NotFoundError.
             raise ApiError(
-                f"The model `{p.model}` does not exist; this server serves `{m.name}`",
+                f"The model `{api.show(p.model)[1:-1]}` does not exist; this server serves "
+                f"`{m.name}`",
                 "model",
                 status=404,
             )
