@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from harness.config.errors import BadInput
 
 if TYPE_CHECKING:  # the schema imports Hydra: only the type checker needs it here
+    from engines.config import EngineConfig
     from engines.model.config import ModelConfig
     from harness.config.schema import RunConfig
 
@@ -76,7 +77,7 @@ def estimate(cfg: RunConfig) -> Footprint:
     )
 
 
-def engine_estimate(engine, model, device: str | None) -> Footprint:
+def engine_estimate(engine: EngineConfig, model: ModelConfig, device: str | None) -> Footprint:
     """The engine alone: cache bookkeeping, plus the KV pool and weights of a real executor on
     `device` (None: the simulated executor, which allocates neither)."""
     num_blocks = engine.num_blocks
@@ -110,7 +111,7 @@ def check_footprint(cfg: RunConfig) -> None:
     check_fits(estimate(cfg), "this run")
 
 
-def check_engine_footprint(engine, model, device: str) -> None:
+def check_engine_footprint(engine: EngineConfig, model: ModelConfig, device: str) -> None:
     """The same for an engine on the real executor alone (`python -m harness.builtin_server`)."""
     check_fits(engine_estimate(engine, model, device), "this server")
 
