@@ -300,7 +300,9 @@ sys.exit(execute(cfg, Path({str(run_dir)!r})))
 # ------------------------------------------------ class 3: a finished simulated run is recorded ok
 
 
-@pytest.mark.parametrize("knob", ["hardware.step_overhead_s=1e9", "hardware.step_overhead_s=1e200"])
+# The slowest plausible step (issue 37 made larger overheads, 1e9 or 1e200 s, bad input:
+# tests/test_faults3_serve_cli.py); the summary's peaks stay bounded at any clock speed.
+@pytest.mark.parametrize("knob", ["hardware.step_overhead_s=10"])
 def test_a_slow_simulated_clock_still_gives_a_summary(knob, tmp_path):
     run_dir = tmp_path / "run"
     proc = run_py(execute_body([*SMALL_RUN, *SIM, knob], run_dir), timeout=120)

@@ -3,31 +3,56 @@
 The configuration is composed from conf/serve.yaml with the harness's groups (engine, model), so
 every engine knob is an override (`engine.kv_capacity_tokens=8192`). Bad input is one `error: `
 line and exit 2; SIGINT/SIGTERM stop the server cleanly (uvicorn lets in-flight requests finish
-for `timeout_graceful_shutdown_s`, then the engine thread aborts the rest) and exit 0.
+for `timeout_graceful_shutdown_s`, then the engine thread aborts the rest) and exit 0. SIGINT
+while the server is still starting (loading the model) is one line and exit 130.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-from harness.config.errors import config_errors, describe
-
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
 
 
 def main(argv: list[str]) -> int:
-    from harness.builtin_server.server import check_bindable, compose_config, prepare, serve
+    try:
+        prepared = _start(argv)
+        if isinstance(prepared, int):
+            return prepared
+        from harness.builtin_server.server import serve
+
+        serve(prepared)  # raises KeyboardInterrupt only before uvicorn handles the signals
+    except KeyboardInterrupt:  # Ctrl-C while importing torch or building the model
+        print("interrupted while starting; nothing was served", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _start(argv: list[str]):
+    """The prepared server, or the exit status of a bad command line."""
+    from harness.builtin_server.server import check_bindable, compose_config, prepare
+    from harness.config.errors import config_errors, describe
 
     try:
         cfg = compose_config(argv)
         check_bindable(cfg.host, cfg.port)
-        prepared = prepare(cfg)
+        return prepare(cfg)
     except config_errors() as exc:
         print(f"error: {describe(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    serve(prepared)
-    return EXIT_OK
+
+
+def _exit(code: int) -> None:
+    if code == EXIT_INTERRUPTED:
+        # A KeyboardInterrupt raised inside Python code that C code ran during an import (torch
+        # does) leaves the interpreter's "unhandled interrupt" flag set, and exit would then
+        # kill the process with SIGINT instead of exiting 130: leave directly, output flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _exit(main(sys.argv[1:]))

@@ -8,11 +8,15 @@ The engine is single-threaded, so everything that touches it runs here: new requ
 between steps (the inbox is drained before each step), a disconnected client's request is
 aborted there, and `/metrics` or a cache reset run as calls between two steps. Each step's
 tokens leave for their requests' queues at once, one hand-over per request and step.
+
+The thread is supervised: an exception in a step or in its side work (the step log, counters,
+a hand-over) fails the requests it touched with HTTP 500 and aborts them in the engine, whose
+next steps release their KV; serving goes on. MAX_CRASHES in a row, or the thread ending, make
+the failure permanent: /health answers 503 and every request is refused, none waits forever.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import queue
@@ -25,66 +29,20 @@ from dataclasses import dataclass, field
 from engines.engine import CapacityError, Engine, StepOutput
 from engines.errors import BadInput
 from engines.request import CompletionRequest
+from harness.builtin_server.events import (
+    Accepted,
+    Done,
+    Event,
+    Failed,
+    RequestSink,
+    SampleFinish,
+    Tokens,
+)
 from harness.builtin_server.metrics import MetricsSnapshot
 from harness.builtin_server.step_log import StepEntry, StepLog
 
 log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------ events, engine -> handler
-
-
-@dataclass(frozen=True)
-class Accepted:
-    child_ids: list[str]
-
-
-@dataclass(frozen=True)
-class SampleFinish:
-    prompt_tokens: int
-    cached_tokens: int
-    output_tokens: int
-
-
-@dataclass(frozen=True)
-class Tokens:
-    sample: int
-    ids: list[int]
-    finish: SampleFinish | None  # set on the step that emitted the sample's last token
-
-
-@dataclass(frozen=True)
-class Done:
-    """Every sample of the request has finished."""
-
-
-@dataclass(frozen=True)
-class Failed:
-    status: int
-    message: str
-
-
-Event = Accepted | Tokens | Done | Failed
-
-
-class RequestSink:
-    """One request's event queue on the event loop, fed from the engine thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
-
-    def push(self, events: list[Event]) -> None:
-        # RuntimeError: the event loop has closed, nobody is listening any more.
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self._put, events)
-
-    def _put(self, events: list[Event]) -> None:
-        for event in events:
-            self.queue.put_nowait(event)
-
-    async def next(self) -> Event:
-        return await self.queue.get()
+MAX_CRASHES = 3  # failed steps in a row after which the engine is considered broken
 
 
 # ------------------------------------------------------------------ commands, handler -> engine
@@ -139,13 +97,14 @@ class EngineThread:
     engine: Engine
     step_log: StepLog
     scheduler: str = ""
-    failure: str | None = None  # set when a step crashed: the server then refuses requests
+    failure: str | None = None  # set when the engine broke: the server then refuses requests
     _inbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     _children: dict[str, _Child] = field(default_factory=dict)
     _parents: dict[str, RequestSink] = field(default_factory=dict)
     _counters: _Counters = field(default_factory=_Counters)
     _thread: threading.Thread | None = None
     _steps_logged: int = 0
+    _crashes: int = 0  # failed steps in a row
 
     # ---------------------------------------------------------------- handler side
     def start(self) -> None:
@@ -162,7 +121,20 @@ class EngineThread:
         self._thread = None
         self.step_log.close()
 
+    def problem(self) -> str | None:
+        """Why the server cannot serve now (GET /health answers 503 with it), or None."""
+        if self.failure is not None:
+            return f"the engine has failed: {self.failure}"
+        if self._thread is not None and not self._thread.is_alive():
+            return "the engine thread has stopped"
+        if self.step_log.error is not None:
+            return f"the step log cannot be written: {self.step_log.error}"
+        return None
+
     def submit(self, req: CompletionRequest, sink: RequestSink) -> None:
+        if not self._alive():
+            sink.push([Failed(503, "the engine thread has stopped")])
+            return
         self._inbox.put(_Submit(req, sink))
 
     def abort(self, request_id: str) -> None:
@@ -175,21 +147,41 @@ class EngineThread:
     def call(self, fn: Callable[[], object]) -> Future:
         """Run `fn` on the engine thread between two steps; its result comes in the future."""
         future: Future = Future()
+        if not self._alive():
+            future.set_exception(RuntimeError("the engine thread has stopped"))
+            return future
         self._inbox.put(_Call(fn, future))
         return future
 
+    def _alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     # ---------------------------------------------------------------- engine side
     def _run(self) -> None:
+        stopped = False
+        try:
+            while not stopped:
+                try:
+                    stopped = not self._iterate()
+                except Exception as exc:  # outside a step: a command or the idle hook
+                    self._crashed(exc, self._parents, "the engine")
+        finally:  # only a BaseException ends the loop without _Stop: never silently
+            if not stopped:
+                self.failure = self.failure or "the engine thread stopped"
+                log.error("the engine thread stopped: %s", self.failure)
+                self._fail_all(503, f"the engine has failed: {self.failure}")
+
+    def _iterate(self) -> bool:
         engine = self.engine
-        while True:
-            idle = not engine.has_work
-            if idle:
-                engine.idle()  # a scheduler design may reset state (SGLang's new-token ratio)
-            # A failed engine steps no more: wait for commands (to refuse them) instead of spinning.
-            if not self._drain(block=idle or self.failure is not None):
-                return
-            if engine.has_work and self.failure is None:
-                self._step()
+        idle = not engine.has_work
+        if idle:
+            engine.idle()  # a scheduler design may reset state (SGLang's new-token ratio)
+        # A failed engine steps no more: wait for commands (to refuse them) instead of spinning.
+        if not self._drain(block=idle or self.failure is not None):
+            return False
+        if engine.has_work and self.failure is None:
+            self._step()
+        return True
 
     def _drain(self, block: bool) -> bool:
         """Handle every queued command (waiting for one if `block`); False once told to stop."""
@@ -246,34 +238,62 @@ class EngineThread:
         except CapacityError as exc:  # requests that can never be scheduled: end them all
             self._fail_all(503, str(exc))
             return
-        except Exception as exc:  # a bug: keep serving errors rather than hanging clients
-            traceback.print_exc()
-            self.failure = f"{type(exc).__name__}: {exc}"
-            self._fail_all(500, f"the engine failed: {self.failure}")
+        except Exception as exc:  # a bug: fail what is in flight, try to go on
+            self._crashed(exc, self._parents, "the engine")
             return
         if not out.progressed:
             return  # the engine raises CapacityError if it stays stuck
-        self._log_steps(out.end_s)
-        self._deliver(out)
-        engine.records.clear()  # the replies carry what a server needs; keep memory flat
+        touched = self._touched(out)
+        try:
+            self._log_steps(out.end_s)
+        except OSError as exc:  # the step ran; its requests are failed, the next steps go on
+            self._fail(touched, 500, f"the step log could not be written: {exc.strerror or exc}")
+        try:
+            self._deliver(out)
+        except Exception as exc:
+            self._crashed(exc, touched, "the reply")
+            return
+        finally:
+            engine.records.clear()  # the replies carry what a server needs; keep memory flat
+        self._crashes = 0
+
+    def _touched(self, out: StepOutput) -> set[str]:
+        """The parent requests a step emitted tokens for or finished."""
+        parents = {ch.parent for cid in out.tokens if (ch := self._children.get(cid)) is not None}
+        return parents | set(out.finished_parents)
+
+    def _crashed(self, exc: Exception, parents, what: str) -> None:
+        """An unexpected exception: fail `parents` with 500, and give up after MAX_CRASHES."""
+        traceback.print_exc()
+        self._crashes += 1
+        reason = f"{type(exc).__name__}: {exc}"
+        if self._crashes >= MAX_CRASHES:
+            self.failure = reason
+            self._fail_all(500, f"the engine failed: {reason}")
+        else:
+            self._fail(set(parents), 500, f"{what} failed: {reason}")
 
     def _log_steps(self, end_s: float) -> None:
         """Move the engine's new step records into the server's (bounded) log."""
         records = self.engine.loop.step_log
         if not records:
             return
-        for rec in records:
-            entry = StepEntry(
-                self._steps_logged, end_s, rec.kind, list(rec.scheduled), list(rec.preempted)
-            )
-            self.step_log.append(entry)
-            self._steps_logged += 1
-        records.clear()  # the engine would keep every step of a server's lifetime otherwise
+        try:
+            for rec in records:
+                entry = StepEntry(
+                    self._steps_logged, end_s, rec.kind, list(rec.scheduled), list(rec.preempted)
+                )
+                self._steps_logged += 1
+                self.step_log.append(entry)
+        finally:
+            records.clear()  # the engine would keep every step of a server's lifetime otherwise
 
     def _deliver(self, out: StepOutput) -> None:
         counters = self._counters
         finishes = {}
         for rec in out.finished:
+            if rec.request_id not in self._children:
+                continue  # its request was failed (the step log) or has gone
             finishes[rec.request_id] = SampleFinish(
                 rec.prompt_tokens, rec.cached_tokens, rec.output_tokens
             )
@@ -301,12 +321,20 @@ class EngineThread:
         for sink, events in batches.values():
             sink.push(events)
 
+    def _fail(self, parents: set[str], status: int, message: str) -> None:
+        """End these requests with an error event; abort them in the engine (the next steps
+        release their KV: a running sequence finishes at its next step)."""
+        for pid in parents:
+            sink = self._parents.pop(pid, None)
+            with contextlib.suppress(Exception):  # an engine that broke may refuse; go on
+                self.engine.abort_request(pid)
+            for cid in [c for c, ch in self._children.items() if ch.parent == pid]:
+                del self._children[cid]
+            if sink is not None:
+                sink.push([Failed(status, message)])
+
     def _fail_all(self, status: int, message: str) -> None:
-        for pid, sink in list(self._parents.items()):
-            self.engine.abort_request(pid)
-            sink.push([Failed(status, message)])
-        self._parents.clear()
-        self._children.clear()
+        self._fail(set(self._parents), status, message)
 
     # ---------------------------------------------------------------- calls (engine thread)
     def reset_cache(self) -> bool:

@@ -10,12 +10,26 @@ Unknown fields are ignored, as vLLM does; fields this server cannot honour are r
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 
 MAX_N = 128  # samples per request
+_SHOW = reprlib.Repr()  # keyword arguments only from Python 3.12
+_SHOW.maxlevel, _SHOW.maxlist, _SHOW.maxtuple, _SHOW.maxdict = 3, 6, 6, 4
+_SHOW.maxstring = _SHOW.maxother = 80
 
 
-_KINDS = {400: "BadRequestError", 404: "NotFoundError"}  # vLLM's error types by status
+# vLLM's error types by status (400, 404, 500 as vLLM names them; the rest in the same style)
+_KINDS = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    408: "RequestTimeoutError",
+    409: "ConflictError",
+    413: "RequestTooLargeError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
 
 
 class ApiError(Exception):
@@ -26,7 +40,7 @@ class ApiError(Exception):
     ) -> None:
         super().__init__(message)
         self.message, self.param, self.status = message, param, status
-        self.kind = kind or _KINDS.get(status, "ConflictError")
+        self.kind = kind or _KINDS.get(status, "BadRequestError")
 
     def body(self) -> dict:
         error = {"message": self.message, "type": self.kind, "param": self.param}
@@ -73,9 +87,13 @@ def parse_completion(body: object) -> CompletionParams:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise ApiError("model must be a string", "model")
+    if model is not None:
+        _text("model", model)
     salt = body.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not salt):
         raise ApiError("cache_salt must be a non-empty string", "cache_salt")
+    if salt is not None:
+        _text("cache_salt", salt)
     return CompletionParams(
         model=model,
         prompt_ids=prompt_ids,
@@ -101,7 +119,7 @@ def _refuse_unsupported(body: dict) -> None:
         raise ApiError("temperature must be a number", "temperature")
     if temperature is not None and (not math.isfinite(temperature) or temperature != 0):
         raise ApiError(
-            f"temperature must be 0: this server decodes greedily, got {temperature!r}",
+            f"temperature must be 0: this server decodes greedily, got {show(temperature)}",
             "temperature",
         )
     if body.get("echo"):
@@ -118,6 +136,11 @@ def _refuse_unsupported(body: dict) -> None:
             raise ApiError(f"{name} is not supported: generation ends at max_tokens", name)
 
 
+def show(value: object) -> str:
+    """`repr(value)` cut short: an error message quotes a client's value, never all of it."""
+    return _SHOW.repr(value)
+
+
 def _prompt(value: object) -> tuple[tuple[int, ...] | None, str | None]:
     """A string, a list of token ids, or a batch of one of either."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
@@ -125,12 +148,26 @@ def _prompt(value: object) -> tuple[tuple[int, ...] | None, str | None]:
     if isinstance(value, str):
         if not value:
             raise ApiError("prompt must not be empty", "prompt")
-        return None, value
+        return None, _text("prompt", value)
     if isinstance(value, list) and value and all(_is_int(t) for t in value):
         return tuple(value), None
     if isinstance(value, list) and value and all(isinstance(p, (str, list)) for p in value):
         raise ApiError("batched prompts are not supported; send one prompt a request", "prompt")
     raise ApiError("prompt must be a non-empty string or a non-empty list of token ids", "prompt")
+
+
+def _text(name: str, value: str) -> str:
+    """A string that is Unicode text: JSON's \\ud800 escapes decode to lone surrogates, which no
+    UTF-8 text (and no tokenizer) holds."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(
+            f"{name} is not valid Unicode text: a lone surrogate {value[exc.start]!a} at "
+            f"character {exc.start}",
+            name,
+        ) from None
+    return value
 
 
 def _is_int(value: object) -> bool:
@@ -142,7 +179,7 @@ def _bool(body: dict, name: str, default: bool, prefix: str = "") -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise ApiError(f"{prefix}{name} must be true or false, got {value!r}", prefix + name)
+        raise ApiError(f"{prefix}{name} must be true or false, got {show(value)}", prefix + name)
     return value
 
 
@@ -151,7 +188,9 @@ def _int(body: dict, name: str, default, minimum: int, maximum: int = 2**31 - 1)
     if value is None:
         return default
     if not _is_int(value) or not minimum <= value <= maximum:
-        raise ApiError(f"{name} must be an integer in [{minimum}, {maximum}], got {value!r}", name)
+        raise ApiError(
+            f"{name} must be an integer in [{minimum}, {maximum}], got {show(value)}", name
+        )
     return value
 
 

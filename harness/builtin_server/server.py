@@ -1,6 +1,7 @@
 """Set up and run the server: compose the config, build the engine and app, run uvicorn.
 
-`compose_config` reads conf/serve.yaml plus command-line overrides into a checked `ServeConfig`;
+`compose_config` reads conf/serve.yaml plus command-line overrides into a checked `ServeConfig`
+(every knob in range, the device usable, the KV pool and weights within the memory available);
 `prepare` builds the engine (real executor, greedy decoding), its thread and the Starlette app;
 `serve` runs uvicorn in this process (its signal handling: SIGTERM/SIGINT shut down cleanly);
 `InProcessServer` runs one in a background thread on a free port (tests, in-process clients).
@@ -9,22 +10,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from starlette.applications import Starlette
 
-from harness.builtin_server.app import ServedModel, build_app
+from harness.builtin_server.app import Limits, ServedModel, build_app
 from harness.builtin_server.engine_thread import EngineThread
 from harness.builtin_server.step_log import StepLog
 from harness.builtin_server.text import load_codec
-from harness.config.checks import require_int, require_number
+from harness.config.checks import check_device, require_int, require_number
 from harness.config.errors import BadInput
 from harness.config.schema import CONF_DIR, ServeConfig
 
@@ -62,6 +66,9 @@ def compose_config(argv: list[str]) -> ServeConfig:
 
 
 def check_serve_config(cfg: ServeConfig) -> None:
+    from harness.config.footprint import check_engine_footprint
+    from harness.config.plausible import check_model_and_engine
+
     cfg.engine.validate()
     cfg.model.validate()
     if not isinstance(cfg.host, str) or not cfg.host:
@@ -75,8 +82,35 @@ def check_serve_config(cfg: ServeConfig) -> None:
     require_number("timeout_graceful_shutdown_s", cfg.timeout_graceful_shutdown_s, 86_400)
     if cfg.worker_tag is not None and not cfg.worker_tag:
         raise BadInput("worker_tag must be a non-empty name or null")
+    require_int("max_body_bytes", cfg.max_body_bytes, 1024, 2**31)
+    require_number("header_timeout_s", cfg.header_timeout_s, 86_400)
+    require_number("body_timeout_s", cfg.body_timeout_s, 86_400)
     if cfg.log_level not in LOG_LEVELS:
         raise BadInput(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {cfg.log_level!r}")
+    check_device(cfg.device)
+    _check_step_log_path(cfg.step_log)
+    # The KV pool and weights are allocated as the engine is built: their size first.
+    check_engine_footprint(cfg.engine, cfg.model, cfg.device)
+    check_model_and_engine(cfg.model, cfg.engine)
+
+
+def _check_step_log_path(path: str | None) -> None:
+    """A file we can append to: its folder exists, it is no folder, pipe or socket."""
+    if path is None:
+        return
+    if not isinstance(path, str) or not path:
+        raise BadInput(f"step_log must be a file path or null, got {path!r}")
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise BadInput(f"step_log: the folder {str(target.parent)!r} does not exist")
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BadInput(f"step_log: cannot use {path!r}: {exc.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):  # a file, or /dev/null and the like
+        raise BadInput(f"step_log: {path!r} is not a file")
 
 
 def check_bindable(host: str, port: int) -> None:
@@ -110,12 +144,13 @@ def prepare(cfg: ServeConfig) -> Prepared:
         version=_version(),
         worker_tag=cfg.worker_tag,
     )
-    thread = EngineThread(
-        engine,
-        StepLog(cfg.step_log_size, cfg.step_log),
-        scheduler=cfg.engine.scheduler_design,
-    )
-    return Prepared(cfg, build_app(thread, model), thread, model)
+    try:
+        step_log = StepLog(cfg.step_log_size, cfg.step_log)
+    except OSError as exc:
+        raise BadInput(f"step_log: cannot open {cfg.step_log!r}: {exc.strerror}") from None
+    thread = EngineThread(engine, step_log, scheduler=cfg.engine.scheduler_design)
+    limits = Limits(cfg.max_body_bytes, cfg.body_timeout_s)
+    return Prepared(cfg, build_app(thread, model, limits), thread, model)
 
 
 SHUTDOWN_MARGIN_S = 5.0  # uvicorn's own deadline, after ours: it cancels handlers (tracebacks)
@@ -140,6 +175,14 @@ def _uvicorn_server(prepared: Prepared, port: int):
     grace_s = cfg.timeout_graceful_shutdown_s
 
     class Server(uvicorn.Server):
+        signals_taken = False  # uvicorn's own SIGINT/SIGTERM handlers have been installed
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                self.signals_taken = True
+                yield
+
         async def shutdown(self, sockets=None) -> None:
             loop = asyncio.get_running_loop()
             timer = loop.call_later(grace_s, thread.fail_in_flight, "the server is shutting down")
@@ -155,8 +198,48 @@ def _uvicorn_server(prepared: Prepared, port: int):
         log_level=cfg.log_level,
         timeout_graceful_shutdown=math.ceil(grace_s + SHUTDOWN_MARGIN_S),
         lifespan="on",
+        http=header_timeout_protocol(cfg.header_timeout_s),
     )
     return Server(config)
+
+
+def header_timeout_protocol(timeout_s: float):
+    """uvicorn's h11 protocol with a deadline on each request's head: a connection that has not
+    sent a whole request line and headers within `timeout_s` of opening (or of its previous
+    response) is closed. uvicorn times out idle keep-alive connections, not slow heads."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is h11.IDLE:
+                self._arm_head_timer()  # a head in progress (or the next one)
+            elif self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(timeout_s, self._head_timed_out)
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
 
 
 def serve(prepared: Prepared) -> None:
@@ -168,16 +251,18 @@ def serve(prepared: Prepared) -> None:
         file=sys.stderr,
         flush=True,
     )
-    # uvicorn handles SIGINT/SIGTERM while it runs and raises the signal again once it has shut
-    # down; by then the shutdown is complete, so the handler it restores is a no-op (the
-    # defaults would end the process with the signal, or a KeyboardInterrupt traceback).
+    server = _uvicorn_server(prepared, cfg.port)
+
+    def on_signal(signum, frame) -> None:
+        """Before uvicorn takes the signals: an interrupted start-up (KeyboardInterrupt, which
+        __main__ reports in one line). After: uvicorn raises the signal it acted on again once
+        it has shut down, which is then complete, so the process ends normally."""
+        if not server.signals_taken:
+            raise KeyboardInterrupt
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _already_handled)
-    _uvicorn_server(prepared, cfg.port).run()
-
-
-def _already_handled(signum, frame) -> None:
-    """A signal uvicorn has acted on: the server has shut down, the process ends normally."""
+        signal.signal(sig, on_signal)
+    server.run()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -4,6 +4,8 @@
 `Detokenizer` turns a growing list of output ids into text deltas, holding back a delta that
 ends in an incomplete UTF-8 character until the next token completes it. A model with a made-up
 vocabulary (`tiny`, `s`) has no codec: it takes token ids only and answers with empty text.
+`max_token_bytes` bounds the bytes one token covers, so a text that could never fit the context
+is refused from its length alone, before any tokenising (a 20 MB prompt costs nothing).
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ REPLACEMENT = "\ufffd"  # what a byte-level BPE decodes an incomplete character 
 @dataclass(frozen=True)
 class TextCodec:
     tokenizer: LoadedTokenizer
+    # The most UTF-8 bytes of text one token can stand for; None where the tokenizer gives no
+    # such bound (a normalizer may shrink the text, an unknown token may cover any length).
+    max_token_bytes: int | None = None
+
+    def min_tokens(self, text: str) -> int:
+        """A lower bound on the number of tokens `text` encodes to (0 when none is known)."""
+        if self.max_token_bytes is None:
+            return 0
+        return -(-len(text.encode("utf-8", "surrogatepass")) // self.max_token_bytes)
 
     def encode(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text))
@@ -31,7 +42,20 @@ def load_codec(name: str | None) -> TextCodec | None:
         return None
     from workloads.tokenizer import load
 
-    return TextCodec(load(name))
+    loaded = load(name)
+    return TextCodec(loaded, _max_token_bytes(loaded))
+
+
+def _max_token_bytes(loaded: LoadedTokenizer) -> int | None:
+    """The longest text any token decodes to, in UTF-8 bytes (a partial character decodes to
+    U+FFFD, 3 bytes, never fewer than it stands for); None when a token may cover more."""
+    tok = loaded.tokenizer
+    if tok.normalizer is not None or getattr(tok.model, "unk_token", None):
+        return None
+    decode = tok.decode
+    return max(
+        len(decode([i], skip_special_tokens=False).encode()) for i in range(loaded.vocab_size)
+    )
 
 
 @dataclass

@@ -35,6 +35,7 @@ def check_run_config(cfg: RunConfig) -> None:
     """Raise BadInput naming the first field of a RunConfig that no run accepts."""
     from engines.build import EXECUTORS
     from harness.config.footprint import check_footprint
+    from harness.config.plausible import check_hardware, check_model_and_engine
     from harness.metrics.slo import check_metrics
     from workloads.base import WorkloadParams
 
@@ -49,6 +50,7 @@ def check_run_config(cfg: RunConfig) -> None:
     check_executor_hardware(cfg.executor, cfg.hardware)
     if cfg.hardware is not None:
         cfg.hardware.validate()
+        check_hardware(cfg.hardware)
     if cfg.server is not None:
         cfg.server.validate()
     cfg.fleet.validate()
@@ -74,8 +76,9 @@ def check_run_config(cfg: RunConfig) -> None:
             "decode must be scripted for executor=simulated: it has no model to sample from"
         )
     require_int("threads", cfg.threads, 1, 1024)
-    _check_device(cfg.device)
-    check_footprint(cfg)
+    check_device(cfg.device)
+    check_footprint(cfg)  # sizes that need more memory than there is: the estimate says how much
+    check_model_and_engine(cfg.model, cfg.engine)  # sizes no model or engine has
 
 
 def check_executor_hardware(executor: str, hardware: HardwareConfig | None) -> None:
@@ -160,7 +163,7 @@ def _check_bounds(bounds: BoundsConfig) -> None:
     require_int("bounds.max_fine_prompt_tokens", bounds.max_fine_prompt_tokens, 1, 2**62)
 
 
-def _check_device(name: str) -> None:
+def check_device(name: str) -> None:
     if name == "auto":
         return
     import torch  # only for a named device: a simulated run on "auto" never imports torch

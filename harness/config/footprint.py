@@ -9,6 +9,7 @@ instead of growing until the machine swaps or the kernel kills it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 from harness.config.errors import BadInput
 
 if TYPE_CHECKING:  # the schema imports Hydra: only the type checker needs it here
+    from engines.config import EngineConfig
     from engines.model.config import ModelConfig
     from harness.config.schema import RunConfig
 
@@ -67,31 +69,30 @@ def estimate(cfg: RunConfig) -> Footprint:
     """What `cfg` would take: its requests, outputs, cache bookkeeping, KV pool and weights."""
     tokens = cfg.workload.prompt_tokens_estimate() or 0
     outputs = output_tokens_estimate(cfg.workload)
-    num_blocks = cfg.engine.num_blocks
+    engine = engine_estimate(cfg.engine, cfg.model, cfg.device if cfg.executor == "real" else None)
+    return dataclasses.replace(
+        engine,
+        workload_bytes=tokens * BYTES_PER_PROMPT_TOKEN,
+        output_bytes=outputs * BYTES_PER_OUTPUT_TOKEN,
+    )
+
+
+def engine_estimate(engine: EngineConfig, model: ModelConfig, device: str | None) -> Footprint:
+    """The engine alone: cache bookkeeping, plus the KV pool and weights of a real executor on
+    `device` (None: the simulated executor, which allocates neither)."""
+    num_blocks = engine.num_blocks
     kv_bytes, on_gpu, weights = 0, False, 0
-    if cfg.executor == "real":
+    if device is not None:
         from engines.build import resolve_device
         from engines.kv_pool import KVPoolShape
 
-        m = cfg.model
+        m = model
         shape = KVPoolShape(
-            m.num_layers,
-            num_blocks,
-            cfg.engine.block_size,
-            m.num_kv_heads,
-            m.head_dim,
-            m.torch_dtype,
+            m.num_layers, num_blocks, engine.block_size, m.num_kv_heads, m.head_dim, m.torch_dtype
         )
-        kv_bytes, on_gpu = shape.total_bytes, resolve_device(cfg.device).type == "cuda"
-        weights = weights_bytes(m, cfg.engine.max_num_seqs)
-    return Footprint(
-        tokens * BYTES_PER_PROMPT_TOKEN,
-        num_blocks * BOOKKEEPING_BYTES_PER_BLOCK,
-        kv_bytes,
-        on_gpu,
-        outputs * BYTES_PER_OUTPUT_TOKEN,
-        weights,
-    )
+        kv_bytes, on_gpu = shape.total_bytes, resolve_device(device).type == "cuda"
+        weights = weights_bytes(m, engine.max_num_seqs)
+    return Footprint(0, num_blocks * BOOKKEEPING_BYTES_PER_BLOCK, kv_bytes, on_gpu, 0, weights)
 
 
 def output_tokens_estimate(params: object) -> int:
@@ -107,7 +108,15 @@ def output_tokens_estimate(params: object) -> int:
 
 def check_footprint(cfg: RunConfig) -> None:
     """Raise BadInput when the estimate does not fit the host (or GPU) memory available now."""
-    need = estimate(cfg)
+    check_fits(estimate(cfg), "this run")
+
+
+def check_engine_footprint(engine: EngineConfig, model: ModelConfig, device: str) -> None:
+    """The same for an engine on the real executor alone (`python -m harness.builtin_server`)."""
+    check_fits(engine_estimate(engine, model, device), "this server")
+
+
+def check_fits(need: Footprint, what: str) -> None:
     parts = (
         f"workload {need.workload_bytes / GIB:.1f} GiB, outputs {need.output_bytes / GIB:.1f} GiB, "
         f"cache bookkeeping {need.bookkeeping_bytes / GIB:.1f} GiB, "
@@ -117,7 +126,7 @@ def check_footprint(cfg: RunConfig) -> None:
     if free is not None and need.host_bytes > free:
         field = _largest_field(need)
         raise BadInput(
-            f"{field}: this run needs an estimated {need.host_bytes / GIB:.1f} GiB of memory ({parts}) "
+            f"{field}: {what} needs an estimated {need.host_bytes / GIB:.1f} GiB of memory ({parts}) "
             f"but {free / GIB:.1f} GiB are available ({LIMIT_ENV} sets the limit)"
         )
     if need.kv_on_gpu:

@@ -1,0 +1,93 @@
+"""One completion's reply as the engine's events build it: per-sample text and ids, then usage.
+
+`Reply` turns a request's `Tokens` events into vLLM's whole reply or its stream chunks (the
+shapes of harness/builtin_server/protocol.py), detokenising each sample as its tokens arrive.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from engines.request import CompletionRequest
+from harness.builtin_server import protocol as api
+from harness.builtin_server.events import Tokens
+from harness.builtin_server.protocol import CompletionParams
+from harness.builtin_server.text import Detokenizer
+
+if TYPE_CHECKING:
+    from harness.builtin_server.app import ServedModel
+
+
+class Reply:
+    """One request's reply as it is built: per-sample text and ids, usage at the end."""
+
+    def __init__(self, model: ServedModel, req: CompletionRequest, params: CompletionParams):
+        self.model, self.req, self.params = model, req, params
+        self.created = int(time.time())
+        self.samples = [Detokenizer(model.codec) for _ in range(req.n)]
+        self.texts = [""] * req.n
+        self.started = [False] * req.n
+        self.outputs = [0] * req.n
+        self.cached = [0] * req.n
+        self.first_sample: int | None = None  # the sample that emitted first
+        self.last_finished = 0  # the sample that finished last
+
+    def add(self, event: Tokens) -> str:
+        """Take a sample's new tokens; the text they complete."""
+        detok = self.samples[event.sample]
+        text = detok.add(event.ids)
+        if self.first_sample is None:
+            self.first_sample = event.sample
+        if event.finish is not None:
+            self.last_finished = event.sample
+            text += detok.flush()
+            self.outputs[event.sample] = event.finish.output_tokens
+            self.cached[event.sample] = event.finish.cached_tokens
+        self.texts[event.sample] += text
+        return text
+
+    def chunk(self, event: Tokens) -> dict:
+        text = self.add(event)
+        ids = self.params.return_token_ids
+        first = not self.started[event.sample]
+        self.started[event.sample] = True
+        choice = api.choice(
+            event.sample,
+            text,
+            "length" if event.finish is not None else None,
+            token_ids=list(event.ids) if ids else None,
+            prompt_token_ids=list(self.req.prompt_ids) if ids and first else None,
+        )
+        return self._envelope([choice], None)
+
+    def usage(self, sample: int) -> dict:
+        """One prompt for all samples, as vLLM counts it, and one sample's cached tokens."""
+        return api.usage(len(self.req.prompt_ids), sum(self.outputs), self.cached[sample])
+
+    def usage_chunk(self) -> dict:
+        # vLLM 0.32 (entrypoints/openai/completion/serving.py) streams the cached tokens of the
+        # first output it received, and answers a whole reply with the final output's.
+        first = self.first_sample if self.first_sample is not None else 0
+        return self._envelope([], self.usage(first))
+
+    def whole(self) -> dict:
+        ids = self.params.return_token_ids
+        prompt = list(self.req.prompt_ids)
+        choices = [
+            api.choice(
+                i,
+                self.texts[i],
+                "length",
+                token_ids=list(d.ids) if ids else None,
+                prompt_token_ids=prompt if ids else None,
+            )
+            for i, d in enumerate(self.samples)
+        ]
+        return self._envelope(choices, self.usage(self.last_finished))
+
+    def _envelope(self, choices: list[dict], usage: dict | None) -> dict:
+        out = api.completion(self.req.request_id, self.created, self.model.name, choices, usage)
+        if self.model.worker_tag is not None:  # which worker answered (a fleet, docs/fleet.md §5)
+            out["system_fingerprint"] = self.model.worker_tag
+        return out
