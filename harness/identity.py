@@ -87,6 +87,7 @@ def fresh_dir(path: str) -> str:
             candidate.mkdir()
         except FileExistsError:
             continue
+        _created.add(os.path.abspath(candidate))
         return str(candidate)
     raise BadInput(f"hydra.run.dir: no free name next to {path!r}")
 
@@ -177,6 +178,8 @@ def hold(run_dir: Path) -> None:
     if key in _held:
         return
     safe = SafeRoot(run_dir)
+    if not os.path.lexists(run_dir):
+        _created.add(key)
     safe.mkdir()
     for name in (".hydra", "harness.log"):  # Hydra writes these with plain open(): no links
         safe.check(run_dir / name)
@@ -199,6 +202,40 @@ def release(run_dir: Path) -> None:
     fd = _held.pop(os.path.abspath(run_dir), None)
     if fd is not None:
         os.close(fd)  # closing the last descriptor of the description drops the flock
+
+
+_created: set[str] = set()  # run directories this process made (fresh_dir, hold)
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes in .hydra/
+
+
+def discard_run_dir(run_dir: Path) -> bool:
+    """Undo the claim of a run refused as bad input before it measured anything, so that no
+    failed run folder is left for every later report to count: the claim's files go, and a
+    folder this process made goes whole (Hydra's .hydra/ and log with it). A folder that was
+    already there keeps everything else. Returns True when the folder is gone."""
+    release(run_dir)
+    key = os.path.abspath(run_dir)
+    mine = key in _created
+    safe = SafeRoot(run_dir)
+    names = [*RESULT_FILES, RESERVE_FILE, LOCK_FILE]
+    if mine:
+        names += ["harness.log", *(f".hydra/{name}" for name in HYDRA_FILES)]
+    for name in names:
+        try:
+            safe.remove(run_dir / name)
+        except (BadInput, OSError):  # a link or a folder planted there: left alone
+            continue
+    if not mine:
+        return False
+    for folder in (run_dir / ".hydra", run_dir):
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        try:
+            folder.rmdir()  # only when empty: anything else put there stays
+        except OSError:
+            return False
+    _created.discard(key)
+    return True
 
 
 def claim_before_hydra(argv: list[str]) -> str | None:

@@ -25,10 +25,12 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from harness.server import prometheus
+from harness.server import prometheus, replies
+from harness.server.bounded import CAPS
 from harness.server.config import ServerConfig
 from harness.server.flavours import FLAVOURS
 from harness.server.http_client import HTTP_ERROR, OK, TIMEOUT, ServerClient
+from harness.server.replies import BadReply
 from harness.server.target import settled_counters
 
 NOT_RUN = (
@@ -108,14 +110,18 @@ class Server:
 
     async def block_size(self) -> int:
         """The server's block size from /metrics `vllm:cache_config_info` (vLLM reports it there)."""
-        resp = await self.client.get("/metrics", timeout_s=30.0)
+        resp = await self.client.get("/metrics", CAPS.metrics_bytes, timeout_s=30.0)
         if resp.status_code != 200:
             raise ServerFailed(f"{self.label}GET /metrics answered HTTP {resp.status_code}")
         samples = prometheus.parse(resp.text)
         labels = prometheus.info_labels(samples, VLLM.cache_config_metric)
-        if "block_size" not in labels:
+        try:
+            block_size, _ = replies.cache_facts(labels)
+        except BadReply as exc:
+            raise ServerFailed(f"{self.label}{exc}") from None
+        if block_size is None:
             raise ServerFailed(f"{self.label}/metrics reports no {VLLM.cache_config_metric}")
-        return int(labels["block_size"])
+        return block_size
 
 
 def server_column(

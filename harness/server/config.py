@@ -28,7 +28,10 @@ class ServerConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     connect_timeout_s: float = 5.0
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0  # one request, first byte to last
+    # The longest silence accepted from a server: no headers, no next chunk, no body byte for
+    # this long and the request is given up on (a server that never answers ends, too).
+    read_timeout_s: float = 300.0
     reset_cache: bool = True  # reset before measuring (and check it with a probe)
     closed_loop: bool = True  # turn k+1 holds the tokens the server returned for turn k
     twin: bool = True  # replay the run through the built-in caches afterwards
@@ -47,7 +50,7 @@ class ServerConfig:
         for name in ("block_size", "kv_capacity_tokens"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
-        for name in ("connect_timeout_s", "request_timeout_s"):
+        for name in ("connect_timeout_s", "request_timeout_s", "read_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise BadInput(f"server.{name} must be a positive number of seconds, got {value!r}")

@@ -20,7 +20,6 @@ import time
 from array import array
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, cast
 
 import pandas as pd
 
@@ -31,11 +30,21 @@ from harness.errors import BadInput
 from harness.metrics import RunContext, format_summary, request_row, summarize, summary_dict
 from harness.results import RunDir
 from harness.rowlog import RowLog
-from harness.server import prometheus
+from harness.server import prometheus, replies
+from harness.server.bounded import CAPS, TooLarge
 from harness.server.config import ServerConfig
 from harness.server.driver import RETOKENIZED, Sent, completion_body, drive
 from harness.server.flavours import FLAVOURS, Flavour
-from harness.server.http_client import FAILED, HTTP_ERROR, OK, TRANSPORT_ERRORS, ServerClient
+from harness.server.http_client import (
+    BAD_REPLY,
+    FAILED,
+    HTTP_ERROR,
+    OK,
+    TIMEOUT,
+    TRANSPORT_ERRORS,
+    ServerClient,
+)
+from harness.server.replies import BadReply
 from harness.server.twin import ServerFacts, TwinResult, child_id, predict
 from workloads.base import generate_with_notes
 from workloads.request import Request
@@ -63,6 +72,7 @@ class ServerInfo:
 class Counters:
     hits: float | None
     queries: float | None
+    problem: str | None = None  # why a counter the server shows is not used (replies.counter)
 
 
 @dataclass(frozen=True)
@@ -80,22 +90,27 @@ class Measured:
 async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -> ServerInfo:
     """Model name, version and cache facts; an unreachable server is BadInput (exit 2)."""
     try:
-        resp = await client.get("/v1/models")
+        resp = await client.get("/v1/models", CAPS.models_bytes)
+    except TooLarge as exc:
+        raise _bad_server(scfg, exc) from None
     except TRANSPORT_ERRORS as exc:
         raise BadInput(
-            f"server.url: cannot reach {scfg.base_url} ({type(exc).__name__}: {exc}); start a "
-            "server (bash scripts/start_vllm.sh) or pass server.url=http://HOST:PORT"
+            f"server.url: cannot reach {scfg.base_url} ({_why(exc)}); start a server "
+            "(bash scripts/start_vllm.sh) or pass server.url=http://HOST:PORT"
         ) from None
     if resp.status_code != 200:
         raise BadInput(
             f"server.url: GET {scfg.base_url}/v1/models answered HTTP {resp.status_code}; is it "
             "an OpenAI-compatible server?"
         )
-    models = cast(dict[str, Any], resp.json()).get("data") or []  # a non-object fails here
+    try:
+        models = replies.models(resp.json())
+    except BadReply as exc:
+        raise _bad_server(scfg, exc) from None
     if scfg.model is not None:
-        entry = next((m for m in models if m.get("id") == scfg.model), None)
+        entry = next((m for m in models if m.id == scfg.model), None)
         if entry is None:
-            served = ", ".join(str(m.get("id")) for m in models) or "none"
+            served = ", ".join(m.id for m in models[:20]) or "none"
             raise BadInput(f"server.model: {scfg.model!r} is not served; served: {served}")
     elif models:
         entry = models[0]
@@ -103,37 +118,53 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
         raise BadInput(f"server.url: {scfg.base_url} serves no model (GET /v1/models is empty)")
     version = await _version(client, flavour)
     labels = prometheus.info_labels(await _samples(client), flavour.cache_config_metric)
-    facts = _facts(scfg, labels, entry.get("max_model_len"))
-    return ServerInfo(str(entry["id"]), version, facts, labels)
+    facts = _facts(scfg, labels, entry.max_model_len)
+    return ServerInfo(entry.id, version, facts, labels)
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+def _bad_server(scfg: ServerConfig, exc: BaseException) -> BadInput:
+    """A server whose answers fail the checks cannot be measured: one line, exit 2."""
+    return BadInput(f"server.url: {scfg.base_url} answered badly: {_why(exc)}")
 
 
 async def _version(client: ServerClient, flavour: Flavour) -> str | None:
     if flavour.version_path is None:
         return None
-    try:
-        resp = await client.get(flavour.version_path)
-        body = cast(dict[str, Any], resp.json())  # a non-object raises AttributeError below
-        return str(body.get("version")) if resp.status_code == 200 else None
-    except TRANSPORT_ERRORS + (ValueError, AttributeError):
+    try:  # only shown: a bad or missing version is no version
+        resp = await client.get(flavour.version_path, CAPS.version_bytes)
+        return replies.version(resp.json()) if resp.status_code == 200 else None
+    except TRANSPORT_ERRORS + (BadReply,):
         return None
 
 
 async def _samples(client: ServerClient) -> list[prometheus.Sample]:
+    """/metrics's samples; none when it does not answer 200 within its cap."""
     try:
-        resp = await client.get("/metrics")
-    except TRANSPORT_ERRORS:
+        resp = await client.get("/metrics", CAPS.metrics_bytes)
+    except TRANSPORT_ERRORS as exc:
+        log.warning("warning: GET /metrics: %s; the server's counters are not used", _why(exc))
         return []
     return prometheus.parse(resp.text) if resp.status_code == 200 else []
 
 
-def _facts(scfg: ServerConfig, labels: dict[str, str], max_model_len) -> ServerFacts:
-    block = scfg.block_size or _int(labels.get("block_size"))
+def _facts(scfg: ServerConfig, labels: dict[str, str], max_model_len: int | None) -> ServerFacts:
+    try:
+        reported_block, blocks = replies.cache_facts(labels)
+    except BadReply as exc:  # block_size 0, a NaN block count: set the facts by hand
+        raise BadInput(
+            f"server.block_size: {exc}; set server.block_size and server.kv_capacity_tokens"
+        ) from None
+    block = scfg.block_size or reported_block
     if block is None:
         raise BadInput(
             "server.block_size: the server does not report its block (page) size; set it"
         )
     capacity = scfg.kv_capacity_tokens
-    blocks = _int(labels.get("num_gpu_blocks"))
     if capacity is None and blocks is not None:
         capacity = (blocks - 1) * block  # block 0 is vLLM's null block
     if capacity is None:
@@ -146,26 +177,25 @@ def _facts(scfg: ServerConfig, labels: dict[str, str], max_model_len) -> ServerF
         kv_capacity_tokens=capacity,
         max_num_seqs=scfg.max_num_seqs,
         max_num_batched_tokens=scfg.max_num_batched_tokens,
-        max_model_len=_int(max_model_len),
+        max_model_len=max_model_len,
     )
-
-
-def _int(value) -> int | None:
-    try:
-        return int(float(value)) if value not in (None, "", "None") else None
-    except (TypeError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------- cache state
 
 
 async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
+    """The hit and query counters, each checked (replies.counter): one that is NaN, infinite
+    or negative is not used, and the reason is kept."""
     samples = await _samples(client)
-    return Counters(
-        prometheus.counter(samples, flavour.hit_counters),
-        prometheus.counter(samples, flavour.query_counters),
-    )
+    values, problems = [], []
+    for names in (flavour.hit_counters, flavour.query_counters):
+        try:
+            values.append(replies.counter(prometheus.counter(samples, names), names[0]))
+        except BadReply as exc:
+            values.append(None)
+            problems.append(str(exc))
+    return Counters(values[0], values[1], "; ".join(problems) or None)
 
 
 async def settled_counters(client: ServerClient, flavour: Flavour, wait_s: float = 3.0) -> Counters:
@@ -188,11 +218,12 @@ async def reset_cache(client: ServerClient, flavour: Flavour) -> bool:
     try:
         resp = await client.post(flavour.reset_path)
     except TRANSPORT_ERRORS as exc:
-        raise RuntimeError(f"cache reset failed: {type(exc).__name__}: {exc}") from None
+        raise BadInput(f"server.url: the cache reset failed ({_why(exc)})") from None
     if resp.status_code != 200:
-        raise RuntimeError(
-            f"POST {flavour.reset_path} answered HTTP {resp.status_code}: {resp.text[:200]} "
-            "(vLLM needs VLLM_SERVER_DEV_MODE=1)"
+        first = (resp.text.strip().splitlines() or [""])[0][:200]
+        raise BadInput(
+            f"server.url: POST {flavour.reset_path} answered HTTP {resp.status_code} {first!r}; "
+            "vLLM needs VLLM_SERVER_DEV_MODE=1, or pass server.reset_cache=false"
         )
     return True
 
@@ -215,8 +246,11 @@ async def warm_up_and_reset(
                     f"server.url: the server refused the warm-up request ({reply.error}); "
                     f"server.tokenizer ({scfg.tokenizer}) must be the server model's tokenizer"
                 )
-            if reply.status != OK:
-                raise RuntimeError(f"warm-up request failed: {reply.status} {reply.error}")
+            if reply.status != OK:  # no answer, a cut stream or a bad one: no server to measure
+                raise BadInput(
+                    f"server.url: the warm-up request got no complete reply ({reply.status}: "
+                    f"{reply.error}); see server.read_timeout_s and server.request_timeout_s"
+                )
         info.update(warmup_policy="unrelated", warmup_requests=len(warm))
     if not (scfg.reset_cache and flavour.reset_path):
         return {**info, "cache_flushed": False, "reset_probe_cached_tokens": None}
@@ -229,9 +263,10 @@ async def warm_up_and_reset(
         reply = await client.complete(completion_body(flavour, model, probe, probe.prompt_ids), 1)
         probe_cached = reply.cached_tokens
         if reply.status != OK:
-            raise RuntimeError(f"reset probe failed: {reply.status} {reply.error}")
+            raise BadInput(f"server.url: the reset probe failed ({reply.status}: {reply.error})")
         if probe_cached:
-            raise RuntimeError(
+            raise BadInput(
+                "server.url: "
                 f"the cache reset did not take: the probe hit {probe_cached} cached tokens"
             )
         await reset_cache(client, flavour)
@@ -454,11 +489,11 @@ def _table(writer, sent, requests, facts, twin: TwinResult | None) -> pd.DataFra
 def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, notes) -> dict:
     ok = table[table["status"] == OK]
     measured_sum = int(ok.loc[ok["cached_tokens_reported"], "cached_tokens"].sum())
-    hits_delta = _delta(m.before.hits, m.after.hits)
-    queries_delta = _delta(m.before.queries, m.after.queries)
+    warnings = list(dict.fromkeys(p for p in (m.before.problem, m.after.problem) if p))
+    hits_delta = _delta(m.before.hits, m.after.hits, "hits", warnings)
+    queries_delta = _delta(m.before.queries, m.after.queries, "queries", warnings)
     failures = table[table["status"] != OK]
     sources = Counter(s.prompt_source for s in m.sent)
-    warnings = []
     first = table.iloc[0] if len(table) else None
     cold_hits = int(first["cached_tokens"]) if first is not None else 0
     if cold_hits and m.cache_state.get("cache_flushed"):
@@ -498,6 +533,8 @@ def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, note
         "prompt_sources": dict(sources),
         "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
         "http_errors": int((failures["status"] == HTTP_ERROR).sum()),
+        "bad_replies": int((failures["status"] == BAD_REPLY).sum()),
+        "failed_share": len(failures) / len(table) if len(table) else None,
         "one_at_a_time": one_at_a_time,
         "warnings": warnings,
         "wall_s": wall_s,
@@ -510,14 +547,27 @@ def _extras(cfg, requests, m: Measured, table, twin, one_at_a_time, wall_s, note
     return extra
 
 
-def _delta(before: float | None, after: float | None) -> int | None:
-    return None if before is None or after is None else int(round(after - before))
+def _delta(before: float | None, after: float | None, name: str, warnings: list) -> int | None:
+    """A counter's growth (replies.delta); one that went back is not used, with a warning."""
+    try:
+        return replies.delta(before, after, name)
+    except BadReply as exc:
+        warnings.append(f"{exc} (restarted?); its delta is not used")
+        return None
 
 
 def _status(table, failures) -> tuple[str, str | None]:
-    """A request the server refused (HTTP 4xx) is that request's failure; a server that stopped
-    answering (connection errors, timeouts) fails the run, with its rows kept."""
-    broken = failures[failures["status"].isin([FAILED, "timeout"])]
+    """The run's status from its rows. Every request failed: the run failed. A server that
+    stopped answering (connection errors, cut streams, timeouts) fails the run too. Otherwise a
+    request the server refused (HTTP 4xx) or answered badly is that request's failure, counted
+    in `failed` and `failed_share`."""
+    if len(table) and len(failures) == len(table):
+        first = failures.iloc[0]
+        return "failed", (
+            f"all {len(table)} requests failed (first: {first['request_id']}: "
+            f"{first['status']}: {first['error']})"
+        )
+    broken = failures[failures["status"].isin([FAILED, TIMEOUT])]
     if len(broken):
         first = broken.iloc[0]
         return "failed", (
