@@ -103,6 +103,14 @@ def dir_name(text: object) -> str:
     return _UNSAFE.sub("_", str(text)).strip("._")[:MAX_DIR_NAME] or "job"
 
 
+def run_target(engine: object, server: object) -> str:
+    """The target part of a default run folder's name: `vllm-server` for a run against a live
+    server (`server=vllm`), else the engine (`apc`); a server run's engine only picks its twin."""
+    if server is None or str(server) in ("", "None", "null"):
+        return str(engine)
+    return f"{server}-server"
+
+
 def abba_on(seed: int, slot: int) -> bool:
     """Caching on in `slot` (0 or 1) of a seed's on/off pair: on first for even seeds, off first for
     odd ones, so consecutive pairs run A B, B A (the overhead suite's ABBA order)."""
@@ -111,7 +119,7 @@ def abba_on(seed: int, slot: int) -> bool:
 
 def register_resolver() -> None:
     """`${fresh_dir:...}` in conf/config.yaml (cached, so Hydra's repeated reads get one
-    directory), `${dir_name:...}` (its sweep subdir) and `${abba_on:seed,slot}` in
+    directory), `${run_target:...}` (its name's target), `${dir_name:...}` (its sweep subdir) and `${abba_on:seed,slot}` in
     conf/suite/abba/."""
     if not OmegaConf.has_resolver("fresh_dir"):
         OmegaConf.register_new_resolver("fresh_dir", fresh_dir, use_cache=True)
@@ -119,6 +127,8 @@ def register_resolver() -> None:
         OmegaConf.register_new_resolver("abba_on", abba_on)
     if not OmegaConf.has_resolver("dir_name"):
         OmegaConf.register_new_resolver("dir_name", dir_name)
+    if not OmegaConf.has_resolver("run_target"):
+        OmegaConf.register_new_resolver("run_target", run_target)
 
 
 def holds_results(run_dir: Path) -> list[str]:

@@ -433,7 +433,8 @@ def _finish(cfg, out, rows, requests, m: Measured, notes, wall_s) -> dict:
     out.write_summary(summary)
     rows.close()
     out.rows_path.unlink(missing_ok=True)
-    log.info("%s", format_summary(summary))
+    # A header line takes the log prefix ([time][name][INFO] - ), so the table's lines all align.
+    log.info("summary of %s:\n%s", out.path.name, format_summary(summary))
     return summary
 
 
