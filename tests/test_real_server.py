@@ -199,13 +199,16 @@ def test_too_long_prompt_is_a_failed_row(vllm_server, tmp_path):
         ],
         tmp_path / "long",
     )
-    assert run.returncode == 0, run.stderr[-2000:]
+    # Every request refused: the run failed (its status comes from its rows), exit 1, rows kept.
+    assert run.returncode == 1, run.stderr[-2000:]
     table = pd.read_parquet(run.run_dir / "requests.parquet")
     assert len(table) == 2
     assert (table["status"] == "http_error").all()
     assert (table["http_status"] == 400).all()
     assert table["error"].str.len().gt(0).all()
     assert run.summary["failed"] == 2 and run.summary["completed"] == 0
+    assert run.summary["status"] == "failed" and run.summary["failed_share"] == 1.0
+    assert run.summary["error"].startswith("all 2 requests failed")
 
 
 def _free_port() -> int:
