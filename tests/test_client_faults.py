@@ -149,6 +149,11 @@ def test_a_malformed_server_answer_is_one_line_and_exit_2(script, needle, tokeni
     assert_bad_server(drive(script, tokenizer, tmp_path / "run"), needle)
 
 
+def test_a_kv_pool_the_twin_cannot_hold_is_refused_before_it_is_allocated(tokenizer, tmp_path):
+    run = drive(Script(), tokenizer, tmp_path / "run", "server.kv_capacity_tokens=1000000000000")
+    assert_bad_server(run, "the twin holds at most 16777216 blocks")
+
+
 def test_a_warm_up_that_never_answers_is_one_line_and_exit_2(tokenizer, tmp_path):
     run = drive(
         Script(hang=True),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from harness.errors import BadInput
+from harness.server.replies import MAX_BLOCK_SIZE
 
 
 @dataclass
@@ -50,10 +51,20 @@ class ServerConfig:
         for name in ("block_size", "kv_capacity_tokens"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
+        if self.block_size is not None and self.block_size > MAX_BLOCK_SIZE:
+            raise BadInput(
+                f"server.block_size must be at most {MAX_BLOCK_SIZE} tokens, got {self.block_size}"
+            )
         for name in ("connect_timeout_s", "request_timeout_s", "read_timeout_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise BadInput(f"server.{name} must be a positive number of seconds, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < float("inf")
+            ):
+                raise BadInput(
+                    f"server.{name} must be a positive finite number of seconds, got {value!r}"
+                )
 
     @property
     def base_url(self) -> str:

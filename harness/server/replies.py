@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 MAX_TOKENS_PER_REPLY = 1 << 24  # no server holds a 16M-token sequence
 MAX_BLOCK_SIZE = 1 << 12  # tokens per KV block/page
-MAX_KV_TOKENS = 1 << 30  # the twin allocates per block: ~1G tokens is past any server today
+MAX_KV_BLOCKS = 1 << 24  # the twin allocates one record per block: 16.7M is past any server today
 
 
 class BadReply(ValueError):
@@ -104,7 +104,7 @@ def cache_facts(labels: dict[str, str]) -> tuple[int | None, int | None]:
     """(block_size, num_gpu_blocks) from a cache-config info metric's labels; absent is None."""
     return (
         _label_count(labels, "block_size", 1, MAX_BLOCK_SIZE),
-        _label_count(labels, "num_gpu_blocks", 2, MAX_KV_TOKENS),  # block 0 is vLLM's null one
+        _label_count(labels, "num_gpu_blocks", 2, MAX_KV_BLOCKS + 1),  # block 0: vLLM's null one
     )
 
 

@@ -172,6 +172,11 @@ def _facts(scfg: ServerConfig, labels: dict[str, str], max_model_len: int | None
             "server.kv_capacity_tokens: the server does not report its KV capacity; set it"
         )
     capacity -= capacity % block
+    if capacity // block > replies.MAX_KV_BLOCKS:  # checked before the twin allocates its pool
+        raise BadInput(
+            f"server.kv_capacity_tokens: {capacity} tokens are {capacity // block} blocks of "
+            f"{block}; the twin holds at most {replies.MAX_KV_BLOCKS} blocks"
+        )
     return ServerFacts(
         block_size=block,
         kv_capacity_tokens=capacity,
