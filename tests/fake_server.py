@@ -9,6 +9,7 @@ timeouts meet real HTTP. Each `Script` field turns one answer bad (tests/test_cl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -149,6 +150,13 @@ class FakeServer:
         await resp.prepare(request)
         if s.stream_flood_bytes:
             return await self._flood_stream(resp, s.stream_flood_bytes)
+        # The client stops reading a bad reply and leaves: not an error of this server.
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self._stream(resp, body, number)
+        return resp
+
+    async def _stream(self, resp: web.StreamResponse, body: dict, number: int) -> None:
+        s = self.script
         prompt = body["prompt"]
         n = body.get("n", 1)
         num_out = body["max_tokens"] if s.num_tokens is None else s.num_tokens
@@ -167,7 +175,6 @@ class FakeServer:
         await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
         if not s.no_done:
             await resp.write(b"data: [DONE]\n\n")
-        return resp
 
     async def _flood_stream(self, resp: web.StreamResponse, num_bytes: int) -> web.StreamResponse:
         try:
