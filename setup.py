@@ -15,7 +15,7 @@ It also maps the top-level conf/ into the wheel as harness/conf (see PACKAGES).
 from setuptools import Extension, find_namespace_packages, find_packages, setup
 
 # conf/ is the repository's top-level Hydra tree; the wheel carries it as the data package
-# harness.conf (harness/config.py finds either), so there is one source of the configs. Its
+# harness.conf (harness/config/schema.py finds either), so there is one source of the configs. Its
 # folders and workloads/data's are listed as (namespace) data packages: setuptools otherwise
 # warns ~35 lines for each that Python could import ("Package would be ignored").
 CONF_PACKAGES = ["harness.conf"] + [f"harness.conf.{p}" for p in find_namespace_packages("conf")]

@@ -10,7 +10,7 @@ prefix request before sending the samples, engines/frontend.py). A `prefill_only
 goes to `frontend_records`, not `records`, and does not count towards its parent's samples.
 
 The engine knows nothing of arrival schedules, concurrency caps or conversations: a client drives
-it (harness/client/), in-process or behind a server (harness/serve/). With an executor that
+it (harness/client/), in-process or behind a server (harness/builtin_server/). With an executor that
 supports decode runs (the simulated one), `step` advances a stretch of pure decode as one
 macro-step with the same outcome (engines/sched/base.py `DecodeRun`), stopping before the
 caller's next release. Finished children are returned by the step that finished them and kept in

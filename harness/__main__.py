@@ -1,6 +1,6 @@
 """`python -m harness workload=<name> engine=<apc|radix> [model=...] [seed=...]`: one benchmark run.
 
-Exit codes (harness.execute): 0 ok; 2 bad input (one `error: ` line on stderr, no traceback);
+Exit codes (harness.run.execute): 0 ok; 2 bad input (one `error: ` line on stderr, no traceback);
 1 a failed run; 130 SIGINT/SIGTERM, at any point from start-up on. A sweep (`-m`) records a bad
 job as failed, runs the others, and exits with the worst job's code. The last stderr line of a
 finished run names its directory; the last stdout line is summary.json's content.
@@ -23,7 +23,7 @@ class StartupInterrupted(KeyboardInterrupt):
 
 def _on_signal(signum, frame):
     # SIGINT too: a shell may start us with SIGINT ignored, and one exception type is simpler.
-    from harness.pipeline import RunInterrupted
+    from harness.run.pipeline import RunInterrupted
 
     raise RunInterrupted(signal.Signals(signum).name)
 
@@ -37,10 +37,10 @@ def _cli() -> int:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from harness.config import CONF_DIR
-    from harness.execute import EXIT_OK, execute, sweep_exit_code
-    from harness.identity import claim_before_hydra
-    from harness.preflight import preflight
+    from harness.config.preflight import preflight
+    from harness.config.schema import CONF_DIR
+    from harness.results.identity import claim_before_hydra
+    from harness.run.execute import EXIT_OK, execute, sweep_exit_code
     from workloads.progress import progress
 
     problem = preflight(sys.argv[1:]) or claim_before_hydra(sys.argv[1:])

@@ -27,11 +27,11 @@ import time
 import numpy as np
 
 from harness.client.arrivals import with_arrivals
-from harness.config import LoadConfig
-from harness.server.config import ServerConfig
-from harness.server.driver import completion_body, drive
-from harness.server.flavours import FLAVOURS
-from harness.server.http_client import ServerClient
+from harness.config.schema import LoadConfig
+from harness.live_server.config import ServerConfig
+from harness.live_server.driver import completion_body, drive
+from harness.live_server.flavours import FLAVOURS
+from harness.live_server.http_client import ServerClient
 from workloads.request import Request
 
 

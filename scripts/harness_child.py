@@ -68,7 +68,7 @@ def run_harness(
 ) -> ChildRun:
     env = dict(os.environ)
     if bound_granularities is not None:
-        # Token-granular bounds of a whole trace need tens of GB (see harness.config.BoundsConfig).
+        # Token-granular bounds of a whole trace need tens of GB (see harness.config.schema.BoundsConfig).
         gs = ",".join(str(g) for g in bound_granularities)
         overrides = [
             *overrides,

@@ -54,7 +54,7 @@ def kv_capacity_of(hardware: str) -> int:
     from hydra import compose, initialize_config_dir
 
     from engines.simulate.cost_model import HardwareConfig
-    from harness.config import to_schema
+    from harness.config.schema import to_schema
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         hw = to_schema(compose(f"hardware/{hardware}")["hardware"], HardwareConfig)

@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-exec "$PY" -m harness.server.launch start "$@"
+exec "$PY" -m harness.live_server.launch start "$@"

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-exec "$PY" -m harness.server.launch stop "$@"
+exec "$PY" -m harness.live_server.launch stop "$@"

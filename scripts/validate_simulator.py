@@ -180,8 +180,8 @@ def cpu_clock_metrics(workload: str, engine: str, model: str, hardware: str) -> 
     from engines.build import build_engine
     from harness.client.arrivals import with_arrivals
     from harness.client.inprocess import drive
-    from harness.config import RunConfig, to_schema
-    from harness.tokenspace import token_space_for
+    from harness.config.schema import RunConfig, to_schema
+    from harness.config.tokenspace import token_space_for
     from workloads.base import generate
     from workloads.tokens import warmup_requests
 

@@ -98,7 +98,7 @@ def vllm_server():
     once per test session and ended by its PID. Missing: a failure under CI=true, else a skip.
     PREFIXBENCH_VLLM_URL points the tests at a running one instead (started by
     `bash scripts/start_vllm.sh --num-gpu-blocks 129`)."""
-    from harness.server.launch import VllmLaunch, free_port, missing, start_vllm, stop
+    from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
 
     given = os.environ.get("PREFIXBENCH_VLLM_URL")  # a server already started with these flags
     if given:

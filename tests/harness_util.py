@@ -13,8 +13,8 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from harness.config import CONF_DIR, register_configs
-from harness.execute import execute
+from harness.config.schema import CONF_DIR, register_configs
+from harness.run.execute import execute
 
 register_configs()  # the schemas Hydra composes against
 

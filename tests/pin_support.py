@@ -21,8 +21,8 @@ from engines.build import build_engine
 from harness.client.arrivals import with_arrivals
 from harness.client.inprocess import drive
 from harness.client.programs import runs_as_program
-from harness.config import RunConfig, to_schema
-from harness.tokenspace import token_space_for
+from harness.config.schema import RunConfig, to_schema
+from harness.config.tokenspace import token_space_for
 from workloads.base import generate
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

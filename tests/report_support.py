@@ -1,6 +1,6 @@
 """Synthetic run directories for the report and notebook tests (no engine, milliseconds to write).
 
-Each run is written through harness.results.RunDir exactly as the runner lays it out: summary.json
+Each run is written through harness.results.run_dir.RunDir exactly as the runner lays it out: summary.json
 with the fields the report reads, manifest.json with the resolved config, requests.parquet.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.results import RunDir, write_failed_summary
+from harness.results.run_dir import RunDir, write_failed_summary
 
 GRANULARITY = {"apc": 16, "radix": 1}
 

@@ -1,7 +1,7 @@
 """Bad input never runs and never leaves results that look real: one `error: ` line, exit 2.
 
-A table of bad inputs, each run the way the CLI runs it, in-process: `harness.preflight.preflight`
-(every check that needs no data, before Hydra makes a directory), then `harness.execute.execute`
+A table of bad inputs, each run the way the CLI runs it, in-process: `harness.config.preflight.preflight`
+(every check that needs no data, before Hydra makes a directory), then `harness.run.execute.execute`
 (problems that need the data: trace lines, dataset records, a request longer than the context or
 the KV capacity). Each case must exit 2 with exactly one `error: ` line naming the field, no
 traceback, within seconds (a watchdog fails a case that spins), and no run marked ok. A few
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from harness.config import CONF_DIR
-from harness.execute import EXIT_BAD_INPUT, execute
-from harness.preflight import preflight
+from harness.config.preflight import preflight
+from harness.config.schema import CONF_DIR
+from harness.run.execute import EXIT_BAD_INPUT, execute
 from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, merged
 from tests.test_cli import harness
 
@@ -534,7 +534,7 @@ def test_cli_static_problem_makes_no_run_directory(tmp_path):
 def test_preflight_refuses_executor_and_hardware_mismatches(args, needle):
     """Refused before Hydra makes a directory (these used to leave a `failed` run folder, which
     every later report counted)."""
-    from harness.preflight import preflight
+    from harness.config.preflight import preflight
 
     problem = preflight(merged(BASE, args))
     assert problem is not None and needle in problem

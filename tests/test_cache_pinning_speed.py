@@ -21,12 +21,12 @@ from hydra import compose, initialize_config_dir
 from engines.build import build_engine
 from harness.client.arrivals import with_arrivals
 from harness.client.inprocess import drive
-from harness.config import (
+from harness.config.schema import (
     CONF_DIR,
     RunConfig,
     to_schema,
 )
-from harness.tokenspace import token_space_for
+from harness.config.tokenspace import token_space_for
 from workloads.base import generate
 
 DATA = Path(__file__).parent / "data" / "cache_pinning.json"

@@ -13,7 +13,7 @@ import pytest
 from harness.claims.__main__ import main, run_claims
 from harness.claims.record import FAILS, HOLDS
 from harness.claims.registry import ordered
-from harness.config import register_configs
+from harness.config.schema import register_configs
 from workloads.base import generate, params_from_mapping
 from workloads.tokens import TokenSpace
 

@@ -1,6 +1,6 @@
 """The real-server column's client side (harness/claims/server.py) against real servers.
 
-The servers are the project's own engine served over the OpenAI API (`harness.serve`, model=tiny,
+The servers are the project's own engine served over the OpenAI API (`harness.builtin_server`, model=tiny,
 uvicorn in a thread): one with prefix caching on and one started with it off, the pair the full
 claims run takes from two vLLM servers. vLLM's own numbers are tests/test_real_server.py's (the
 session vLLM server); here: the lines' form and values at the served engine's block size, the
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.builtin_server.server import InProcessServer, compose_config, prepare
 from harness.claims.__main__ import main
 from harness.claims.server import FULL, QUICK, server_column
-from harness.serve.server import InProcessServer, compose_config, prepare
-from harness.server.launch import VllmLaunch, free_port
+from harness.live_server.launch import VllmLaunch, free_port
 
 TINY_IDS = range(1, 1024)  # model=tiny's vocabulary (1,024 ids)
 KNOBS = ["model=tiny", "device=cpu", "engine=apc", "engine.backend=torch"]

@@ -1,7 +1,7 @@
 """`python -m harness` end to end on the tiny model: files, fields, determinism, two runs at once.
 
 One real command-line run is shared by the tests below; the runs it is compared with go through
-`harness.execute` in-process (tests/harness_util.py). Bad input through the command line is in
+`harness.run.execute` in-process (tests/harness_util.py). Bad input through the command line is in
 tests/test_bad_input.py (its table in-process, a few cases as real command lines).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.metrics import TIMING_COLUMNS
+from harness.metrics.table import TIMING_COLUMNS
 from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, run_harness
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.metrics import format_summary
+from harness.metrics.format import format_summary
 from tests.fake_server import MIB, FakeServer, Script
 from tests.harness_util import run_harness
 
@@ -177,7 +177,7 @@ def test_a_nan_hit_counter_is_not_used_and_said(tokenizer, tmp_path):
 
 
 def test_a_counter_that_goes_back_is_not_used(tokenizer, tmp_path):
-    from harness.server.target import _delta
+    from harness.live_server.target import _delta
 
     warnings: list[str] = []
     assert _delta(100.0, 40.0, "hits", warnings) is None
@@ -212,8 +212,8 @@ def test_ill_typed_usage_is_a_failed_row_with_a_summary(usage, needle, tokenizer
 def test_the_crash_handler_writes_its_summary_whatever_the_rows_hold(bad, tmp_path):
     """Rows of the wrong type (written by an older client, or by hand): the rows file is kept,
     the summary says so, and nothing raises."""
-    from harness.execute import _close
-    from harness.pipeline import start
+    from harness.run.execute import _close
+    from harness.run.pipeline import start
 
     out, rows = start(tmp_path / "run", overwrite=False)
     rows.append({"request_id": "r0", "cached_tokens": bad, "prompt_tokens": "x", "arrival_s": 0})

@@ -30,7 +30,7 @@ from engines.sequence import Sequence
 from engines.simulate.cost_model import HardwareConfig, StepShape, build_cost_model
 from engines.simulate.executor import SimulatedExecutor, decode_run_shape
 from harness.client.inprocess import drive
-from harness.config import CONF_DIR, to_schema
+from harness.config.schema import CONF_DIR, to_schema
 from tests.engine_util import ENGINE_PRESETS, as_workload, shared_prompt_requests, tiny_model
 from tests.pin_support import CASES, SIM, run_overrides
 from tests.test_engine_fuzz import build_requests, pressure, streams
@@ -348,9 +348,9 @@ def test_random_streams_with_and_without_runs(stream, pool, arm, block_size, pol
 
 
 def test_overhead_measurements_step_one_by_one():
-    """What measures the host's bookkeeping (harness.overhead, the claims on it, the overhead_sim
+    """What measures the host's bookkeeping (harness.run.overhead, the claims on it, the overhead_sim
     suite) must not replay decode stretches in bulk."""
-    from harness import overhead
+    from harness.run import overhead
 
     cfg = overhead.config("apc", True, ["executor=simulated", "hardware=h100_llama3_8b_bf16"])
     assert cfg.engine.decode_runs is False

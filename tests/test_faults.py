@@ -4,7 +4,7 @@ Signals keep the rows finished so far (status `interrupted`, exit 130); a bad jo
 recorded as failed next to the good one; a crash or a kill mid-run leaves no truncated file and no
 `ok` summary; an injected KV leak fails the run at idle and, with engine.debug_checks, at the
 step that leaked. Real signals and sweeps run as subprocesses; the rest goes through
-`harness.execute.execute` in-process, the same code the CLI runs.
+`harness.run.execute.execute` in-process, the same code the CLI runs.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import pytest
 
 from engines.cache.apc.block_pool import BlockPool
 from engines.cache.radix.allocator import TokenToKVPoolAllocator
-from harness import pipeline
 from harness.__main__ import _on_signal
-from harness.execute import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, execute
-from harness.metrics import TIMING_COLUMNS
-from harness.pipeline import RunInterrupted
-from harness.results import RunDir
-from harness.rowlog import rows_table
+from harness.metrics.table import TIMING_COLUMNS
+from harness.results.rowlog import rows_table
+from harness.results.run_dir import RunDir
+from harness.run import pipeline
+from harness.run.execute import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, execute
+from harness.run.pipeline import RunInterrupted
 from tests.harness_util import ROOT, merged
 from tests.test_bad_input import BASE, assert_failed_run_dir, compose_config, with_base
 from tests.test_cli import harness
@@ -195,7 +195,7 @@ def test_crash_after_measuring_keeps_the_rows_and_prints_the_traceback(
     def boom(*args, **kwargs):
         raise ValueError("a bug in the summary, not bad input")
 
-    monkeypatch.setattr("harness.pipeline.summarize", boom)
+    monkeypatch.setattr("harness.run.pipeline.summarize", boom)
     code, run_dir = run_in_process(tmp_path)
     assert code == EXIT_FAILED
     summary = summary_of(run_dir)
@@ -230,8 +230,12 @@ def _summary_crash(*args, **kwargs):
 # fault -> (what is replaced, by what, the exit code)
 FAULTS = {
     "none": (None, None, EXIT_OK),
-    "interrupted setting up": ("harness.pipeline.drive", _warm_up_interrupted, EXIT_INTERRUPTED),
-    "crash after measuring": ("harness.pipeline.summarize", _summary_crash, EXIT_FAILED),
+    "interrupted setting up": (
+        "harness.run.pipeline.drive",
+        _warm_up_interrupted,
+        EXIT_INTERRUPTED,
+    ),
+    "crash after measuring": ("harness.run.pipeline.summarize", _summary_crash, EXIT_FAILED),
 }
 
 

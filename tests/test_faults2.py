@@ -31,7 +31,7 @@ def _limit() -> None:
 
 def run_py(body: str, timeout: int = TIMEOUT_S, env: dict | None = None):
     """Run `body` in a fresh interpreter, BadInput printed as the CLI prints it (exit 2)."""
-    code = "import sys\nfrom harness.errors import BAD_INPUT\ntry:\n"
+    code = "import sys\nfrom harness.config.errors import BAD_INPUT\ntry:\n"
     code += textwrap.indent(textwrap.dedent(body), "    ")
     code += '\nexcept BAD_INPUT as exc:\n    print(f"error: {exc}", file=sys.stderr)\n'
     code += "    sys.exit(2)\n"
@@ -210,7 +210,7 @@ def test_a_tokenizer_json_with_invalid_utf8_is_one_line(tmp_path):
 
 def preflight_body(argv: list[str]) -> str:
     return f"""
-from harness.preflight import preflight
+from harness.config.preflight import preflight
 problem = preflight({argv!r})
 if problem:
     print(f"error: {{problem}}", file=sys.stderr)
@@ -284,9 +284,9 @@ def execute_body(overrides: list[str], run_dir: Path) -> str:
     return f"""
 from pathlib import Path
 from hydra import compose, initialize_config_dir
-from harness.config import CONF_DIR
-from harness.execute import execute
-from harness.preflight import preflight
+from harness.config.schema import CONF_DIR
+from harness.run.execute import execute
+from harness.config.preflight import preflight
 problem = preflight({overrides!r})
 if problem:
     print(f"error: {{problem}}", file=sys.stderr)
@@ -389,7 +389,7 @@ def test_claims_never_delete_a_runs_folder_they_did_not_make(tmp_path):
 
 
 def test_claims_replace_only_their_own_runs_folder(tmp_path):
-    from harness.owned_dir import MARKER, replace_owned
+    from harness.results.owned_dir import MARKER, replace_owned
 
     folder = tmp_path / "runs"
     replace_owned(folder, "test")
@@ -398,7 +398,7 @@ def test_claims_replace_only_their_own_runs_folder(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == [MARKER]
 
 
-@pytest.mark.parametrize("command", ["harness.claims", "harness.overhead"])
+@pytest.mark.parametrize("command", ["harness.claims", "harness.run.overhead"])
 def test_an_out_that_is_a_file_is_one_line(command, tmp_path):
     target = tmp_path / "file"
     target.write_text("keep\n")
@@ -416,7 +416,7 @@ def test_claims_out_on_a_read_only_file_system_is_one_line(mount):
 
 
 def test_overhead_refuses_an_unknown_model_in_one_line(tmp_path):
-    proc = run_module(["harness.overhead", "--out", str(tmp_path / "o"), "model=nope"])
+    proc = run_module(["harness.run.overhead", "--out", str(tmp_path / "o"), "model=nope"])
     assert_one_error(proc, "unknown model 'nope'; valid:")
     assert not (tmp_path / "o").exists()
 
@@ -477,7 +477,7 @@ def test_the_report_never_writes_through_a_planted_link(planted, tmp_path):
 
 
 def test_the_safe_writer_refuses_links_and_paths_outside_its_root(tmp_path):
-    from harness.safe_write import SafeFileHandler, SafeRoot, UnsafePath
+    from harness.results.safe_write import SafeFileHandler, SafeRoot, UnsafePath
 
     root = SafeRoot(tmp_path / "root")
     root.mkdir()
@@ -498,10 +498,11 @@ def test_the_safe_writer_refuses_links_and_paths_outside_its_root(tmp_path):
     assert root.put_text(tmp_path / "root" / "a" / "b.txt", "ok\n").read_text() == "ok\n"
 
 
-# Modules that write a run or the report; only harness/safe_write.py may touch the file system.
+# Modules that write a run or the report; only harness/results/safe_write.py may touch the file system.
 WRITERS = [
-    *sorted((ROOT / "harness").glob("*.py")),
-    *sorted((ROOT / "harness" / "report").glob("*.py")),
+    path
+    for layer in ("", "config", "run", "results", "metrics", "report")
+    for path in sorted((ROOT / "harness" / layer).glob("*.py"))
 ]
 NOT_RUN_OR_REPORT = {"safe_write.py", "overhead.py", "owned_dir.py"}  # the writer; other tools
 WRITE_METHODS = {
@@ -577,7 +578,7 @@ def test_the_fingerprint_covers_the_data_files_contents(tmp_path):
     body = f"""
 import json
 from pathlib import Path
-from harness.identity import fingerprint
+from harness.results.identity import fingerprint
 config = {{"workload": {{"family": "trace", "path": {str(path)!r}}}, "seed": 0}}
 Path({str(path)!r}).write_text('{{"timestamp": 0}}\\n')
 first = fingerprint(config)
@@ -617,7 +618,7 @@ def test_overwrite_never_takes_a_directory_another_live_run_holds(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom pathlib import Path\nfrom harness.identity import hold\n"
+            "import sys, time\nfrom pathlib import Path\nfrom harness.results.identity import hold\n"
             f"hold(Path({str(run_dir)!r}))\nprint('held', flush=True)\ntime.sleep(120)\n",
         ],
         cwd=ROOT,
@@ -642,7 +643,7 @@ def test_the_lock_ends_with_its_process(tmp_path):
     run_dir = tmp_path / "run"
     body = f"""
 from pathlib import Path
-from harness.identity import hold
+from harness.results.identity import hold
 hold(Path({str(run_dir)!r}))
 hold(Path({str(run_dir)!r}))  # again from the same process: a no-op
 """
@@ -870,8 +871,8 @@ def test_the_lock_ends_with_the_runs_summary(tmp_path):
         [
             sys.executable,
             "-c",
-            "import time\nfrom pathlib import Path\nfrom harness.identity import claim_run_dir as claim\n"
-            "from harness.results import RunDir\n"
+            "import time\nfrom pathlib import Path\nfrom harness.results.identity import claim_run_dir as claim\n"
+            "from harness.results.run_dir import RunDir\n"
             f"d = Path({str(run_dir)!r})\nclaim(d, RunDir.ROWS, False)\n"
             "RunDir(d).write_summary({'status': 'failed', 'completed': 0})\n"
             "print('done', flush=True)\ntime.sleep(120)\n",
@@ -884,7 +885,7 @@ def test_the_lock_ends_with_the_runs_summary(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "done"
-        body = f"from pathlib import Path\nfrom harness.identity import hold\nhold(Path({str(run_dir)!r}))\n"
+        body = f"from pathlib import Path\nfrom harness.results.identity import hold\nhold(Path({str(run_dir)!r}))\n"
         proc = run_py(body)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert not (run_dir / ".summary-reserve").exists()

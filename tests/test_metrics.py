@@ -13,18 +13,11 @@ import pandas as pd
 import pytest
 
 from engines.records import RequestRecord
-from harness.metrics import (
-    COLUMNS,
-    TIMING_COLUMNS,
-    RunContext,
-    format_summary,
-    itls_ms,
-    json_safe,
-    request_table,
-    summarize,
-    summary_dict,
-    token_rows,
-)
+from harness.metrics.format import format_summary
+from harness.metrics.summarize import summarize, summary_dict
+from harness.metrics.summary import RunContext
+from harness.metrics.table import COLUMNS, TIMING_COLUMNS, itls_ms, request_table, token_rows
+from harness.results.json_safe import json_safe
 from workloads.request import Request
 
 CTX = RunContext("toy", 1, "apc", "fcfs", 16, 0, "run-0")

@@ -6,16 +6,12 @@ from __future__ import annotations
 import pytest
 
 from harness.client.inprocess import drive
-from harness.config import MetricsConfig
-from harness.execute import execute
-from harness.metrics import (
-    format_summary,
-    itls_ms,
-    parse_slos,
-    request_table,
-    summarize,
-    summary_dict,
-)
+from harness.config.schema import MetricsConfig
+from harness.metrics.format import format_summary
+from harness.metrics.slo import parse_slos
+from harness.metrics.summarize import summarize, summary_dict
+from harness.metrics.table import itls_ms, request_table
+from harness.run.execute import execute
 from tests.engine_util import as_workload, make_engine, replace_all, shared_prompt_requests
 from tests.test_bad_input import compose_config, with_base
 from tests.test_faults import summary_of
@@ -113,7 +109,7 @@ def test_run_reports_goodput_and_max_concurrency(tmp_path, capsys):
     ],
 )
 def test_bad_options_are_one_line(override, needle):
-    from harness.preflight import preflight
+    from harness.config.preflight import preflight
 
     problem = preflight(with_base([override]))
     assert problem is not None and needle in problem, problem

@@ -25,7 +25,7 @@ from engines.model import weights as weights_mod
 from engines.model.presets import PRESETS, get_preset
 from engines.model.weights import build_model
 from engines.registry import UnknownNameError
-from harness.config import RunConfig, to_schema
+from harness.config.schema import RunConfig, to_schema
 from workloads import tokenizer as tok_mod
 
 ATOL = 1e-4

@@ -8,7 +8,7 @@ import logging
 import re
 from pathlib import Path
 
-from harness.identity import run_target
+from harness.results.identity import run_target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_the_summary_table_starts_on_its_own_line_in_the_log(tmp_path):
     line takes it, so the table's first line is as aligned as the rest."""
     from tests.harness_util import SMALL, SYSTEM_PROMPT_SMALL, merged, run_harness
 
-    log = logging.getLogger("harness.pipeline")
+    log = logging.getLogger("harness.run.pipeline")
     handler = logging.FileHandler(tmp_path / "h.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     log.addHandler(handler)

@@ -1,7 +1,7 @@
 """One run pipeline: the CLI, the claims and the overhead tool record the same run the same way.
 
-The CLI (harness/execute.py), `harness.claims.experiment.run_arm` and `harness.overhead` all go
-through harness/pipeline.py; on one tiny configuration they must agree on the manifest's fields
+The CLI (harness/run/execute.py), `harness.claims.experiment.run_arm` and `harness.run.overhead` all go
+through harness/run/pipeline.py; on one tiny configuration they must agree on the manifest's fields
 (the resolved device included, never the raw `auto`) and on the measured window's step count
 (warm-up steps never counted). A boundary test keeps warm-up, flush and driving the engine in
 the pipeline alone.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import overhead
 from harness.claims.experiment import run_arm
+from harness.run import overhead
 from tests.harness_util import SMALL, merged, run_harness
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,13 +95,16 @@ def test_only_the_pipeline_warms_up_flushes_and_drives_the_engine():
     """A second copy of the run pipeline is what drifted before (claims recorded `device: auto`,
     the overhead tool counted warm-up steps); harness code reaches the engine through it."""
     owned = {"warm_up_and_flush", "drive", "reset", "run_batch", "submit", "add_request"}
-    allowed = {ROOT / "harness" / "pipeline.py", ROOT / "harness" / "client" / "inprocess.py"}
+    allowed = {
+        ROOT / "harness" / "run" / "pipeline.py",
+        ROOT / "harness" / "client" / "inprocess.py",
+    }
     offenders = {
         str(path.relative_to(ROOT)): sorted(owned & _calls_in(path))
         for path in sorted((ROOT / "harness").rglob("*.py"))
-        # harness/serve serves the engine; harness/server drives a live server (its own async
-        # driver over the same ReleaseQueue) and replays its twin through client.inprocess.
+        # harness/builtin_server serves the engine; harness/live_server drives a live server (its
+        # own async driver over the same ReleaseQueue) and replays its twin through client.inprocess.
         if path not in allowed
-        and path.parts[-3:-1] not in (("harness", "serve"), ("harness", "server"))
+        and path.parts[-3:-1] not in (("harness", "builtin_server"), ("harness", "live_server"))
     }
     assert {k: v for k, v in offenders.items() if v} == {}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.preflight import preflight
+from harness.config.preflight import preflight
 from tests.harness_util import SMALL, merged, run_harness
 from tests.report_support import write_results_tree
 

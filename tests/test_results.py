@@ -10,12 +10,13 @@ import pandas as pd
 import pytest
 
 from engines.records import RequestRecord
-from harness.manifest import build_manifest, git_state
-from harness.metrics import RunContext, itls_ms, request_table, summarize, summary_dict, token_rows
-from harness.results import (
+from harness.metrics.summarize import summarize, summary_dict
+from harness.metrics.summary import RunContext
+from harness.metrics.table import itls_ms, request_table, token_rows
+from harness.results.load import load_run, load_runs
+from harness.results.manifest import build_manifest, git_state
+from harness.results.run_dir import (
     RunDir,
-    load_run,
-    load_runs,
     write_failed_summary,
     write_json,
     write_parquet,
@@ -173,7 +174,7 @@ def test_git_state(tmp_path):
 
 
 def test_fresh_dir_never_reuses_a_name(tmp_path):
-    from harness.identity import fresh_dir
+    from harness.results.identity import fresh_dir
 
     base = str(tmp_path / "results" / "20261201-120000.123456-unique-apc-seed0")
     names = [fresh_dir(base) for _ in range(3)]
@@ -181,8 +182,8 @@ def test_fresh_dir_never_reuses_a_name(tmp_path):
 
 
 def test_a_claimed_or_finished_directory_is_refused_unless_overwrite(tmp_path):
-    from harness.errors import BAD_INPUT
-    from harness.identity import claim_run_dir
+    from harness.config.errors import BAD_INPUT
+    from harness.results.identity import claim_run_dir
 
     run = tmp_path / "run"
     claim_run_dir(run, "rows.jsonl", overwrite=False)
@@ -199,7 +200,7 @@ def test_a_claimed_or_finished_directory_is_refused_unless_overwrite(tmp_path):
 
 
 def test_fingerprint_ignores_seed_and_output_settings_only():
-    from harness.identity import fingerprint
+    from harness.results.identity import fingerprint
 
     base = {"seed": 0, "engine": {"cache": "apc"}, "load": {"rate": 8.0}, "save_tokens": False}
     assert fingerprint(base) == fingerprint(

@@ -14,7 +14,7 @@ from engines.build import build_engine
 from engines.cache.records import CacheIntegrityError
 from engines.config import DESIGN_KNOBS, EngineConfig
 from engines.sequence import Sequence
-from harness.preflight import preflight
+from harness.config.preflight import preflight
 from tests.engine_util import by_id, shared_prompt_requests, tiny_model
 from tests.pin_support import SIM, run_overrides
 from tests.test_engine_fuzz import (

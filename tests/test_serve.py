@@ -1,4 +1,4 @@
-"""`python -m harness.serve`: the OpenAI API over the built-in engines, on the tiny model.
+"""`python -m harness.builtin_server`: the OpenAI API over the built-in engines, on the tiny model.
 
 Servers run in-process (uvicorn in a thread on a free port of 127.0.0.1), one per engine for the
 module; the SIGTERM and command-line tests start a process, since a process is what they test.
@@ -24,12 +24,12 @@ import pytest
 from engines.batch import run_batch
 from engines.build import build_engine
 from engines.request import GenerationRequest
-from harness.serve import protocol
-from harness.serve.metrics import parse as parse_metrics
-from harness.serve.protocol import ApiError
-from harness.serve.server import InProcessServer, compose_config, free_port, prepare
-from harness.serve.step_log import StepEntry, StepLog
-from harness.serve.text import Detokenizer, load_codec
+from harness.builtin_server import protocol
+from harness.builtin_server.metrics import parse as parse_metrics
+from harness.builtin_server.protocol import ApiError
+from harness.builtin_server.server import InProcessServer, compose_config, free_port, prepare
+from harness.builtin_server.step_log import StepEntry, StepLog
+from harness.builtin_server.text import Detokenizer, load_codec
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny", "device=cpu", "engine.backend=torch", "engine.kv_capacity_tokens=4096"]
@@ -377,7 +377,7 @@ def test_detokenizer_holds_back_a_partial_character():
 
 def _serve(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "harness.serve", *args]
+    cmd = [sys.executable, "-m", "harness.builtin_server", *args]
     return subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -394,7 +394,7 @@ def _serve(args: list[str]) -> subprocess.Popen:
     ],
 )
 def test_bad_command_line_is_one_error_line_and_exit_2(args, message, capsys):
-    from harness.serve.__main__ import main
+    from harness.builtin_server.__main__ import main
 
     with socket.socket() as busy:  # a port something else listens on
         busy.bind(("127.0.0.1", 0))

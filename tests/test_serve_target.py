@@ -1,6 +1,6 @@
 """The harness's live-server target driving the built-in server (docs/servers.md §3).
 
-`harness.serve` runs in this process (uvicorn in a thread on a free port, model=tiny) for each
+`harness.builtin_server` runs in this process (uvicorn in a thread on a free port, model=tiny) for each
 engine, and `server=vllm` drives it through the harness in this process too. The same workload
 also runs on the in-process engine with the same knobs: one request at a time every request's
 cached tokens equal that run's and the twin's. Under a burst the server's step log (GET
@@ -20,8 +20,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from harness.rowlog import count_rows
-from harness.serve.server import InProcessServer, compose_config, free_port, prepare
+from harness.builtin_server.server import InProcessServer, compose_config, free_port, prepare
+from harness.results.rowlog import count_rows
 from tests.harness_util import ROOT, run_harness
 
 ENGINES = ("apc", "radix")
@@ -202,11 +202,11 @@ def test_burst_step_log_beside_the_in_process_run(servers, tokenizer, tmp_path, 
 
 
 def test_server_process_killed_mid_run_keeps_rows(tmp_path, tokenizer):
-    """A `python -m harness.serve` process killed after three replies: every request is a row,
+    """A `python -m harness.builtin_server` process killed after three replies: every request is a row,
     the run fails with exit 1."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "harness.serve", "model=tiny", "device=cpu", f"port={port}",
+        [sys.executable, "-m", "harness.builtin_server", "model=tiny", "device=cpu", f"port={port}",
          *KNOBS, "log_level=warning"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""vLLM's own benchmark client against `python -m harness.serve`, for both engines.
+"""vLLM's own benchmark client against `python -m harness.builtin_server`, for both engines.
 
 Needs the vLLM environment `.venv-vllm` (scripts/setup_vllm.sh): skipped without it, a failure
 under CI=true once the tree has that script. The prompts share a 256-token prefix; the client's result file must show every
@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.serve.metrics import parse as parse_metrics
-from harness.serve.server import free_port
+from harness.builtin_server.metrics import parse as parse_metrics
+from harness.builtin_server.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -52,7 +52,7 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 
 def _start(engine: str, port: int) -> subprocess.Popen:
     args = [f"engine={engine}", "model=smollm2-rand", "engine.kv_capacity_tokens=16384"]
-    cmd = [sys.executable, "-m", "harness.serve", *args, "device=cpu", f"port={port}"]
+    cmd = [sys.executable, "-m", "harness.builtin_server", *args, "device=cpu", f"port={port}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
 

@@ -16,7 +16,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from harness.serve.server import free_port
+from harness.builtin_server.server import free_port
 from tests.harness_util import ROOT, run_harness
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

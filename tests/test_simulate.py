@@ -175,7 +175,7 @@ def test_every_preset_composes_and_prices_a_step(path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.config import register_configs
+    from harness.config.schema import register_configs
 
     register_configs()  # the hardware/base_hardware schema the presets start from
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -15,7 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from harness.config import register_configs
+from harness.config.schema import register_configs
 
 register_configs()  # the schemas Hydra composes against
 
@@ -217,16 +217,16 @@ def test_rate_sweeps_the_request_rate_with_both_engines():
 
 
 def test_overhead_tool_alternates_the_order_within_pairs():
-    from harness.overhead import abba_order
+    from harness.run.overhead import abba_order
 
     assert abba_order(0) == [("apc", True), ("apc", False), ("radix", True), ("radix", False)]
     assert abba_order(1) == [("apc", False), ("apc", True), ("radix", False), ("radix", True)]
 
 
 def test_a_rate_sweep_runs_in_process_with_one_summary_row_per_rate(tmp_path):
-    """rate_smoke's jobs through harness.execute (what the CLI runs), then the report."""
-    from harness.execute import EXIT_OK, execute
+    """rate_smoke's jobs through harness.run.execute (what the CLI runs), then the report."""
     from harness.report import build_report
+    from harness.run.execute import EXIT_OK, execute
 
     cfg = compose_suite("rate_smoke")
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="harness"):

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.metrics import format_summary, peak_overlap
+from harness.metrics.format import format_summary
+from harness.metrics.summarize import peak_overlap
 from tests.harness_util import SMALL, merged, run_harness
 
 MULTITURN = ["workload=multiturn", "workload.system_prompt_len=32", "workload.user_history_len=16"]

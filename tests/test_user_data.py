@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.execute import EXIT_OK, execute
-from harness.preflight import preflight
+from harness.config.preflight import preflight
+from harness.run.execute import EXIT_OK, execute
 from tests.test_bad_input import compose_config
 from tests.test_cli import SMALL
 from tests.test_faults import summary_of

@@ -40,17 +40,22 @@ def venv_python(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
     # Caches are left out too: tests on the other workers write into them while this copies.
-    skip = shutil.ignore_patterns(
+    patterns = shutil.ignore_patterns(
         ".git",
         "build",
         "*.egg-info",
-        "results",
         "__pycache__",
         ".venv",
         ".*_cache",
         ".hypothesis",
         "*.so",  # the in-place builds of the C extensions: the wheel must compile its own
     )
+
+    def skip(folder: str, names: list[str]) -> set[str]:
+        # The top-level results/ (run outputs), not the package harness/results.
+        top = {"results"} if Path(folder) == ROOT else set()
+        return set(patterns(folder, names)) | (top & set(names))
+
     shutil.copytree(ROOT, tmp / "src", ignore=skip)
     built = sh(
         [

@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness.config import register_configs
+from harness.config.schema import register_configs
 from workloads.base import FAMILIES, TokenSpace, generate
 from workloads.bounds import ideal_hit_rate
 

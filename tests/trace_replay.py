@@ -1,6 +1,6 @@
 """In-process replay of a Mooncake trace prefix with the trace_h100 suite's settings.
 
-The run pipeline's prepare and measure (harness/pipeline.py: generate, arrivals, warm-up, flush,
+The run pipeline's prepare and measure (harness/run/pipeline.py: generate, arrivals, warm-up, flush,
 measured run) without writing files, returning what the fidelity pin compares: per-request outcomes and
 the cache's eviction counters.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from harness.config import CONF_DIR, RunConfig, to_schema
-from harness.pipeline import measure, prepare
+from harness.config.schema import CONF_DIR, RunConfig, to_schema
+from harness.run.pipeline import measure, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 

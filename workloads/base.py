@@ -95,7 +95,7 @@ class WorkloadParams:
 
     def requests_estimate(self) -> int | None:
         """Requests (engine sequences) the generator will make, from the parameters alone; each
-        gets `output_len` scripted output tokens (harness.footprint). None if unknown."""
+        gets `output_len` scripted output tokens (harness.config.footprint). None if unknown."""
         return None
 
 

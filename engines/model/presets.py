@@ -1,5 +1,5 @@
 """Named model presets, usable without Hydra: the one source of their values (`conf/model/<name>.yaml`
-only selects one, through the `model/preset_<name>` node harness/config.py stores).
+only selects one, through the `model/preset_<name>` node harness/config/schema.py stores).
 
 `tiny` is for tests, `s` is the default CPU benchmark model (both seeded random weights),
 `smollm2-135m` is SmolLM2-135M-Instruct, whose shape is the one its GGUF metadata declares

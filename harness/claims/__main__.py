@@ -24,8 +24,8 @@ from harness.claims.record import Claim, Finding, Row
 from harness.claims.registry import CLAIMS, ordered
 from harness.claims.server import server_column
 from harness.claims.writer import write_csv, write_markdown
-from harness.errors import BAD_INPUT
-from harness.owned_dir import check_out_dir, replace_owned
+from harness.config.errors import BAD_INPUT
+from harness.results.owned_dir import check_out_dir, replace_owned
 
 FIGURES = "figures"
 

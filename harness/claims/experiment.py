@@ -1,6 +1,6 @@
 """Runs for the claims: compose a configuration like the CLI does and run it in-process.
 
-`run_arm` runs one arm through the run pipeline (harness/pipeline.py) exactly as the CLI does:
+`run_arm` runs one arm through the run pipeline (harness/run/pipeline.py) exactly as the CLI does:
 compose and check the overrides, claim the arm's run directory under the claims output, write the
 manifest (resolved device included), prepare, measure, finish. The result keeps the summary, the
 per-request table and, when asked, the generated token ids.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.config import CONF_DIR, RunConfig
-from harness.pipeline import compose, run, start, write_manifest
+from harness.config.schema import CONF_DIR, RunConfig
+from harness.run.pipeline import compose, run, start, write_manifest
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import math
 from harness.claims.arms import ARMS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
-from harness.pipeline import compose, prepare
-from harness.pipeline import measure as measure_run
+from harness.run.pipeline import compose, prepare
+from harness.run.pipeline import measure as measure_run
 
 FOLDER = "7-outputs"
 OUTPUT_LEN = 64

@@ -8,7 +8,7 @@ sharing a 512-token prefix, sent at once) and claim 12 (n > 1 reuse); claim 7 (o
 cache on vs off) needs a second server started with prefix caching off (`off_url`) and runs in the
 full run only.
 
-Requests go through the project's one HTTP client (`harness.server.http_client.ServerClient`:
+Requests go through the project's one HTTP client (`harness.live_server.http_client.ServerClient`:
 aiohttp, one pooled session per server, streamed with usage), with the vLLM flavour's body fields
 (`ignore_eos`, `min_tokens = max_tokens`: every output has exactly the length asked for; token ids
 returned). Cached tokens are the reply's `usage.prompt_tokens_details.cached_tokens` (vLLM reports
@@ -25,16 +25,16 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from harness.server import prometheus, replies
-from harness.server.bounded import CAPS
-from harness.server.config import ServerConfig
-from harness.server.flavours import FLAVOURS
-from harness.server.http_client import HTTP_ERROR, OK, TIMEOUT, ServerClient
-from harness.server.replies import BadReply
-from harness.server.target import settled_counters
+from harness.live_server import prometheus, replies
+from harness.live_server.bounded import CAPS
+from harness.live_server.config import ServerConfig
+from harness.live_server.flavours import FLAVOURS
+from harness.live_server.http_client import HTTP_ERROR, OK, TIMEOUT, ServerClient
+from harness.live_server.replies import BadReply
+from harness.live_server.target import settled_counters
 
 NOT_RUN = (
-    "not run: needs the live vLLM server of issue [2/7] (harness/server/, scripts/setup_vllm.sh, the "
+    "not run: needs the live vLLM server of issue [2/7] (harness/live_server/, scripts/setup_vllm.sh, the "
     "tests' session server), which this run did not have"
 )
 QUICK = (2, 9, 10)  # what CI fills; the full run adds 12 and (with a caching-off server) 7

@@ -1,6 +1,6 @@
 """Claim 1: prefix caching costs under 1% throughput at a 0% hit rate.
 
-Both measurements use the unique workload (no token shared anywhere) and harness.overhead's
+Both measurements use the unique workload (no token shared anywhere) and harness.run.overhead's
 interleaved on/off measurement. End to end on this CPU: 1 - the on/off throughput ratio. Projected
 per GPU preset (simulated executor): the process CPU time that caching adds to the engine loop,
 over the preset's simulated run time. CPU time, not the wall clock: other jobs on a shared machine
@@ -14,11 +14,11 @@ import math
 
 import pandas as pd
 
-from harness import overhead
 from harness.claims.arms import GPU_BUDGETS, GPU_PRESETS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
 from harness.report.tables import VLLM_OVERHEAD_CLAIM
+from harness.run import overhead
 
 SEEDS = 10  # paired on/off seeds of the one numerator measurement per design
 
@@ -109,7 +109,7 @@ def _cpu_model(ctx: Context) -> str:
 
 
 def _cpu_ratios(ctx: Context) -> pd.DataFrame:
-    """harness.overhead's paired on/off measurement, without its profiling pass."""
+    """harness.run.overhead's paired on/off measurement, without its profiling pass."""
     extra = [f"model={_cpu_model(ctx)}", f"workload.num_prompts={ctx.size(16, 32)}"]
     return overhead.ratios(_interleaved(extra, range(_repeats(ctx))))
 

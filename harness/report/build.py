@@ -1,6 +1,6 @@
 """`python -m harness.report [RESULTS_DIR] [--out DIR]`: every comparison figure and summary.csv.
 
-Loads every run below RESULTS_DIR (default results/) with `harness.results.load_runs`, writes
+Loads every run below RESULTS_DIR (default results/) with `harness.results.load.load_runs`, writes
 `RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
 0%-hit on/off ratios with their 95% t-intervals), `projected_overhead.csv` (simulated 0%-hit
 bookkeeping / duration per hardware preset), `decomposition.csv` (the scheduler x cache effects
@@ -31,7 +31,7 @@ from typing import IO
 
 import pandas as pd
 
-from harness.errors import BAD_INPUT
+from harness.config.errors import BAD_INPUT
 from harness.report.decomposition import decomposition_table
 from harness.report.plots import Inputs, Skip
 from harness.report.registry import FIGURES
@@ -42,8 +42,8 @@ from harness.report.tables import (
     summary_table,
     tidy_runs,
 )
-from harness.results import load_runs
-from harness.safe_write import SafeRoot, UnsafePath
+from harness.results.load import load_runs
+from harness.results.safe_write import SafeRoot, UnsafePath
 from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
@@ -235,7 +235,7 @@ def describe(report: Report) -> str:
 
 def holds_runs(root: Path) -> bool:
     """True when a run's summary or rows file lies below `root` (what load_runs would find)."""
-    from harness.results import RunDir
+    from harness.results.run_dir import RunDir
 
     names = (RunDir.SUMMARY, RunDir.ROWS)
     for _, dirs, files in os.walk(root):

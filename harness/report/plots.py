@@ -35,7 +35,7 @@ from harness.report.stats import (
     geometric_ci,
 )
 from harness.report.tables import PAIR_COLUMNS, overhead_table
-from harness.safe_write import SafeRoot
+from harness.results.safe_write import SafeRoot
 
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
 

@@ -36,7 +36,7 @@ MEAN_COLUMNS = (
     "duration",
 )
 # summary.csv has one row per configuration: runs are grouped by the fingerprint of their resolved
-# config (harness.identity) and the platform, never across configurations (a load sweep gives one
+# config (harness.results.identity) and the platform, never across configurations (a load sweep gives one
 # row per rate). The other columns describe the group; `varies` names the config keys that differ
 # between the configurations of one sweep, whose values get columns of their own.
 KEY_COLUMNS = ("fingerprint", "model", "executor", "hardware")

@@ -1,0 +1,76 @@
+"""ServerConfig: which live server a run drives and what the twin needs that it does not expose.
+
+Selected with `server=<vllm|sglang|openai>` (conf/server/*.yaml) plus overrides such as
+`server.url=http://127.0.0.1:8000`. `block_size` and `kv_capacity_tokens` are read from the
+server where it exposes them (vLLM's /metrics `vllm:cache_config_info`); set them for servers
+that do not. `max_num_seqs` and `max_num_batched_tokens` are the server's scheduling limits,
+which no API reports: keep them equal to the flags it was started with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from harness.config.errors import BadInput
+from harness.live_server.replies import MAX_BLOCK_SIZE
+
+
+@dataclass
+class ServerConfig:
+    flavour: str = "vllm"  # vllm | sglang | openai (harness/live_server/flavours.py)
+    url: str = "http://127.0.0.1:8000"
+    model: str | None = None  # served model name; None: the first of GET /v1/models
+    # The workload's tokenizer, which must be the server's: the built-in smollm2-135m, or the
+    # path of a local tokenizer.json or of the model folder holding one.
+    tokenizer: str = "smollm2-135m"
+    block_size: int | None = None  # None: read from the server (vLLM), else required
+    kv_capacity_tokens: int | None = None  # usable KV tokens; None: read from the server
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 600.0  # one request, first byte to last
+    # The longest silence accepted from a server: no headers, no next chunk, no body byte for
+    # this long and the request is given up on (a server that never answers ends, too).
+    read_timeout_s: float = 300.0
+    reset_cache: bool = True  # reset before measuring (and check it with a probe)
+    closed_loop: bool = True  # turn k+1 holds the tokens the server returned for turn k
+    twin: bool = True  # replay the run through the built-in caches afterwards
+
+    def validate(self) -> None:
+        from harness.live_server.flavours import FLAVOURS
+
+        FLAVOURS.get(self.flavour)
+        parsed = urlparse(self.url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise BadInput(
+                f"server.url must be an http(s) URL such as http://127.0.0.1:8000, got {self.url!r}"
+            )
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            _positive_int(name, getattr(self, name))
+        for name in ("block_size", "kv_capacity_tokens"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        if self.block_size is not None and self.block_size > MAX_BLOCK_SIZE:
+            raise BadInput(
+                f"server.block_size must be at most {MAX_BLOCK_SIZE} tokens, got {self.block_size}"
+            )
+        for name in ("connect_timeout_s", "request_timeout_s", "read_timeout_s"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < float("inf")
+            ):
+                raise BadInput(
+                    f"server.{name} must be a positive finite number of seconds, got {value!r}"
+                )
+
+    @property
+    def base_url(self) -> str:
+        return self.url.rstrip("/")
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise BadInput(f"server.{name} must be a positive integer, got {value!r}")

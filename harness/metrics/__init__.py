@@ -1,0 +1,2 @@
+"""Measuring a run: the per-request table, the summary record and its aggregation, goodput SLOs
+and the printed summary block."""
