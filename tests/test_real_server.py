@@ -231,6 +231,7 @@ def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "server.url" in errors[0] and str(port) in errors[0]
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "bad").exists()  # an unreachable target leaves no run folder
 
 
 def test_server_cpus_are_parsed_and_bound_for_openmp_too():
