@@ -121,6 +121,11 @@ class Engine:
         its new-token ratio on an idle iteration). Drivers call it whenever the engine idles."""
         self.loop.idle()
 
+    def reset_counters(self) -> None:
+        """Zero the step count and the cache-bookkeeping time: a measured window after a flush
+        counts its own steps only (the step log, if on, keeps every step since the build)."""
+        self.loop.reset_counters()
+
     def restart(self) -> None:
         """A new run from an idle engine: the clock from zero, no records."""
         if self.has_work:

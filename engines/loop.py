@@ -45,6 +45,10 @@ class StepLoop:
         self.step_log: list[StepRecord] | None = [] if step_log else None
         self._running_before: set[str] = set()
 
+    def reset_counters(self) -> None:
+        self.bookkeeping_ns = 0
+        self.num_steps = 0
+
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
         self.waiting.append(seq)

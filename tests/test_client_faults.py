@@ -177,7 +177,7 @@ def test_a_nan_hit_counter_is_not_used_and_said(tokenizer, tmp_path):
 
 
 def test_a_counter_that_goes_back_is_not_used(tokenizer, tmp_path):
-    from harness.live_server.target import _delta
+    from harness.live_server.record import _delta
 
     warnings: list[str] = []
     assert _delta(100.0, 40.0, "hits", warnings) is None

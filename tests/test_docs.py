@@ -140,3 +140,14 @@ def test_cited_path_check_tells_stale_from_present():
     assert _cited_path_exists("engines/<module>.py", files)
     assert not _cited_path_exists("engines/cache/apc/admission.py", files)
     assert not _cited_path_exists("harness/load.py", files)
+
+
+def test_where_to_change_what_names_files_that_exist():
+    """docs/design.md §7 lists the files to touch per extension: each named file or folder is in
+    the tree (a `<name>` placeholder is the new one; a `*` any of the existing ones)."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    table = text[text.index("## 7. Where to change what") :]
+    paths = [p for p in re.findall(r"`([\w./*<>-]+/[\w./*<>-]*)`", table) if "<" not in p]
+    assert len(paths) >= 10, paths
+    missing = [p for p in paths if not any(ROOT.glob(p.rstrip("/")))]
+    assert missing == []

@@ -39,6 +39,22 @@ def test_cache_is_empty_of_holds_at_idle(cache):
     assert engine.cache.reset()
 
 
+@pytest.mark.parametrize("cache", CACHES)
+def test_reset_counters_starts_a_measured_window_from_zero(cache):
+    """What the pipeline calls after the flush: the steps and bookkeeping time of the warm-up
+    are not the measured window's; the step log keeps every step since the build."""
+    engine = make_engine(cache, step_log=True)
+    run_batch(engine, shared_prompt_requests())
+    steps_before = engine.loop.num_steps
+    assert steps_before > 0 and engine.loop.bookkeeping_ns > 0
+    assert engine.loop.step_log is not None and len(engine.loop.step_log) == steps_before
+    engine.reset_counters()
+    assert engine.loop.num_steps == 0 and engine.loop.bookkeeping_ns == 0
+    assert len(engine.loop.step_log) == steps_before
+    run_batch(engine, shared_prompt_requests(seed=1))
+    assert 0 < engine.loop.num_steps == len(engine.loop.step_log) - steps_before
+
+
 @pytest.mark.parametrize("cache,granularity", [("apc", 16), ("radix", 1), ("radix", 4)])
 def test_sequential_shared_prompt_hits_granularity_aligned_prefix(cache, granularity):
     # One request at a time (max_num_seqs=1): every later prompt of a group reuses the system

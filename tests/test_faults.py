@@ -30,7 +30,7 @@ from harness.__main__ import _on_signal
 from harness.metrics.table import TIMING_COLUMNS
 from harness.results.rowlog import rows_table
 from harness.results.run_dir import RunDir
-from harness.run import pipeline
+from harness.run import engine_target
 from harness.run.execute import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, execute
 from harness.run.pipeline import RunInterrupted
 from tests.harness_util import ROOT, merged
@@ -140,7 +140,7 @@ def run_in_process(tmp_path: Path, args: Sequence[str] = ()) -> tuple[int, Path]
 def interrupt_measured_run_after(monkeypatch, num_finished: int) -> None:
     """Raise KeyboardInterrupt (what SIGINT does) once `num_finished` measured requests finished
     (were delivered to the pipeline: a step can finish several, the interrupt lands between)."""
-    original = pipeline.drive
+    original = engine_target.drive
     delivered: list[object] = []
 
     def drive(engine, requests, on_finish=None, **kwargs):
@@ -155,7 +155,7 @@ def interrupt_measured_run_after(monkeypatch, num_finished: int) -> None:
 
         return original(engine, requests, on_finish=finish, **kwargs)
 
-    monkeypatch.setattr(pipeline, "drive", drive)
+    monkeypatch.setattr(engine_target, "drive", drive)
 
 
 def test_interrupt_keeps_exactly_the_finished_rows(tmp_path, monkeypatch, capsys):
@@ -209,7 +209,7 @@ def test_interrupt_before_measuring_records_no_rows(tmp_path, monkeypatch, capsy
     def warm_up_interrupted(engine, requests, on_finish=None, **kwargs):
         raise RunInterrupted("SIGTERM")
 
-    monkeypatch.setattr(pipeline, "drive", warm_up_interrupted)
+    monkeypatch.setattr(engine_target, "drive", warm_up_interrupted)
     code, run_dir = run_in_process(tmp_path)
     assert code == EXIT_INTERRUPTED
     summary = summary_of(run_dir)
@@ -231,7 +231,7 @@ def _summary_crash(*args, **kwargs):
 FAULTS = {
     "none": (None, None, EXIT_OK),
     "interrupted setting up": (
-        "harness.run.pipeline.drive",
+        "harness.run.engine_target.drive",
         _warm_up_interrupted,
         EXIT_INTERRUPTED,
     ),

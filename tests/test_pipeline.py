@@ -3,13 +3,14 @@
 The CLI (harness/run/execute.py), `harness.claims.experiment.run_arm` and `harness.run.overhead` all go
 through harness/run/pipeline.py; on one tiny configuration they must agree on the manifest's fields
 (the resolved device included, never the raw `auto`) and on the measured window's step count
-(warm-up steps never counted). A boundary test keeps warm-up, flush and driving the engine in
-the pipeline alone.
+(warm-up steps never counted). Boundary tests keep the stages of a run in the pipeline alone,
+for every target (the in-process engine, a live server), and driving in the targets' own parts.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -91,20 +92,75 @@ def _calls_in(path: Path) -> set[str]:
     return names
 
 
-def test_only_the_pipeline_warms_up_flushes_and_drives_the_engine():
+# The stages of a run, each called in one place: harness/run/pipeline.py, for every target.
+STAGES = {
+    "generate_with_notes",
+    "with_arrivals",
+    "check_requests",
+    "warmup_requests",
+    "warm_up_and_flush",
+    "summarize",
+    "summary_dict",
+    "format_summary",
+}
+# The run's result files: the pipeline, the CLI's record of a run that did not finish, and the
+# run directory that writes them.
+FILES = {"write_summary", "write_requests"}
+FILE_OWNERS = {"harness/run/pipeline.py", "harness/run/execute.py", "harness/results/run_dir.py"}
+# Driving an engine or a server: a target's own part, the client layer's in-process driver, the
+# twin's replay of what a live server was sent, and the built-in server (it serves an engine to
+# HTTP clients; it runs no benchmark).
+DRIVING = {"drive", "run_batch", "submit", "add_request", "reset", "reset_counters"}
+DRIVERS = {
+    "harness/run/pipeline.py",  # calls the session's `drive`, the target's part
+    "harness/client/inprocess.py",
+    "harness/live_server/twin.py",
+    "harness/builtin_server/app.py",
+    "harness/builtin_server/engine_thread.py",
+}
+
+
+def _target_modules() -> set[str]:
+    from harness.run.targets import TARGETS
+
+    modules = {type(TARGETS.get(name).load()).__module__ for name in TARGETS}
+    return {m.replace(".", "/") + ".py" for m in modules}
+
+
+def test_only_the_pipeline_runs_the_stages_for_every_target():
     """A second copy of the run pipeline is what drifted before (claims recorded `device: auto`,
-    the overhead tool counted warm-up steps); harness code reaches the engine through it."""
-    owned = {"warm_up_and_flush", "drive", "reset", "run_batch", "submit", "add_request"}
-    allowed = {
-        ROOT / "harness" / "run" / "pipeline.py",
-        ROOT / "harness" / "client" / "inprocess.py",
-    }
+    the overhead tool counted warm-up steps, a live server's run repeated prepare, finish and the
+    summary): every module of harness/, the targets included, is checked."""
+    offenders = {}
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        calls = _calls_in(path)
+        found = (calls & STAGES if rel != "harness/run/pipeline.py" else set()) | (
+            calls & FILES if rel not in FILE_OWNERS else set()
+        )
+        if found:
+            offenders[rel] = sorted(found)
+    assert offenders == {}
+
+
+def test_only_a_target_or_a_driver_drives_an_engine_or_a_server():
+    allowed = DRIVERS | _target_modules()
+    assert {"harness/run/engine_target.py", "harness/live_server/target.py"} <= allowed
     offenders = {
-        str(path.relative_to(ROOT)): sorted(owned & _calls_in(path))
+        str(path.relative_to(ROOT)): sorted(DRIVING & _calls_in(path))
         for path in sorted((ROOT / "harness").rglob("*.py"))
-        # harness/builtin_server serves the engine; harness/live_server drives a live server (its
-        # own async driver over the same ReleaseQueue) and replays its twin through client.inprocess.
-        if path not in allowed
-        and path.parts[-3:-1] not in (("harness", "builtin_server"), ("harness", "live_server"))
+        if str(path.relative_to(ROOT)) not in allowed
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_config_picks_the_target_from_the_registry():
+    from harness.live_server.config import ServerConfig
+    from harness.run.compose import compose
+    from harness.run.targets import target_for, target_name
+
+    cfg = compose(TINY_UNIQUE).cfg
+    assert target_name(cfg) == "engine"
+    served = dataclasses.replace(cfg, server=ServerConfig(flavour="vllm"))
+    assert target_name(served) == "live_server"
+    assert type(target_for(served)).__name__ == "LiveServerTarget"

@@ -21,11 +21,11 @@ import pandas as pd
 import pytest
 
 from harness.live_server import prometheus
+from harness.live_server.cache_state import reset_cache
 from harness.live_server.config import ServerConfig
 from harness.live_server.driver import RETURNED, completion_body
 from harness.live_server.flavours import FLAVOURS
 from harness.live_server.http_client import ServerClient
-from harness.live_server.target import reset_cache
 from tests.harness_util import ROOT, run_harness
 from workloads.base import generate
 from workloads.multiturn import MultiturnParams
@@ -275,7 +275,7 @@ def test_prometheus_counters_are_summed_over_label_sets():
 
 
 def test_presets_pick_the_twin_and_engine_overrides_it():
-    from harness.run.pipeline import compose
+    from harness.run.compose import compose
 
     assert compose(["server=vllm"]).cfg.engine.cache == "apc"
     assert compose(["server=sglang"]).cfg.engine.cache == "radix"

@@ -262,3 +262,52 @@ def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"{url} never became healthy")
+
+
+def test_interrupt_mid_window_keeps_the_replies_like_the_in_process_target(
+    servers, tokenizer, tmp_path, monkeypatch
+):
+    """The one pipeline handles an interrupt the same way for every target: a SIGINT after two
+    replies ends the run `interrupted` (exit 130) with exactly those replies as rows, the
+    summary written whole, and the server's client and event loop closed."""
+    from harness.live_server import target as live_target
+    from harness.run.execute import EXIT_INTERRUPTED
+
+    original = live_target.drive
+
+    async def drive(client, requests, body_for, max_concurrency, retokenize, **kwargs):
+        on_sent, seen = kwargs.pop("on_sent"), []
+
+        def interrupt_after_two(sent) -> None:
+            on_sent(sent)
+            seen.append(sent)
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+
+        return await original(
+            client, requests, body_for, max_concurrency, retokenize, on_sent=interrupt_after_two,
+            **kwargs,
+        )  # fmt: skip
+
+    monkeypatch.setattr(live_target, "drive", drive)
+    server = servers("apc")
+    run_dir = tmp_path / "interrupted"
+    run = run_harness(
+        [
+            "server=vllm",
+            f"server.url={server.url}",
+            f"server.tokenizer={tokenizer}",
+            *SERVER_LIMITS,
+            *QUIET,
+            *SYSTEM_PROMPT,
+            "load.max_concurrency=1",
+        ],
+        run_dir,
+    )
+    assert run.returncode == EXIT_INTERRUPTED, run.stderr[-2000:]
+    summary = run.summary
+    assert summary["status"] == "interrupted" and summary["completed"] == 2
+    assert summary["backend"] == "vllm-server" and "twin_requests" in summary
+    table = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(table) == 2 and (table["status"] == "ok").all()
+    assert not (run_dir / "rows.jsonl").exists()

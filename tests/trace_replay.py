@@ -16,6 +16,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from harness.config.schema import CONF_DIR, RunConfig, to_schema
+from harness.run.engine_target import ENGINE, engine_of
 from harness.run.pipeline import measure, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,10 +47,10 @@ def trace_config(engine: str, kv_capacity_tokens: int, max_requests: int | None,
 
 def replay(cfg) -> dict:
     """Per-request outcomes and cache counters of one replay, as plain JSON-able values."""
-    prepared = prepare(cfg)
+    prepared = prepare(cfg, ENGINE)
     measured = measure(cfg, prepared)
     assert measured.status == "ok", measured.error
-    engine = prepared.engine
+    engine = engine_of(prepared)
     records = engine.records
     stats = engine.cache.stats()
     return {

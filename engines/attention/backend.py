@@ -14,7 +14,8 @@ import torch
 
 from engines.attention.metadata import AttentionMetadata
 from engines.attention.torch_paged import TorchPagedBackend
-from engines.attention.triton_paged import HAS_TRITON, TritonPagedBackend
+from engines.attention.triton_decode import TritonPagedBackend
+from engines.attention.triton_paged import HAS_TRITON
 from engines.registry import Registry
 
 

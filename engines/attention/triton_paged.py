@@ -1,9 +1,10 @@
-"""Triton paged attention: a store-KV kernel and one attention kernel for extend and decode.
+"""Triton paged attention: a store-KV kernel and the unified attention kernel (any query lengths).
 
 One program per (sequence, q-tile, KV head[, KV segment]) packs the qpk = Hq/Hkv query heads that
 share a KV head into its rows (vLLM unified attention, docs/apc.md §14.5), gathers K/V through the
 block table for any block size (1 included) and runs an online softmax in fp32. Decode batches too
-small to fill the GPU split the keys into segments, merged by a reduce kernel. Runs on CPU tensors
+small to fill the GPU split the keys into segments, merged by a reduce kernel. Pure decode batches
+go to triton_decode.py instead (the backend, TritonPagedBackend, lives there). Runs on CPU tensors
 under TRITON_INTERPRET=1 (read at import, like `triton.jit`); importing without triton is fine.
 """
 
@@ -301,10 +302,12 @@ def paged_attention_triton(
     meta: AttentionMetadata,
     scale: float,
     num_segments: int | None = None,
+    config: LaunchConfig | None = None,
 ) -> torch.Tensor:
     """q `[T, Hq, D]` against K/V already in the paged cache (new tokens included) -> `[T, Hq, D]`.
 
-    `num_segments` forces the split-KV path (tests); None picks it from the batch shape.
+    `num_segments` forces the split-KV path (tests); None picks it from the batch shape. `config`
+    replaces the whole launch (the benchmark's sweep).
     """
     _check_device(q)
     num_tokens, num_heads, head_dim = q.shape
@@ -316,7 +319,7 @@ def paged_attention_triton(
     out = torch.empty_like(q)
     if num_tokens == 0:
         return out
-    cfg = launch_config(q, num_kv_heads, meta, num_segments)
+    cfg = config or launch_config(q, num_kv_heads, meta, num_segments)
     head_dim_p = max(16, _next_pow2(head_dim))  # tl.dot needs K >= 16
     parts = (num_tokens, num_heads, cfg.num_segments)
     f32, dev = torch.float32, q.device
@@ -379,23 +382,3 @@ def paged_attention_triton(
             SEGMENTS_P=_next_pow2(cfg.num_segments),
         )
     return out
-
-
-class TritonPagedBackend:
-    """`backend=triton`: store kernel, then the paged attention kernel (CUDA, or interpreted CPU)."""
-
-    name = "triton"
-
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:
-        # Write before read: the kernel reads new tokens from the cache, never from k/v.
-        store_kv_triton(k, v, k_cache, v_cache, meta.slot_mapping)
-        return paged_attention_triton(q, k_cache, v_cache, meta, scale)

@@ -18,7 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from harness.config.schema import CONF_DIR, RunConfig
-from harness.run.pipeline import compose, run, start, write_manifest
+from harness.run.compose import compose, start, write_manifest
+from harness.run.pipeline import run
+from harness.run.targets import target_for
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ def run_arm(name: str, overrides: list[str], out_dir: Path, save_tokens: bool = 
     write_manifest(files, composed)
     # The pipeline prints vLLM's result block and a progress bar; a failure is raised below.
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        outcome = run(composed.cfg, files, rows)
+        outcome = run(composed.cfg, files, rows, target_for(composed.cfg))
     summary = outcome.summary
     if summary.get("status") != "ok":
         raise RuntimeError(f"claims run {name} ({' '.join(overrides)}): {summary.get('error')}")

@@ -16,8 +16,10 @@ import math
 from harness.claims.arms import ARMS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
-from harness.run.pipeline import compose, prepare
+from harness.run.compose import compose
+from harness.run.engine_target import ENGINE, engine_of
 from harness.run.pipeline import measure as measure_run
+from harness.run.pipeline import prepare
 
 FOLDER = "7-outputs"
 OUTPUT_LEN = 64
@@ -133,15 +135,15 @@ def _run(model: str, overrides: tuple[str, ...]):
     from engines.real_executor import RealExecutor  # imports torch: only when claim 7 runs
 
     composed = compose([f"model={model}", *overrides], job_name="claims")
-    prepared = prepare(composed.cfg)
-    executor = prepared.engine.executor
+    prepared = prepare(composed.cfg, ENGINE)
+    executor = engine_of(prepared).executor
     if not isinstance(executor, RealExecutor):
         raise RuntimeError(f"claim 7 needs the real executor, got {type(executor).__name__}")
     executor.first_logits = {}
     measured = measure_run(composed.cfg, prepared)
     if measured.status != "ok":
         raise RuntimeError(f"claims run ({' '.join(overrides)}): {measured.error}")
-    records = {r.request_id: r for r in measured.records}
+    records = {r.request_id: r for r in measured.items}
     logits = executor.first_logits
     return records, logits, composed.cfg.model.num_layers
 

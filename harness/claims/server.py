@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 from harness.live_server import prometheus, replies
 from harness.live_server.bounded import CAPS
+from harness.live_server.cache_state import settled_counters
 from harness.live_server.config import ServerConfig
 from harness.live_server.flavours import FLAVOURS
 from harness.live_server.http_client import HTTP_ERROR, OK, TIMEOUT, ServerClient
 from harness.live_server.replies import BadReply
-from harness.live_server.target import settled_counters
 
 NOT_RUN = (
     "not run: needs the live vLLM server of issue [2/7] (harness/live_server/, scripts/setup_vllm.sh, the "

@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from harness.config.errors import BadInput
+
+if TYPE_CHECKING:  # the schema imports Hydra: only the type checker needs it here
+    from engines.simulate.cost_model import HardwareConfig
+    from harness.config.schema import BoundsConfig, LoadConfig, RunConfig, WarmupConfig
+    from workloads.request import Request
 
 DECODES = ("greedy", "scripted")
 MAX_SEED = 2**63  # seeds become 64-bit stream keys and torch generator seeds
@@ -24,7 +31,7 @@ MAX_SCHEDULE_S = 86_400.0  # a run whose last request is released after a day is
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # names that may become file names
 
 
-def check_run_config(cfg) -> None:
+def check_run_config(cfg: RunConfig) -> None:
     """Raise BadInput naming the first field of a RunConfig that no run accepts."""
     from engines.build import EXECUTORS
     from harness.config.footprint import check_footprint
@@ -68,7 +75,7 @@ def check_run_config(cfg) -> None:
     check_footprint(cfg)
 
 
-def check_executor_hardware(executor: str, hardware) -> None:
+def check_executor_hardware(executor: str, hardware: HardwareConfig | None) -> None:
     """A cost model belongs to the simulated executor and it needs one: refused here, before a run
     directory exists, rather than as a failed run (or a preset silently ignored)."""
     if executor == "simulated" and hardware is None:
@@ -105,7 +112,7 @@ def check_known_keys(node, path: str = "") -> None:
             check_known_keys(child, f"{path}.{name}" if path else name)
 
 
-def check_requests(requests, load) -> None:
+def check_requests(requests: Sequence[Request], load: LoadConfig) -> None:
     """What only the generated workload shows: no requests at all, or a day-long schedule."""
     if not requests:
         raise BadInput("the workload produced no requests (an empty trace or dataset?)")
@@ -121,7 +128,7 @@ def check_requests(requests, load) -> None:
         )
 
 
-def _check_load(load) -> None:
+def _check_load(load: LoadConfig) -> None:
     from harness.client.arrivals import ARRIVALS
 
     ARRIVALS.get(load.mode)  # unknown mode lists the valid ones
@@ -137,13 +144,13 @@ def _check_load(load) -> None:
         require_int("load.max_concurrency", load.max_concurrency, 1, 1_000_000)
 
 
-def _check_warmup(warmup, context: int) -> None:
+def _check_warmup(warmup: WarmupConfig, context: int) -> None:
     require_int("warmup.num_requests", warmup.num_requests, 0, 10_000)
     require_int("warmup.prompt_len", warmup.prompt_len, 1, context)
     require_int("warmup.output_len", warmup.output_len, 1, context)
 
 
-def _check_bounds(bounds) -> None:
+def _check_bounds(bounds: BoundsConfig) -> None:
     values = list(bounds.granularities)
     for i, g in enumerate(values):
         require_int(f"bounds.granularities[{i}]", g, 1, MAX_GRANULARITY)

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.config.errors import BadInput
+
+if TYPE_CHECKING:  # the schema imports Hydra: only the type checker needs it here
+    from engines.model.config import ModelConfig
+    from harness.config.schema import RunConfig
 
 BYTES_PER_PROMPT_TOKEN = 64  # measured ~12 for the requests; engine sequences and bounds add more
 BOOKKEEPING_BYTES_PER_BLOCK = 200
@@ -49,7 +54,7 @@ class Footprint:
         return self.kv_bytes + self.weights_bytes if self.kv_on_gpu else 0
 
 
-def weights_bytes(m, max_num_seqs: int) -> int:
+def weights_bytes(m: ModelConfig, max_num_seqs: int) -> int:
     """Parameters times their element size, plus one float32 logits row per sequence."""
     h, v = m.hidden_size, m.vocab_size
     per_layer = 2 * h * m.q_size + 2 * h * m.kv_size + 3 * h * m.intermediate_size + 2 * h
@@ -58,7 +63,8 @@ def weights_bytes(m, max_num_seqs: int) -> int:
     return params * element + max_num_seqs * v * LOGITS_BYTES
 
 
-def estimate(cfg) -> Footprint:
+def estimate(cfg: RunConfig) -> Footprint:
+    """What `cfg` would take: its requests, outputs, cache bookkeeping, KV pool and weights."""
     tokens = cfg.workload.prompt_tokens_estimate() or 0
     outputs = output_tokens_estimate(cfg.workload)
     num_blocks = cfg.engine.num_blocks
@@ -88,7 +94,7 @@ def estimate(cfg) -> Footprint:
     )
 
 
-def output_tokens_estimate(params) -> int:
+def output_tokens_estimate(params: object) -> int:
     """Requests times output_len for the families that say how many requests they make (the
     prompt estimate's families); 0 where unknown (file-backed families bound each request by the
     model's context as it is read, workloads.tokens)."""
@@ -99,7 +105,7 @@ def output_tokens_estimate(params) -> int:
     return count * length
 
 
-def check_footprint(cfg) -> None:
+def check_footprint(cfg: RunConfig) -> None:
     """Raise BadInput when the estimate does not fit the host (or GPU) memory available now."""
     need = estimate(cfg)
     parts = (

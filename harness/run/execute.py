@@ -21,19 +21,13 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.config.errors import BAD_INPUT, config_errors, describe
-from harness.config.schema import RunConfig
 from harness.results.identity import discard_run_dir
 from harness.results.rowlog import RowLog, count_rows, rows_table
 from harness.results.run_dir import RunDir
 from harness.results.safe_write import disk_fault
-from harness.run.pipeline import (
-    RunInterrupted,
-    run,
-    start,
-    typed,
-    with_values_checked,
-    write_manifest,
-)
+from harness.run.compose import start, typed, with_values_checked, write_manifest
+from harness.run.pipeline import RunInterrupted, run
+from harness.run.targets import target_for
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 log = logging.getLogger("harness")
@@ -52,7 +46,7 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
         return _say(f"{job}{describe(exc)}", EXIT_BAD_INPUT)
     try:
         write_manifest(out, with_values_checked(dcfg, cfg))
-        outcome = run(cfg, out, rows) if cfg.server is None else _run_server(cfg, out, rows)
+        outcome = run(cfg, out, rows, target_for(cfg))
     except (KeyboardInterrupt, RunInterrupted) as exc:  # start-up, warm-up or writing
         kept = _close(out, rows, "interrupted", f"{exc or 'SIGINT'} outside the measured run")
         return _say(
@@ -69,12 +63,6 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
             traceback.print_exc()
         return _say(f"{job}{message}", EXIT_FAILED)
     return _outcome(outcome.summary, out.path, job)
-
-
-def _run_server(cfg: RunConfig, out: RunDir, rows: RowLog):
-    from harness.live_server.target import run_server  # aiohttp only where a server is the target
-
-    return run_server(cfg, out, rows)
 
 
 def _outcome(summary: dict, run_dir: Path, job: str) -> int:

@@ -25,7 +25,9 @@ import pandas as pd
 from harness.config.schema import RunConfig
 from harness.report.stats import ratio_ci
 from harness.results.owned_dir import out_and_overrides_problem
-from harness.run.pipeline import compose, measure, prepare
+from harness.run.compose import compose
+from harness.run.engine_target import ENGINE, engine_of
+from harness.run.pipeline import measure, prepare
 
 ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
 # Code areas for the profile, first match wins (paths relative to the repository).
@@ -57,12 +59,12 @@ def config(engine: str, cache_on: bool, overrides: list[str]) -> RunConfig:
 
 def measure_arm(cfg: RunConfig, seed: int, profile: cProfile.Profile | None = None) -> dict:
     """One measured window of `cfg` at `seed`, through the run pipeline (warm-up, flush, run)."""
-    prepared = prepare(dataclasses.replace(cfg, seed=seed))
+    prepared = prepare(dataclasses.replace(cfg, seed=seed), ENGINE)
     measured = measure(cfg, prepared, profile=profile)
     if measured.status != "ok":
         raise RuntimeError(f"overhead run {cfg.engine.cache} seed {seed}: {measured.error}")
-    engine, requests = prepared.engine, prepared.workload_requests
-    records = measured.records
+    engine, requests = engine_of(prepared), prepared.workload_requests
+    records = measured.items
     prompt = sum(len(r.prompt_ids) * r.n for r in requests)
     return {
         "wall_s": measured.wall_s,

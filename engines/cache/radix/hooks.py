@@ -191,6 +191,7 @@ def checkpoint(cache: RadixCache, st: ReqKV, seq: Sequence, up_to: int) -> None:
         priority=seq.priority or 0,
         inserted_len=st.cache_inserted_len,
         prev_prefix_len=st.cache_protected_len,
+        anchor=st.lock.node if st.lock is not None else None,
     )
     st.cache_inserted_len = max(st.cache_inserted_len, n)
     prompt_len = seq.num_prompt_tokens // p * p
@@ -205,9 +206,7 @@ def checkpoint(cache: RadixCache, st: ReqKV, seq: Sequence, up_to: int) -> None:
     last = result.last_device_node
     protected = st.cache_protected_len
     row[protected:n] = tree.path_device_suffix(last, protected)
-    if st.lock is not None:
-        tree.unlock(st.lock)
-    st.lock = tree.lock(last)
+    st.lock = tree.lock(last) if st.lock is None else tree.relock(st.lock, last)
     st.cache_protected_len = n
     st.last_node = last
 

@@ -21,6 +21,11 @@ class LogicalClock:
         self._now = now + 1.0
         return now
 
+    def resume(self, now: float) -> None:
+        """Continue from `now`: a caller that stamped from `peek()` on by adding 1.0 per read (the
+        values `__call__` returns) hands the clock back where those reads would have left it."""
+        self._now = now
+
     def peek(self) -> float:
         """The value the next read will return (reads nothing)."""
         return self._now

@@ -258,11 +258,14 @@ class UnifiedRadixTree:
         priority: int = 0,
         inserted_len: int = 0,
         prev_prefix_len: int = 0,
+        anchor: TreeNode | None = None,
     ) -> InsertResult:
         """Insert key -> value, page-aligned; existing nodes keep their slots (§2.3).
 
         The caller's slots for positions [prev_prefix_len, prefix_len) duplicate tree slots and are
         freed to the allocator here. hit_count counts nodes ending beyond inserted_len (§2.4).
+        `anchor`: a node the caller holds locked whose path spells key[:anchor.depth] (a request's
+        own last checkpoint); the walk over that path is done in bulk with the same effects.
         """
         root = self.root_node
         if self.disable:
@@ -278,6 +281,8 @@ class UnifiedRadixTree:
         node, pos, p = root, 0, self.page_size
         plain = p == 1 and namespace is None
         end = n * TOKEN_BYTES
+        if anchor is not None and anchor.lock_ref > 0 and anchor.depth <= min(n, inserted_len):
+            node, pos = anchor, self._walk_locked_path(anchor, n, priority)
         while pos < n:
             child = node.children.get(
                 ids[pos] if plain else make_child_key(ids, packed, pos, p, namespace)
@@ -322,6 +327,35 @@ class UnifiedRadixTree:
         self.leaves.enter(leaf)
         return InsertResult(prefix_len, leaf)
 
+    def _walk_locked_path(self, anchor: TreeNode, n: int, priority: int) -> int:
+        """What insert's walk does to the nodes root -> anchor, minus the edge compares and child
+        lookups: a fresh stamp each in path order, priority and high_water raised. No hit_count
+        (they end at or before inserted_len), no leaf-set push (locked nodes are never in it), no
+        split (the path spells the key). A request committing every step (vLLM's scheduler)
+        still pays O(path), but a few bytecodes a node."""
+        path = []
+        node = anchor
+        while node.parent is not None:
+            path.append(node)
+            node = node.parent
+        clock = self.clock
+        if isinstance(clock, LogicalClock):
+            t = clock.peek()
+            for node in reversed(path):
+                node.last_access_time = t
+                t += 1.0  # the clock's own arithmetic, so the same floats
+                if node.priority < priority:
+                    node.priority = priority
+                if node.high_water < n:
+                    node.high_water = n
+            clock.resume(t)
+        else:
+            for node in reversed(path):
+                node.last_access_time = clock()
+                node.priority = max(node.priority, priority)
+                node.high_water = max(node.high_water, n)
+        return anchor.depth
+
     # ---------------------------------------------------------------- locking
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Lock root -> node (root excluded); returns the tokens moved to protected (§2.5)."""
@@ -364,6 +398,32 @@ class UnifiedRadixTree:
 
     def unlock(self, lock: TreeLock) -> None:
         self.dec_lock_ref(lock.node)
+
+    def relock(self, lock: TreeLock, node: TreeNode) -> TreeLock:
+        """`unlock(lock)` then `lock(node)`. When node lies strictly below lock.node, the pair
+        leaves root -> lock.node as it was (each has a child on the path, so no leaf-set change),
+        and only the nodes in between are locked: O(new nodes), not O(path). Its delta counts
+        those nodes' tokens only."""
+        below = []
+        cur: TreeNode | None = node
+        top = lock.node
+        while cur is not None and cur is not top and cur.depth > top.depth:
+            below.append(cur)
+            cur = cur.parent
+        if self.disable or cur is not top or not below:
+            self.unlock(lock)
+            return self.lock(node)
+        delta = 0
+        for cur in below:
+            if cur.lock_ref == 0:
+                size = len(cur.value)
+                self._evictable -= size
+                self._protected += size
+                delta += size
+                if cur.in_leaf_set:
+                    self.leaves.leave(cur)
+            cur.lock_ref += 1
+        return TreeLock(node, delta)
 
     # --------------------------------------------------------------- eviction
     def evict(self, num_tokens: int) -> int:

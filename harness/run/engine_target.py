@@ -1,0 +1,204 @@
+"""The built-in engine in this process as the target: build it, warm it up, flush its cache,
+drive it with the client layer, and report its counters, bounds and leak check.
+
+What is common to every target (the stages, the warm-up policy, the files, the summary's shape)
+is the pipeline's (harness/run/pipeline.py); this module holds what only an engine in this
+process has: its build, `Engine.step` driven by harness.client.inprocess, its cache statistics
+and step log, and the hit-rate bounds computed at its block size.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+
+from engines.build import build_engine
+from engines.cache.records import CacheIntegrityError
+from engines.engine import Engine
+from engines.records import RequestRecord
+from harness.client.inprocess import completion_request, drive
+from harness.client.programs import runs_as_program
+from harness.config.schema import RunConfig
+from harness.config.tokenspace import token_space_for
+from harness.metrics.summary import RunContext
+from harness.metrics.table import itls_ms, request_row, request_table, token_rows
+from harness.results.run_dir import RunDir
+from harness.run.pipeline import Prepared
+from harness.run.target import Recorded
+from workloads.bounds import run_bounds
+from workloads.request import Request
+
+
+class EngineTarget:
+    """The default target: no `server` (or other target group) is set."""
+
+    def connect(self, cfg: RunConfig) -> EngineSession:
+        return EngineSession(cfg)
+
+
+class EngineSession:
+    """One engine for one run; built in `admit`, once the requests are known."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.space = token_space_for(cfg.model)
+        self.backend = cfg.engine.cache
+        self.model_id = cfg.model.name
+        self.block_size = cfg.engine.block_size
+        self._engine: Engine | None = None
+        self._by_id: dict[str, Request] = {}
+
+    @property
+    def engine(self) -> Engine:
+        assert self._engine is not None, "admit() builds the engine"
+        return self._engine
+
+    def admit(self, requests: list[Request]) -> None:
+        """Build the engine and check that every request can ever fit in it."""
+        cfg = self.cfg
+        self._engine = build_engine(
+            cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
+        )
+        _cap_torch_threads(cfg.threads)
+        self.engine.check_fits([completion_request(r, scripted=False) for r in requests])
+        self._by_id = {r.request_id: r for r in requests}
+
+    def warm_up(self, requests: list[Request]) -> None:
+        drive(self.engine, requests, scripted=True)
+        self.engine.records.clear()
+
+    def flush(self, warmup: list[Request]) -> dict[str, object]:
+        """The flush must succeed (benchmarking.md §4); the counters start from zero after it."""
+        flushed = self.engine.cache.reset()
+        if not flushed:
+            raise CacheIntegrityError(
+                "the cache refused to flush after warm-up: a request still holds KV"
+            )
+        self.engine.reset_counters()
+        return {"cache_flushed": flushed}
+
+    def drive(self, requests: list[Request], deliver: Callable[[RequestRecord], None]) -> None:
+        cfg = self.cfg
+        drive(
+            self.engine,
+            requests,
+            scripted=cfg.decode == "scripted",
+            max_concurrency=cfg.load.max_concurrency,
+            on_finish=deliver,
+            program_batch=runs_as_program(cfg.workload.name),
+        )
+
+    def rows(
+        self, item: RequestRecord, index_of: Mapping[str, int], context: dict[str, object]
+    ) -> list[dict]:
+        request = self._by_id[item.parent_id]
+        return [request_row(item, request, index_of[item.parent_id], context)]
+
+    def record(
+        self,
+        cfg: RunConfig,
+        requests: list[Request],
+        items: list[RequestRecord],
+        context: RunContext,
+    ) -> Recorded:
+        engine = self.engine
+        table = request_table(items, self._by_id, context)
+        status, error = _idle_check(engine)
+        stats = engine.cache.stats()
+        figures: dict[str, object] = {
+            "policy_profile": _policy_profile(cfg, engine),
+            **_bounds(cfg, requests),
+            "engine_requests": stats.requests,
+            "engine_queries": stats.queries,
+            "engine_hits": stats.hits,
+            "evictions": stats.num_evictions,
+            "evicted_tokens": stats.evicted_tokens,
+            "cache_bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
+            "num_steps": engine.loop.num_steps,
+        }
+        clock = {
+            # simulated durations and latencies are the cost model's time
+            "clock": "virtual" if cfg.executor == "simulated" else "wall",
+            "hardware": getattr(cfg.hardware, "name", None),
+        }
+        return Recorded(
+            table=table,
+            summarized=table,
+            itls_ms=itls_ms(items),
+            duration_s=max((r.finish_s for r in items), default=0.0),
+            num_failed=0,
+            token_rows=lambda: token_rows(table, items, self._by_id),
+            status=status,
+            error=error,
+            figures=figures,
+            clock=clock,
+        )
+
+    def write_files(self, out: RunDir) -> None:
+        if self.engine.loop.step_log is not None:
+            out.write_steps(self.engine.loop.step_log)
+
+    def close(self) -> None:
+        pass  # the engine is garbage once the run's objects go
+
+
+def _cap_torch_threads(threads: int) -> None:
+    """Cap torch's intra-op threads where a model runs (the real executor imported torch to build
+    it). A simulated run never imports torch, ~2.5 s of a whole-trace replay here."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+
+def _idle_check(engine: Engine) -> tuple[str, str | None]:
+    """After the run every hold must be released and the accounting must balance."""
+    try:
+        engine.cache.check_integrity()
+        usage = engine.cache.usage()
+        if usage.protected:
+            raise CacheIntegrityError(f"{usage.protected} KV tokens still held at idle")
+    except CacheIntegrityError as exc:
+        return "failed", f"cache leak check: {exc}"
+    return "ok", None
+
+
+def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:
+    """The chosen cache's and scheduler's knobs, with the values the scheduler resolved."""
+    profile = cfg.engine.design_knobs()
+    for name in ("reserve_full_prompt", "async_scheduling"):  # None: the free-order profile's
+        if name in profile:
+            profile[name] = getattr(engine.loop.scheduler, name)
+    return profile
+
+
+def _bounds(cfg: RunConfig, workload_requests: list[Request]) -> dict:
+    """Ideal, LRU-capped and Belady hit rates from the token streams (see BoundsConfig)."""
+    g = cfg.engine.block_size
+    gs = set(cfg.bounds.granularities) | ({g} if cfg.bounds.include_engine_granularity else set())
+    prompt_tokens = sum(len(r.prompt_ids) * r.n for r in workload_requests)
+    skipped = (
+        sorted(x for x in gs if x < 16) if prompt_tokens > cfg.bounds.max_fine_prompt_tokens else []
+    )
+    gs -= set(skipped)
+    capped_g = g if cfg.bounds.capped and g in gs else None
+    capacity_blocks = cfg.engine.kv_capacity_tokens // g
+    found = run_bounds(workload_requests, sorted(gs), capped_g, capacity_blocks)
+    ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
+    return {
+        "ideal_hit_rate": ideal.get(g),
+        "ideal_hit_rate_token": ideal.get(1),  # page 1: the same ceiling for every engine
+        "theoretical_hit_rate_capped": lru,
+        "belady_hit_rate": belady,
+        "theoretical_hit_rate_by_granularity": {str(k): v for k, v in sorted(ideal.items())},
+        "bounds_skipped": skipped,
+    }
+
+
+ENGINE = EngineTarget()
+
+
+def engine_of(prepared: Prepared[RequestRecord]) -> Engine:
+    """The engine of a run prepared on this target (the overhead tool and claim 7 read it)."""
+    session = prepared.session
+    assert isinstance(session, EngineSession), "a run prepared on the in-process engine"
+    return session.engine
