@@ -213,7 +213,7 @@ def test_the_crash_handler_writes_its_summary_whatever_the_rows_hold(bad, tmp_pa
     """Rows of the wrong type (written by an older client, or by hand): the rows file is kept,
     the summary says so, and nothing raises."""
     from harness.run.execute import _close
-    from harness.run.pipeline import start
+    from harness.run.compose import start
 
     out, rows = start(tmp_path / "run", overwrite=False)
     rows.append({"request_id": "r0", "cached_tokens": bad, "prompt_tokens": "x", "arrival_s": 0})
