@@ -212,8 +212,8 @@ def test_ill_typed_usage_is_a_failed_row_with_a_summary(usage, needle, tokenizer
 def test_the_crash_handler_writes_its_summary_whatever_the_rows_hold(bad, tmp_path):
     """Rows of the wrong type (written by an older client, or by hand): the rows file is kept,
     the summary says so, and nothing raises."""
-    from harness.run.execute import _close
     from harness.run.compose import start
+    from harness.run.execute import _close
 
     out, rows = start(tmp_path / "run", overwrite=False)
     rows.append({"request_id": "r0", "cached_tokens": bad, "prompt_tokens": "x", "arrival_s": 0})
