@@ -50,7 +50,36 @@ def build_real_executor(ctx: ExecutorContext) -> Executor:
         device=device,
     )
     attn = get_attention_backend(ctx.engine_config.backend, device)
-    return RealExecutor(model, kv_pool, attn, ctx.cache, WallClock(), device)
+    return RealExecutor(
+        model,
+        kv_pool,
+        attn,
+        ctx.cache,
+        WallClock(),
+        device,
+        max_num_seqs=ctx.engine_config.max_num_seqs,
+        cuda_graphs=cuda_graphs_mode(ctx.engine_config, device) != "off",
+        max_model_len=min(mc.max_position_embeddings, ctx.cache.capacity_tokens),
+    )
+
+
+def cuda_graphs_mode(config: EngineConfig, device: torch.device) -> str:
+    """What `engine.cuda_graphs` means on `device` (the manifest records it): "captured" (decode
+    steps replay CUDA graphs: CUDA and the triton backend), "eager" (the same padded decode path
+    without capture: asked for where graphs cannot be captured) or "off". None, the default, is
+    "captured" where possible and "off" elsewhere."""
+    from engines.attention.triton_paged import HAS_TRITON
+    from engines.real_executor import GRAPH_SAFE_BACKENDS
+
+    backend = config.backend
+    if backend == "auto":  # as engines/attention/backend.py resolves it
+        backend = "triton" if device.type == "cuda" and HAS_TRITON else "torch"
+    capturable = device.type == "cuda" and backend in GRAPH_SAFE_BACKENDS
+    if config.cuda_graphs is None:
+        return "captured" if capturable else "off"
+    if not config.cuda_graphs:
+        return "off"
+    return "captured" if capturable else "eager"
 
 
 # registry: every executor (name -> factory)

@@ -1,9 +1,11 @@
 """Engine configuration: one dataclass for two independent choices, a cache and a scheduler.
 
-`cache` (apc | radix) picks the data structure, `scheduler` (vllm | sglang) the admission design;
-None means the cache's own upstream scheduler (apc -> vllm, radix -> sglang). Knobs are flat keys
-named as upstream names them; each belongs to the shared set or to one design (`DESIGN_KNOBS`),
-and `validate()` refuses a design knob set away from its default when its design is not chosen.
+`cache` (a design registered in engines/cache/__init__.py `DESIGNS`) picks the data structure,
+`scheduler` (vllm | sglang) the admission design; None means the cache's own upstream scheduler
+(its registration's `upstream_scheduler`). Knobs are flat keys named as upstream names them; each
+belongs to the shared set or to one design (`DESIGN_KNOBS`: a cache design's come from its
+registration), and `validate()` refuses a design knob set away from its default when its design
+is not chosen.
 `block_size` is the KV granularity of either cache: vLLM's block size, SGLang's page size.
 Capacity is set in usable tokens, identically for both.
 """
@@ -13,14 +15,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from engines.cache import DEFAULT_DESIGN, designs
 from engines.errors import BadInput
 
-UPSTREAM_SCHEDULER = {"apc": "vllm", "radix": "sglang"}  # the pairing each upstream ships
+# cache design -> the scheduler design its upstream ships it with
+UPSTREAM_SCHEDULER = {d.name: d.upstream_scheduler for d in designs()}
 
-# design -> the knobs only that design reads (the rest are shared by every design)
+# design (cache or scheduler) -> the knobs only that design reads (the rest are shared by every
+# design); a cache design's come from its registration
 DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
-    "apc": ("hash_algo", "free_order", "none_hash_seed", "verify_tokens_on_hit", "free_direction"),
-    "radix": ("eviction_policy",),
+    **{d.name: d.knobs for d in designs()},
     "vllm": ("stats_timing", "reserve_full_prompt", "async_scheduling"),
     "sglang": (
         "max_prefill_tokens",
@@ -36,7 +40,7 @@ DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class EngineConfig:
-    cache: str = "apc"  # apc | radix
+    cache: str = DEFAULT_DESIGN  # a registered cache design (engines/cache/__init__.py)
     scheduler: str | None = None  # vllm | sglang; None: the cache's upstream one
     prefix_caching: bool = True  # false: the design's disabled mode, everything else unchanged
     block_size: int = 16  # APC block size / radix page size
@@ -45,7 +49,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # per-step token budget = chunked-prefill size
     policy: str = "fcfs"  # fcfs | lpm | dfs-weight
     lpm_fallback_queue_len: int = 128  # lpm keeps the queue order above this many waiting
-    # --- cache apc (vLLM 0.33 KVCacheManager) ---
+    # --- knobs of one cache design each (its registration's `knobs`) ---
+    # vLLM 0.33 KVCacheManager (hash APC)
     hash_algo: str = "sha256"  # sha256 | sha256_cbor | xxhash | xxhash_cbor | builtin
     free_order: str = "v024"  # v024 | classic
     none_hash_seed: str | None = None
@@ -53,7 +58,7 @@ class EngineConfig:
     # Counterfactual, not upstream: head_first frees a table in its own order (shared head first,
     # so evicted first), the control arm for vLLM's tail-first freeing (claim 8).
     free_direction: str = "tail_first"  # tail_first | head_first
-    # --- cache radix (SGLang 0.5.23 RadixCache) ---
+    # SGLang 0.5.23 RadixCache
     eviction_policy: str = "lru"  # lru | lfu | fifo | mru | filo | priority | slru | tlru
     # --- scheduler vllm (vLLM 0.33 Scheduler) ---
     stats_timing: str = "admission"  # admission | lookup
@@ -71,6 +76,10 @@ class EngineConfig:
     sglang_frontend: bool = True
     # --- execution ---
     backend: str = "auto"  # auto | triton | torch
+    # Real executor: decode-only steps as CUDA graphs, one per padded batch size. None: on with
+    # CUDA (and a graph-safe backend, triton), off on CPU; true on CPU runs the same padded
+    # static-buffer path eagerly.
+    cuda_graphs: bool | None = None
     debug_checks: bool = False  # check_integrity() after every step
     # Simulated executor: advance stretches of pure decode as one macro-step (exact, see
     # engines/sched/base.py DecodeRun); false steps one by one (results are identical).
@@ -124,6 +133,10 @@ class EngineConfig:
         ):
             raise BadInput(
                 f"engine.schedule_conservativeness must be a positive number, got {value!r}"
+            )
+        if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
+            raise BadInput(
+                f"engine.cuda_graphs must be true, false or null, got {self.cuda_graphs!r}"
             )
         if self.kv_capacity_tokens % self.block_size:
             raise BadInput(

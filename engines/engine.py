@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from collections.abc import Sequence as Ids
 from dataclasses import dataclass, field
 
-from engines.cache.protocol import PrefixCache
+from engines.cache.protocol import AnyPrefixCache
 from engines.clock import RunClock
 from engines.errors import BadInput
 from engines.executor import Executor
@@ -77,7 +77,7 @@ class Engine:
         self.loop = loop
         self.executor = executor
         self.frontend = frontend
-        self.cache: PrefixCache = loop.cache
+        self.cache: AnyPrefixCache = loop.cache
         self.max_model_len = max_model_len
         self.records: list[RequestRecord] = []
         self._timelines: dict[str, _Timeline] = {}  # children in flight

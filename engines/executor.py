@@ -14,7 +14,7 @@ from engines.clock import RunClock
 from engines.sched.base import DecodeRun, StepPlan
 
 if TYPE_CHECKING:
-    from engines.cache.protocol import PrefixCache
+    from engines.cache.protocol import AnyPrefixCache
     from engines.config import EngineConfig
     from engines.model.config import ModelConfig
 
@@ -66,6 +66,6 @@ class ExecutorContext:
 
     engine_config: EngineConfig
     model_config: ModelConfig | ModelLimits  # the real executor needs a ModelConfig
-    cache: PrefixCache
+    cache: AnyPrefixCache
     device: str  # as configured ("auto", "cpu", "cuda:0"); executors that need torch resolve it
     options: dict[str, Any]

@@ -28,7 +28,7 @@ import numpy as np
 
 bench_pairs.use_root(sys.argv)
 
-from engines.cache import CACHES  # noqa: E402
+from engines.cache import DESIGNS, apc  # noqa: E402
 from engines.cache.apc import ApcCache  # noqa: E402
 from engines.cache.apc.hashing import (  # noqa: E402
     HASH_ALGOS,
@@ -43,7 +43,6 @@ from engines.sequence import SeqStatus, Sequence  # noqa: E402
 BLOCK_SIZE = 16
 POOL_REQUESTS = 16  # pool capacity, in prompts
 ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "builtin")
-PRESET_BLOCK_SIZE = {"radix": 1}  # engine presets: radix runs at page size 1, the rest at 16
 SHARED_FRACTION = 0.9
 
 
@@ -120,7 +119,7 @@ def apc_native(algo: str, prompt_len: int) -> Callable[[Sequence], None]:
 
 def protocol(name: str, prompt_len: int) -> Callable[[Sequence], None]:
     """Any cache through Scheduler.schedule + finish_step (the generic scheduler's calls)."""
-    block_size = PRESET_BLOCK_SIZE.get(name, BLOCK_SIZE)
+    block_size = DESIGNS.get(name).block_size  # its preset's granularity
     config = EngineConfig(
         cache=name,
         block_size=block_size,
@@ -155,7 +154,7 @@ def build_cases(prompt_len: int, quick: bool) -> dict[str, Callable[[], bench_pa
     for hit in (0, 90):
         for a in ALGOS:
             factories[f"native/{a}/{hit}%"] = requests(apc_native, a, hit > 0)
-        for name in CACHES.names():
+        for name in DESIGNS.names():
             factories[f"protocol/{name}/{hit}%"] = requests(protocol, name, hit > 0)
     return factories
 
@@ -165,7 +164,7 @@ def _baseline_of(case: str) -> str | None:
     parts = case.split("/")
     if parts[0] == "native":
         return f"hash/{parts[1]}"
-    if parts[0] == "protocol" and parts[1] == "apc":
+    if parts[0] == "protocol" and parts[1] == apc.DESIGN.name:
         return "hash/sha256"
     return None
 

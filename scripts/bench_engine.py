@@ -25,15 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engines.batch import run_batch
 from engines.build import build_engine  # noqa: E402
+from engines.cache import designs  # noqa: E402
 from engines.config import EngineConfig  # noqa: E402
 from engines.model.presets import get_preset  # noqa: E402
 from engines.request import GenerationRequest  # noqa: E402
 from workloads.base import TokenSpace, generate  # noqa: E402
 from workloads.system_prompt import SystemPromptParams  # noqa: E402
 
+# each design at its preset's granularity
 PRESETS: dict[str, dict[str, Any]] = {
-    "apc": dict(cache="apc", block_size=16),
-    "radix": dict(cache="radix", block_size=1),
+    d.name: dict(cache=d.name, block_size=d.block_size) for d in designs()
 }
 
 
@@ -119,7 +120,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows = []
-    for cache in ("apc", "radix"):
+    for cache in PRESETS:
         rows.append(ttft_ratio(cache, args.model, args.repeats))
         rows.append(workload_run(cache, args.model, args.quick))
     for r in rows:

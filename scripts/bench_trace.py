@@ -30,6 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness_child import ROOT, run_harness  # noqa: E402
 
+sys.path.insert(0, str(ROOT))
+from engines.cache import DESIGNS  # noqa: E402  (every design by default)
+
 # conf/suite/trace_h100.yaml (and its _synthetic variant's context), one capacity, one arm.
 SUITE_KNOBS = {
     "conversation": ("workload=mooncake_conversation", "model.max_position_embeddings=131072"),
@@ -114,7 +117,7 @@ def main() -> None:
     ap.add_argument(
         "--traces", nargs="+", default=["conversation", "synthetic"], choices=list(SUITE_KNOBS)
     )
-    ap.add_argument("--engines", nargs="+", default=["apc", "radix"])
+    ap.add_argument("--engines", nargs="+", default=DESIGNS.names())
     ap.add_argument(
         "--kv-capacity-tokens",
         type=int,

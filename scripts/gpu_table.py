@@ -54,7 +54,6 @@ DRY_WORKLOADS = {
                   "workload.question_len=8", "workload.answer_len=4"),
     "unique": ("workload.num_prompts=4", "workload.prompt_len=48", "workload.output_len=4"),
 }  # fmt: skip
-DEFAULT_PAGE = {"apc": 16, "radix": 1}
 METRICS = ("mean_ttft_ms", "mean_tpot_ms", "duration")
 
 
@@ -76,14 +75,23 @@ def row_specs() -> list[RowSpec]:
     """Default pages first (the comparison as shipped), then the swapped pages (the page-size
     effect), then caching off; system_prompt leads every group."""
     rows = []
+    default_page = default_pages()
     for swapped in (False, True):
         for workload in WORKLOADS:
-            for engine, page in DEFAULT_PAGE.items():
+            for engine, page in default_page.items():
                 other = 1 if page == 16 else 16
                 rows.append(RowSpec(workload, engine, other if swapped else page, True))
-    rows += [RowSpec("unique", e, p, False) for e, p in DEFAULT_PAGE.items()]
-    rows += [RowSpec("unique", e, 1 if p == 16 else 16, False) for e, p in DEFAULT_PAGE.items()]
+    rows += [RowSpec("unique", e, p, False) for e, p in default_page.items()]
+    rows += [RowSpec("unique", e, 1 if p == 16 else 16, False) for e, p in default_page.items()]
     return rows
+
+
+def default_pages() -> dict[str, int]:
+    """Each registered cache design at its preset's block or page size (engines/cache DESIGNS)."""
+    sys.path.insert(0, str(ROOT))
+    from engines.cache import designs
+
+    return {d.name: d.block_size for d in designs()}
 
 
 def model_init_override() -> list[str]:

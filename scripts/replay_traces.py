@@ -24,6 +24,8 @@ from harness_child import ROOT, hardware_override, run_harness  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
+from engines.cache import DESIGNS  # noqa: E402  (every design by default)
+
 # Upstream-like GPU serving budgets, equal for both engines (docs/benchmarking.md §2): vLLM V1's online
 # default chunk of 8192 tokens (SGLang's chunked_prefill_size on 80 GB cards), 256 running requests.
 ENGINE_KNOBS = ("engine.max_num_batched_tokens=8192", "engine.max_num_seqs=256")
@@ -65,7 +67,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", default="h100_llama3_70b_fp8")
     ap.add_argument("--traces", nargs="+", default=["conversation", "synthetic"])
-    ap.add_argument("--engines", nargs="+", default=["apc", "radix"])
+    ap.add_argument("--engines", nargs="+", default=DESIGNS.names())
     ap.add_argument(
         "--multipliers", nargs="+", type=int, default=[1, 4, 16], help="x HBM KV capacity"
     )

@@ -30,6 +30,8 @@ from harness_child import ROOT, hardware_override, run_harness  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
+from engines.cache import DESIGNS  # noqa: E402  (every design by default)
+
 METRICS = (
     "median_ttft_ms",
     "mean_ttft_ms",
@@ -49,7 +51,7 @@ def rel_error(simulated: float | None, real: float | None) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="+", default=["system_prompt", "multiturn"])
-    ap.add_argument("--engines", nargs="+", default=["apc", "radix"])
+    ap.add_argument("--engines", nargs="+", default=DESIGNS.names())
     ap.add_argument("--model", default="s")
     ap.add_argument("--hardware", default="cpu_measured")
     ap.add_argument("--repeats", type=int, default=3, help="real runs per (workload, engine)")

@@ -90,19 +90,24 @@ VLLM_TEST_BLOCKS = 129
 @dataclass(frozen=True)
 class RunningServer:
     url: str
+    model: str | None = None  # the served name (the launcher's carries its nonce)
+    nonce: str | None = None
 
 
 @pytest.fixture(scope="session")
 def vllm_server():
     """A real vLLM server (scripts/setup_vllm.sh's .venv-vllm) on a free 127.0.0.1 port, started
-    once per test session and ended by its PID. Missing: a failure under CI=true, else a skip.
+    once per test session and ended by its PID, publishing its KV-cache events on an ipc
+    endpoint (the twin steps along them). Missing: a failure under CI=true, else a skip.
     PREFIXBENCH_VLLM_URL points the tests at a running one instead (started by
-    `bash scripts/start_vllm.sh --num-gpu-blocks 129`)."""
+    `bash scripts/start_vllm.sh --port 0 --num-gpu-blocks 129 --kv-events ipc://PATH`)."""
+    import tempfile
+
     from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
 
     given = os.environ.get("PREFIXBENCH_VLLM_URL")  # a server already started with these flags
     if given:
-        yield RunningServer(given.rstrip("/"))
+        yield RunningServer(given.rstrip("/"), os.environ.get("PREFIXBENCH_VLLM_MODEL"))
         return
     problem = missing()
     if problem:
@@ -110,10 +115,17 @@ def vllm_server():
             pytest.fail(f"CI needs the vLLM server: {problem}")
         pytest.skip(problem)
     port = free_port()
-    launch = VllmLaunch(port=port, num_gpu_blocks=VLLM_TEST_BLOCKS)
+    events_dir = Path(tempfile.mkdtemp(prefix="prefixbench-kv-"))
+    launch = VllmLaunch(
+        port=port,
+        num_gpu_blocks=VLLM_TEST_BLOCKS,
+        kv_events_endpoint=f"ipc://{events_dir / 'kv.ipc'}",
+    )
     started = start_vllm(launch)
     print(f"vLLM test server healthy after {started.start_s:.0f} s", file=sys.stderr)
     try:
-        yield started
+        yield RunningServer(started.url, started.model, started.nonce)
     finally:
         stop(started.process)
+        (events_dir / "kv.ipc").unlink(missing_ok=True)
+        events_dir.rmdir()

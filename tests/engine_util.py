@@ -8,14 +8,15 @@ from typing import Any
 import numpy as np
 
 from engines.build import build_engine
+from engines.cache import DEFAULT_DESIGN, designs
 from engines.config import EngineConfig
 from engines.model.presets import PRESETS
 from engines.request import GenerationRequest
 from workloads.request import Request
 
+# every registered design at its preset's granularity
 ENGINE_PRESETS: dict[str, dict[str, Any]] = {
-    "apc": dict(cache="apc", block_size=16),
-    "radix": dict(cache="radix", block_size=1),
+    d.name: dict(cache=d.name, block_size=d.block_size) for d in designs()
 }
 
 
@@ -23,7 +24,7 @@ def tiny_model():
     return PRESETS.get("tiny")
 
 
-def make_engine(cache: str = "apc", executor: str = "real", **overrides):
+def make_engine(cache: str = DEFAULT_DESIGN, executor: str = "real", **overrides):
     fields: dict[str, Any] = {
         **ENGINE_PRESETS[cache],
         "kv_capacity_tokens": 4096,

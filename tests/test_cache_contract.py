@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from engines.cache import CACHES, build_cache
+from engines.cache import DESIGNS, build_cache
 from engines.cache.protocol import (
+    BlockTables,
     CacheBookkeeping,
     DecodeRunAllocation,
     KVOwner,
@@ -33,7 +34,7 @@ PROMPT = list(range(1000, 1100))  # 100 tokens
 def _config(name: str, **kw: Any) -> EngineConfig:
     base: dict[str, Any] = dict(
         cache=name,
-        block_size=16 if name == "apc" else 1,
+        block_size=DESIGNS.get(name).block_size,
         kv_capacity_tokens=4096,
         debug_checks=True,
     )
@@ -106,32 +107,20 @@ def _aligned(n: int, g: int) -> int:
     return g * (n // g)
 
 
-@pytest.fixture(params=CACHES.names())
+@pytest.fixture(params=DESIGNS.names())
 def name(request):
     return request.param
-
-
-# What each cache says it implements (its bases); the capabilities beyond PrefixCache are optional.
-CAPABILITIES = {
-    "apc": {DecodeRunAllocation, PrefixOrder},
-    "radix": {DecodeRunAllocation, PrefixOrder, RecencyRefresh},
-}
 
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["enabled", "disabled"])
 def test_cache_implements_the_protocols_it_declares(name, enabled):
     cache = build_cache(_config(name, prefix_caching=enabled))
     assert cache.name == name and cache.enabled is enabled
-    for core in (ReuseIndex, KVOwner, CacheBookkeeping, PrefixCache):
+    for core in (ReuseIndex, KVOwner, BlockTables, CacheBookkeeping, PrefixCache):
         assert isinstance(cache, core) and core in type(cache).__mro__  # declared as a base
+    # the capabilities beyond PrefixCache are optional: a cache has exactly those it declares
     for capability in (DecodeRunAllocation, PrefixOrder, RecencyRefresh):
-        declared = capability in CAPABILITIES[name]
-        assert (capability in type(cache).__mro__) is declared
-        assert isinstance(cache, capability) is declared  # nothing implemented undeclared
-
-
-def test_every_cache_has_declared_capabilities():
-    assert sorted(CAPABILITIES) == CACHES.names()
+        assert isinstance(cache, capability) is (capability in type(cache).__mro__)
 
 
 @pytest.mark.parametrize(

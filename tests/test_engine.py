@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from engines.batch import run_batch
+from engines.cache import DESIGNS
 from tests.engine_util import by_id, make_engine, shared_prompt_requests
 
-CACHES = ["apc", "radix"]
+CACHES = DESIGNS.names()  # every registered design
 
 
 def _outputs(cache: str, **overrides):

@@ -141,7 +141,7 @@ def test_two_runs_get_points_not_an_interval(tmp_path, drawn):
 
 
 def test_engine_colours_are_the_same_in_every_figure(tmp_path, drawn):
-    from harness.report.figstyle import ARM_COLOURS
+    from harness.report.palette import ARM_COLOURS
 
     report = drawn(write_results_tree(tmp_path))
     seen: dict[str, set[str]] = {}
@@ -209,7 +209,7 @@ def factorial_square(root, sweep, executor="real", hardware=None, hit=0.5, seeds
 def test_decomposition_keeps_arm_colours_and_never_joins_platforms_or_suites(tmp_path, drawn):
     from matplotlib.colors import to_hex
 
-    from harness.report.figstyle import ARM_COLOURS, colour
+    from harness.report.palette import ARM_COLOURS, colour
 
     factorial_square(tmp_path, "fact", hit=0.5)
     factorial_square(tmp_path, "fact_sim", "simulated", "h100_llama3_8b_bf16", hit=0.8)

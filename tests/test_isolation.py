@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from engines.batch import run_batch
+from engines.cache import designs
 from engines.request import GenerationRequest
 from engines.sequence import Sequence
 from tests.engine_util import by_id, make_engine
 
-CACHES = {"apc": 16, "radix": 1}  # design -> block/page size of its preset
+CACHES = {d.name: d.block_size for d in designs()}  # design -> block/page size of its preset
 PROMPT_LEN, OUTPUT_LEN = 49, 6
 
 

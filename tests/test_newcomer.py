@@ -21,10 +21,8 @@ def test_a_server_run_folder_is_named_after_the_server():
     )
 
 
-def test_the_readme_says_how_to_run_the_live_server_rows_and_stop_the_server():
+def test_the_readme_says_how_to_send_one_request_at_a_time_and_stop_the_server():
     readme = (ROOT / "README.md").read_text()
-    multiturn = [ln for ln in readme.splitlines() if "workload=multiturn" in ln and "server=" in ln]
-    assert multiturn and all("workload.answer_len=48" in ln for ln in multiturn), multiturn
     assert "load.max_concurrency=1" in readme and "bash scripts/stop_vllm.sh" in readme
 
 

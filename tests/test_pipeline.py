@@ -115,8 +115,10 @@ DRIVERS = {
     "harness/run/pipeline.py",  # calls the session's `drive`, the target's part
     "harness/client/inprocess.py",
     "harness/live_server/twin.py",
+    "harness/live_server/steplock.py",  # the twin stepped along the server's KV events
     "harness/builtin_server/app.py",
     "harness/builtin_server/engine_thread.py",
+    "harness/fleet/fleet.py",  # N engines the engine target drives as one (docs/fleet.md §1)
 }
 
 

@@ -9,7 +9,7 @@ from collections import deque
 
 import pytest
 
-from engines.cache import CACHES, build_cache
+from engines.cache import DESIGNS, build_cache
 from engines.cache.radix.hooks import match_request
 from engines.cache.radix.key import RadixKey as K
 from engines.cache.radix.recency import LogicalClock
@@ -270,7 +270,7 @@ def test_factory_builds_from_engine_config():
     )
     adm = build_scheduler(cfg)
     cache = adm.cache
-    assert "radix" in CACHES.names()
+    assert "radix" in DESIGNS.names()
     assert (cache.page_size, cache.capacity_tokens, cache.tree.policy.name) == (4, 64, "lfu")
     assert adm.policy.name == "dfs-weight"
     off = build_cache(

@@ -106,6 +106,7 @@ def test_every_figure_written_as_png_and_svg(report):
         "projected_overhead",
         "metric_vs_load",
         "decomposition",
+        "fleet_routers",
     }
     for stem in expected:
         assert (figures / f"{stem}.png").stat().st_size > 1000
@@ -383,7 +384,7 @@ def test_killed_runs_are_listed_as_incomplete_with_their_rows(tmp_path):
 
 
 def test_arm_colours_are_fixed_across_figures(report):
-    from harness.report.figstyle import ARM_COLOURS
+    from harness.report.palette import ARM_COLOURS
 
     for stem in ("latency_throughput_tiny_real", "overhead", "bookkeeping_tiny_real"):
         svg = (report.root / FIGURE_DIR / f"{stem}.svg").read_text()

@@ -1,28 +1,38 @@
-"""Prefix caches: `apc` (vLLM V1 hash APC) and `radix` (SGLang RadixCache), behind one protocol.
+"""Prefix caches behind one protocol, and the registry of cache designs.
 
-The protocols are in `protocol.py`, the records they pass in `records.py`. `CACHES` maps a design
-name to its factory `(EngineConfig) -> PrefixCache`; every design is registered below, in this one
-place. `engines.sched.base.build_scheduler` pairs a cache with a scheduler design.
+The protocols are in `protocol.py`, the records they pass in `records.py`, a design's registration
+record in `design.py`. A design is a package here (engines/cache/<name>/) exporting its
+`CacheDesign` as `DESIGN`; `DESIGNS` registers every one below, in this one place, and is the only
+list of designs: config validation, the report, the claims and the figures derive theirs from it.
+`engines.sched.base.build_scheduler` pairs a cache with a scheduler design.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from engines.cache.apc import build_apc
-from engines.cache.protocol import PrefixCache
-from engines.cache.radix import build_radix
-from engines.config import EngineConfig
+from engines.cache import apc, radix
+from engines.cache.design import CacheDesign
+from engines.cache.protocol import AnyPrefixCache
 from engines.registry import Registry
 
-__all__ = ["CACHES", "build_cache"]
+if TYPE_CHECKING:  # engines.config imports this registry for its validation
+    from engines.config import EngineConfig
 
-# registry: every cache design
-CACHES: Registry[Callable[[EngineConfig], PrefixCache]] = Registry("cache")
-CACHES.add("apc", build_apc)
-CACHES.add("radix", build_radix)
+__all__ = ["DEFAULT_DESIGN", "DESIGNS", "build_cache", "designs"]
+
+# registry: every cache design (listed by name, sorted, wherever designs are listed)
+DESIGNS: Registry[CacheDesign] = Registry("cache")
+for _design in (apc.DESIGN, radix.DESIGN):
+    DESIGNS.add(_design.name, _design)
+DEFAULT_DESIGN = apc.DESIGN.name  # `engine.cache` when a config names none
 
 
-def build_cache(config: EngineConfig) -> PrefixCache:
+def designs() -> list[CacheDesign]:
+    """Every registered design's registration, sorted by name."""
+    return [DESIGNS.get(name) for name in DESIGNS.names()]
+
+
+def build_cache(config: EngineConfig) -> AnyPrefixCache:
     """A new cache of the design `config.cache`."""
-    return CACHES.get(config.cache)(config)
+    return DESIGNS.get(config.cache).build(config)

@@ -1,22 +1,25 @@
 """The prefix cache's contract, as small protocols a scheduler design drives (engines/sched/).
 
-A cache design (`apc` hash table, `radix` tree) owns the KV block/slot allocator and the reuse
-structure. Its contract is layered the way mini-sglang layers `BasePrefixCache`:
+A cache design (engines/cache/<name>/, registered in engines/cache/__init__.py) owns the reuse
+structure and the KV blocks/slots. Its contract has two sides, as mini-sglang splits its
+`BasePrefixCache` from its KV allocator:
 
-* `ReuseIndex`: match a prefix (with a handle), lock/unlock it, commit computed tokens (make them
-  matchable), evict.
-* `KVOwner`: allocate new tokens (evicting exactly the shortfall), release a request, capacity
-  and occupancy, and (its base `BlockTables`) the block table the executor addresses the KV pool
-  with.
-* `CacheBookkeeping`: hit statistics, an integrity check, flushing.
-* `PrefixCache` is the three together: what every cache is and every scheduler needs.
+* `ReuseIndex[H, L]`, the reuse side: mini-sglang's seven (match, lock/unlock, insert = `commit`,
+  evict, reset, size = `usage`, check = `check_integrity`). `H` is the design's match handle and
+  `L` its lock, both typed: a scheduler passes them back, only the cache that made one reads it.
+* The addressing and allocation side: `BlockTables` (where a sequence's KV lives in the pool, what
+  the executor reads) and `KVOwner[H, L]` on top of it (allocate new tokens, evicting exactly the
+  shortfall; release a request; capacity and what is free).
+* `CacheBookkeeping`: the design's name and its hit statistics.
+* `PrefixCache[H, L]` is the three together: what every cache is and every scheduler needs.
+  Schedulers hold an `AnyPrefixCache` (`PrefixCache[Any, Any]`): they never open a handle.
 * Optional capabilities, each its own protocol, which a cache declares when it has them:
   `DecodeRunAllocation` (a whole decode run in one call), `PrefixOrder` (SGLang's dfs-weight
   order over the cache's prefix structure), `RecencyRefresh` (`touch`).
 
 Each cache class names the protocols it implements as its bases (mypy then checks it implements
-every member); `ApcCache`: PrefixCache, DecodeRunAllocation, PrefixOrder; `RadixCache`: those and
-RecencyRefresh. A disabled cache (`prefix_caching=false`) is the same class with `enabled` False.
+every member, with its own handle types). A disabled cache (`prefix_caching=false`) is the same
+class with `enabled` False.
 
 Where an upstream scheduler relies on a behaviour of its own cache, the protocol names it:
 
@@ -34,26 +37,40 @@ reserved (vLLM's null block, SGLang's dummy slot/page 0) and never handed out, s
 `block_table(seq)[j // block_size] * block_size + j % block_size`. Radix with page 1 uses
 `block_size == 1`, so its block table is SGLang's `req_to_token` row of slot ids.
 
+Incremental addressing. The real executor keeps every running table on its device and never
+rebuilds one: a cache records in `table_journal` (engines/cache/addressing.py) the first block
+index it appends or rewrites for a sequence, and each release; the executor copies only
+`block_ids_from(seq_id, first)`. A table is append-only while held except where a cache rewrites
+it (radix `commit` points the row at the tree's slots), and that too is journaled.
+
 Write-before-read. Blocks may become matchable before the forward pass fills them (APC caches at
 allocation). The executor stores every new K/V of a step before any attention of that step reads.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence as Sequence_
+from typing import Any, Protocol, runtime_checkable
 
-from engines.cache.records import Allocation, CacheLock, CacheStats, CacheUsage, PrefixMatch
+import numpy as np
+
+from engines.cache.addressing import TableJournal
+
+# H: a design's match handle (APC: the hit blocks; radix: the last matched node); L: its lock (APC:
+# the referenced blocks; radix: a TreeLock)
+from engines.cache.records import Allocation, CacheStats, CacheUsage, H, L, PrefixMatch
 from engines.sequence import Sequence
 
 
 @runtime_checkable
-class ReuseIndex(Protocol):
-    """The reuse structure: which leading tokens of a request are cached, and keeping them so."""
+class ReuseIndex(Protocol[H, L]):
+    """The reuse side: which leading tokens of a request are cached, keeping them so, and the
+    structure's size and integrity (mini-sglang's match, lock, insert, evict, reset, size, check)."""
 
     enabled: bool
     matchable_at_allocation: bool  # see the module docstring
 
-    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
+    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch[H]:
         """Longest reusable cached prefix of `seq.token_ids` (prompt plus any output so far).
 
         capped: apply the last-token rule (reuse at most num_tokens - 1; APC block-aligned, radix
@@ -62,11 +79,11 @@ class ReuseIndex(Protocol):
         """
         ...
 
-    def lock(self, match: PrefixMatch) -> CacheLock:
+    def lock(self, match: PrefixMatch[H]) -> L:
         """Protect a matched prefix from eviction until `unlock`; returns the lock."""
         ...
 
-    def unlock(self, lock: CacheLock) -> None: ...
+    def unlock(self, lock: L) -> None: ...
 
     def commit(self, seq: Sequence, num_tokens: int) -> None:
         """Make the first `num_tokens` of `seq` (computed KV) matchable, page/block-aligned."""
@@ -76,6 +93,23 @@ class ReuseIndex(Protocol):
         """Make `num_tokens` allocatable without evicting at allocation time; evicts exactly the
         shortfall (radix: whole leaves). A cache that evicts lazily when it allocates (APC: the
         free queue's head) does nothing."""
+        ...
+
+    def usage(self) -> CacheUsage:
+        """Occupancy in tokens (mini-sglang's size_info): available, evictable, protected."""
+        ...
+
+    def check_integrity(self) -> None:
+        """Raise CacheIntegrityError unless every accounting invariant of the spec holds.
+
+        At minimum: APC free + held == usable blocks; radix available + evictable + protected ==
+        capacity and evictable + protected == tree total.
+        """
+        ...
+
+    def reset(self) -> bool:
+        """Flush every cached entry; refuse (return False, change nothing) while a request holds
+        KV. Counters restart at zero on success."""
         ...
 
 
@@ -89,10 +123,21 @@ class BlockTables(Protocol):
         """Block ids covering the tokens of `seq` that have KV allocated, in order."""
         ...
 
+    # Incremental addressing (engines/cache/addressing.py): the real executor keeps the tables
+    # on its device and copies only what the journal says changed.
+    table_journal: TableJournal  # where the cache records writes and releases of tables
+
+    def block_ids_from(self, seq_id: str, start: int) -> Sequence_[int] | np.ndarray:
+        """`block_table(seq)[start:]` of the running sequence `seq_id`, without building the
+        whole table (an int list or int array)."""
+        ...
+
 
 @runtime_checkable
-class KVOwner(BlockTables, Protocol):
-    """The KV blocks/slots: who holds which, and what is left (and where they are)."""
+class KVOwner(BlockTables, Protocol[H, L]):
+    """The allocation side: the KV blocks/slots, who holds which, what is left (and, through
+    `BlockTables`, where they are). `allocate` adopts a match and takes over a lock of the same
+    design, hence the handle types."""
 
     num_blocks: int  # pool blocks including the reserved block 0
 
@@ -111,7 +156,7 @@ class KVOwner(BlockTables, Protocol):
         ...
 
     def allocate(
-        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+        self, items: list[Allocation[H, L]], *, decode: bool = False, budgeted: bool = False
     ) -> bool:
         """KV for every item, in order, evicting the shortfall. One item is all-or-nothing: False
         changes nothing. Several items are one batch (one eviction for the total, as SGLang's
@@ -133,12 +178,10 @@ class KVOwner(BlockTables, Protocol):
         """`release` of several requests as one free group (SGLang's decode-step release)."""
         ...
 
-    def usage(self) -> CacheUsage: ...
-
 
 @runtime_checkable
 class CacheBookkeeping(Protocol):
-    """Statistics, integrity and flushing: what the harness asks of a cache between steps."""
+    """The design's name and its hit statistics: what the harness reads of a cache between steps."""
 
     name: str
 
@@ -151,24 +194,17 @@ class CacheBookkeeping(Protocol):
 
     def stats(self) -> CacheStats: ...
 
-    def check_integrity(self) -> None:
-        """Raise CacheIntegrityError unless every accounting invariant of the spec holds.
-
-        At minimum: APC free + held == usable blocks; radix available + evictable + protected ==
-        capacity and evictable + protected == tree total.
-        """
-        ...
-
-    def reset(self) -> bool:
-        """Flush every cached entry; refuse (return False, change nothing) while a request holds
-        KV. Counters restart at zero on success."""
-        ...
-
 
 @runtime_checkable
-class PrefixCache(ReuseIndex, KVOwner, CacheBookkeeping, Protocol):
+class PrefixCache(ReuseIndex[H, L], KVOwner[H, L], CacheBookkeeping, Protocol[H, L]):
     """The operations that define a prefix cache, beyond each design's upstream-native API: the
-    reuse index, KV ownership and bookkeeping together."""
+    reuse side, the addressing and allocation side, and the hit statistics together."""
+
+
+# A cache of any design, as a scheduler or the engine holds it, and what it asks of one: handles
+# pass through unopened.
+AnyPrefixCache = PrefixCache[Any, Any]
+AnyAllocation = Allocation[Any, Any]
 
 
 @runtime_checkable
@@ -183,7 +219,7 @@ class DecodeRunAllocation(Protocol):
         ...
 
     def allocate_decode_run(
-        self, items: list[Allocation], num_steps: int, matchable_lag: int
+        self, items: list[Allocation[Any, Any]], num_steps: int, matchable_lag: int
     ) -> None:
         """Exactly what `num_steps` successive `allocate(step_items, decode=True, budgeted=True)`
         calls of one token per item would do (same blocks, same evictions, same cached keys),
@@ -204,7 +240,7 @@ class PrefixOrder(Protocol):
     """Capability: the `dfs-weight` waiting-queue policy's walk over the prefix structure."""
 
     def dfs_weight_order(
-        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch[Any]]
     ) -> list[Sequence]:
         """SGLang's dfs-weight order of `queue` over this cache's prefix structure, given each
         request's uncapped match: heavier subtrees first, post-order, unmatched requests last."""

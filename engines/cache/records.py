@@ -1,21 +1,20 @@
 """The records the cache protocols (engines/cache/protocol.py) pass and return.
 
-A match and its opaque handle, a lock, an allocation request, the native counters and the
+A match and its handle, an allocation request, the native counters and the
 occupancy, and the error an accounting check raises. No behaviour lives here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NewType
+from typing import Generic, TypeVar
 
 from engines.sequence import Sequence
 
-# Opaque to schedulers: only the cache that made one reads it (APC: the hit blocks; radix: the last
-# matched node). A NewType so that a scheduler can pass a handle back but never forge one.
-MatchHandle = NewType("MatchHandle", object)
-# What `ReuseIndex.lock` returns and `unlock` takes (APC: the touched blocks; radix: a TreeLock).
-CacheLock = NewType("CacheLock", object)
+# A design's match handle and lock types (engines/cache/protocol.py `PrefixCache[H, L]`): only the
+# cache that made one reads it; a scheduler passes it back unopened.
+H = TypeVar("H")
+L = TypeVar("L")
 
 
 class CacheIntegrityError(AssertionError):
@@ -23,8 +22,8 @@ class CacheIntegrityError(AssertionError):
 
 
 @dataclass(frozen=True)
-class PrefixMatch:
-    """Result of a lookup: `num_tokens` reusable leading tokens plus an opaque handle.
+class PrefixMatch(Generic[H]):
+    """Result of a lookup: `num_tokens` reusable leading tokens plus the design's handle.
 
     `num_tokens` already applies the design's granularity and the last-token rule (at most
     `num_tokens - 1` of the sequence when the lookup is capped). The handle is what admission
@@ -32,7 +31,7 @@ class PrefixMatch:
     """
 
     num_tokens: int
-    handle: MatchHandle | None = None
+    handle: H
 
 
 @dataclass
@@ -88,7 +87,7 @@ class CacheUsage:
 
 
 @dataclass(frozen=True)
-class Allocation:
+class Allocation(Generic[H, L]):
     """KV for `num_new_tokens` more tokens of `seq` (its first `seq.num_computed_tokens` have KV).
 
     adopt: on admission, the matched prefix the request takes over (its tokens become the head of
@@ -103,7 +102,7 @@ class Allocation:
 
     seq: Sequence
     num_new_tokens: int
-    adopt: PrefixMatch | None = None
-    lock: CacheLock | None = None
+    adopt: PrefixMatch[H] | None = None
+    lock: L | None = None
     whole_sequence_must_fit: bool = False
     matchable_limit: int | None = None

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 # The names of torch dtypes a model may run in. Strings, so a config (and a simulated run, which
 # has no model to run) never imports torch: that import alone is ~2.5 s on a 2-core CPU.
 DTYPES = ("float32", "float16", "bfloat16")
+INIT_DEVICES = ("cpu", "target")  # where random weights are drawn (ModelConfig.init_device)
 
 
 @dataclass
@@ -39,6 +40,10 @@ class ModelConfig:
     dtype: str = "float32"  # float32 | float16 | bfloat16
     weights: str = "random"  # random | smollm2
     seed: int = 0
+    # Where random weights are drawn: "cpu" (the default: the same values on every device) or
+    # "target" (on the device the model runs on: an 8B shape builds in seconds on a GPU; the
+    # values then follow that device's generator).
+    init_device: str = "cpu"
     # The tokenizer whose vocabulary the ids are (a workloads.tokenizer name), for models that
     # take text; None: a made-up vocabulary, token ids only.
     tokenizer: str | None = None
@@ -80,6 +85,10 @@ class ModelConfig:
             )
         if self.dtype not in DTYPES:
             raise BadInput(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.init_device not in INIT_DEVICES:
+            raise BadInput(
+                f"model.init_device must be one of {', '.join(INIT_DEVICES)}, got {self.init_device!r}"
+            )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise BadInput(f"model.seed must be an integer, got {self.seed!r}")
         if self.tokenizer is not None and (

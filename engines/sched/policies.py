@@ -13,16 +13,16 @@ on a disabled cache, and `lpm` above `lpm_fallback_queue_len` waiting requests (
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from engines.cache.protocol import PrefixCache, PrefixOrder
+from engines.cache.protocol import AnyPrefixCache, PrefixOrder
 from engines.cache.records import PrefixMatch
 from engines.errors import BadInput
 from engines.registry import Registry
 from engines.sequence import Sequence
 
-Matches = dict[str, PrefixMatch]
-Order = Callable[[list[Sequence], Matches, set[str], PrefixCache], list[Sequence]]
+Matches = dict[str, PrefixMatch[Any]]
+Order = Callable[[list[Sequence], Matches, set[str], AnyPrefixCache], list[Sequence]]
 
 
 class PolicySpec(NamedTuple):
@@ -37,7 +37,7 @@ def _cap(seq: Sequence) -> int:
 
 
 def lpm_order(
-    queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: PrefixCache
+    queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: AnyPrefixCache
 ) -> list[Sequence]:
     def sort_key(seq: Sequence) -> float:
         if seq.seq_id in deprioritized:
@@ -48,7 +48,7 @@ def lpm_order(
 
 
 def dfs_weight(
-    queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: PrefixCache
+    queue: list[Sequence], matches: Matches, deprioritized: set[str], cache: AnyPrefixCache
 ) -> list[Sequence]:
     if not isinstance(cache, PrefixOrder):
         raise BadInput(
@@ -63,12 +63,12 @@ POLICIES.add("lpm", PolicySpec(cache_aware=True, falls_back=True, order=lpm_orde
 POLICIES.add("dfs-weight", PolicySpec(cache_aware=True, falls_back=False, order=dfs_weight))
 
 
-def is_active(spec: PolicySpec, cache: PrefixCache, num_waiting: int, fallback_len: int) -> bool:
+def is_active(spec: PolicySpec, cache: AnyPrefixCache, num_waiting: int, fallback_len: int) -> bool:
     """Whether a cache-aware pass runs this round (else the queue keeps its order)."""
     if not spec.cache_aware or not cache.enabled:
         return False
     return not (spec.falls_back and num_waiting > fallback_len)
 
 
-def uncapped_matches(cache: PrefixCache, queue: list[Sequence]) -> Matches:
+def uncapped_matches(cache: AnyPrefixCache, queue: list[Sequence]) -> Matches:
     return {seq.seq_id: cache.match(seq, capped=False) for seq in queue}

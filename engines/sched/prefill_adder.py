@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple
 
-from engines.cache.protocol import PrefixCache
+from engines.cache.protocol import AnyPrefixCache
 from engines.cache.records import PrefixMatch
 from engines.sequence import Sequence
 
@@ -32,14 +32,14 @@ class Admitted(NamedTuple):
     seq: Sequence
     prefix_len: int
     extend_len: int
-    match: PrefixMatch | None  # None for a chunk continuation (it keeps its own state)
+    match: PrefixMatch[Any] | None  # None for a chunk continuation (it keeps its own state)
     lock: Any
 
 
 class PrefillAdder:
     def __init__(
         self,
-        cache: PrefixCache,
+        cache: AnyPrefixCache,
         running: list[Sequence],
         new_token_ratio: float,
         rem_input_tokens: int,
@@ -106,7 +106,7 @@ class PrefillAdder:
         self._update_prefill_budget(0, extend, reserved)
         return seq if truncated else None
 
-    def add_one_req(self, seq: Sequence, match: PrefixMatch) -> AddReqResult:
+    def add_one_req(self, seq: Sequence, match: PrefixMatch[Any]) -> AddReqResult:
         prefix_len = match.num_tokens
         extend = seq.num_tokens - prefix_len
         p = self.page_size

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from engines.cache.protocol import PrefixCache
+from engines.cache.protocol import AnyPrefixCache
 
 if TYPE_CHECKING:
     from engines.sched.prefill_adder import Admitted
@@ -30,7 +30,7 @@ class PrefillBatchStats(NamedTuple):
 
 
 def record_prefill(
-    cache: PrefixCache, can_run_list: list[Admitted], retracted: dict[str, int]
+    cache: AnyPrefixCache, can_run_list: list[Admitted], retracted: dict[str, int]
 ) -> PrefillBatchStats:
     """Count one prefill batch of `Admitted` entries in the cache's stats; return its log-line
     figures."""

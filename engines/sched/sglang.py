@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.protocol import DecodeRunAllocation, PrefixCache
+from engines.cache.protocol import AnyPrefixCache, DecodeRunAllocation
 from engines.cache.records import Allocation, CacheIntegrityError
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
@@ -38,7 +38,7 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600
 class SglangScheduler(Scheduler):
     def __init__(
         self,
-        cache: PrefixCache,
+        cache: AnyPrefixCache,
         policy: str = "fcfs",
         *,
         max_prefill_tokens: int = 16384,

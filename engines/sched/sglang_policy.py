@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.protocol import PrefixCache, RecencyRefresh
+from engines.cache.protocol import AnyPrefixCache, RecencyRefresh
 from engines.cache.radix.hooks import request_key
 from engines.cache.radix.recency import LogicalClock
 from engines.cache.radix.tree import UnifiedRadixTree
@@ -26,7 +26,7 @@ class SglangPolicy:
     def __init__(
         self,
         name: str,
-        cache: PrefixCache,
+        cache: AnyPrefixCache,
         lpm_fallback_queue_len: int = 128,
         in_batch_check_threshold: int = 32,
         in_batch_deprioritize_threshold: int = 32,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.protocol import DecodeRunAllocation, PrefixCache
+from engines.cache.protocol import AnyAllocation, AnyPrefixCache, DecodeRunAllocation
 from engines.cache.records import Allocation
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
@@ -26,7 +26,7 @@ from engines.sequence import SeqStatus, Sequence
 class VllmScheduler(Scheduler):
     def __init__(
         self,
-        cache: PrefixCache,
+        cache: AnyPrefixCache,
         *,
         policy: str = "fcfs",
         reserve_full_prompt: bool = True,
@@ -80,7 +80,7 @@ class VllmScheduler(Scheduler):
             if num_new <= 0:
                 i += 1
                 continue
-            item = Allocation(
+            item: AnyAllocation = Allocation(
                 seq, num_new, matchable_limit=self._known_tokens.pop(seq.seq_id, None)
             )
             while not (ok := self.cache.allocate([item])):
@@ -114,7 +114,7 @@ class VllmScheduler(Scheduler):
                 self._record(seq, num_hit)
             num_computed = seq.num_computed_tokens + num_hit
             num_new = min(seq.num_tokens - num_computed, token_budget)
-            item = Allocation(
+            item: AnyAllocation = Allocation(
                 seq, num_new, adopt=match, whole_sequence_must_fit=self.reserve_full_prompt
             )
             if not cache.allocate([item]):
@@ -178,7 +178,7 @@ class VllmScheduler(Scheduler):
     def apply_decode_run(self, run: DecodeRun, num_steps: int) -> None:
         """Each step of the run allocates one token per request under the known-token cap; under
         async scheduling step s >= 1 caps at the tokens known when step s - 1 was planned."""
-        items = [
+        items: list[AnyAllocation] = [
             Allocation(seq, 1, matchable_limit=self._known_tokens.pop(seq.seq_id, None))
             for seq in run.seqs
         ]

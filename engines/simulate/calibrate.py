@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from engines.attention.backend import get_attention_backend
+from engines.cache.addressing import TableJournal
 from engines.clock import WallClock
 from engines.kv_pool import KVPool
 from engines.model.config import ModelConfig
@@ -87,14 +88,19 @@ class _ContiguousLayout:
         self.block_size = block_size
         self._tables: dict[str, list[int]] = {}
         self._next_block = 1  # block 0 is reserved
+        self.table_journal = TableJournal(enabled=True)
 
     def place(self, seq: Sequence) -> None:
         num_blocks = -(-seq.num_tokens // self.block_size)
         self._tables[seq.seq_id] = list(range(self._next_block, self._next_block + num_blocks))
         self._next_block += num_blocks
+        self.table_journal.write(seq.seq_id, 0)
 
     def block_table(self, seq: Sequence) -> list[int]:
         return self._tables[seq.seq_id]
+
+    def block_ids_from(self, seq_id: str, start: int) -> list[int]:
+        return self._tables[seq_id][start:]
 
 
 def _plan(

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from engines.cache.protocol import PrefixCache
+from engines.cache.protocol import AnyPrefixCache
 from engines.clock import VirtualClock
 from engines.errors import BadInput
 from engines.executor import DecodeRunResult, ExecutorContext
@@ -47,7 +47,7 @@ class HostMarkClock(VirtualClock):
 @dataclass
 class SimulatedExecutor:
     cost_model: CostModel
-    cache: PrefixCache
+    cache: AnyPrefixCache
     # Advance pure-decode stretches as one macro-step (engine.decode_runs; off when host time is
     # charged, since that is measured per step).
     decode_runs: bool = True

@@ -52,6 +52,7 @@ class ServedModel:
     codec: TextCodec | None  # None: token-id prompts only
     created: int  # unix time the server started (the model card's `created`)
     version: str  # the project's version (GET /version)
+    worker_tag: str | None = None  # each reply's system_fingerprint (docs/fleet.md §5)
 
 
 def build_app(thread: EngineThread, model: ServedModel) -> Starlette:
@@ -69,6 +70,7 @@ def build_app(thread: EngineThread, model: ServedModel) -> Starlette:
         routes=[
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/model_info", routes.model_info, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
             Route("/version", routes.version, methods=["GET"]),
             Route("/metrics", routes.metrics, methods=["GET"]),
@@ -94,6 +96,13 @@ class _Routes:
         self.thread, self.model = thread, model
 
     # ---------------------------------------------------------------- small routes
+    async def model_info(self, request: Request) -> Response:
+        """SGLang's worker metadata: sglang-router files a worker under the model it names
+        (docs/fleet.md §5), else under "unknown" and refuses requests naming the model."""
+        m = self.model
+        info = {"model_path": m.name, "tokenizer_path": None, "is_generation": True}
+        return JSONResponse({**info, "served_model_name": m.name})
+
     async def health(self, request: Request) -> Response:
         if self.thread.failure is not None:
             return PlainTextResponse(f"engine failed: {self.thread.failure}", status_code=503)
@@ -326,4 +335,7 @@ class _Reply:
         return self._envelope(choices, self.usage(self.last_finished))
 
     def _envelope(self, choices: list[dict], usage: dict | None) -> dict:
-        return api.completion(self.req.request_id, self.created, self.model.name, choices, usage)
+        out = api.completion(self.req.request_id, self.created, self.model.name, choices, usage)
+        if self.model.worker_tag is not None:
+            out["system_fingerprint"] = self.model.worker_tag
+        return out

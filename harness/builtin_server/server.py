@@ -73,6 +73,8 @@ def check_serve_config(cfg: ServeConfig) -> None:
     require_int("step_log_size", cfg.step_log_size, 1, 10**8)
     require_int("threads", cfg.threads, 1, 1024)
     require_number("timeout_graceful_shutdown_s", cfg.timeout_graceful_shutdown_s, 86_400)
+    if cfg.worker_tag is not None and not cfg.worker_tag:
+        raise BadInput("worker_tag must be a non-empty name or null")
     if cfg.log_level not in LOG_LEVELS:
         raise BadInput(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {cfg.log_level!r}")
 
@@ -106,6 +108,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         codec=load_codec(cfg.model.tokenizer),
         created=int(time.time()),
         version=_version(),
+        worker_tag=cfg.worker_tag,
     )
     thread = EngineThread(
         engine,

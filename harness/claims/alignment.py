@@ -8,7 +8,7 @@ block-aligned part of the request's shared prefix; radix at page 1 shows what al
 from __future__ import annotations
 
 from harness.claims import keys
-from harness.claims.arms import ARMS, H100_8B
+from harness.claims.arms import APC, ARMS, H100_8B, RADIX
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 from harness.claims.requests import reusable_tokens
@@ -30,7 +30,8 @@ WORKLOADS = {  # name -> overrides; shared lengths 100 (system prompt) and 32 + 
     "rag": ("workload=rag", "workload.doc_len=100", "workload.system_prompt_len=40"),
     "parallel": ("workload=parallel",),
 }
-ARM_NAMES = ("apc", "radix", "radix-p16")
+ARM_NAMES = (APC, RADIX, f"{RADIX}-p16")
+PARTIAL = f"{APC}_partial_block_hits"  # APC requests that reused part of a block
 
 
 def measure(ctx: Context) -> Finding:
@@ -43,7 +44,7 @@ def measure(ctx: Context) -> Finding:
             )
             tables[w, a] = (res.requests, keys.value(res.summary, keys.HIT_RATE))
     rows = [_row(w, tables) for w in names]
-    partial = sum(r["apc_partial_block_hits"] for r in rows)
+    partial = sum(r[PARTIAL] for r in rows)
     lost = max(r["lost_to_alignment"] for r in rows)
     if partial:
         verdict = FAILS
@@ -53,7 +54,8 @@ def measure(ctx: Context) -> Finding:
         verdict = undecided("no workload had reuse beyond the block-aligned prefix")
     result = (
         "; ".join(
-            f"{r['workload']}: apc {r['apc']:.1%}, radix p1 {r['radix']:.1%}, radix p16 {r['radix-p16']:.1%}, "
+            f"{r['workload']}: {APC} {r[APC]:.1%}, {RADIX} p1 {r[RADIX]:.1%}, "
+            f"{RADIX} p16 {r[ARM_NAMES[2]]:.1%}, "
             f"lost to alignment {r['lost_to_alignment']:.1%} of prompt tokens"
             for r in rows
         )
@@ -76,19 +78,19 @@ def measure(ctx: Context) -> Finding:
 
 
 def _row(workload: str, tables: dict) -> dict:
-    apc, _ = tables[workload, "apc"]
-    radix, _ = tables[workload, "radix"]
+    apc, _ = tables[workload, APC]
+    radix, _ = tables[workload, RADIX]
     reusable = reusable_tokens(apc)
     aligned = (reusable // BLOCK) * BLOCK
     partial = int(((apc["cached_tokens"] % BLOCK != 0) | (apc["cached_tokens"] > aligned)).sum())
     prompt = int(apc["prompt_tokens"].sum())
-    merged = apc.merge(radix, on="request_id", suffixes=("_apc", "_radix"))
-    lost = (merged["cached_tokens_radix"] - merged["cached_tokens_apc"]).clip(
+    merged = apc.merge(radix, on="request_id", suffixes=(f"_{APC}", f"_{RADIX}"))
+    lost = (merged[f"cached_tokens_{RADIX}"] - merged[f"cached_tokens_{APC}"]).clip(
         lower=0
     ).sum() / prompt
     row = {
         "workload": workload,
-        "apc_partial_block_hits": partial,
+        PARTIAL: partial,
         "lost_to_alignment": float(lost),
     }
     row.update({a: tables[workload, a][1] for a in ARM_NAMES})

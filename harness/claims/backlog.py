@@ -8,7 +8,7 @@ waiting queue holds many groups at once, which is when the order of admission ca
 from __future__ import annotations
 
 from harness.claims import keys
-from harness.claims.arms import H100_8B
+from harness.claims.arms import H100_8B, RADIX, engine
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends
 
@@ -27,7 +27,7 @@ def measure(ctx: Context) -> Finding:
         "workload.system_prompt_len=256",
         "workload.question_len=32",
         "workload.output_len=32",
-        "engine=radix",
+        engine(RADIX),
         "engine.max_num_seqs=8",
     )
     rows = []

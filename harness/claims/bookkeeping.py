@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 
+from engines.cache import apc
 from engines.cache.apc.block import FreeKVCacheBlockQueue, KVCacheBlock
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
@@ -52,7 +53,7 @@ def measure(ctx: Context) -> Finding:
         f"{base_growth:.1f}x"
     )
     return Finding(
-        setup=f"engines/cache/apc/block.py FreeKVCacheBlockQueue vs collections.deque, pools of "
+        setup=f"{apc.DESIGN.source}block.py FreeKVCacheBlockQueue vs collections.deque, pools of "
         f"{', '.join(f'{n:,}' for n in sizes)} blocks, {OPS} x (middle removal, tail append, head pop); this "
         "CPU, process time",
         measured="CPU time per operation, median of 5 repeats",

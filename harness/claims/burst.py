@@ -9,8 +9,9 @@ SGLang's front stage on (its n > 1 prefix request and batch precache recover som
 
 from __future__ import annotations
 
+from engines.config import UPSTREAM_SCHEDULER
 from harness.claims import keys
-from harness.claims.arms import H100_8B, cross_arms_missing
+from harness.claims.arms import APC, H100_8B, RADIX, cross_arms_missing, engine
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, not_measurable
 from harness.claims.tree_reuse import PRESETS
@@ -82,8 +83,11 @@ def _row(ctx: Context, workload: str, budget: int) -> dict:
             FOLDER, f"{workload}-b{budget}-{cache}-{sched}", (*base, f"engine={preset}", *front)
         )
         hits[f"{cache}+{sched}"] = keys.value(s.summary, keys.HIT_RATE)
-    s = ctx.run(FOLDER, f"{workload}-b{budget}-radix-front", (*base, "engine=radix"))
-    others = max(v for k, v in hits.items() if k != "apc+vllm")
-    lead = hits["apc+vllm"] - others
-    hits["radix+sglang, SGLang front stage"] = keys.value(s.summary, keys.HIT_RATE)
+    s = ctx.run(FOLDER, f"{workload}-b{budget}-{RADIX}-front", (*base, engine(RADIX)))
+    shipped = f"{APC}+{UPSTREAM_SCHEDULER[APC]}"  # the one cell that shares within a step
+    others = max(v for k, v in hits.items() if k != shipped)
+    lead = hits[shipped] - others
+    hits[f"{RADIX}+{UPSTREAM_SCHEDULER[RADIX]}, SGLang front stage"] = keys.value(
+        s.summary, keys.HIT_RATE
+    )
     return {"workload": workload, "budget": budget, "hits": hits, "lead": lead}

@@ -9,16 +9,17 @@ granularity.
 from __future__ import annotations
 
 from harness.claims import keys
-from harness.claims.arms import H100_8B
+from harness.claims.arms import APC, H100_8B, RADIX, engine
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
 
 FOLDER = "13-eviction"
 POINTS = 0.02
+RADIX_P16 = f"{RADIX} p16"  # the tree at the hash cache's granularity
 ARMS = {
-    "apc": ("engine=apc",),
-    "radix p1": ("engine=radix",),
-    "radix p16": ("engine=radix", "engine.block_size=16"),
+    APC: (engine(APC),),
+    f"{RADIX} p1": (engine(RADIX),),
+    RADIX_P16: (engine(RADIX), "engine.block_size=16"),
 }
 WORKLOAD = (
     "workload=multiturn",
@@ -48,11 +49,11 @@ def measure(ctx: Context) -> Finding:
             row[name] = keys.value(s, keys.HIT_RATE)
             row[f"{name} evicted"] = int(keys.value(s, "evicted_tokens"))
         rows.append(row)
-    evicting = [r for r in rows if r["apc evicted"] or r["radix p16 evicted"]]
+    evicting = [r for r in rows if r[f"{APC} evicted"] or r[f"{RADIX_P16} evicted"]]
     if not evicting:
         verdict = undecided("no capacity evicted anything")
     else:
-        ahead = [r["radix p16"] - r["apc"] >= POINTS for r in evicting]
+        ahead = [r[RADIX_P16] - r[APC] >= POINTS for r in evicting]
         verdict = HOLDS if all(ahead) else FAILS if not any(ahead) else depends("the capacity")
     result = "; ".join(
         f"{r['capacity']} KV tokens: "

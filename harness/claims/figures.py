@@ -7,28 +7,13 @@ from pathlib import Path
 from matplotlib.figure import Figure as MplFigure
 
 from harness.claims.record import Figure
-
-# One colour per series name in every claim figure; other names take the next palette colour.
-FIXED_COLORS = {
-    "apc": "#1f77b4",
-    "radix": "#d62728",
-    "radix-p16": "#ff7f0e",
-    "radix-lpm": "#e377c2",
-    "apc v024": "#1f77b4",
-    "apc classic": "#17becf",
-    "no salt": "#7f7f7f",
-    "salted": "#2ca02c",
-    "data structure": "#9467bd",
-    "scheduler": "#8c564b",
-}
-PALETTE = ("#bcbd22", "#e377c2", "#aec7e8", "#98df8a", "#c5b0d5")
+from harness.report.palette import series_colours
 
 
 def draw(spec: Figure, path: Path) -> None:
     """Groups along x, one bar per series, the reference as a dashed line with its label."""
     series = list(dict.fromkeys(s for values in spec.groups.values() for s in values))
-    extra = iter(PALETTE * 4)
-    colors = {s: FIXED_COLORS.get(s) or next(extra) for s in series}
+    colors = series_colours(series)  # the palette every figure shares
     fig = MplFigure(
         figsize=(max(5.0, 1.2 * len(spec.groups) * max(1, len(series)) ** 0.5 + 2), 3.4)
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.claims.arms import ARMS, H100_8B
+from harness.claims.arms import APC, ARMS, H100_8B, RADIX
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 from harness.claims.requests import reusable_tokens
@@ -22,17 +22,18 @@ CAPACITIES = (1024, 1536, 2048, 3072)  # KV tokens; one user's last turn needs u
 MECHANISM = 0.01  # tail-first must beat the head-first control by 1 point somewhere
 # Pinned to v024's defaults so that the free order is the only difference between the apc arms.
 PINNED = ("engine.reserve_full_prompt=true", "engine.async_scheduling=true")
+V024, CLASSIC, HEAD_FIRST = f"{APC} v024", f"{APC} classic", f"{APC} head-first"
 VARIANTS = {
-    "apc v024": (*ARMS["apc"], "engine.free_order=v024", *PINNED),
-    "apc classic": (*ARMS["apc"], "engine.free_order=classic", *PINNED),
+    V024: (*ARMS[APC], "engine.free_order=v024", *PINNED),
+    CLASSIC: (*ARMS[APC], "engine.free_order=classic", *PINNED),
     # the counterfactual control: same pool, each table freed head first
-    "apc head-first": (
-        *ARMS["apc"],
+    HEAD_FIRST: (
+        *ARMS[APC],
         "engine.free_order=v024",
         *PINNED,
         "engine.free_direction=head_first",
     ),
-    "radix": ARMS["radix"],
+    RADIX: ARMS[RADIX],
 }
 
 
@@ -100,7 +101,7 @@ CLAIM = Claim(
 
 
 def _verdict(rows: list[dict]) -> str:
-    tail = [r for r in rows if r["variant"] in ("apc v024", "apc classic") and r["lost_prefix"]]
+    tail = [r for r in rows if r["variant"] in (V024, CLASSIC) and r["lost_prefix"]]
     if not tail:
         return undecided("no capacity evicted anything that a later request needed")
     if not all(r["head_survival"] >= SURVIVAL for r in tail):
@@ -108,9 +109,8 @@ def _verdict(rows: list[dict]) -> str:
     by = {(r["variant"], r["capacity"]): r for r in rows}
     gains = [
         max(
-            _nan0(by["apc v024", c]["head_survival"])
-            - _nan0(by["apc head-first", c]["head_survival"]),
-            by["apc v024", c]["history_reuse"] - by["apc head-first", c]["history_reuse"],
+            _nan0(by[V024, c]["head_survival"]) - _nan0(by[HEAD_FIRST, c]["head_survival"]),
+            by[V024, c]["history_reuse"] - by[HEAD_FIRST, c]["history_reuse"],
         )
         for c in CAPACITIES
     ]
@@ -133,8 +133,8 @@ def _describe(rows: list[dict]) -> str:
             f"{'/'.join(f'{h:.0%}' for h in r['per_turn'])})"
             for v, r in at.items()
         )
-        diff = at["apc v024"]["hit_rate"] - at["apc classic"]["hit_rate"]
-        ctl = at["apc v024"]["history_reuse"] - at["apc head-first"]["history_reuse"]
+        diff = at[V024]["hit_rate"] - at[CLASSIC]["hit_rate"]
+        ctl = at[V024]["history_reuse"] - at[HEAD_FIRST]["history_reuse"]
         parts.append(
             f"{c} KV tokens: {text}; v024 - classic {100 * diff:+.1f} points; own history tail-first - "
             f"head-first {100 * ctl:+.1f} points"

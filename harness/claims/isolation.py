@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from engines.cache import DESIGNS
 from harness.claims.arms import ARMS, H100_8B
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
@@ -29,7 +30,7 @@ WORKLOAD = (
 
 def measure(ctx: Context) -> Finding:
     rows = []
-    for design in ("apc", "radix"):
+    for design in DESIGNS.names():  # every design must isolate salted tenants
         salted = ctx.run(
             FOLDER,
             f"{design}-salted",

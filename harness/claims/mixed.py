@@ -8,7 +8,7 @@ scheduler differ between the arms; kernels, model and hardware are one cost mode
 from __future__ import annotations
 
 from harness.claims import keys
-from harness.claims.arms import ARMS, H100_70B_FP8
+from harness.claims.arms import APC, ARMS, H100_70B_FP8, RADIX
 from harness.claims.experiment import Context, has_option
 from harness.claims.record import Claim, Figure, Finding, not_measurable
 from harness.report.stats import mean_ci
@@ -40,8 +40,8 @@ def measure(ctx: Context) -> Finding:
         ci = mean_ci(ratios)
         interval = f" [{ci.low:.3f}, {ci.high:.3f}]" if ci.low is not None else f" (n={ci.n})"
         parts.append(
-            f"{name}: apc {sum(tput['apc']) / ci.n:,.0f} tok/s, radix {sum(tput['radix']) / ci.n:,.0f} "
-            f"tok/s; radix/apc {ci.mean:.3f}{interval}"
+            f"{name}: {APC} {sum(tput[APC]) / ci.n:,.0f} tok/s, "
+            f"{RADIX} {sum(tput[RADIX]) / ci.n:,.0f} tok/s; {RADIX}/{APC} {ci.mean:.3f}{interval}"
         )
     result = "; ".join(parts) + f" (claim: {CLAIMED_RATIO:.3f}; projections, not measurements)"
     figure = Figure(
@@ -82,7 +82,7 @@ CLAIM = Claim(
 
 def _ratios(ctx: Context, workload: str) -> tuple[list[float], dict[str, list[float]]]:
     ratios: list[float] = []
-    tput: dict[str, list[float]] = {"apc": [], "radix": []}
+    tput: dict[str, list[float]] = {APC: [], RADIX: []}
     for seed in range(ctx.size(1, 3)):
         for a in tput:
             overrides = (
@@ -95,5 +95,5 @@ def _ratios(ctx: Context, workload: str) -> tuple[list[float], dict[str, list[fl
             name = f"{workload.split('=')[1]}-{a}-seed{seed}"
             summary = ctx.run(FOLDER, name, overrides).summary
             tput[a].append(keys.value(summary, keys.OUTPUT_THROUGHPUT))
-        ratios.append(tput["radix"][-1] / tput["apc"][-1])
+        ratios.append(tput[RADIX][-1] / tput[APC][-1])
     return ratios, tput

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from engines.cache import DESIGNS
 from harness.claims.arms import ARMS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
@@ -73,7 +74,7 @@ def tolerance(dtype: str, num_layers: int, scale: float) -> float:
 def measure(ctx: Context) -> Finding:
     model = ctx.size("tiny", "smollm2-135m")
     names = ctx.size(("system_prompt",), tuple(WORKLOADS))
-    rows = [_compare(model, w, d) for w in names for d in ("apc", "radix")]
+    rows = [_compare(model, w, d) for w in names for d in DESIGNS.names()]
     wrong = sum(r["wrong_kv"] for r in rows)
     flips = sum(r["differing"] for r in rows)
     if wrong:

@@ -10,13 +10,16 @@ first and last sample.
 from __future__ import annotations
 
 from harness.claims import keys
-from harness.claims.arms import H100_8B
+from harness.claims.arms import APC, H100_8B, RADIX, engine
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends
 
 FOLDER = "12-parallel_n"
 SHARED = 1.25  # prefill at n = 16 within 1.25x of n = 1: the samples did share the prompt
-DESIGNS = {"apc (vLLM fan-out)": ("engine=apc",), "radix (SGLang front stage)": ("engine=radix",)}
+DESIGNS = {
+    f"{APC} (vLLM fan-out)": (engine(APC),),
+    f"{RADIX} (SGLang front stage)": (engine(RADIX),),
+}
 
 
 def measure(ctx: Context) -> Finding:

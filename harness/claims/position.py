@@ -7,7 +7,7 @@ designs: a prefix cache can only reuse what leads the prompt.
 from __future__ import annotations
 
 from harness.claims import keys
-from harness.claims.arms import ARMS, H100_8B
+from harness.claims.arms import APC, ARMS, H100_8B, RADIX
 from harness.claims.experiment import ArmResult, Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 
@@ -24,7 +24,7 @@ def layout_runs(
     return {
         layout: {
             a: ctx.run(folder, f"{w.split('=')[1]}-{a}", (*H100_8B, w, size, *extra, *ARMS[a]))
-            for a in ("apc", "radix")
+            for a in (APC, RADIX)
         }
         for layout, w in LAYOUTS.items()
     }

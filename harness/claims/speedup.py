@@ -9,12 +9,22 @@ the data structure's part (cache swapped under vLLM's scheduler) and the schedul
 from __future__ import annotations
 
 from harness.claims import keys
-from harness.claims.arms import H100_8B, arm, cross_arms_missing
+from harness.claims.arms import APC, H100_8B, RADIX, arm, cross, cross_arms_missing
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends
 
 FOLDER = "3-speedup"
 CLAIMED = 5.0
+APC_OFF, RADIX_OFF = f"{APC}-off", f"{RADIX}-off"
+RADIX_LPM, RADIX_LPM_OFF = f"{RADIX}-lpm", f"{RADIX}-lpm-off"  # SGLang's schedule of the time
+CROSS = f"{RADIX}+{cross(RADIX)}"  # the tree under the hash cache's scheduler
+
+
+def vs_apc(arm: str, caching: str) -> str:
+    """The key of `arm`'s throughput over apc's with caching `on` or `off` (claim 16 reads it)."""
+    return f"{arm}_vs_{APC}_{caching}"
+
+
 FEWSHOT = (
     "workload=fewshot",
     "workload.k_shots=5",
@@ -46,15 +56,7 @@ def speedup_rows(ctx: Context) -> tuple[list[dict], str | None]:
         "agent": ("workload.num_users=2", f"workload.num_rounds={ctx.size(2, 3)}"),
     }
     missing = cross_arms_missing()
-    arms = [
-        "apc",
-        "apc-off",
-        "radix",
-        "radix-off",
-        "radix-lpm",
-        "radix-lpm-off",
-        *([] if missing else ["radix+vllm"]),
-    ]
+    arms = [APC, APC_OFF, RADIX, RADIX_OFF, RADIX_LPM, RADIX_LPM_OFF, *([] if missing else [CROSS])]
     cpu = f"cpu-{ctx.size('tiny', 's')}"
     rows = []
     for w, overrides in workloads.items():
@@ -70,7 +72,7 @@ def speedup_rows(ctx: Context) -> tuple[list[dict], str | None]:
 def measure(ctx: Context) -> Finding:
     rows, missing = speedup_rows(ctx)
     gpu = [r for r in rows if r["setting"] == "h100-8b"]
-    best = max(max(r["radix"], r["radix-lpm"]) for r in gpu)
+    best = max(max(r[RADIX], r[RADIX_LPM]) for r in gpu)
     verdict = _verdict(best)
     tree = f" (no data-structure/scheduler split: {missing})" if missing else ""
     result = "; ".join(_describe(r) for r in rows) + tree
@@ -87,7 +89,7 @@ def measure(ctx: Context) -> Finding:
             "Throughput with caching over caching off",
             "speed-up (x)",
             {
-                f"{r['workload']}/{r['setting']}": {a: r[a] for a in ("apc", "radix", "radix-lpm")}
+                f"{r['workload']}/{r['setting']}": {a: r[a] for a in (APC, RADIX, RADIX_LPM)}
                 for r in rows
             },
             reference=CLAIMED,
@@ -122,20 +124,20 @@ def _speedups(ctx: Context, setting: str, workload: str, overrides: tuple, arms:
     row = {
         "setting": setting,
         "workload": workload,
-        "apc": tput["apc"] / tput["apc-off"],
-        "radix": tput["radix"] / tput["radix-off"],
-        "radix-lpm": tput["radix-lpm"] / tput["radix-lpm-off"],
-        "tree_share": (tput["radix"] / tput["radix-off"]) / (tput["apc"] / tput["apc-off"]),
+        APC: tput[APC] / tput[APC_OFF],
+        RADIX: tput[RADIX] / tput[RADIX_OFF],
+        RADIX_LPM: tput[RADIX_LPM] / tput[RADIX_LPM_OFF],
+        "tree_share": (tput[RADIX] / tput[RADIX_OFF]) / (tput[APC] / tput[APC_OFF]),
         # "5x does not transfer": the tree against today's vLLM with caching on, and against
         # vLLM with caching off (the claim's baseline)
-        "radix_vs_apc_on": tput["radix"] / tput["apc"],
-        "radix_vs_apc_off": tput["radix"] / tput["apc-off"],
-        "radix-lpm_vs_apc_on": tput["radix-lpm"] / tput["apc"],
-        "radix-lpm_vs_apc_off": tput["radix-lpm"] / tput["apc-off"],
+        vs_apc(RADIX, "on"): tput[RADIX] / tput[APC],
+        vs_apc(RADIX, "off"): tput[RADIX] / tput[APC_OFF],
+        vs_apc(RADIX_LPM, "on"): tput[RADIX_LPM] / tput[APC],
+        vs_apc(RADIX_LPM, "off"): tput[RADIX_LPM] / tput[APC_OFF],
     }
-    if "radix+vllm" in tput:
-        row["data_structure"] = tput["radix+vllm"] / tput["apc"]
-        row["scheduler"] = tput["radix"] / tput["radix+vllm"]
+    if CROSS in tput:
+        row["data_structure"] = tput[CROSS] / tput[APC]
+        row["scheduler"] = tput[RADIX] / tput[CROSS]
     return row
 
 
@@ -149,9 +151,9 @@ def _verdict(best: float) -> str:
 
 def _describe(r: dict) -> str:
     text = (
-        f"{r['workload']} {r['setting']}: apc {r['apc']:.2f}x, radix {r['radix']:.2f}x, radix-lpm "
-        f"{r['radix-lpm']:.2f}x; tree share (radix speed-up / apc speed-up) {r['tree_share']:.2f}x; radix on "
-        f"vs apc on {r['radix_vs_apc_on']:.2f}x, vs apc off {r['radix_vs_apc_off']:.2f}x"
+        f"{r['workload']} {r['setting']}: {APC} {r[APC]:.2f}x, {RADIX} {r[RADIX]:.2f}x, {RADIX_LPM} "
+        f"{r[RADIX_LPM]:.2f}x; tree share (radix speed-up / apc speed-up) {r['tree_share']:.2f}x; radix on "
+        f"vs apc on {r[vs_apc(RADIX, 'on')]:.2f}x, vs apc off {r[vs_apc(RADIX, 'off')]:.2f}x"
     )
     if "data_structure" in r:
         # an exact product: radix/apc = (radix+vllm/apc) x (radix/radix+vllm); not the tree share,

@@ -9,24 +9,26 @@ better schedule per workload: lpm (SGLang's policy when the 5x was measured) or 
 
 from __future__ import annotations
 
+from harness.claims.arms import APC, RADIX
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
-from harness.claims.speedup import speedup_rows
+from harness.claims.speedup import RADIX_LPM, speedup_rows, vs_apc
 
 GPU = "h100-8b"
-POLICIES = ("radix", "radix-lpm")  # fcfs (today's default) and lpm (the claim's time)
+POLICIES = (RADIX, RADIX_LPM)  # fcfs (today's default) and lpm (the claim's time)
+CACHING = ("on", "off")  # the apc baseline with caching on and off
 
 
 def _best(row: dict) -> str:
     """The radix arm that gains most over caching off (the claim's baseline)."""
-    return max(POLICIES, key=lambda a: row[f"{a}_vs_apc_off"])
+    return max(POLICIES, key=lambda a: row[vs_apc(a, "off")])
 
 
 def measure(ctx: Context) -> Finding:
     rows, _ = speedup_rows(ctx)
     gpu = [r for r in rows if r["setting"] == GPU]
-    on = {r["workload"]: r[f"{_best(r)}_vs_apc_on"] for r in gpu}
-    off = {r["workload"]: r[f"{_best(r)}_vs_apc_off"] for r in gpu}
+    on = {r["workload"]: r[vs_apc(_best(r), "on")] for r in gpu}
+    off = {r["workload"]: r[vs_apc(_best(r), "off")] for r in gpu}
     if max(off.values()) < 2.0:
         verdict = undecided("caching gains under 2x on both workloads: too little reuse to test it")
     elif max(on.values()) >= 3.0:
@@ -38,7 +40,8 @@ def measure(ctx: Context) -> Finding:
     result = "; ".join(
         f"{r['workload']} {r['setting']}: "
         + ", ".join(
-            f"{a} on / apc on {r[f'{a}_vs_apc_on']:.2f}x, {a} on / apc off {r[f'{a}_vs_apc_off']:.2f}x"
+            f"{a} on / {APC} on {r[vs_apc(a, 'on')]:.2f}x, "
+            f"{a} on / {APC} off {r[vs_apc(a, 'off')]:.2f}x"
             for a in POLICIES
         )
         + f" (better: {_best(r)})"
@@ -56,8 +59,7 @@ def measure(ctx: Context) -> Finding:
             "throughput ratio (x)",
             {
                 f"{r['workload']}/{r['setting']} ({_best(r)})": {
-                    "vs apc on": r[f"{_best(r)}_vs_apc_on"],
-                    "vs apc off": r[f"{_best(r)}_vs_apc_off"],
+                    f"vs {APC} {c}": r[vs_apc(_best(r), c)] for c in CACHING
                 }
                 for r in rows
             },
@@ -65,8 +67,8 @@ def measure(ctx: Context) -> Finding:
             reference_label="claim: 5x",
         ),
         details=[
-            {"workload": r["workload"], "setting": r["setting"], "radix": _best(r)}
-            | {k: r[f"{_best(r)}_{k}"] for k in ("vs_apc_on", "vs_apc_off")}
+            {"workload": r["workload"], "setting": r["setting"], RADIX: _best(r)}
+            | {f"vs_{APC}_{c}": r[vs_apc(_best(r), c)] for c in CACHING}
             for r in rows
         ],
     )

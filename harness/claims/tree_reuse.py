@@ -16,7 +16,7 @@ import json
 import pandas as pd
 
 from harness.claims import keys
-from harness.claims.arms import H100_8B, cross_arms_missing
+from harness.claims.arms import APC, H100_8B, RADIX, cross_arms_missing, engine, preset
 from harness.claims.effects import CONVENTION, Effects, effects
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, not_measurable
@@ -30,23 +30,20 @@ MAIN_FRACTION = 0.5
 # KV pressure: a quarter of the workload's distinct prompt content, but at least twice the
 # largest request (so every request still fits), in whole pages of 16.
 PRESSURE_SHARE = 0.25
+RADIX16 = f"{RADIX}16"  # the tree at the hash cache's granularity
 CACHES = {  # cache level -> overrides on top of the scheduler's engine preset
-    "apc": (),
-    "radix16": ("engine.block_size=16",),
-    "radix": (),
-}
-PRESETS = {  # (cache kind, scheduler) -> engine preset
-    ("apc", "vllm"): "apc",
-    ("apc", "sglang"): "apc_sglang",
-    ("radix", "vllm"): "radix_vllm",
-    ("radix", "sglang"): "radix",
+    APC: (),
+    RADIX16: ("engine.block_size=16",),
+    RADIX: (),
 }
 SCHEDULERS = ("vllm", "sglang")
+# (cache kind, scheduler) -> engine preset
+PRESETS = {(kind, sched): preset(kind, sched) for kind in (APC, RADIX) for sched in SCHEDULERS}
 
 
 def arm_overrides(cache: str, scheduler: str) -> tuple[str, ...]:
     """A cell of the grid: the cache level (apc | radix16 | radix) under a scheduler."""
-    kind = "apc" if cache == "apc" else "radix"
+    kind = APC if cache == APC else RADIX
     return (f"engine={PRESETS[kind, scheduler]}", *CACHES[cache])
 
 
@@ -142,7 +139,7 @@ def burst_rate(ctx: Context, workload: str) -> float:
     if done.is_file():  # measured for an earlier row of this invocation
         summary = json.loads(done.read_text())
     else:
-        summary = ctx.run(FOLDER, name, (*H100_8B, f"workload={workload}", "engine=apc")).summary
+        summary = ctx.run(FOLDER, name, (*H100_8B, f"workload={workload}", engine(APC))).summary
     return keys.value(summary, "request_throughput")
 
 
@@ -176,8 +173,8 @@ def _row(ctx: Context, workload: str, fraction: float, kv: int | None) -> dict:
             s = ctx.run(FOLDER, f"{tag}-{cache}-{sched}", over).summary
             cells[cache, sched] = keys.value(s, keys.HIT_RATE)
             evictions[f"{cache}+{sched}"] = int(keys.value(s, keys.EVICTIONS))
-    tree: Effects = effects(cells, ("apc", "radix16"), SCHEDULERS)
-    gran: Effects = effects(cells, ("radix16", "radix"), SCHEDULERS)
+    tree: Effects = effects(cells, (APC, RADIX16), SCHEDULERS)
+    gran: Effects = effects(cells, (RADIX16, RADIX), SCHEDULERS)
     return {
         "workload": workload,
         "rate_fraction": fraction,

@@ -7,12 +7,16 @@ token times are all virtual, and a real run's are on the wall clock.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from engines.engine import Engine
 from engines.records import RequestRecord
 from engines.request import CompletionRequest
 from harness.client.releases import ReleaseQueue
 from workloads.request import Request
+
+if TYPE_CHECKING:
+    from harness.fleet.fleet import Fleet
 
 
 def completion_request(req: Request, scripted: bool) -> CompletionRequest:
@@ -35,7 +39,7 @@ def completion_request(req: Request, scripted: bool) -> CompletionRequest:
 
 
 def drive(
-    engine: Engine,
+    engine: Engine | Fleet,
     requests: list[Request],
     *,
     scripted: bool = True,
@@ -43,7 +47,8 @@ def drive(
     on_finish: Callable[[RequestRecord], None] | None = None,
     program_batch: bool = False,
 ) -> list[RequestRecord]:
-    """Send `requests` on their schedule and step the engine until every one has finished.
+    """Send `requests` on their schedule and step the engine (or a fleet of them, harness/fleet)
+    until every one has finished.
     program_batch: requests released at the same instant go as one batch (`submit_batch`;
     harness/client/programs.py), otherwise one by one."""
     queue = ReleaseQueue(requests, max_concurrency)

@@ -51,6 +51,9 @@ def check_run_config(cfg: RunConfig) -> None:
         cfg.hardware.validate()
     if cfg.server is not None:
         cfg.server.validate()
+    cfg.fleet.validate()
+    if cfg.fleet.replicas > 1 and cfg.server is not None:
+        raise BadInput("fleet.replicas > 1 runs in-process engines; it cannot drive server=...")
     require_name("workload.name", cfg.workload.name)
     if cfg.label is not None:
         require_name("label", cfg.label)

@@ -19,6 +19,7 @@ from omegaconf import MISSING, OmegaConf
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from engines.model.presets import PRESETS
+from harness.fleet.config import FleetConfig
 from harness.live_server.config import ServerConfig
 from harness.results.identity import register_resolver
 
@@ -109,6 +110,7 @@ class RunConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     hardware: Any = None  # cost model of the simulated executor
     server: Any = None  # a live server as the target (harness/live_server/config.py ServerConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)  # N replicas behind a router
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy
     executor: str = "real"  # real | simulated
@@ -141,6 +143,9 @@ class ServeConfig:
     threads: int = 1  # torch CPU threads of the engine thread
     timeout_graceful_shutdown_s: float = 10.0  # SIGTERM: in-flight requests get this long
     log_level: str = "warning"  # uvicorn's
+    # A fleet behind a router (docs/fleet.md §5): each reply's `system_fingerprint` carries this
+    # tag, so the client learns which worker served it through any router. None: null, as vLLM.
+    worker_tag: str | None = None
 
 
 T = TypeVar("T")

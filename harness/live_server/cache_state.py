@@ -22,6 +22,8 @@ log = logging.getLogger("harness.live_server")
 class Counters:
     hits: float | None
     queries: float | None
+    steps: float | None = None  # engine steps (vLLM: its per-step histogram's count)
+    preemptions: float | None = None
     problem: str | None = None  # why a counter the server shows is not used (replies.counter)
 
 
@@ -46,13 +48,20 @@ async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
     or negative is not used, and the reason is kept."""
     samples = await metric_samples(client)
     values, problems = [], []
-    for names in (flavour.hit_counters, flavour.query_counters):
+    for names in (
+        flavour.hit_counters,
+        flavour.query_counters,
+        flavour.step_counters,
+        flavour.preemption_counters,
+    ):
         try:
-            values.append(replies.counter(prometheus.counter(samples, names), names[0]))
+            found = prometheus.counter(samples, names)
+            values.append(replies.counter(found, names[0]) if names else found)
         except BadReply as exc:
             values.append(None)
             problems.append(str(exc))
-    return Counters(values[0], values[1], "; ".join(problems) or None)
+    hits, queries, steps, preemptions = values
+    return Counters(hits, queries, steps, preemptions, "; ".join(problems) or None)
 
 
 async def settled_counters(client: ServerClient, flavour: Flavour, wait_s: float = 3.0) -> Counters:

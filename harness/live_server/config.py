@@ -1,7 +1,7 @@
 """ServerConfig: which live server a run drives and what the twin needs that it does not expose.
 
 Selected with `server=<vllm|sglang|openai>` (conf/server/*.yaml) plus overrides such as
-`server.url=http://127.0.0.1:8000`. `block_size` and `kv_capacity_tokens` are read from the
+`server.url=http://127.0.0.1:8421`. `block_size` and `kv_capacity_tokens` are read from the
 server where it exposes them (vLLM's /metrics `vllm:cache_config_info`); set them for servers
 that do not. `max_num_seqs` and `max_num_batched_tokens` are the server's scheduling limits,
 which no API reports: keep them equal to the flags it was started with.
@@ -19,7 +19,7 @@ from harness.live_server.replies import MAX_BLOCK_SIZE
 @dataclass
 class ServerConfig:
     flavour: str = "vllm"  # vllm | sglang | openai (harness/live_server/flavours.py)
-    url: str = "http://127.0.0.1:8000"
+    url: str = "http://127.0.0.1:8421"
     model: str | None = None  # served model name; None: the first of GET /v1/models
     # The workload's tokenizer, which must be the server's: the built-in smollm2-135m, or the
     # path of a local tokenizer.json or of the model folder holding one.
@@ -36,6 +36,14 @@ class ServerConfig:
     reset_cache: bool = True  # reset before measuring (and check it with a probe)
     closed_loop: bool = True  # turn k+1 holds the tokens the server returned for turn k
     twin: bool = True  # replay the run through the built-in caches afterwards
+    # Subscribe to the server's KV-cache events (vLLM: GET /kv_event_sources names the
+    # endpoint) and put the twin on the server's steps; false: the twin's own prediction.
+    kv_events: bool = True
+    # None: read from the server (vLLM's /server_info), else vLLM 0.33's default (true)
+    async_scheduling: bool | None = None
+    # The nonce the launcher put in the served model name (scripts/start_vllm.sh prints it):
+    # the run refuses a server that does not carry it. None: not checked (the manifest says so).
+    expect_nonce: str | None = None
 
     def validate(self) -> None:
         from harness.live_server.flavours import FLAVOURS
@@ -44,7 +52,7 @@ class ServerConfig:
         parsed = urlparse(self.url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise BadInput(
-                f"server.url must be an http(s) URL such as http://127.0.0.1:8000, got {self.url!r}"
+                f"server.url must be an http(s) URL such as http://127.0.0.1:8421, got {self.url!r}"
             )
         for name in ("max_num_seqs", "max_num_batched_tokens"):
             _positive_int(name, getattr(self, name))

@@ -1,5 +1,6 @@
-"""What a live server says about itself: the model it serves, its version, and its cache facts
-(block size, KV capacity) from /metrics, where ServerConfig does not set them. An unreachable or
+"""What a live server says about itself: the model it serves, its version, its cache facts
+(block size, KV capacity) from /metrics where ServerConfig does not set them, its scheduling mode,
+its KV-event endpoint, and whether it carries the launcher's nonce. An unreachable or
 non-OpenAI server is bad input (exit 2), found before anything else of a run is done."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.config.errors import BadInput
-from harness.live_server import prometheus, replies
+from harness.live_server import kv_events, prometheus, replies
 from harness.live_server.bounded import CAPS, TooLarge
 from harness.live_server.cache_state import metric_samples, why
 from harness.live_server.config import ServerConfig
@@ -25,6 +26,9 @@ class ServerInfo:
     version: str | None
     facts: ServerFacts
     cache_config: dict[str, str]  # labels of vllm:cache_config_info, as read
+    kv_events: tuple[str, str] | None = None  # (endpoint, topic) of its KV-event publisher
+    kv_events_note: str = "the server publishes no KV events"
+    identity: str = "not checked"  # whether the server answering is the one launched
 
 
 async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -> ServerInfo:
@@ -59,8 +63,68 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
         raise BadInput(f"server.url: {scfg.base_url} serves no model (GET /v1/models is empty)")
     version = await _version(client, flavour)
     labels = prometheus.info_labels(await metric_samples(client), flavour.cache_config_metric)
-    facts = _facts(scfg, labels, entry.max_model_len)
-    return ServerInfo(entry.id, version, facts, labels)
+    asynchronous, source = await _scheduling(client, scfg, flavour)
+    facts = _facts(scfg, labels, entry.max_model_len, asynchronous, source)
+    kv, kv_note = await _kv_events(client, scfg, flavour)
+    identity = _identity(scfg, entry.id)
+    return ServerInfo(entry.id, version, facts, labels, kv, kv_note, identity)
+
+
+def _identity(scfg: ServerConfig, served: str) -> str:
+    """Whether the server answering is the one the launcher started: its nonce (the launcher
+    puts it in the served model name, harness/live_server/launch.py) must be in that name."""
+    if not scfg.expect_nonce:
+        return "not checked: no launcher nonce given (server.expect_nonce)"
+    if scfg.expect_nonce not in served:
+        raise BadInput(
+            f"server.url: {scfg.base_url} serves {served!r}, not the server launched with nonce "
+            f"{scfg.expect_nonce!r}; another process owns that port"
+        )
+    return f"launcher nonce {scfg.expect_nonce} found in the served model name"
+
+
+async def _get_json(client: ServerClient, path: str) -> object:
+    try:
+        resp = await client.get(path, CAPS.version_bytes)  # a small JSON object, capped
+        return resp.json() if resp.status_code == 200 else None
+    except TRANSPORT_ERRORS + (ValueError,):
+        return None
+
+
+async def _scheduling(
+    client: ServerClient, scfg: ServerConfig, flavour: Flavour
+) -> tuple[bool, str]:
+    """(asynchronous scheduling?, how it was learnt): the config's setting, else the server's
+    /server_info (vLLM dev mode), else vLLM 0.33's default (asynchronous)."""
+    if scfg.async_scheduling is not None:
+        return bool(scfg.async_scheduling), "server.async_scheduling"
+    if flavour.name != "vllm":
+        return True, "assumed (not a vLLM server)"
+    body = await _get_json(client, "/server_info")
+    text = str(body.get("vllm_config", "")) if isinstance(body, dict) else ""
+    for value in ("True", "False"):
+        if f"async_scheduling={value}" in text:
+            return value == "True", f"/server_info async_scheduling={value}"
+    if "device_config=cpu" in text:
+        # vLLM's CPU platform turns asynchronous scheduling off (vllm/platforms/cpu.py, 0.32)
+        return False, "/server_info device_config=cpu: vLLM-CPU schedules synchronously"
+    return True, "assumed: vLLM 0.33's default (asynchronous); /server_info did not say"
+
+
+async def _kv_events(
+    client: ServerClient, scfg: ServerConfig, flavour: Flavour
+) -> tuple[tuple[str, str] | None, str]:
+    if not scfg.kv_events:
+        return None, "off (server.kv_events=false)"
+    if flavour.kv_events_path is None:
+        return None, f"the {flavour.name} flavour has no KV-event source"
+    found = kv_events.endpoint_from_sources(await _get_json(client, flavour.kv_events_path))
+    if found is None:
+        return None, (
+            f"GET {flavour.kv_events_path} names no ZMQ endpoint this client can subscribe to "
+            "(start the server with --kv-events-config and an ipc:// endpoint)"
+        )
+    return found, f"subscribed to {found[0]}"
 
 
 def bad_server(scfg: ServerConfig, exc: BaseException) -> BadInput:
@@ -78,7 +142,13 @@ async def _version(client: ServerClient, flavour: Flavour) -> str | None:
         return None
 
 
-def _facts(scfg: ServerConfig, labels: dict[str, str], max_model_len: int | None) -> ServerFacts:
+def _facts(
+    scfg: ServerConfig,
+    labels: dict[str, str],
+    max_model_len: int | None,
+    asynchronous: bool,
+    source: str,
+) -> ServerFacts:
     try:
         reported_block, blocks = replies.cache_facts(labels)
     except BadReply as exc:  # block_size 0, a NaN block count: set the facts by hand
@@ -109,4 +179,6 @@ def _facts(scfg: ServerConfig, labels: dict[str, str], max_model_len: int | None
         max_num_seqs=scfg.max_num_seqs,
         max_num_batched_tokens=scfg.max_num_batched_tokens,
         max_model_len=max_model_len,
+        async_scheduling=asynchronous,
+        scheduling_source=source,
     )

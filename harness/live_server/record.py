@@ -20,13 +20,20 @@ import pandas as pd
 
 from engines.records import RequestRecord
 from harness.config.schema import RunConfig
-from harness.live_server import replies
+from harness.live_server import kv_events, replies
 from harness.live_server.cache_state import Counters
 from harness.live_server.discovery import ServerInfo
 from harness.live_server.driver import RETOKENIZED, Sent
 from harness.live_server.http_client import BAD_REPLY, FAILED, HTTP_ERROR, OK, TIMEOUT
 from harness.live_server.replies import BadReply
-from harness.live_server.twin import TwinResult, child_id, predict
+from harness.live_server.twin import (
+    ONE_AT_A_TIME,
+    PREDICTED,
+    STEP_LOCKED,
+    TwinResult,
+    child_id,
+    predict,
+)
 from harness.metrics.summary import RunContext
 from harness.metrics.table import COLUMNS, request_row
 from harness.run.target import Recorded
@@ -48,15 +55,39 @@ class Window:
     before: Counters
     after: Counters
     cache_state: dict  # the reset and probe (`cache_flushed`, `reset_probe_cached_tokens`)
+    kv_batches: list[kv_events.KvBatch] | None = None  # the measured phase's, when complete
+    kv_note: str = ""
+
+
+def measured_stream(
+    sub: kv_events.Subscriber, got: list[kv_events.KvBatch], cache_state: dict
+) -> tuple[list[kv_events.KvBatch] | None, str]:
+    """The measured phase's KV events, or None and why they cannot stand for it."""
+    if sub.errors:
+        return None, f"undecodable KV event messages ({sub.errors[0]})"
+    if sub.lost:
+        return None, f"{sub.lost} KV event messages lost (sequence gaps)"
+    if not cache_state.get("cache_flushed"):
+        return None, "no cache reset before the run: the server's cache state is unknown"
+    if not any(b.cleared for b in got):
+        return None, "the reset's AllBlocksCleared never arrived (subscribed too late?)"
+    return kv_events.since_last_clear(got), f"{len(got)} batches received"
 
 
 def record(cfg: RunConfig, requests: list[Request], w: Window, context: RunContext) -> Recorded:
+    return record_with_twin(cfg, requests, w, context)[0]
+
+
+def record_with_twin(
+    cfg: RunConfig, requests: list[Request], w: Window, context: RunContext
+) -> tuple[Recorded, TwinResult | None]:
+    """`record`, and the twin's result (its KV-event stream is a file of the run)."""
     assert cfg.server is not None
     facts = w.info.facts
     sent_order = sorted(w.sent, key=lambda s: s.reply.send_s)
     one_at_a_time = _one_at_a_time(sent_order)
     twin = (
-        predict(sent_order, cfg.engine, facts, one_at_a_time, cfg.hardware)
+        predict(sent_order, cfg.engine, facts, one_at_a_time, cfg.hardware, w.kv_batches)
         if cfg.server.twin
         else None
     )
@@ -67,7 +98,8 @@ def record(cfg: RunConfig, requests: list[Request], w: Window, context: RunConte
     warnings = list(dict.fromkeys(p for p in (w.before.problem, w.after.problem) if p))
     hits_delta = _delta(w.before.hits, w.after.hits, "hits", warnings)
     status, error = _status(table, failures)
-    return Recorded(
+    fanned = any(r.n > 1 for r in requests)
+    recorded = Recorded(
         table=table,
         summarized=ok,
         itls_ms=itls,
@@ -77,9 +109,10 @@ def record(cfg: RunConfig, requests: list[Request], w: Window, context: RunConte
         status=status,
         error=error,
         figures=_figures(cfg, requests, w, table, one_at_a_time, hits_delta, warnings),
-        comparison=_twin_summary(ok, twin, hits_delta),
+        comparison=_twin_summary(ok, twin, hits_delta, fanned),
         manifest={"server": _manifest(cfg, w, twin)},
     )
+    return recorded, twin
 
 
 def rows_of(s: Sent, index_of: Mapping[str, int], context: dict[str, object]) -> list[dict]:
@@ -139,6 +172,10 @@ def _token_rows(sent: list[Sent]) -> list[dict]:
             "prompt_ids": list(s.prompt_ids),
             "output_ids": list(c.token_ids),
             "prompt_source": s.prompt_source,
+            "after": s.request.after,
+            "send_wall_s": s.send_wall_s,  # the server's clock (its KV events' ts)
+            "end_wall_s": s.end_wall_s,
+            "token_wall_s": [s.wall0 + t - s.t0 for t in c.token_times_s],
         }
         for s in sent
         for i, c in enumerate(s.reply.choices)
@@ -239,6 +276,12 @@ def _figures(
         "kv_capacity_tokens": w.info.facts.kv_capacity_tokens,
         "server_hits_delta": hits_delta,
         "server_queries_delta": queries_delta,
+        "server_steps_delta": _delta(w.before.steps, w.after.steps, "steps", warnings),
+        "server_preemptions_delta": _delta(
+            w.before.preemptions, w.after.preemptions, "preemptions", warnings
+        ),
+        "server_async_scheduling": w.info.facts.async_scheduling,
+        "kv_events": w.kv_note if w.kv_batches is not None else f"unavailable: {w.kv_note}",
         "reported_cached_tokens_sum": measured_sum,
         "counters_agree": None if hits_delta is None else hits_delta == measured_sum,
         "prompt_sources": dict(sources),
@@ -282,7 +325,7 @@ def _status(table: pd.DataFrame, failures: pd.DataFrame) -> tuple[str, str | Non
 
 
 def _twin_summary(
-    ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | None
+    ok: pd.DataFrame, twin: TwinResult | None, hits_delta: int | None, fanned: bool = False
 ) -> dict[str, object]:
     """Per-row comparisons where the server reported the row's own count; the twin's total over
     every sample against the server's counter, which counts every sample (n > 1 too)."""
@@ -293,7 +336,15 @@ def _twin_summary(
     diff = (ok.loc[have, "cached_tokens"] - pred[have].astype(int)).abs()
     num_in = int(ok["prompt_tokens"].sum())
     predicted_sum = int(pred[pred.notna()].sum())
+    kv = twin.kv_comparison or {}
     return {
+        "twin_timeline": twin.timeline,
+        # n > 1: vLLM reports one sample's cached tokens per request, so only the counter delta
+        # tests every sample's prediction
+        "twin_compared_with": "counter_delta" if fanned else "per_request",
+        "twin_kv_events_identical": kv.get("identical"),
+        "twin_kv_steps_equal": kv.get("steps_equal"),
+        "twin_kv_server_steps": kv.get("server_steps_with_events"),
         "twin_matches_counter": None if hits_delta is None else predicted_sum == hits_delta,
         "twin_engine": twin.engine,
         "twin_one_at_a_time": twin.one_at_a_time,
@@ -302,6 +353,8 @@ def _twin_summary(
         "twin_predicted_tokens": predicted_sum,
         "twin_mean_abs_diff_tokens": float(diff.mean()) if len(diff) else None,
         "twin_evictions": twin.evictions,
+        "twin_steps": twin.steps,
+        "twin_preemptions": twin.preemptions,
         "predicted_hit_rate": predicted_sum / num_in if num_in else None,
         "twin_semantics": SEMANTICS_NOTE,
         **twin.bounds,
@@ -328,4 +381,30 @@ def _manifest(cfg: RunConfig, w: Window, twin: TwinResult | None) -> dict[str, o
         "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
         "twin_semantics": SEMANTICS_NOTE,
         "twin_engine": twin.engine if twin else None,
+        "async_scheduling": w.info.facts.async_scheduling,
+        "scheduling_source": w.info.facts.scheduling_source,
+        "identity": w.info.identity,
+        "kv_events": {
+            "available": w.kv_batches is not None,
+            "note": w.info.kv_events_note + "; " + w.kv_note,
+            "file": kv_events.KV_EVENTS_FILE if w.kv_batches is not None else None,
+            "twin_file": kv_events.TWIN_EVENTS_FILE if twin and twin.kv_comparison else None,
+            "comparison": twin.kv_comparison if twin else None,
+            "steplock": twin.steplock if twin else None,
+        },
+        "twin_timeline": twin.timeline if twin else None,
+        "twin_timeline_note": _timeline_note(twin),
     }
+
+
+def _timeline_note(twin: TwinResult | None) -> str | None:
+    if twin is None:
+        return None
+    return {
+        STEP_LOCKED: "each request entered the twin at the server step where it arrived "
+        "(from the server's KV events); admission, eviction and hits are the twin's",
+        ONE_AT_A_TIME: "one request at a time, in the send order",
+        PREDICTED: "no KV events: open-loop requests at their send offsets on the twin's "
+        "virtual clock, follow-up turns after their predecessor finished in the twin plus the "
+        "observed think gap (a prediction, not aligned to the server's steps)",
+    }[twin.timeline]

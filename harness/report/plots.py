@@ -34,7 +34,7 @@ from harness.report.stats import (
     drawn_interval,
     geometric_ci,
 )
-from harness.report.tables import PAIR_COLUMNS, overhead_table
+from harness.report.tables import PAIR_COLUMNS, overhead_table, unit
 from harness.results.safe_write import SafeRoot
 
 matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, smaller files
@@ -111,9 +111,8 @@ def arm_label(df: pd.DataFrame, arm: str) -> str:
     """`apc (block 16, fcfs)`, or for a series with varying keys `apc load.rate=8 (block 16, fcfs)`."""
     column = "series" if "series" in df and (df["series"] == arm).any() else "arm"
     row = df[df[column] == arm].iloc[0]
-    unit = "page" if row["engine"] == "radix" else "block"
     g = "?" if pd.isna(row["granularity"]) else int(row["granularity"])
-    return f"{arm} ({unit} {g}, {row['policy']})"
+    return f"{arm} ({unit(row['engine'])} {g}, {row['policy']})"
 
 
 def main_config(runs: pd.DataFrame) -> pd.DataFrame:

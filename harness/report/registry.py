@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.report import decomposition, plots, plots_load, plots_server, plots_sim
+from harness.report import (
+    decomposition,
+    plots,
+    plots_fleet,
+    plots_load,
+    plots_server,
+    plots_sim,
+)
 from harness.report.plots import Inputs
 
 # registry: every figure
@@ -26,4 +33,5 @@ FIGURES: dict[str, Callable[[Inputs], list[str]]] = {
     "trace_capacity": plots_sim.trace_capacity,
     "projected_overhead": plots_sim.projected_overhead,
     "decomposition": decomposition.decomposition,
+    "fleet_routers": plots_fleet.fleet_routers,
 }

@@ -4,7 +4,11 @@
 from the resolved config first and from summary.json otherwise, so a failed run that never wrote a
 summary body still lands in the right row of summary.csv. Arms follow docs/benchmarking.md §1:
 
-    apc | apc-off | radix | radix-off | radix-lpm | radix-p16 | apc-b32 | ...  (or the run's label)
+    <design>[-<scheduler>][-off][-<policy>][-<granule><size>]  (or the run's label)
+
+e.g. `apc-off`, `radix-lpm`, `radix-p16`, `apc-b32`: the design (engines/cache/__init__.py
+`DESIGNS`), the scheduler when it is not the design's upstream one, then what differs from the
+design's preset (caching off, a policy other than fcfs, another block or page size).
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from engines.cache import designs
 from engines.config import UPSTREAM_SCHEDULER
 from harness.report.stats import mean_ci, ratio_ci
 
-DEFAULT_GRANULARITY = {"apc": 16, "radix": 1}  # upstream defaults: vLLM block 16, SGLang page 1
+# each design's preset granularity (its upstream default) and what one granule is called
+DEFAULT_GRANULARITY = {d.name: d.block_size for d in designs()}
+UNITS = {d.name: d.unit for d in designs()}
 
 # Columns of summary.csv, averaged over the ok runs of a group.
 MEAN_COLUMNS = (
@@ -215,8 +222,13 @@ def _arm(row: pd.Series) -> str:
         parts.append(str(row["policy"]))
     g = row["granularity"]
     if pd.notna(g) and DEFAULT_GRANULARITY.get(row["engine"]) not in (None, int(g)):
-        parts.append(("p" if row["engine"] == "radix" else "b") + str(int(g)))
+        parts.append(unit(row["engine"])[0] + str(int(g)))  # b16, p16
     return "-".join(parts)
+
+
+def unit(engine: object) -> str:
+    """What one KV granule of `engine` is called: its design's unit (`block` when not a design)."""
+    return UNITS.get(str(engine), "block")
 
 
 def summary_table(tidy: pd.DataFrame) -> pd.DataFrame:

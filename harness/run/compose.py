@@ -57,16 +57,22 @@ def with_values_checked(dcfg: DictConfig, cfg: RunConfig) -> Composed:
     return Composed(cfg, resolved)
 
 
-def identity(composed: Composed) -> dict[str, str]:
-    """What the manifest records beside the config: the device as resolved, the fingerprint."""
+def identity(composed: Composed) -> dict[str, object]:
+    """What the manifest records beside the config: the device as resolved, the fingerprint and,
+    for a real run, whether decode steps ran as CUDA graphs and where random weights were drawn
+    (the config says `null` / `target`; these say what that meant here)."""
     cfg = composed.cfg
+    facts: dict[str, object] = {}
     if cfg.executor == "real":
-        from engines.build import resolve_device
+        from engines.build import cuda_graphs_mode, resolve_device
 
-        device = str(resolve_device(cfg.device))
+        resolved = resolve_device(cfg.device)
+        device = str(resolved)
+        facts["cuda_graphs"] = cuda_graphs_mode(cfg.engine, resolved)
+        facts["weights_init_device"] = device if cfg.model.init_device == "target" else "cpu"
     else:
         device = VIRTUAL_DEVICE
-    return {"device": device, "config_fingerprint": fingerprint(composed.resolved)}
+    return {"device": device, "config_fingerprint": fingerprint(composed.resolved), **facts}
 
 
 def start(run_dir: Path, overwrite: bool) -> tuple[RunDir, RowLog]:

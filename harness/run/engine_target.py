@@ -20,6 +20,8 @@ from harness.client.inprocess import completion_request, drive
 from harness.client.programs import runs_as_program
 from harness.config.schema import RunConfig
 from harness.config.tokenspace import token_space_for
+from harness.fleet.facts import fleet_facts, with_replica
+from harness.fleet.fleet import Fleet, build_fleet
 from harness.metrics.summary import RunContext
 from harness.metrics.table import itls_ms, request_row, request_table, token_rows
 from harness.results.run_dir import RunDir
@@ -45,21 +47,21 @@ class EngineSession:
         self.backend = cfg.engine.cache
         self.model_id = cfg.model.name
         self.block_size = cfg.engine.block_size
-        self._engine: Engine | None = None
+        self._engine: Engine | Fleet | None = None
         self._by_id: dict[str, Request] = {}
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> Engine | Fleet:
+        """The engine, or with fleet.replicas > 1 the fleet of engines (docs/fleet.md §1)."""
         assert self._engine is not None, "admit() builds the engine"
         return self._engine
 
     def admit(self, requests: list[Request]) -> None:
         """Build the engine and check that every request can ever fit in it."""
-        cfg = self.cfg
-        self._engine = build_engine(
-            cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
-        )
-        _cap_torch_threads(cfg.threads)
+        self._engine = build_target(self.cfg)
+        if isinstance(self._engine, Fleet):
+            self._engine.sessions = {r.request_id: r.session_id for r in requests}
+        _cap_torch_threads(self.cfg.threads)
         self.engine.check_fits([completion_request(r, scripted=False) for r in requests])
         self._by_id = {r.request_id: r for r in requests}
 
@@ -103,6 +105,8 @@ class EngineSession:
     ) -> Recorded:
         engine = self.engine
         table = request_table(items, self._by_id, context)
+        if isinstance(engine, Fleet):
+            table = with_replica(table, engine.assignment)
         status, error = _idle_check(engine)
         stats = engine.cache.stats()
         figures: dict[str, object] = {
@@ -116,6 +120,10 @@ class EngineSession:
             "cache_bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
             "num_steps": engine.loop.num_steps,
         }
+        if isinstance(engine, Fleet):
+            block = getattr(cfg.workload, "block_size", None)  # a trace's own (Mooncake: 512)
+            prompts = [r.prompt_ids for r in requests for _ in range(r.n)]
+            figures |= fleet_facts(table, cfg.fleet, block, prompts)
         clock = {
             # simulated durations and latencies are the cost model's time
             "clock": "virtual" if cfg.executor == "simulated" else "wall",
@@ -150,7 +158,20 @@ def _cap_torch_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-def _idle_check(engine: Engine) -> tuple[str, str | None]:
+def build_target(cfg: RunConfig) -> Engine | Fleet:
+    """One engine, or with fleet.replicas > 1 a fleet of whole engines behind a router."""
+
+    def build_one() -> Engine:
+        return build_engine(
+            cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
+        )
+
+    if cfg.fleet.replicas == 1:
+        return build_one()
+    return build_fleet(cfg.fleet, build_one, virtual=cfg.executor == "simulated")
+
+
+def _idle_check(engine: Engine | Fleet) -> tuple[str, str | None]:
     """After the run every hold must be released and the accounting must balance."""
     try:
         engine.cache.check_integrity()
@@ -162,7 +183,7 @@ def _idle_check(engine: Engine) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _policy_profile(cfg: RunConfig, engine: Engine) -> dict:
+def _policy_profile(cfg: RunConfig, engine: Engine | Fleet) -> dict:
     """The chosen cache's and scheduler's knobs, with the values the scheduler resolved."""
     profile = cfg.engine.design_knobs()
     for name in ("reserve_full_prompt", "async_scheduling"):  # None: the free-order profile's
@@ -181,7 +202,8 @@ def _bounds(cfg: RunConfig, workload_requests: list[Request]) -> dict:
     )
     gs -= set(skipped)
     capped_g = g if cfg.bounds.capped and g in gs else None
-    capacity_blocks = cfg.engine.kv_capacity_tokens // g
+    # A fleet is compared with one cache of its whole capacity (docs/fleet.md §1).
+    capacity_blocks = cfg.engine.kv_capacity_tokens * cfg.fleet.replicas // g
     found = run_bounds(workload_requests, sorted(gs), capped_g, capacity_blocks)
     ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
     return {
@@ -201,4 +223,6 @@ def engine_of(prepared: Prepared[RequestRecord]) -> Engine:
     """The engine of a run prepared on this target (the overhead tool and claim 7 read it)."""
     session = prepared.session
     assert isinstance(session, EngineSession), "a run prepared on the in-process engine"
-    return session.engine
+    engine = session.engine
+    assert isinstance(engine, Engine), "one engine (fleet.replicas=1)"
+    return engine

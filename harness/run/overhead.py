@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from engines.cache import designs
 from harness.config.schema import RunConfig
 from harness.report.stats import ratio_ci
 from harness.results.owned_dir import out_and_overrides_problem
@@ -29,11 +30,11 @@ from harness.run.compose import compose
 from harness.run.engine_target import ENGINE, engine_of
 from harness.run.pipeline import measure, prepare
 
-ARMS = (("apc", True), ("apc", False), ("radix", True), ("radix", False))
+# every cache design (its preset), caching on and off
+ARMS = tuple((d.name, on) for d in designs() for on in (True, False))
 # Code areas for the profile, first match wins (paths relative to the repository).
 AREAS = (
-    ("cache/apc", "engines/cache/apc/"),
-    ("cache/radix", "engines/cache/radix/"),
+    *((f"cache/{d.name}", d.source) for d in designs()),  # each design's own package
     ("cache/common", "engines/cache/"),  # protocol.py, records.py
     ("scheduler", "engines/sched/"),
     ("step loop", "engines/loop.py"),

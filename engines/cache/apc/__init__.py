@@ -2,19 +2,26 @@
 
 hashing (chained block hashes) -> block (blocks, free queue) -> pool_loops (the pool's hot
 loops, C where built) -> block_pool (map, eviction) -> manager (tables, lookup, allocate_slots) ->
-cache (the PrefixCache protocol). Any scheduler design (engines/sched/) drives it; `build_apc`
-is registered as `apc` in engines/cache/__init__.py.
+cache (the PrefixCache protocol). Any scheduler design (engines/sched/) drives it; `DESIGN`, its
+registration (name, factory `build_apc`, knobs, figure colours), is added to the cache registry in
+engines/cache/__init__.py.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from engines.cache.apc.block_pool import FREE_ORDERS, BlockPool
 from engines.cache.apc.cache import ApcCache
 from engines.cache.apc.hashing import HASH_ALGOS, register_hash_fn
 from engines.cache.apc.manager import KVCacheManager, PrefixCacheStats
-from engines.config import EngineConfig
+from engines.cache.design import CacheDesign, FigureStyle
+
+if TYPE_CHECKING:  # engines.config derives its design lists from the registry that imports this
+    from engines.config import EngineConfig
 
 __all__ = [
+    "DESIGN",
     "ApcCache",
     "BlockPool",
     "FREE_ORDERS",
@@ -40,3 +47,19 @@ def build_apc(config: EngineConfig) -> ApcCache:
         head_first=config.free_direction == "head_first",
         debug=config.debug_checks,
     )
+
+
+DESIGN = CacheDesign(
+    name="apc",
+    build=build_apc,
+    upstream_scheduler="vllm",
+    knobs=("hash_algo", "free_order", "none_hash_seed", "verify_tokens_on_hit", "free_direction"),
+    block_size=16,
+    unit="block",
+    label="vLLM hash-based Automatic Prefix Caching",
+    style=FigureStyle(
+        colour="#1f77b4",
+        off_colour="#aec7e8",
+        variant_colours={"v024": "#1f77b4", "classic": "#17becf"},
+    ),
+)

@@ -10,8 +10,8 @@ locking takes matched blocks out of the free queue, unlocking frees them back, t
 from __future__ import annotations
 
 from collections import Counter
-from typing import cast
 
+from engines.cache.addressing import TableJournal
 from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.dfs_weight import dfs_weight_order
 from engines.cache.apc.manager import KVCacheManager
@@ -19,23 +19,20 @@ from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder
 from engines.cache.records import (
     Allocation,
     CacheIntegrityError,
-    CacheLock,
     CacheStats,
     CacheUsage,
-    MatchHandle,
     PrefixMatch,
 )
 from engines.sequence import Sequence
 
+# APC's handle types: a match carries its hit blocks (the lookup's list), a lock the blocks it
+# took a reference on.
+ApcHandle = list[KVCacheBlock]
+ApcLock = tuple[KVCacheBlock, ...]
+ApcAllocation = Allocation[ApcHandle, ApcLock]
 
-def _blocks(
-    handle: MatchHandle | CacheLock | None,
-) -> list[KVCacheBlock] | tuple[KVCacheBlock, ...]:
-    """The hit blocks a `PrefixMatch` of this cache carries, or the blocks a lock holds."""
-    return cast("list[KVCacheBlock] | tuple[KVCacheBlock, ...]", handle or ())
 
-
-class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
+class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder):
     """vLLM's APC behind the cache protocols; no `RecencyRefresh`: vLLM has no recency outside
     the free queue."""
 
@@ -73,22 +70,23 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
             track_parents=debug,
         )
         self.pool = self.manager.block_pool
+        self.table_journal = TableJournal()  # addressing: what changed since the executor looked
 
     @property
     def capacity_tokens(self) -> int:
         return (self.num_blocks - 1) * self.block_size
 
-    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
+    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch[ApcHandle]:
         hits = self.manager.lookup(seq, capped=capped)
-        return PrefixMatch(len(hits) * self.block_size, MatchHandle(hits))
+        return PrefixMatch(len(hits) * self.block_size, hits)
 
-    def lock(self, match: PrefixMatch) -> CacheLock:
-        hits = tuple(_blocks(match.handle))
+    def lock(self, match: PrefixMatch[ApcHandle]) -> ApcLock:
+        hits = tuple(match.handle)
         self.pool.touch(hits)
-        return CacheLock(hits)
+        return hits
 
-    def unlock(self, lock: CacheLock) -> None:
-        self.pool.free_blocks(reversed(_blocks(lock)))  # tail first, as vLLM frees a table
+    def unlock(self, lock: ApcLock) -> None:
+        self.pool.free_blocks(reversed(lock))  # tail first, as vLLM frees a table
 
     def free_tokens(self) -> int:
         return self.pool.get_num_free_blocks() * self.block_size
@@ -100,7 +98,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
         """Nothing: allocation evicts cached blocks from the free queue's head as it takes them."""
 
     def allocate(
-        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+        self, items: list[ApcAllocation], *, decode: bool = False, budgeted: bool = False
     ) -> bool:
         """`allocate_slots` per item: it checks the fit itself, so `decode` and `budgeted` change
         nothing here."""
@@ -113,8 +111,9 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
                 return False
         return True
 
-    def _allocate_one(self, item: Allocation) -> bool:
-        hits = list(_blocks(item.adopt.handle)) if item.adopt is not None else []
+    def _allocate_one(self, item: ApcAllocation) -> bool:
+        hits = list(item.adopt.handle) if item.adopt is not None else []
+        num_held = len(self.manager.get_blocks(item.seq))
         blocks = self.manager.allocate_slots(
             item.seq,
             item.num_new_tokens,
@@ -125,20 +124,30 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
         )
         if item.lock is not None:  # the request's own references replace the scheduler's lock
             self.unlock(item.lock)
-        return blocks is not None
+        if blocks is None:
+            return False
+        if len(blocks) == 1 and not hits:  # a decode step's new block: journaled with its id
+            self.table_journal.append_one(item.seq.seq_id, num_held, blocks[0].block_id)
+        elif blocks or hits:  # the table is append-only while held: only its tail is new
+            self.table_journal.write(item.seq.seq_id, num_held)
+        return True
 
     def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
         return self.manager.decode_run_blocks(seqs, num_steps) * self.block_size
 
     def allocate_decode_run(
-        self, items: list[Allocation], num_steps: int, matchable_lag: int
+        self, items: list[ApcAllocation], num_steps: int, matchable_lag: int
     ) -> None:
         """The run's `allocate_slots` calls replayed as events (KVCacheManager.allocate_decode_run)."""
         seqs = [item.seq for item in items]
         if self.manager.decode_run_blocks(seqs, num_steps) > self.pool.get_num_free_blocks():
             raise CacheIntegrityError("decode run out of KV blocks: it was sized to fit")
         limits = [item.matchable_limit for item in items]
+        num_held = [len(self.manager.get_blocks(seq)) for seq in seqs]
         self.manager.allocate_decode_run(seqs, num_steps, limits, matchable_lag)
+        for seq, held in zip(seqs, num_held):
+            if len(self.manager.get_blocks(seq)) > held:
+                self.table_journal.write(seq.seq_id, held)
 
     def commit(self, seq: Sequence, num_tokens: int) -> None:
         """Cache the full blocks within the first `num_tokens` (vLLM's cache_blocks); blocks
@@ -147,7 +156,7 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
             self.manager.cache_blocks(seq, num_tokens)
 
     def dfs_weight_order(
-        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch[ApcHandle]]
     ) -> list[Sequence]:
         def hit_keys(seq: Sequence) -> list[bytes]:
             return self.manager.block_keys(seq)[: matches[seq.seq_id].num_tokens // self.block_size]
@@ -163,9 +172,13 @@ class ApcCache(PrefixCache, DecodeRunAllocation, PrefixOrder):
     def block_table(self, seq: Sequence) -> list[int]:
         return self.manager.get_block_ids(seq)
 
+    def block_ids_from(self, seq_id: str, start: int) -> list[int]:
+        return [blk.block_id for blk in self.manager.req_to_blocks[seq_id][start:]]
+
     def release(self, seq: Sequence, *, finished: bool) -> None:
         # APC frees the same way on finish, preemption and abort (§4.3); a preempted request
         # keeps its hash memo (its tokens do not change).
+        self.table_journal.release(seq.seq_id)
         if finished:
             self.manager.forget(seq)
         else:

@@ -1,18 +1,24 @@
 """SGLang 0.5.23 RadixAttention prefix cache (`UnifiedRadixCache`).
 
-`build_radix(config)`, registered as `radix` in engines/cache/__init__.py, builds a `RadixCache`
-(page size = `config.block_size`, capacity = `config.kv_capacity_tokens`, the disabled mode when
-`prefix_caching` is false). Any scheduler design (engines/sched/) drives it.
+`build_radix(config)` builds a `RadixCache` (page size = `config.block_size`, capacity =
+`config.kv_capacity_tokens`, the disabled mode when `prefix_caching` is false). Any scheduler design
+(engines/sched/) drives it. `DESIGN`, its registration, is added to the cache registry in
+engines/cache/__init__.py.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from engines.cache.design import CacheDesign, FigureStyle
 from engines.cache.radix.cache import RadixCache
 from engines.cache.radix.key import RadixKey
 from engines.cache.radix.tree import UnifiedRadixTree
-from engines.config import EngineConfig
 
-__all__ = ["RadixCache", "RadixKey", "UnifiedRadixTree", "build_radix"]
+if TYPE_CHECKING:  # engines.config derives its design lists from the registry that imports this
+    from engines.config import EngineConfig
+
+__all__ = ["DESIGN", "RadixCache", "RadixKey", "UnifiedRadixTree", "build_radix"]
 
 
 def build_radix(config: EngineConfig) -> RadixCache:
@@ -24,3 +30,19 @@ def build_radix(config: EngineConfig) -> RadixCache:
         eviction_policy=config.eviction_policy,
         max_num_reqs=config.max_num_seqs + 1,
     )
+
+
+DESIGN = CacheDesign(
+    name="radix",
+    build=build_radix,
+    upstream_scheduler="sglang",
+    knobs=("eviction_policy",),
+    block_size=1,
+    unit="page",
+    label="SGLang RadixAttention",
+    style=FigureStyle(
+        colour="#ff7f0e",
+        off_colour="#ffbb78",
+        variant_colours={"lpm": "#2ca02c", "p16": "#d62728", "dfs-weight": "#9467bd"},
+    ),
+)

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
+from engines.cache.addressing import TableJournal
 from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder, RecencyRefresh
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
@@ -51,21 +52,17 @@ from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
 from engines.cache.records import (
     Allocation,
     CacheIntegrityError,
-    CacheLock,
     CacheStats,
     CacheUsage,
-    MatchHandle,
     PrefixMatch,
 )
 from engines.sequence import Sequence
 
-
-def _node(handle: MatchHandle | None) -> TreeNode:
-    """The last matched node a `PrefixMatch` of this cache carries."""
-    return cast(TreeNode, handle)
+# Radix's handle types: a match carries its last matched node, a lock is the tree's receipt.
+RadixAllocation = Allocation[TreeNode, TreeLock]
 
 
-class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
+class RadixCache(PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrder, RecencyRefresh):
     name = "radix"
     matchable_at_allocation = False
 
@@ -98,21 +95,22 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         self.req_to_token_pool = ReqToTokenPool(max_num_reqs)
         self.reqs: dict[str, ReqKV] = {}
         self._stats = CacheStats()
+        self.table_journal = TableJournal()  # addressing: what changed since the executor looked
 
     @property
     def capacity_tokens(self) -> int:
         return (self.num_blocks - 1) * self.block_size
 
     # --------------------------------------------------------------- protocol
-    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch:
+    def match(self, seq: Sequence, *, capped: bool = True) -> PrefixMatch[TreeNode]:
         result = match_request(self.tree, seq, capped)
-        return PrefixMatch(result.device_prefix_len, MatchHandle(result.last_device_node))
+        return PrefixMatch(result.device_prefix_len, result.last_device_node)
 
-    def lock(self, match: PrefixMatch) -> CacheLock:
-        return CacheLock(self.tree.lock(_node(match.handle)))
+    def lock(self, match: PrefixMatch[TreeNode]) -> TreeLock:
+        return self.tree.lock(match.handle)
 
-    def unlock(self, lock: CacheLock) -> None:
-        self.tree.unlock(cast(TreeLock, lock))
+    def unlock(self, lock: TreeLock) -> None:
+        self.tree.unlock(lock)
 
     def free_tokens(self) -> int:
         return self.allocator.available_size() + self.tree.evictable_size()
@@ -124,7 +122,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         evict_to_free_tokens(self, num_tokens)
 
     def allocate(
-        self, items: list[Allocation], *, decode: bool = False, budgeted: bool = False
+        self, items: list[RadixAllocation], *, decode: bool = False, budgeted: bool = False
     ) -> bool:
         """Decode: one slot (or page) per running request (`prepare_decode`). Otherwise a prefill
         batch (`prepare_extend`); new requests take a row and adopt their matched, locked prefix.
@@ -132,7 +130,18 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         if not budgeted and len(items) == 1 and not self._fits(items[0]):
             return False
         if decode:
-            prepare_decode(self, [self.reqs[item.seq.seq_id] for item in items])
+            states = [self.reqs[item.seq.seq_id] for item in items]
+            if self.page_size == 1:  # one new block per request: journaled in one piece
+                seq_ids = [item.seq.seq_id for item in items]
+                positions = np.fromiter(
+                    (st.kv_allocated_len for st in states), np.int64, len(states)
+                )
+                slots = prepare_decode(self, states)
+                self.table_journal.append(seq_ids, positions, np.asarray(slots))
+                return True
+            grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
+            prepare_decode(self, states)
+            self._journal_rows(grown)
             return True
         batch = []
         for item in items:
@@ -140,16 +149,27 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
             st = self.reqs.get(seq.seq_id)
             if st is None:
                 match = item.adopt if item.adopt is not None else self.match(seq, capped=True)
-                node = _node(match.handle)
-                lock = cast(TreeLock, item.lock) if item.lock is not None else self.tree.lock(node)
+                node = match.handle
+                lock = item.lock if item.lock is not None else self.tree.lock(node)
                 st = start_request(self, seq, match.num_tokens, node, lock)
                 batch.append((seq, st, match.num_tokens, item.num_new_tokens))
             else:
                 batch.append((seq, st, st.kv_allocated_len, item.num_new_tokens))
+        grown = [(seq.seq_id, st.kv_allocated_len, st) for seq, st, _, _ in batch]
         prepare_extend(self, batch)
+        self._journal_rows(grown)
         return True
 
-    def _fits(self, item: Allocation) -> bool:
+    def _journal_rows(self, rows: list[tuple[str, int, ReqKV]]) -> None:
+        """Journal each (seq_id, row length before a write, state) whose table gained pages:
+        slots added inside a page already in the table change no block id."""
+        p = self.page_size
+        for seq_id, length, st in rows:
+            first = -(-length // p)  # the first page the table did not have
+            if st.kv_allocated_len > first * p:
+                self.table_journal.write(seq_id, first)
+
+    def _fits(self, item: RadixAllocation) -> bool:
         """Would one request's allocation fit after evicting every unlocked leaf? Its own matched
         prefix counts as locked (it is locked once admitted)."""
         st = self.reqs.get(item.seq.seq_id)
@@ -159,7 +179,7 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         need = -(-item.num_new_tokens // p) * p + (p if p > 1 else 0)
         if item.whole_sequence_must_fit:
             need = max(need, -(-(item.seq.num_tokens - held - adopted) // p) * p)
-        temp = self.tree.lock(_node(item.adopt.handle)) if item.adopt and adopted else None
+        temp = self.tree.lock(item.adopt.handle) if item.adopt and adopted else None
         try:
             return self.free_tokens() >= need
         finally:
@@ -171,18 +191,24 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         return decode_run_pages(self, states, num_steps) * self.page_size
 
     def allocate_decode_run(
-        self, items: list[Allocation], num_steps: int, matchable_lag: int
+        self, items: list[RadixAllocation], num_steps: int, matchable_lag: int
     ) -> None:
         """`prepare_decode` run `num_steps` times (decode allocates slots only: nothing becomes
         matchable before a commit, so the limits and the lag change nothing)."""
-        prepare_decode_run(self, [self.reqs[item.seq.seq_id] for item in items], num_steps)
+        states = [self.reqs[item.seq.seq_id] for item in items]
+        grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
+        prepare_decode_run(self, states, num_steps)
+        self._journal_rows(grown)
 
     def commit(self, seq: Sequence, num_tokens: int) -> None:
         """`cache_unfinished_req`: insert the first `num_tokens` (page-aligned), rewrite the
         request's row with the tree's slots and move its lock to the new last node."""
         st = self.reqs[seq.seq_id]
+        protected = st.cache_protected_len  # the row is rewritten from here (tree slots)
         checkpoint(self, st, seq, num_tokens)
         st.prefix_len = num_tokens
+        if st.cache_protected_len > protected:  # protected is page-aligned
+            self._journal_rows([(seq.seq_id, protected, st)])
 
     def touch(self, seq: Sequence) -> None:
         """Re-stamp the cached prefix of `seq` (only LRU reads the stamps it refreshes)."""
@@ -190,9 +216,9 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
             self.tree.touch_prefix(request_key(seq))
 
     def dfs_weight_order(
-        self, queue: list[Sequence], matches: dict[str, PrefixMatch]
+        self, queue: list[Sequence], matches: dict[str, PrefixMatch[TreeNode]]
     ) -> list[Sequence]:
-        found = {sid: SortPassMatch(m.num_tokens, _node(m.handle)) for sid, m in matches.items()}
+        found = {sid: SortPassMatch(m.num_tokens, m.handle) for sid, m in matches.items()}
         return dfs_weight_order(queue, found, set(), self.tree.root_node)
 
     def record_admission(
@@ -216,9 +242,16 @@ class RadixCache(PrefixCache, DecodeRunAllocation, PrefixOrder, RecencyRefresh):
         table: list[int] = row.tolist() if p == 1 else (row[::p] // p).tolist()
         return table
 
+    def block_ids_from(self, seq_id: str, start: int) -> np.ndarray:
+        st = self.reqs[seq_id]
+        p = self.page_size
+        row = self.req_to_token_pool.row(st.row)[start * p : st.kv_allocated_len]
+        return row if p == 1 else row[::p] // p
+
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.pop(seq.seq_id, None)
         if st is not None:
+            self.table_journal.release(seq.seq_id)
             release_kv_cache(self, st, seq, do_checkpoint=finished)
 
     def stats(self) -> CacheStats:

@@ -124,8 +124,9 @@ def prepare_extend(cache: RadixCache, batch: list[tuple[Sequence, ReqKV, int, in
         st.extend_end = st.kv_committed_len = st.kv_allocated_len = prefix_len + extend
 
 
-def prepare_decode(cache: RadixCache, states: list[ReqKV]) -> None:
-    """One new slot per request (a fresh page when its current page is full) (§7.1 step 5)."""
+def prepare_decode(cache: RadixCache, states: list[ReqKV]) -> np.ndarray | list[int]:
+    """One new slot per request (a fresh page when its current page is full) (§7.1 step 5);
+    returns the slots, in the order of `states`."""
     p, pool, allocator = cache.page_size, cache.req_to_token_pool, cache.allocator
     evict_to_free_tokens(cache, len(states) * p)
     slots: np.ndarray | list[int] | None
@@ -142,6 +143,7 @@ def prepare_decode(cache: RadixCache, states: list[ReqKV]) -> None:
         pool.row(st.row).append(slot)
         st.kv_allocated_len += 1
         st.kv_committed_len += 1
+    return slots
 
 
 def decode_run_pages(cache: RadixCache, states: list[ReqKV], num_steps: int) -> int:

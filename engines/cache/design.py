@@ -1,0 +1,63 @@
+"""`CacheDesign`: one registration of a cache design, everything the tree needs to know about it.
+
+A design is a package under engines/cache (its data structure and its `PrefixCache`) plus one
+`CacheDesign` that package exports as `DESIGN`; engines/cache/__init__.py registers each in
+`DESIGNS`. Config validation, the report, the claims, the figures and the docs derive every list
+of designs from that registry, never from a hard-coded name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engines.cache.protocol import PrefixCache
+    from engines.config import EngineConfig
+
+
+@dataclass(frozen=True)
+class FigureStyle:
+    """How figures draw a design's arms: the shipped arm, caching off, and its named variants
+    (an arm `<design>-<variant>` or `<design> <variant>`, e.g. a policy or a page size)."""
+
+    colour: str
+    off_colour: str
+    variant_colours: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CacheDesign:
+    """A cache design's registration.
+
+    name: the `engine.cache` value, the arm label of its shipped pairing and its conf/engine
+      preset stem. build: a new cache for an `EngineConfig` (its protocol implementation).
+    upstream_scheduler: the scheduler design its upstream ships it with (`engine.scheduler`
+      None means this one; the cross preset is `<name>_<other scheduler>`).
+    knobs: the `EngineConfig` fields only this design reads (validation refuses them set away
+      from their defaults under another design; `design_knobs()` reports them).
+    block_size: the preset's KV granularity (its upstream default; the report names arms run at
+      another size). unit: what one KV granule is called in labels (`block`, `page`).
+    label: its name in prose and figure titles. style: its figure colours.
+    source: the package whose wall time the overhead profile attributes to this design (the
+      simulator prices every design's steps from the protocol alone: `block_size`, decode runs).
+    """
+
+    name: str
+    build: Callable[[EngineConfig], PrefixCache[Any, Any]]
+    upstream_scheduler: str
+    knobs: tuple[str, ...]
+    block_size: int
+    unit: str
+    label: str
+    style: FigureStyle
+
+    @property
+    def source(self) -> str:
+        return f"engines/cache/{self.name}/"
+
+    @property
+    def unit_prefix(self) -> str:
+        """The granule's one-letter prefix in arm labels (`b16`, `p1`)."""
+        return self.unit[0]

@@ -1,0 +1,62 @@
+"""The `fleet` config group: how many replicas and which router sends each request where.
+
+`replicas: 1` is a plain engine, today's run exactly (no router in between). The cache_aware knobs
+default to sglang-router 0.3.2's (`launch_router --help`); docs/fleet.md cites each policy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engines.errors import BadInput
+
+MAX_REPLICAS = 1024
+
+
+@dataclass
+class FleetConfig:
+    replicas: int = 1
+    router: str = "round_robin"  # a name in harness/fleet/policies.py ROUTERS
+    seed: int = 0  # the router's own generator (random, power_of_two)
+    # cache_aware (sglang-router 0.3.2 defaults)
+    cache_threshold: float = 0.3  # route by the tree when matched/prompt > this
+    balance_abs_threshold: int = 64  # imbalanced when max - min load > this ...
+    balance_rel_threshold: float = 1.5  # ... and max load > min load * this
+    eviction_interval_s: float = 60.0  # how often the approximate tree is trimmed (run clock)
+    max_tree_size: int = 67_108_864  # tokens per worker kept in the approximate tree
+    # consistent_hash (vllm-router 0.1.17): virtual nodes per worker on the ring
+    virtual_nodes: int = 160
+    # kv_aware: score = prefix_weight x cached fraction - load_weight x load share (the weights
+    # 2 : 1 of llm-d-kv-cache-manager benchmarking/37-capacity, its precise profile)
+    prefix_weight: float = 2.0
+    load_weight: float = 1.0
+    # ideal: only replicas with load below load_cap x the fleet's mean load, plus one, are eligible
+    load_cap: float = 1.5
+
+    def validate(self) -> None:
+        from harness.fleet.policies import ROUTERS
+
+        _int("fleet.replicas", self.replicas, 1, MAX_REPLICAS)
+        ROUTERS.get(self.router)  # an unknown name lists the valid ones
+        _int("fleet.seed", self.seed, 0, 2**63 - 1)
+        _real("fleet.cache_threshold", self.cache_threshold, 0.0, 1.0)
+        _int("fleet.balance_abs_threshold", self.balance_abs_threshold, 0, 2**31)
+        _real("fleet.balance_rel_threshold", self.balance_rel_threshold, 1.0, 1e6)
+        _real("fleet.eviction_interval_s", self.eviction_interval_s, 0.0, 1e9)
+        _int("fleet.max_tree_size", self.max_tree_size, 1, 2**62)
+        _int("fleet.virtual_nodes", self.virtual_nodes, 1, 10_000)
+        _real("fleet.prefix_weight", self.prefix_weight, 0.0, 1e6)
+        _real("fleet.load_weight", self.load_weight, 0.0, 1e6)
+        _real("fleet.load_cap", self.load_cap, 1.0, 1e6)
+
+
+def _int(name: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise BadInput(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def _real(name: str, value: object, lo: float, hi: float) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or not lo <= float(value) <= hi:  # type: ignore[arg-type]
+        raise BadInput(f"{name} must be a number in [{lo}, {hi}], got {value!r}")

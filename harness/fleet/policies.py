@@ -1,0 +1,269 @@
+"""Router policies: which replica serves a request. All registered in ROUTERS at the bottom.
+
+A router sees the request (`Routed`) and the fleet as a router can (`FleetView`): its own count
+of requests in flight per replica (what both real routers call a worker's load), the run clock,
+and, for the precise policies only, each replica's real cache. docs/fleet.md §2 cites the
+upstream file and version each policy is described from.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import random
+from collections.abc import Callable
+from collections.abc import Sequence as Ids
+from dataclasses import dataclass
+from typing import Protocol
+
+from engines.cache.protocol import PrefixCache
+from engines.registry import Registry
+from harness.fleet.approx_tree import ApproxTree, pack
+from harness.fleet.config import FleetConfig
+from harness.fleet.probe import cached_prefix_tokens
+
+
+@dataclass(frozen=True)
+class Routed:
+    """What a router reads of a request: its id, prompt (token ids, or text before a real
+    router) and the session it belongs to (the routing key of consistent_hash)."""
+
+    request_id: str
+    prompt: Ids[int] | str
+    session_id: str | None = None
+    salt: str | None = None
+    lora_id: str | None = None
+
+
+@dataclass
+class FleetView:
+    """The fleet as the router sees it at one decision."""
+
+    loads: list[int]  # requests in flight per replica (the router's own count)
+    now_s: float = 0.0
+    caches: list[PrefixCache] | None = None  # real cache state (kv_aware, ideal only)
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.loads)
+
+
+class Router(Protocol):
+    def choose(self, req: Routed, view: FleetView) -> int: ...
+
+    def reset(self) -> None:
+        """Forget every past decision (a flushed fleet)."""
+        ...
+
+
+def least_loaded(loads: list[int], among: Ids[int] | None = None) -> int:
+    """The replica with the fewest requests in flight (lowest index on a tie)."""
+    idx = range(len(loads)) if among is None else among
+    return min(idx, key=lambda i: (loads[i], i))
+
+
+class RoundRobin:
+    """Each request to the next replica in turn (both routers' `round_robin`)."""
+
+    def __init__(self, cfg: FleetConfig) -> None:
+        self.next = 0
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        i = self.next % view.num_replicas
+        self.next = i + 1
+        return i
+
+    def reset(self) -> None:
+        self.next = 0
+
+
+class Random:
+    """A uniformly random replica from the router's own seeded generator."""
+
+    def __init__(self, cfg: FleetConfig) -> None:
+        self.seed = cfg.seed
+        self.rng = random.Random(cfg.seed)
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        return self.rng.randrange(view.num_replicas)
+
+    def reset(self) -> None:
+        self.rng = random.Random(self.seed)
+
+
+class LeastLoad(Random):
+    """The replica with the fewest requests in flight."""
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        return least_loaded(view.loads)
+
+
+class PowerOfTwo(Random):
+    """Two distinct replicas drawn at random, the less loaded one taken (the first on a tie)."""
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        if view.num_replicas == 1:
+            return 0
+        a, b = self.rng.sample(range(view.num_replicas), 2)
+        return b if view.loads[b] < view.loads[a] else a
+
+
+def ring_hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+class ConsistentHash:
+    """vllm-router's `consistent_hash`: `virtual_nodes` points per worker on a hash ring; a
+    request goes to the first point clockwise of its key's hash. The key is the session id, else
+    a hash of the prompt (vllm-router falls back to hashing the body). Adding a worker moves only
+    the keys that land on its new points."""
+
+    def __init__(self, cfg: FleetConfig, names: list[str] | None = None) -> None:
+        self.virtual_nodes = cfg.virtual_nodes
+        self.names = names
+        self._ring: list[tuple[int, int]] = []
+        self._n = -1
+
+    def _build(self, n: int) -> None:
+        names = self.names if self.names is not None else [f"replica-{i}" for i in range(n)]
+        self._ring = sorted(
+            (ring_hash(f"{names[i]}#{v}"), i) for i in range(n) for v in range(self.virtual_nodes)
+        )
+        self._points = [h for h, _ in self._ring]
+        self._n = n
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        if view.num_replicas != self._n:
+            self._build(view.num_replicas)
+        key = req.session_id if req.session_id is not None else _prompt_digest(req.prompt)
+        at = bisect.bisect_left(self._points, ring_hash(key)) % len(self._ring)
+        return self._ring[at][1]
+
+    def reset(self) -> None:
+        """Nothing to forget: the ring depends on the workers alone."""
+
+
+def _prompt_digest(prompt: Ids[int] | str) -> str:
+    data = prompt.encode() if isinstance(prompt, str) else pack(prompt)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class CacheAware:
+    """sglang-router's `cache_aware`: with loads imbalanced (max - min > balance_abs_threshold and
+    max > min x balance_rel_threshold) the least loaded worker; else the worker the approximate
+    tree matches best when matched / prompt > cache_threshold, else the worker holding the
+    smallest tree. The prompt is inserted under the chosen worker either way; the tree is trimmed
+    to max_tree_size per worker every eviction_interval_s."""
+
+    def __init__(self, cfg: FleetConfig, all_tenants: bool = True) -> None:
+        self.cfg = cfg
+        self.tree = ApproxTree()
+        self._last_eviction_s = 0.0
+        # False: a worker enters the tree only when a request is routed to it, as observed of
+        # both real routers behind workers registered at start-up (docs/fleet.md §5)
+        self.all_tenants = all_tenants
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        choice = self.decide(req, view)
+        self.record(req, choice, view.now_s)
+        return choice
+
+    def decide(self, req: Routed, view: FleetView) -> int:
+        """The worker for `req`, the tree left as it is (the routing twin records the worker
+        the real router chose instead)."""
+        cfg, loads = self.cfg, view.loads
+        if self.all_tenants:
+            for i in range(view.num_replicas):
+                self.tree.add_tenant(i)
+        self._maybe_evict(view.now_s)
+        hi, lo = max(loads), min(loads)
+        if hi - lo > cfg.balance_abs_threshold and hi > lo * cfg.balance_rel_threshold:
+            return least_loaded(loads)
+        key = pack(req.prompt)
+        matched, tenant = self.tree.match(key, view.now_s)
+        if tenant is not None and matched / max(len(key) // 4, 1) > cfg.cache_threshold:
+            return tenant
+        sizes = self.tree.tenant_size
+        return min(sizes or range(view.num_replicas), key=lambda i: (sizes.get(i, 0), i))
+
+    def record(self, req: Routed, choice: int, now_s: float) -> None:
+        """The prompt goes into the tree under the worker that took it."""
+        self.tree.insert(pack(req.prompt), choice, now_s)
+
+    def _maybe_evict(self, now_s: float) -> None:
+        if now_s - self._last_eviction_s >= self.cfg.eviction_interval_s:
+            self.tree.evict(self.cfg.max_tree_size)
+            self._last_eviction_s = now_s
+
+    def reset(self) -> None:
+        self.tree = ApproxTree()
+        self._last_eviction_s = 0.0
+
+
+def _truly_cached(req: Routed, view: FleetView) -> list[int]:
+    if view.caches is None or isinstance(req.prompt, str):
+        raise ValueError("a precise router needs each replica's cache and token-id prompts")
+    return [cached_prefix_tokens(c, req.prompt, req.salt, req.lora_id) for c in view.caches]
+
+
+class KvAware:
+    """Precise prefix routing (llm-d's precise prefix-cache scorer, vllm-router's `kv_aware`):
+    each replica scored from its real cache state, prefix_weight x cached fraction minus
+    load_weight x its share of the largest load; the best score, then the less loaded, wins."""
+
+    def __init__(self, cfg: FleetConfig) -> None:
+        self.cfg = cfg
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        cached = _truly_cached(req, view)
+        n_tokens = max(len(req.prompt), 1)
+        top = max(max(view.loads), 1)
+
+        def score(i: int) -> tuple[float, int, int]:
+            s = self.cfg.prefix_weight * cached[i] / n_tokens
+            s -= self.cfg.load_weight * view.loads[i] / top
+            return (-s, view.loads[i], i)
+
+        return min(range(view.num_replicas), key=score)
+
+    def reset(self) -> None:
+        """Stateless: the caches are the state."""
+
+
+class Ideal(KvAware):
+    """The oracle: among replicas under the load cap (in flight < load_cap x the fleet's mean
+    after this request, plus one), the one truly holding the longest prefix; on a tie the less
+    loaded, then the one sent the fewest prompt tokens so far (room for a new prefix: the
+    smallest-tree rule of cache_aware, which a greedy longest-prefix rule otherwise lacks)."""
+
+    def __init__(self, cfg: FleetConfig) -> None:
+        super().__init__(cfg)
+        self.routed_tokens: dict[int, int] = {}
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        cached = _truly_cached(req, view)
+        cap = self.cfg.load_cap * (sum(view.loads) + 1) / view.num_replicas + 1
+        eligible = [i for i, load in enumerate(view.loads) if load < cap] or [
+            least_loaded(view.loads)
+        ]
+        sent = self.routed_tokens
+        choice = min(eligible, key=lambda i: (-cached[i], view.loads[i], sent.get(i, 0), i))
+        sent[choice] = sent.get(choice, 0) + len(req.prompt)
+        return choice
+
+    def reset(self) -> None:
+        self.routed_tokens = {}
+
+
+# registry: every router policy (name -> factory taking the fleet config)
+ROUTERS: Registry[Callable[[FleetConfig], Router]] = Registry("fleet router")
+ROUTERS.add("round_robin", RoundRobin)
+ROUTERS.add("random", Random)
+ROUTERS.add("least_load", LeastLoad)
+ROUTERS.add("power_of_two", PowerOfTwo)
+ROUTERS.add("consistent_hash", ConsistentHash)
+ROUTERS.add("cache_aware", CacheAware)
+ROUTERS.add("kv_aware", KvAware)
+ROUTERS.add("ideal", Ideal)
+
+PRECISE = ("kv_aware", "ideal")  # routers that read the replicas' real caches

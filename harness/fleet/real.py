@@ -1,0 +1,315 @@
+"""A fleet behind a real router: N built-in servers and sglang-router or vllm-router on loopback,
+driven one request at a time, with the routing twin (docs/fleet.md §5).
+
+    start N workers (python -m harness.builtin_server worker_tag=wI) ─▶ start the router
+    for each request: POST router/v1/completions ─▶ the reply's system_fingerprint names the worker
+                      the twin (policies.py) predicts the worker from the same stream
+    ─▶ rows (request, predicted, actual), the share equal, then every process stopped by its PID
+
+The harness owns every port (free loopback ports; each router gets its own Prometheus port) and
+every process. Prompts are text: sglang-router refuses token-id prompts, and its cache_aware tree
+works on characters, which the twin's tree then holds too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from engines.cache import DEFAULT_DESIGN, DESIGNS
+from engines.errors import BadInput
+from harness.fleet.config import FleetConfig
+from harness.fleet.policies import (
+    ROUTERS,
+    CacheAware,
+    ConsistentHash,
+    FleetView,
+    RoundRobin,
+    Routed,
+    Router,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTER_KINDS = ("sglang", "vllm")
+# the policies each router offers that the twin models
+TWINNED = {
+    "sglang": ("round_robin", "random", "cache_aware", "power_of_two"),
+    "vllm": ("round_robin", "random", "cache_aware", "power_of_two", "consistent_hash"),
+}
+
+
+def routers_venv() -> Path:
+    return Path(os.environ.get("PREFIXBENCH_ROUTERS_VENV", ROOT / ".venv-routers"))
+
+
+def router_available(kind: str) -> bool:
+    venv = routers_venv()
+    if kind == "sglang":
+        probe = [str(venv / "bin" / "python"), "-c", "import sglang_router"]
+        return (venv / "bin" / "python").is_file() and subprocess.run(probe).returncode == 0
+    return (venv / "bin" / "vllm-router").is_file()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def router_command(
+    kind: str, cfg: FleetConfig, urls: list[str], port: int, metrics_port: int
+) -> list[str]:
+    """The router's command line: our policy's knobs as its flags (the same defaults)."""
+    venv = routers_venv()
+    if kind == "sglang":
+        head = [str(venv / "bin" / "python"), "-m", "sglang_router.launch_router"]
+    elif kind == "vllm":
+        head = [str(venv / "bin" / "vllm-router")]
+    else:
+        raise BadInput(f"unknown router {kind!r}; valid: {', '.join(ROUTER_KINDS)}")
+    args = [*head, "--worker-urls", *urls, "--policy", cfg.router]
+    args += ["--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(metrics_port)]
+    if cfg.router == "cache_aware":
+        args += ["--cache-threshold", str(cfg.cache_threshold)]
+        args += ["--balance-abs-threshold", str(cfg.balance_abs_threshold)]
+        args += ["--balance-rel-threshold", str(cfg.balance_rel_threshold)]
+        args += ["--eviction-interval-secs", str(int(cfg.eviction_interval_s))]
+        args += ["--max-tree-size", str(cfg.max_tree_size)]
+    return args
+
+
+def worker_command(i: int, port: int, model: str, engine: str) -> list[str]:
+    return [
+        sys.executable, "-m", "harness.builtin_server", f"model={model}", f"engine={engine}",
+        f"port={port}", f"worker_tag=w{i}", "threads=1", "log_level=warning",
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Decision:
+    request_id: str
+    predicted: int
+    actual: int
+    cached_tokens: int
+
+
+@contextlib.contextmanager
+def processes(commands: list[list[str]], logs: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Start each command (its output to a log file) and stop every one by its PID on exit."""
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    try:
+        for k, cmd in enumerate(commands):
+            with open(logs / f"proc{k}.log", "wb") as out:
+                procs.append(subprocess.Popen(cmd, stdout=out, stderr=out, cwd=ROOT, env=env))
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def wait_ready(
+    url: str, procs: list[subprocess.Popen[bytes]], timeout_s: float, path: str = "/v1/models"
+) -> None:
+    """Poll `path` until it answers 200. A router is polled on its own /health: a /v1/models
+    through it would be routed, and would move round_robin's counter before the first request."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"a process exited before {url} was ready")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not ready within {timeout_s} s")
+
+
+def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
+    """Text prompts: groups sharing a long prefix of words, each with its own question; the
+    groups interleaved (g0 g1 ... g0 g1 ...) so prefix-aware routing has work to do."""
+    import random
+
+    rng = random.Random(seed)
+    words = [f"w{k}" for k in range(500)]
+    prefixes = [" ".join(rng.choices(words, k=60)) for _ in range(num_groups)]
+    out = []
+    for i in range(per_group):
+        for g in range(num_groups):
+            question = " ".join(rng.choices(words, k=8))
+            out.append(Routed(f"g{g}-q{i}", f"{prefixes[g]} Q: {question}", session_id=f"s{g}"))
+    return out
+
+
+def drive_router(
+    router_url: str, model: str, stream: list[Routed], twin_cfg: FleetConfig, num_workers: int
+) -> list[Decision]:
+    """Send the stream one request at a time; the twin predicts each decision first. The twin
+    then learns the actual one (teacher forcing), so one miss is not counted twice."""
+    import httpx
+
+    twin: Router = (
+        CacheAware(twin_cfg, all_tenants=False)
+        if twin_cfg.router == "cache_aware"
+        else ROUTERS.get(twin_cfg.router)(twin_cfg)
+    )
+    sessions: dict[str, int] = {}  # consistent_hash: the worker each session went to
+    out = []
+    t0 = time.monotonic()
+    warmup = Routed("warmup", "prefixbench fleet warm-up: a prompt no other request shares")
+    with httpx.Client(timeout=120) as client:
+        for req in [warmup, *stream]:
+            view = FleetView([0] * num_workers, time.monotonic() - t0)
+            predicted = _predict(twin, req, view)
+            if isinstance(twin, ConsistentHash) and req.session_id in sessions:
+                predicted = sessions[req.session_id]
+            data = _send(client, router_url, model, req)
+            actual = int(str(data["system_fingerprint"]).removeprefix("w"))
+            _teach(twin, req, predicted, actual, view)
+            if req.session_id is not None:
+                sessions.setdefault(req.session_id, actual)
+            if req is not warmup:  # the warm-up aligns the twin with the router's start
+                out.append(Decision(req.request_id, predicted, actual, _cached(data)))
+    return out
+
+
+def _send(client: object, router_url: str, model: str, req: Routed) -> dict:
+    import httpx
+
+    assert isinstance(client, httpx.Client)
+    headers = {"X-Session-ID": req.session_id} if req.session_id else {}
+    body = {"model": model, "prompt": req.prompt, "max_tokens": 2, "temperature": 0.0}
+    reply = client.post(f"{router_url}/v1/completions", json=body, headers=headers)
+    reply.raise_for_status()
+    return dict(reply.json())
+
+
+def _cached(data: dict) -> int:
+    details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
+    return int(details.get("cached_tokens") or 0)
+
+
+def _predict(twin: Router, req: Routed, view: FleetView) -> int:
+    """The twin's decision; cache_aware's tree is not touched until the actual one is known."""
+    return twin.decide(req, view) if isinstance(twin, CacheAware) else twin.choose(req, view)
+
+
+def _teach(twin: Router, req: Routed, predicted: int, actual: int, view: FleetView) -> None:
+    """The twin continues from the router's actual decision (teacher forcing)."""
+    if isinstance(twin, CacheAware):
+        twin.record(req, actual, view.now_s)
+    elif isinstance(twin, RoundRobin):
+        twin.next = actual + 1
+
+
+@contextlib.contextmanager
+def worker_fleet(
+    num_workers: int,
+    out_dir: Path,
+    model: str = "smollm2-rand",
+    engine: str = DEFAULT_DESIGN,
+    ready_timeout_s: float = 300.0,
+) -> Iterator[list[str]]:
+    """N built-in servers on free loopback ports, tagged w0..wN-1; yields their URLs (worker i
+    is the i-th URL in string order, the order a router is given them in)."""
+    ports = sorted((free_port() for _ in range(num_workers)), key=str)
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    workers = [worker_command(i, p, model, engine) for i, p in enumerate(ports)]
+    with processes(workers, out_dir / "logs" / "workers") as procs:
+        for url in urls:
+            wait_ready(url, procs, ready_timeout_s)
+        yield urls
+
+
+def route_through(
+    kind: str, cfg: FleetConfig, urls: list[str], stream: list[Routed], out_dir: Path
+) -> list[Decision]:
+    """Start the router over `urls` (caches flushed first), drive `stream`, stop the router."""
+    import httpx
+
+    if cfg.router not in TWINNED.get(kind, ()):
+        valid = ", ".join(TWINNED.get(kind, ()))
+        raise BadInput(f"{kind}-router policy {cfg.router!r} has no twin; valid: {valid}")
+    for url in urls:
+        httpx.post(f"{url}/reset_prefix_cache", timeout=30).raise_for_status()
+    port, metrics_port = free_port(), free_port()
+    command = router_command(kind, cfg, urls, port, metrics_port)
+    with processes([command], out_dir / "logs" / f"router-{kind}-{cfg.router}") as procs:
+        router_url = f"http://127.0.0.1:{port}"
+        wait_ready(router_url, procs, 60.0, "/health")
+        time.sleep(2.0)  # the router's health checker marks the workers healthy
+        return drive_router(router_url, _served_name(urls[0]), stream, cfg, len(urls))
+
+
+def run_real_fleet(
+    kind: str, cfg: FleetConfig, stream: list[Routed], out_dir: Path, engine: str = DEFAULT_DESIGN
+) -> list[Decision]:
+    """Start `cfg.replicas` workers and the router, drive `stream` through it, stop them all."""
+    with worker_fleet(cfg.replicas, out_dir, engine=engine) as urls:
+        return route_through(kind, cfg, urls, stream, out_dir)
+
+
+def _served_name(url: str) -> str:
+    import httpx
+
+    return str(httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.fleet.real`: one real-router run; decisions to OUT/decisions.csv."""
+    import argparse
+    import csv
+
+    parser = argparse.ArgumentParser(prog="python -m harness.fleet.real", description=__doc__)
+    parser.add_argument("--router", choices=ROUTER_KINDS, default="sglang")
+    parser.add_argument("--policy", default="cache_aware")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--groups", type=int, default=4)
+    parser.add_argument("--per-group", type=int, default=6)
+    parser.add_argument("--engine", choices=DESIGNS.names(), default=DEFAULT_DESIGN)
+    parser.add_argument("--out", default="results/fleet-real")
+    args = parser.parse_args(argv)
+    try:
+        cfg = FleetConfig(replicas=args.workers, router=args.policy)
+        cfg.validate()
+        if args.workers < 2:
+            raise BadInput(f"--workers must be at least 2, got {args.workers}")
+        if not router_available(args.router):
+            raise BadInput(
+                f"{args.router}-router is not installed in {routers_venv()}: "
+                "run bash scripts/setup_routers.sh"
+            )
+        out = Path(args.out) / f"{args.router}-{args.policy}-x{args.workers}"
+        stream = text_stream(args.groups, args.per_group)
+        decisions = run_real_fleet(args.router, cfg, stream, out, engine=args.engine)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with open(out / "decisions.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["request_id", "predicted", "actual", "cached_tokens"])
+        writer.writerows((d.request_id, d.predicted, d.actual, d.cached_tokens) for d in decisions)
+    equal = sum(d.predicted == d.actual for d in decisions)
+    print(f"{args.router}-router {args.policy}: {equal}/{len(decisions)} decisions predicted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""The step-locked twin: a concurrent server run replayed on the server's own step sequence.
+
+Only arrivals come from the server; admission, chunking, preemption, eviction and hits stay the
+twin's. The server's KV-event stream (harness/live_server/kv_events.py) has one batch per engine step
+that changed its cache. A request's *anchor* is the first batch after its send that stores one of
+its own prompt blocks (a block no concurrent request also holds): the server first scheduled it in
+that step. The twin steps one engine step at a time; its steps that change its cache are paired
+in order with the server's batches. A request anchored at the next batch enters the twin before
+the step whose changes, with it, equal that batch (a trial step on a copy of the engine decides),
+and not before an earlier step that would change nothing without it (the server's step then
+changed nothing either). A request with no anchor (its prompt was cached) enters at its send time
+on a clock interpolated between matched batches. A follow-up turn never enters before its
+predecessor finished in the twin. Each twin step's changes are recorded for the block-by-block
+comparison.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engines.cache.apc.block import KVCacheBlock
+from engines.cache.apc.block_pool import BlockHashToBlockMap, BlockPool
+from engines.cache.apc.hashing import block_extra_keys, get_hash_fn_by_name, init_none_hash
+from engines.engine import Engine
+from engines.records import RequestRecord
+from harness.client.inprocess import completion_request
+from harness.live_server.kv_events import KvBatch, external_hash
+from workloads.request import Request
+
+DEFAULT_STEP_S = 0.01  # the server's step length before two matched batches give one
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A request to replay: what was sent, when (server wall clock), what it follows."""
+
+    request: Request  # prompt as sent, script as returned, `after` its predecessor
+    send_wall_s: float
+    end_wall_s: float
+    token_wall_s: tuple[float, ...] = ()  # when the client received each token (sample 0)
+
+
+@dataclass
+class StepLockedRun:
+    records: list[RequestRecord]
+    twin_batches: list[KvBatch]  # the twin's steps that changed its cache (seq = twin step)
+    entered_step: dict[str, int]  # request id -> the twin step it entered before
+    anchored: int  # requests placed by their own stored blocks
+    timed: int  # requests placed by send time
+    steps: int  # engine steps taken (vLLM counts the same in its per-step histogram)
+    notes: list[str] = field(default_factory=list)
+
+
+def prompt_hashes(req: Request, block_size: int, hash_algo: str = "sha256") -> list[int]:
+    """The 64-bit hashes vLLM publishes for the full blocks of `req`'s prompt."""
+    fn = get_hash_fn_by_name(hash_algo)
+    none_hash = init_none_hash(hash_algo)
+    ids = list(req.prompt_ids)
+    parent: bytes | None = None
+    out = []
+    for i in range(len(ids) // block_size):
+        extra = block_extra_keys(i, req.lora_id, req.salt)
+        parent = fn((parent or none_hash, tuple(ids[i * block_size : (i + 1) * block_size]), extra))
+        out.append(external_hash(parent + b"\0\0\0\0"))
+    return out
+
+
+def anchors(arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size: int) -> dict:
+    """request id -> index of the batch where the server first stored one of its own blocks."""
+    chains = {a.request.request_id: prompt_hashes(a.request, block_size) for a in arrivals}
+    out: dict[str, int] = {}
+    for a in arrivals:
+        rid = a.request.request_id
+        others: set[int] = set()
+        for b in arrivals:
+            overlaps = b.send_wall_s < a.end_wall_s and a.send_wall_s < b.end_wall_s
+            if b is not a and overlaps:
+                others.update(chains[b.request.request_id])
+        own = set(chains[rid]) - others
+        if not own:
+            continue
+        for i, batch in enumerate(batches):
+            if batch.ts >= a.send_wall_s and own.intersection(batch.stored):
+                out[rid] = i
+                break
+    return out
+
+
+def _seq_id(req: Request) -> str:
+    return req.request_id if req.n == 1 else f"0_{req.request_id}"  # twin.child_id's sample 0
+
+
+class _RecordingMap(BlockHashToBlockMap):
+    """The apc pool's hash map, carrying the list of cache changes (copied with the engine)."""
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, int]] = []
+
+
+class _RecordingPool(BlockPool):
+    """A BlockPool that lists, in order, each block it caches (vLLM's BlockStored: one per new
+    full block, a key cached already included) and each cached block it evicts (BlockRemoved)."""
+
+    def cache_full_blocks(
+        self,
+        keys: list[bytes],
+        blocks: list[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        provenances: list[tuple[Any, ...]] | None = None,
+    ) -> None:
+        events = self.cached_block_hash_to_block.events  # type: ignore[attr-defined]
+        for key in keys[num_cached_blocks:num_full_blocks]:
+            events.append(("stored", external_hash(key)))
+        super().cache_full_blocks(keys, blocks, num_cached_blocks, num_full_blocks, provenances)
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        if num_blocks <= self.free_block_queue.num_free_blocks:  # else super() raises
+            events = self.cached_block_hash_to_block.events  # type: ignore[attr-defined]
+            blk = self.free_block_queue.fake_free_list_head.next_free_block
+            for _ in range(num_blocks):  # the blocks super() pops: a hashed one is evicted
+                if blk.block_hash is not None:
+                    events.append(("removed", external_hash(blk.block_hash)))
+                blk = blk.next_free_block
+        return super().get_new_blocks(num_blocks)
+
+
+def record_events(engine: Engine) -> None:
+    """Make the twin's apc pool list its cache changes (a copy of the engine lists its own)."""
+    pool = engine.cache.pool  # type: ignore[attr-defined]
+    recording = _RecordingMap()
+    recording._cache = pool.cached_block_hash_to_block.entries
+    pool.cached_block_hash_to_block = recording
+    pool.__class__ = _RecordingPool
+
+
+def take_batch(engine: Engine, step: int) -> KvBatch | None:
+    """The cache changes since the last call, as one batch (None: nothing changed)."""
+    events = engine.cache.pool.cached_block_hash_to_block.events  # type: ignore[attr-defined]
+    if not events:
+        return None
+    stored = tuple(h for kind, h in events if kind == "stored")
+    removed = tuple(h for kind, h in events if kind == "removed")
+    events.clear()
+    return KvBatch(seq=step, ts=math.nan, stored=stored, removed=removed)
+
+
+def _trial(engine: Engine, submit: list[Request]) -> tuple[frozenset, frozenset] | None:
+    """The cache changes of the next step on a copy of the engine, with `submit` entered."""
+    twin = copy.deepcopy(engine)
+    now = twin.clock.now()
+    for req in submit:
+        twin.submit(completion_request(req, True), now)
+    if not twin.has_work:
+        return None
+    take_batch(twin, 0)
+    twin.step()
+    got = take_batch(twin, 0)
+    return got.changes if got is not None else None
+
+
+MAX_TRIALS = 64  # candidates tried per step (a longer queue waits on the budget anyway)
+
+
+def _lag(engine: Engine, progress: dict[str, tuple[float, ...]], ts: float) -> int:
+    """How many tokens the twin's running requests are behind the server at time `ts` (the
+    median over requests decoding in both; 0 when none is): tokens the client had received by
+    then against tokens the twin has produced."""
+    lags = []
+    for seq in engine.loop.running:
+        times = progress.get(seq.seq_id)
+        if times and seq.num_output_tokens > 0:
+            lags.append(bisect.bisect_left(times, ts) - seq.num_output_tokens)
+    return int(statistics.median_low(lags)) if lags else 0
+
+
+def _entering(
+    engine: Engine, must: list[Arrival], pending, ready, batch: KvBatch, lag: int
+) -> list[Arrival]:
+    """Who enters before this step, given that `must` (anchored at the next batch) are due.
+    While the twin's running requests are behind the server's progress at the batch's time,
+    nobody: the server's step that stored their blocks is still ahead. Then admission is first
+    come first served, so the requests that reached the server by that step are a prefix of
+    the send order: the shortest prefix of those sent by the batch's time, holding every
+    `must`, whose trial step changes the cache exactly as the batch did, else `must`."""
+    if lag > 0 and engine.has_work:
+        return []
+    sent = [a for a in pending if ready(a) and a.send_wall_s <= batch.ts][:MAX_TRIALS]
+    held = [sent.index(a) for a in must if a in sent]
+    first = max(held) + 1 if held else 0
+    if not engine.has_work:
+        return must
+    for j in range(first, len(sent) + 1):
+        if _trial(engine, [a.request for a in sent[:j]]) == batch.changes:
+            return sent[:j]
+    return must
+
+
+def replay(
+    engine: Engine, arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size: int
+) -> StepLockedRun:
+    """Drive `engine` (decode runs off) through `arrivals` on the server's step sequence."""
+    order = sorted(arrivals, key=lambda a: a.send_wall_s)
+    anchor = anchors(order, batches, block_size)
+    pending = list(order)
+    replayed = {a.request.request_id for a in order}
+    progress = {_seq_id(a.request): a.token_wall_s for a in order}
+    finished: set[str] = set()
+    entered: dict[str, int] = {}
+    twin_batches: list[KvBatch] = []
+    engine.restart()
+    record_events(engine)
+    k, step = 0, 0  # server batches paired so far; twin steps taken
+    last_ts, last_step, step_s = None, 0, DEFAULT_STEP_S
+    notes: list[str] = []
+
+    def ready(a: Arrival) -> bool:
+        after = a.request.after
+        return after is None or after not in replayed or after in finished
+
+    def submit(group: list[Arrival]) -> None:
+        now = engine.clock.now()
+        for a in group:
+            engine.submit(completion_request(a.request, True), now)
+            entered[a.request.request_id] = step
+            pending.remove(a)
+
+    while pending or engine.has_work:
+        # when the twin's next step starts on the server's clock (interpolated)
+        if last_ts is not None:
+            start_s = last_ts + (step - last_step) * step_s
+        else:
+            first = min(
+                (a.send_wall_s for a in order if a.request.request_id in entered), default=-math.inf
+            )
+            start_s = first + step * step_s
+        late, trial = [], []
+        for a in pending:
+            if not ready(a):
+                continue
+            at = anchor.get(a.request.request_id)
+            if at is not None and at < k:
+                late.append(a)  # the server stored its blocks already: enter now
+            elif at is not None and at == k:
+                trial.append(a)  # its blocks are in the next batch to pair
+            elif at is None and a.send_wall_s <= start_s:
+                late.append(a)
+        submit(late)
+        if trial:
+            lag = _lag(engine, progress, batches[k].ts)
+            submit(_entering(engine, trial, pending, ready, batches[k], lag))
+        if not engine.has_work:
+            nxt = next((a for a in pending if ready(a)), None)
+            if nxt is None:
+                if pending:
+                    notes.append(f"{len(pending)} requests never became ready (missing turns)")
+                break
+            submit([nxt])
+            continue
+        engine.step()
+        step += 1
+        got = take_batch(engine, step)
+        if got is not None:
+            twin_batches.append(got)
+            skipped = k + 1 < len(batches) and got.changes != batches[k].changes
+            if skipped and got.changes == batches[k + 1].changes:
+                k += 1  # the twin made no step of the server's batch k: pair with k + 1
+            if k < len(batches):
+                ts = batches[k].ts
+                if last_ts is not None and step > last_step:
+                    step_s = max(1e-4, (ts - last_ts) / (step - last_step))
+                last_ts, last_step = ts, step
+            k += 1
+        for rec in engine.records:
+            finished.add(rec.parent_id)
+    engine.idle()
+    return StepLockedRun(
+        records=list(engine.records),
+        twin_batches=twin_batches,
+        entered_step=entered,
+        anchored=sum(1 for a in order if a.request.request_id in anchor),
+        timed=sum(1 for a in order if a.request.request_id not in anchor),
+        steps=step,
+        notes=notes,
+    )
+
+
+def compare(server: Sequence[KvBatch], twin: Sequence[KvBatch]) -> dict:
+    """Block-by-block: the i-th cache-changing step of each stores and removes the same block
+    hashes (as sets within a step, in step order); totals and the first difference."""
+    first: dict[str, object] | None = None
+    equal = 0
+    for i, (s, t) in enumerate(zip(server, twin)):
+        if s.changes == t.changes:
+            equal += 1
+        elif first is None:
+            first = {
+                "index": i,
+                "server_stored": len(s.stored),
+                "twin_stored": len(t.stored),
+                "server_removed": len(s.removed),
+                "twin_removed": len(t.removed),
+                "only_server": len(s.changes[0] - t.changes[0]) + len(s.changes[1] - t.changes[1]),
+                "only_twin": len(t.changes[0] - s.changes[0]) + len(t.changes[1] - s.changes[1]),
+            }
+    if first is None and len(server) != len(twin):
+        first = {"index": min(len(server), len(twin)), "reason": "one stream is longer"}
+    return {
+        "server_steps_with_events": len(server),
+        "twin_steps_with_events": len(twin),
+        "steps_equal": equal,
+        "server_stored_blocks": sum(len(b.stored) for b in server),
+        "twin_stored_blocks": sum(len(b.stored) for b in twin),
+        "server_removed_blocks": sum(len(b.removed) for b in server),
+        "twin_removed_blocks": sum(len(b.removed) for b in twin),
+        "identical": first is None,
+        "first_difference": first,
+    }
