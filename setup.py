@@ -12,11 +12,16 @@ keys, blocks and evictions, only slower.
 It also maps the top-level conf/ into the wheel as harness/conf (see PACKAGES).
 """
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, find_namespace_packages, find_packages, setup
 
 # conf/ is the repository's top-level Hydra tree; the wheel carries it as the data package
-# harness.conf (harness/config/schema.py finds either), so there is one source of the configs.
-PACKAGES = find_packages(include=["harness*", "engines*", "workloads*"]) + ["harness.conf"]
+# harness.conf (harness/config/schema.py finds either), so there is one source of the configs. Its
+# folders and workloads/data's are listed as (namespace) data packages: setuptools otherwise
+# warns ~35 lines for each that Python could import ("Package would be ignored").
+CONF_PACKAGES = ["harness.conf"] + [f"harness.conf.{p}" for p in find_namespace_packages("conf")]
+DATA_PACKAGES = find_namespace_packages(include=["workloads.data", "workloads.data.*"])
+PACKAGES = find_packages(include=["harness*", "engines*", "workloads*"]) + CONF_PACKAGES
+PACKAGES += DATA_PACKAGES
 
 setup(
     packages=PACKAGES,

@@ -438,7 +438,9 @@ def test_bad_input_is_one_line_exit_2(case, tmp_path, capsys, watchdog):
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert needle.format(d=tmp_path) in lines[0], lines[0]
     assert "Traceback" not in err
-    assert_failed_run_dir(run_dir)
+    # Refused before or after the claim (a request larger than the KV pool): no run folder that
+    # every later report would count.
+    assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
 
 
 def test_defaults_and_the_small_config_pass_the_preflight():
@@ -549,15 +551,23 @@ def test_cli_simulated_without_hardware_makes_no_run_directory(tmp_path):
     assert not run_dir.exists()
 
 
-def test_cli_nan_timestamp_records_a_failed_run(tmp_path):
+def test_cli_nan_timestamp_leaves_no_run_folder(tmp_path):
+    """Refused after Hydra made the folder: the folder goes (a failed one would be counted by
+    every later report); a folder that was there before keeps what it held."""
     prepare(tmp_path)
     run_dir = tmp_path / "bad"
-    proc = harness(
-        with_base([*TRACE, f"workload.path={tmp_path}/nan_time.jsonl"]), run_dir, timeout=120
-    )
+    bad_trace = with_base([*TRACE, f"workload.path={tmp_path}/nan_time.jsonl"])
+    proc = harness(bad_trace, run_dir, timeout=120)
     _assert_one_error_line(proc, "nan_time.jsonl:2: not valid JSON (NaN is not allowed")
-    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+    assert not run_dir.exists()
+    run_dir.mkdir()
+    (run_dir / "notes.txt").write_text("mine\n")
+    proc = harness(bad_trace, run_dir, timeout=120)
+    _assert_one_error_line(proc, "nan_time.jsonl:2: not valid JSON (NaN is not allowed")
     assert_failed_run_dir(run_dir)
+    assert (run_dir / "notes.txt").read_text() == "mine\n" and not (
+        run_dir / "summary.json"
+    ).exists()
 
 
 def test_cli_sweep_with_a_value_of_the_wrong_type_runs_nothing(tmp_path):

@@ -200,13 +200,16 @@ def test_too_long_prompt_is_a_failed_row(vllm_server, tmp_path):
         ],
         tmp_path / "long",
     )
-    assert run.returncode == 0, run.stderr[-2000:]
+    # Every request refused: the run failed (its status comes from its rows), exit 1, rows kept.
+    assert run.returncode == 1, run.stderr[-2000:]
     table = pd.read_parquet(run.run_dir / "requests.parquet")
     assert len(table) == 2
     assert (table["status"] == "http_error").all()
     assert (table["http_status"] == 400).all()
     assert table["error"].str.len().gt(0).all()
     assert run.summary["failed"] == 2 and run.summary["completed"] == 0
+    assert run.summary["status"] == "failed" and run.summary["failed_share"] == 1.0
+    assert run.summary["error"].startswith("all 2 requests failed")
 
 
 def _free_port() -> int:
@@ -229,6 +232,7 @@ def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "server.url" in errors[0] and str(port) in errors[0]
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "bad").exists()  # an unreachable target leaves no run folder
 
 
 def test_server_cpus_are_parsed_and_bound_for_openmp_too():

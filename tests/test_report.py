@@ -180,6 +180,38 @@ def test_cli(tmp_path, capsys):
     )
 
 
+def test_a_folder_without_runs_is_never_written_unless_asked(tmp_path, capsys):
+    """`python -m harness.report results/reference` used to replace the committed CSVs with
+    empty ones: a folder holding no runs is refused, and --out writes where it is told."""
+    committed = tmp_path / "reference"
+    committed.mkdir()
+    (committed / "summary.csv").write_text("workload,arm\nrag,apc\n")
+    (committed / "overhead.csv").write_text("metric,ratio\nx,1.0\n")
+    before = {p.name: p.read_bytes() for p in committed.iterdir()}
+    assert main([str(committed)]) == 2
+    assert "holds no run directories; nothing was written" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in committed.iterdir()} == before
+    assert main([str(committed), "--out", str(tmp_path / "elsewhere")]) == 0
+    assert {p.name: p.read_bytes() for p in committed.iterdir()} == before
+    assert (tmp_path / "elsewhere" / "summary.csv").is_file()
+
+
+def test_a_table_without_rows_never_replaces_a_non_empty_file(tmp_path):
+    root = tmp_path / "runs"
+    write_failed(root, "a")  # one run, no ok one: no overhead pairs
+    (root / "overhead.csv").write_text("metric,ratio\nkept,1.0\n")
+    build_report(root, figures=False, out_dir=root)
+    assert (root / "overhead.csv").read_text() == "metric,ratio\nkept,1.0\n"
+    assert pd.read_csv(root / "summary.csv")["n_not_ok"].tolist() == [1]
+
+
+def test_the_report_writes_into_another_folder_with_out(tmp_path):
+    write_results_tree(tmp_path / "r")
+    assert main([str(tmp_path / "r"), "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "summary.csv").is_file() and (tmp_path / "o" / FIGURE_DIR).is_dir()
+    assert not (tmp_path / "r" / "summary.csv").exists()
+
+
 def test_pairs_stay_within_a_sweep_and_pool_across_sweeps(tmp_path):
     # Two suite runs with the same seed: each on run pairs with the off run of its own sweep.
     for sweep, (on, off) in (("s1", (990.0, 1000.0)), ("s2", (2020.0, 2000.0))):

@@ -26,11 +26,13 @@ import statistics
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from harness.live_server import prometheus
+from harness.live_server import prometheus, replies
+from harness.live_server.bounded import CAPS
 from harness.live_server.cache_state import settled_counters
 from harness.live_server.config import ServerConfig
 from harness.live_server.flavours import FLAVOURS
 from harness.live_server.http_client import HTTP_ERROR, OK, TIMEOUT, ServerClient
+from harness.live_server.replies import BadReply
 
 NOT_RUN = (
     "not run: needs the live vLLM server of issue [2/7] (harness/live_server/, scripts/setup_vllm.sh, the "
@@ -114,14 +116,18 @@ class Server:
 
     async def block_size(self) -> int:
         """The server's block size from /metrics `vllm:cache_config_info` (vLLM reports it there)."""
-        resp = await self.client.get("/metrics", timeout_s=30.0)
+        resp = await self.client.get("/metrics", CAPS.metrics_bytes, timeout_s=30.0)
         if resp.status_code != 200:
             raise ServerFailed(f"{self.label}GET /metrics answered HTTP {resp.status_code}")
         samples = prometheus.parse(resp.text)
         labels = prometheus.info_labels(samples, VLLM.cache_config_metric)
-        if "block_size" not in labels:
+        try:
+            block_size, _ = replies.cache_facts(labels)
+        except BadReply as exc:
+            raise ServerFailed(f"{self.label}{exc}") from None
+        if block_size is None:
             raise ServerFailed(f"{self.label}/metrics reports no {VLLM.cache_config_metric}")
-        return int(labels["block_size"])
+        return block_size
 
 
 def server_column(

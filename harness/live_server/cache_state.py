@@ -4,12 +4,18 @@ counters (read settled, before and after the measured window) and the reset of i
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
-from harness.live_server import prometheus
+from harness.config.errors import BadInput
+from harness.live_server import prometheus, replies
+from harness.live_server.bounded import CAPS
 from harness.live_server.flavours import Flavour
 from harness.live_server.http_client import TRANSPORT_ERRORS, ServerClient
+from harness.live_server.replies import BadReply
+
+log = logging.getLogger("harness.live_server")
 
 
 @dataclass
@@ -18,24 +24,44 @@ class Counters:
     queries: float | None
     steps: float | None = None  # engine steps (vLLM: its per-step histogram's count)
     preemptions: float | None = None
+    problem: str | None = None  # why a counter the server shows is not used (replies.counter)
+
+
+def why(exc: BaseException) -> str:
+    """An exception as a short one-line reason."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
 async def metric_samples(client: ServerClient) -> list[prometheus.Sample]:
+    """/metrics's samples; none when it does not answer 200 within its cap."""
     try:
-        resp = await client.get("/metrics")
-    except TRANSPORT_ERRORS:
+        resp = await client.get("/metrics", CAPS.metrics_bytes)
+    except TRANSPORT_ERRORS as exc:
+        log.warning("warning: GET /metrics: %s; the server's counters are not used", why(exc))
         return []
     return prometheus.parse(resp.text) if resp.status_code == 200 else []
 
 
 async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
+    """The hit and query counters, each checked (replies.counter): one that is NaN, infinite
+    or negative is not used, and the reason is kept."""
     samples = await metric_samples(client)
-    return Counters(
-        prometheus.counter(samples, flavour.hit_counters),
-        prometheus.counter(samples, flavour.query_counters),
-        prometheus.counter(samples, flavour.step_counters),
-        prometheus.counter(samples, flavour.preemption_counters),
-    )
+    values, problems = [], []
+    for names in (
+        flavour.hit_counters,
+        flavour.query_counters,
+        flavour.step_counters,
+        flavour.preemption_counters,
+    ):
+        try:
+            found = prometheus.counter(samples, names)
+            values.append(replies.counter(found, names[0]) if names else found)
+        except BadReply as exc:
+            values.append(None)
+            problems.append(str(exc))
+    hits, queries, steps, preemptions = values
+    return Counters(hits, queries, steps, preemptions, "; ".join(problems) or None)
 
 
 async def settled_counters(client: ServerClient, flavour: Flavour, wait_s: float = 3.0) -> Counters:
@@ -58,10 +84,11 @@ async def reset_cache(client: ServerClient, flavour: Flavour) -> bool:
     try:
         resp = await client.post(flavour.reset_path)
     except TRANSPORT_ERRORS as exc:
-        raise RuntimeError(f"cache reset failed: {type(exc).__name__}: {exc}") from None
+        raise BadInput(f"server.url: the cache reset failed ({why(exc)})") from None
     if resp.status_code != 200:
-        raise RuntimeError(
-            f"POST {flavour.reset_path} answered HTTP {resp.status_code}: {resp.text[:200]} "
-            "(vLLM needs VLLM_SERVER_DEV_MODE=1)"
+        first = (resp.text.strip().splitlines() or [""])[0][:200]
+        raise BadInput(
+            f"server.url: POST {flavour.reset_path} answered HTTP {resp.status_code} {first!r}; "
+            "vLLM needs VLLM_SERVER_DEV_MODE=1, or pass server.reset_cache=false"
         )
     return True

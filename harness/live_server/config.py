@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from harness.config.errors import BadInput
+from harness.live_server.replies import MAX_BLOCK_SIZE
 
 
 @dataclass
@@ -28,7 +29,10 @@ class ServerConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     connect_timeout_s: float = 5.0
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0  # one request, first byte to last
+    # The longest silence accepted from a server: no headers, no next chunk, no body byte for
+    # this long and the request is given up on (a server that never answers ends, too).
+    read_timeout_s: float = 300.0
     reset_cache: bool = True  # reset before measuring (and check it with a probe)
     closed_loop: bool = True  # turn k+1 holds the tokens the server returned for turn k
     twin: bool = True  # replay the run through the built-in caches afterwards
@@ -55,10 +59,20 @@ class ServerConfig:
         for name in ("block_size", "kv_capacity_tokens"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
-        for name in ("connect_timeout_s", "request_timeout_s"):
+        if self.block_size is not None and self.block_size > MAX_BLOCK_SIZE:
+            raise BadInput(
+                f"server.block_size must be at most {MAX_BLOCK_SIZE} tokens, got {self.block_size}"
+            )
+        for name in ("connect_timeout_s", "request_timeout_s", "read_timeout_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise BadInput(f"server.{name} must be a positive number of seconds, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < float("inf")
+            ):
+                raise BadInput(
+                    f"server.{name} must be a positive finite number of seconds, got {value!r}"
+                )
 
     @property
     def base_url(self) -> str:

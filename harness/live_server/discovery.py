@@ -6,14 +6,15 @@ non-OpenAI server is bad input (exit 2), found before anything else of a run is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
 
 from harness.config.errors import BadInput
-from harness.live_server import kv_events, prometheus
-from harness.live_server.cache_state import metric_samples
+from harness.live_server import kv_events, prometheus, replies
+from harness.live_server.bounded import CAPS, TooLarge
+from harness.live_server.cache_state import metric_samples, why
 from harness.live_server.config import ServerConfig
 from harness.live_server.flavours import Flavour
 from harness.live_server.http_client import TRANSPORT_ERRORS, ServerClient
+from harness.live_server.replies import BadReply
 from harness.live_server.twin import ServerFacts
 
 
@@ -31,24 +32,30 @@ class ServerInfo:
 
 
 async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -> ServerInfo:
-    """Model name, version and cache facts; an unreachable server is BadInput (exit 2)."""
+    """Model name, version and cache facts; an unreachable server, or one whose answers fail the
+    checks of harness/live_server/replies.py, is BadInput (exit 2)."""
     try:
-        resp = await client.get("/v1/models")
+        resp = await client.get("/v1/models", CAPS.models_bytes)
+    except TooLarge as exc:
+        raise bad_server(scfg, exc) from None
     except TRANSPORT_ERRORS as exc:
         raise BadInput(
-            f"server.url: cannot reach {scfg.base_url} ({type(exc).__name__}: {exc}); start a "
-            "server (bash scripts/start_vllm.sh) or pass server.url=http://HOST:PORT"
+            f"server.url: cannot reach {scfg.base_url} ({why(exc)}); start a server "
+            "(bash scripts/start_vllm.sh) or pass server.url=http://HOST:PORT"
         ) from None
     if resp.status_code != 200:
         raise BadInput(
             f"server.url: GET {scfg.base_url}/v1/models answered HTTP {resp.status_code}; is it "
             "an OpenAI-compatible server?"
         )
-    models = cast(dict[str, Any], resp.json()).get("data") or []  # a non-object fails here
+    try:
+        models = replies.models(resp.json())
+    except BadReply as exc:
+        raise bad_server(scfg, exc) from None
     if scfg.model is not None:
-        entry = next((m for m in models if m.get("id") == scfg.model), None)
+        entry = next((m for m in models if m.id == scfg.model), None)
         if entry is None:
-            served = ", ".join(str(m.get("id")) for m in models) or "none"
+            served = ", ".join(m.id for m in models[:20]) or "none"
             raise BadInput(f"server.model: {scfg.model!r} is not served; served: {served}")
     elif models:
         entry = models[0]
@@ -57,10 +64,10 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
     version = await _version(client, flavour)
     labels = prometheus.info_labels(await metric_samples(client), flavour.cache_config_metric)
     asynchronous, source = await _scheduling(client, scfg, flavour)
-    facts = _facts(scfg, labels, entry.get("max_model_len"), asynchronous, source)
+    facts = _facts(scfg, labels, entry.max_model_len, asynchronous, source)
     kv, kv_note = await _kv_events(client, scfg, flavour)
-    identity = _identity(scfg, str(entry["id"]))
-    return ServerInfo(str(entry["id"]), version, facts, labels, kv, kv_note, identity)
+    identity = _identity(scfg, entry.id)
+    return ServerInfo(entry.id, version, facts, labels, kv, kv_note, identity)
 
 
 def _identity(scfg: ServerConfig, served: str) -> str:
@@ -78,7 +85,7 @@ def _identity(scfg: ServerConfig, served: str) -> str:
 
 async def _get_json(client: ServerClient, path: str) -> object:
     try:
-        resp = await client.get(path)
+        resp = await client.get(path, CAPS.version_bytes)  # a small JSON object, capped
         return resp.json() if resp.status_code == 200 else None
     except TRANSPORT_ERRORS + (ValueError,):
         return None
@@ -120,27 +127,40 @@ async def _kv_events(
     return found, f"subscribed to {found[0]}"
 
 
+def bad_server(scfg: ServerConfig, exc: BaseException) -> BadInput:
+    """A server whose answers fail the checks cannot be measured: one line, exit 2."""
+    return BadInput(f"server.url: {scfg.base_url} answered badly: {why(exc)}")
+
+
 async def _version(client: ServerClient, flavour: Flavour) -> str | None:
     if flavour.version_path is None:
         return None
-    try:
-        resp = await client.get(flavour.version_path)
-        body = cast(dict[str, Any], resp.json())  # a non-object raises AttributeError below
-        return str(body.get("version")) if resp.status_code == 200 else None
-    except TRANSPORT_ERRORS + (ValueError, AttributeError):
+    try:  # only shown: a bad or missing version is no version
+        resp = await client.get(flavour.version_path, CAPS.version_bytes)
+        return replies.version(resp.json()) if resp.status_code == 200 else None
+    except TRANSPORT_ERRORS + (BadReply,):
         return None
 
 
 def _facts(
-    scfg: ServerConfig, labels: dict[str, str], max_model_len, asynchronous: bool, source: str
+    scfg: ServerConfig,
+    labels: dict[str, str],
+    max_model_len: int | None,
+    asynchronous: bool,
+    source: str,
 ) -> ServerFacts:
-    block = scfg.block_size or _int(labels.get("block_size"))
+    try:
+        reported_block, blocks = replies.cache_facts(labels)
+    except BadReply as exc:  # block_size 0, a NaN block count: set the facts by hand
+        raise BadInput(
+            f"server.block_size: {exc}; set server.block_size and server.kv_capacity_tokens"
+        ) from None
+    block = scfg.block_size or reported_block
     if block is None:
         raise BadInput(
             "server.block_size: the server does not report its block (page) size; set it"
         )
     capacity = scfg.kv_capacity_tokens
-    blocks = _int(labels.get("num_gpu_blocks"))
     if capacity is None and blocks is not None:
         capacity = (blocks - 1) * block  # block 0 is vLLM's null block
     if capacity is None:
@@ -148,19 +168,17 @@ def _facts(
             "server.kv_capacity_tokens: the server does not report its KV capacity; set it"
         )
     capacity -= capacity % block
+    if capacity // block > replies.MAX_KV_BLOCKS:  # checked before the twin allocates its pool
+        raise BadInput(
+            f"server.kv_capacity_tokens: {capacity} tokens are {capacity // block} blocks of "
+            f"{block}; the twin holds at most {replies.MAX_KV_BLOCKS} blocks"
+        )
     return ServerFacts(
         block_size=block,
         kv_capacity_tokens=capacity,
         max_num_seqs=scfg.max_num_seqs,
         max_num_batched_tokens=scfg.max_num_batched_tokens,
-        max_model_len=_int(max_model_len),
+        max_model_len=max_model_len,
         async_scheduling=asynchronous,
         scheduling_source=source,
     )
-
-
-def _int(value) -> int | None:
-    try:
-        return int(float(value)) if value not in (None, "", "None") else None
-    except (TypeError, ValueError):
-        return None

@@ -20,11 +20,12 @@ import pandas as pd
 
 from engines.records import RequestRecord
 from harness.config.schema import RunConfig
-from harness.live_server import kv_events
+from harness.live_server import kv_events, replies
 from harness.live_server.cache_state import Counters
 from harness.live_server.discovery import ServerInfo
 from harness.live_server.driver import RETOKENIZED, Sent
-from harness.live_server.http_client import FAILED, HTTP_ERROR, OK
+from harness.live_server.http_client import BAD_REPLY, FAILED, HTTP_ERROR, OK, TIMEOUT
+from harness.live_server.replies import BadReply
 from harness.live_server.twin import (
     ONE_AT_A_TIME,
     PREDICTED,
@@ -94,7 +95,8 @@ def record_with_twin(
     itls = {rid: _itls(t) for rid, t in zip(table["request_id"], table.pop("_times"))}
     ok = table[table["status"] == OK]
     failures = table[table["status"] != OK]
-    hits_delta = _delta(w.before.hits, w.after.hits)
+    warnings = list(dict.fromkeys(p for p in (w.before.problem, w.after.problem) if p))
+    hits_delta = _delta(w.before.hits, w.after.hits, "hits", warnings)
     status, error = _status(table, failures)
     fanned = any(r.n > 1 for r in requests)
     recorded = Recorded(
@@ -106,7 +108,7 @@ def record_with_twin(
         token_rows=lambda: _token_rows(sent_order),
         status=status,
         error=error,
-        figures=_figures(cfg, requests, w, table, one_at_a_time, hits_delta),
+        figures=_figures(cfg, requests, w, table, one_at_a_time, hits_delta, warnings),
         comparison=_twin_summary(ok, twin, hits_delta, fanned),
         manifest={"server": _manifest(cfg, w, twin)},
     )
@@ -240,6 +242,7 @@ def _figures(
     table: pd.DataFrame,
     one_at_a_time: bool,
     hits_delta: int | None,
+    warnings: list[str],
 ) -> dict[str, object]:
     """The server's facts and counters, in summary.json's order, and what does not add up."""
     assert cfg.server is not None
@@ -247,7 +250,7 @@ def _figures(
     measured_sum = int(ok.loc[ok["cached_tokens_reported"].astype(bool), "cached_tokens"].sum())
     failures = table[table["status"] != OK]
     sources = Counter(s.prompt_source for s in w.sent)
-    warnings = []
+    queries_delta = _delta(w.before.queries, w.after.queries, "queries", warnings)
     first = table.iloc[0] if len(table) else None
     cold_hits = int(first["cached_tokens"]) if first is not None else 0
     if cold_hits and w.cache_state.get("cache_flushed"):
@@ -272,9 +275,11 @@ def _figures(
         "block_size_or_page_size": w.info.facts.block_size,
         "kv_capacity_tokens": w.info.facts.kv_capacity_tokens,
         "server_hits_delta": hits_delta,
-        "server_queries_delta": _delta(w.before.queries, w.after.queries),
-        "server_steps_delta": _delta(w.before.steps, w.after.steps),
-        "server_preemptions_delta": _delta(w.before.preemptions, w.after.preemptions),
+        "server_queries_delta": queries_delta,
+        "server_steps_delta": _delta(w.before.steps, w.after.steps, "steps", warnings),
+        "server_preemptions_delta": _delta(
+            w.before.preemptions, w.after.preemptions, "preemptions", warnings
+        ),
         "server_async_scheduling": w.info.facts.async_scheduling,
         "kv_events": w.kv_note if w.kv_batches is not None else f"unavailable: {w.kv_note}",
         "reported_cached_tokens_sum": measured_sum,
@@ -282,19 +287,34 @@ def _figures(
         "prompt_sources": dict(sources),
         "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
         "http_errors": int((failures["status"] == HTTP_ERROR).sum()),
+        "bad_replies": int((failures["status"] == BAD_REPLY).sum()),
+        "failed_share": len(failures) / len(table) if len(table) else None,
         "one_at_a_time": one_at_a_time,
         "warnings": warnings,
     }
 
 
-def _delta(before: float | None, after: float | None) -> int | None:
-    return None if before is None or after is None else int(round(after - before))
+def _delta(before: float | None, after: float | None, name: str, warnings: list) -> int | None:
+    """A counter's growth (replies.delta); one that went back is not used, with a warning."""
+    try:
+        return replies.delta(before, after, name)
+    except BadReply as exc:
+        warnings.append(f"{exc} (restarted?); its delta is not used")
+        return None
 
 
 def _status(table: pd.DataFrame, failures: pd.DataFrame) -> tuple[str, str | None]:
-    """A request the server refused (HTTP 4xx) is that request's failure; a server that stopped
-    answering (connection errors, timeouts) fails the run, with its rows kept."""
-    broken = failures[failures["status"].isin([FAILED, "timeout"])]
+    """The run's status from its rows. Every request failed: the run failed. A server that
+    stopped answering (connection errors, cut streams, timeouts) fails the run too. Otherwise a
+    request the server refused (HTTP 4xx) or answered badly is that request's failure, counted
+    in `failed` and `failed_share`."""
+    if len(table) and len(failures) == len(table):
+        first = failures.iloc[0]
+        return "failed", (
+            f"all {len(table)} requests failed (first: {first['request_id']}: "
+            f"{first['status']}: {first['error']})"
+        )
+    broken = failures[failures["status"].isin([FAILED, TIMEOUT])]
     if len(broken):
         first = broken.iloc[0]
         return "failed", (

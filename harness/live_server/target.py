@@ -101,8 +101,11 @@ class LiveServerSession:
                     f"server.tokenizer ({self.scfg.tokenizer}) must be the server model's "
                     "tokenizer"
                 )
-            if reply.status != OK:
-                raise RuntimeError(f"warm-up request failed: {reply.status} {reply.error}")
+            if reply.status != OK:  # no answer, a cut stream or a bad one: no server to measure
+                raise BadInput(
+                    f"server.url: the warm-up request got no complete reply ({reply.status}: "
+                    f"{reply.error}); see server.read_timeout_s and server.request_timeout_s"
+                )
 
     def flush(self, warmup: list[Request]) -> dict[str, object]:
         """Reset, probe with the first warm-up prompt (it must miss), reset again."""
@@ -122,10 +125,13 @@ class LiveServerSession:
             reply = await self.client.complete(body, 1)
             probe_cached = reply.cached_tokens
             if reply.status != OK:
-                raise RuntimeError(f"reset probe failed: {reply.status} {reply.error}")
+                raise BadInput(
+                    f"server.url: the reset probe failed ({reply.status}: {reply.error})"
+                )
             if probe_cached:
-                raise RuntimeError(
-                    f"the cache reset did not take: the probe hit {probe_cached} cached tokens"
+                raise BadInput(
+                    "server.url: the cache reset did not take: the probe hit "
+                    f"{probe_cached} cached tokens"
                 )
             await reset_cache(self.client, self.flavour)
         return {"cache_flushed": True, "reset_probe_cached_tokens": probe_cached}

@@ -38,6 +38,9 @@ def format_summary(summary: Mapping[str, object]) -> str:
         for label, key in _ROWS
         if key != "request_goodput" or summary.get(key) is not None
     ]
+    if summary.get("failed"):  # a partial share of failures is part of the result, said here
+        share = summary.get("failed_share")
+        lines.insert(4 if virtual else 3, _line("Failed share (%):", _percent(share)))
     sections = (
         ("Time to First Token", "TTFT", "ttft_ms"),
         ("Time per Output Token (excl. 1st token)", "TPOT", "tpot_ms"),

@@ -1,4 +1,4 @@
-"""`python -m harness.report [RESULTS_DIR]`: every comparison figure and summary.csv from the runs.
+"""`python -m harness.report [RESULTS_DIR] [--out DIR]`: every comparison figure and summary.csv.
 
 Loads every run below RESULTS_DIR (default results/) with `harness.results.load.load_runs`, writes
 `RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
@@ -10,8 +10,11 @@ Runs whose status is not `ok` are counted, never plotted; runs killed before wri
 are listed as `incomplete` with their row counts; a figure whose runs are absent is skipped with
 one log line, so a partial results tree always gives a report.
 
-From Python, `build_report(root)` only reads: pass `out_dir` to write the tables and figures
-(the command line passes the results folder itself). Only the command line selects matplotlib's
+Where it writes: `--out DIR` when given; otherwise RESULTS_DIR itself, but only when RESULTS_DIR
+holds runs (a folder of CSVs without runs, such as results/reference, is refused: the report
+never writes into a folder it was not pointed at to write). A table with no rows never replaces
+a non-empty file. From Python, `build_report(root)` only reads: pass `out_dir` to write the tables
+and figures. Only the command line selects matplotlib's
 Agg backend; importing this module leaves a notebook's or a script's backend alone.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -107,6 +111,9 @@ def build_report(
     if not report.fleet.empty:
         tables["fleet.csv"] = report.fleet
     for name, table in tables.items():
+        if table.empty and _has_content(report.out_dir / name):
+            log.info("kept %s: this report has no rows for it", report.out_dir / name)
+            continue
 
         def write(f: IO[str], t: pd.DataFrame = table) -> None:
             t.to_csv(f, index=False)
@@ -115,6 +122,14 @@ def build_report(
     if figures:
         _figures(report, pairs, report.drawn if keep_figures else None)
     return report
+
+
+def _has_content(path: Path) -> bool:
+    """A regular file with at least one byte (a link or a folder there is SafeRoot's to refuse)."""
+    try:
+        return path.is_file() and not path.is_symlink() and path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _figures(report: Report, pairs: pd.DataFrame, keep: dict | None) -> None:
@@ -231,6 +246,18 @@ def describe(report: Report) -> str:
     return "\n".join(lines)
 
 
+def holds_runs(root: Path) -> bool:
+    """True when a run's summary or rows file lies below `root` (what load_runs would find)."""
+    from harness.results.run_dir import RunDir
+
+    names = (RunDir.SUMMARY, RunDir.ROWS)
+    for _, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != FIGURE_DIR and not d.startswith(".")]
+        if any(name in files for name in names):
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m harness.report", description=__doc__.splitlines()[0]
@@ -238,21 +265,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "results_dir", nargs="?", default="results", help="folder holding run directories"
     )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder to write the CSVs and figures/ into (default: RESULTS_DIR, when it holds runs)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = Path(args.results_dir)
     if not root.is_dir():
         print(f"error: results directory {root} does not exist", file=sys.stderr)
         return 2
+    out = Path(args.out) if args.out else root
+    if args.out is None and not holds_runs(root):
+        print(
+            f"error: {root} holds no run directories; nothing was written (pass --out DIR to "
+            "write the report of no runs elsewhere)",
+            file=sys.stderr,
+        )
+        return 2
     import matplotlib
 
     matplotlib.use("Agg")  # the command line draws to files only, with or without a display
     try:
-        report = build_report(root, out_dir=root)
+        report = build_report(root, out_dir=out)
     except BAD_INPUT + (OSError,) as exc:  # a planted link, a read-only or full results folder
         what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
-        print(f"error: cannot write the report into {root}: {what}{where}", file=sys.stderr)
+        print(f"error: cannot write the report into {out}: {what}{where}", file=sys.stderr)
         return 2
     print(describe(report))
     return 0

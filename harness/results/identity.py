@@ -87,6 +87,7 @@ def fresh_dir(path: str) -> str:
             candidate.mkdir()
         except FileExistsError:
             continue
+        _created.add(os.path.abspath(candidate))
         return str(candidate)
     raise BadInput(f"hydra.run.dir: no free name next to {path!r}")
 
@@ -102,6 +103,14 @@ def dir_name(text: object) -> str:
     return _UNSAFE.sub("_", str(text)).strip("._")[:MAX_DIR_NAME] or "job"
 
 
+def run_target(engine: object, server: object) -> str:
+    """The target part of a default run folder's name: `vllm-server` for a run against a live
+    server (`server=vllm`), else the engine (`apc`); a server run's engine only picks its twin."""
+    if server is None or str(server) in ("", "None", "null"):
+        return str(engine)
+    return f"{server}-server"
+
+
 def abba_on(seed: int, slot: int) -> bool:
     """Caching on in `slot` (0 or 1) of a seed's on/off pair: on first for even seeds, off first for
     odd ones, so consecutive pairs run A B, B A (the overhead suite's ABBA order)."""
@@ -110,7 +119,7 @@ def abba_on(seed: int, slot: int) -> bool:
 
 def register_resolver() -> None:
     """`${fresh_dir:...}` in conf/config.yaml (cached, so Hydra's repeated reads get one
-    directory), `${dir_name:...}` (its sweep subdir) and `${abba_on:seed,slot}` in
+    directory), `${run_target:...}` (its name's target), `${dir_name:...}` (its sweep subdir) and `${abba_on:seed,slot}` in
     conf/suite/abba/."""
     if not OmegaConf.has_resolver("fresh_dir"):
         OmegaConf.register_new_resolver("fresh_dir", fresh_dir, use_cache=True)
@@ -118,6 +127,8 @@ def register_resolver() -> None:
         OmegaConf.register_new_resolver("abba_on", abba_on)
     if not OmegaConf.has_resolver("dir_name"):
         OmegaConf.register_new_resolver("dir_name", dir_name)
+    if not OmegaConf.has_resolver("run_target"):
+        OmegaConf.register_new_resolver("run_target", run_target)
 
 
 def holds_results(run_dir: Path) -> list[str]:
@@ -177,6 +188,8 @@ def hold(run_dir: Path) -> None:
     if key in _held:
         return
     safe = SafeRoot(run_dir)
+    if not os.path.lexists(run_dir):
+        _created.add(key)
     safe.mkdir()
     for name in (".hydra", "harness.log"):  # Hydra writes these with plain open(): no links
         safe.check(run_dir / name)
@@ -199,6 +212,40 @@ def release(run_dir: Path) -> None:
     fd = _held.pop(os.path.abspath(run_dir), None)
     if fd is not None:
         os.close(fd)  # closing the last descriptor of the description drops the flock
+
+
+_created: set[str] = set()  # run directories this process made (fresh_dir, hold)
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes in .hydra/
+
+
+def discard_run_dir(run_dir: Path) -> bool:
+    """Undo the claim of a run refused as bad input before it measured anything, so that no
+    failed run folder is left for every later report to count: the claim's files go, and a
+    folder this process made goes whole (Hydra's .hydra/ and log with it). A folder that was
+    already there keeps everything else. Returns True when the folder is gone."""
+    release(run_dir)
+    key = os.path.abspath(run_dir)
+    mine = key in _created
+    safe = SafeRoot(run_dir)
+    names = [*RESULT_FILES, RESERVE_FILE, LOCK_FILE]
+    if mine:
+        names += ["harness.log", *(f".hydra/{name}" for name in HYDRA_FILES)]
+    for name in names:
+        try:
+            safe.remove(run_dir / name)
+        except (BadInput, OSError):  # a link or a folder planted there: left alone
+            continue
+    if not mine:
+        return False
+    for folder in (run_dir / ".hydra", run_dir):
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        try:
+            folder.rmdir()  # only when empty: anything else put there stays
+        except OSError:
+            return False
+    _created.discard(key)
+    return True
 
 
 def claim_before_hydra(argv: list[str]) -> str | None:

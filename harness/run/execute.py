@@ -9,6 +9,7 @@ another run's results is never written (harness.results.identity.claim_run_dir).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.config.errors import BAD_INPUT, config_errors, describe
-from harness.results.rowlog import RowLog, rows_table
+from harness.results.identity import discard_run_dir
+from harness.results.rowlog import RowLog, count_rows, rows_table
 from harness.results.run_dir import RunDir
 from harness.results.safe_write import disk_fault
 from harness.run.compose import start, typed, with_values_checked, write_manifest
@@ -52,7 +54,7 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
             EXIT_INTERRUPTED,
         )
     except BAD_INPUT as exc:
-        _close(out, rows, "failed", describe(exc))
+        _refused(out, rows, describe(exc), multirun)
         return _say(f"{job}{describe(exc)}", EXIT_BAD_INPUT)
     except Exception as exc:  # a crash: keep the rows, record it, show where, fail loudly
         message = f"{type(exc).__name__}: {exc}"
@@ -88,20 +90,36 @@ def _to_log_files(line: str) -> None:
             handler.handle(record)
 
 
-def _close(out: RunDir, rows: RowLog, status: str, error: str) -> int:
-    """End a run that did not finish: its rows become requests.parquet (if that write fails too,
-    the rows file stays for the report to count); returns how many rows were kept."""
+def _refused(out: RunDir, rows: RowLog, error: str, multirun: bool) -> None:
+    """Bad input found after the directory was claimed (a request larger than the KV pool, an
+    unreachable or badly answering server). A single run leaves no run folder: nothing was
+    measured, and a failed folder would be counted by every later report. A sweep's job keeps
+    its folder with a failed summary: the sweep's record of that job."""
     rows.close()
-    table = rows_table(out.rows_path) if out.rows_path.exists() else None
-    completed = 0 if table is None else len(table)
+    if multirun or count_rows(out.rows_path):  # rows were measured: keep them, recorded
+        _close(out, rows, "failed", error)
+    else:
+        discard_run_dir(out.path)
+
+
+def _close(out: RunDir, rows: RowLog, status: str, error: str) -> int:
+    """End a run that did not finish: its rows become requests.parquet (if that fails, even on
+    rows holding values of the wrong type, the rows file stays for the report to count); the
+    summary is always written. Returns how many rows were kept. Never raises, but for a summary
+    that cannot be written (a full disk: the report lists the run as incomplete)."""
+    rows.close()
+    completed = 0
     try:
-        if completed:
+        completed = count_rows(out.rows_path)
+        table = rows_table(out.rows_path) if completed else None
+        if table is not None:
             out.write_requests(table)
         out.remove(out.rows_path)
-    except OSError:
-        pass
+    except Exception as exc:  # the rows stay as they are; the summary says why
+        error = f"{error}; its rows were kept as {out.ROWS} ({type(exc).__name__}: {exc})"[:2000]
     date = time.strftime("%Y%m%d-%H%M%S")
-    out.write_summary({"status": status, "error": error, "date": date, "completed": completed})
+    with contextlib.suppress(OSError):
+        out.write_summary({"status": status, "error": error, "date": date, "completed": completed})
     return completed
 
 

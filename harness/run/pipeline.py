@@ -241,7 +241,8 @@ def finish(run: Finished[Any]) -> RunOutcome:
     out.write_summary(summary)
     run.rows.close()
     out.remove(out.rows_path)  # the rows are in requests.parquet now
-    log.info("%s", format_summary(summary))
+    # A header line takes the log prefix ([time][name][INFO] - ), so the table's lines all align.
+    log.info("summary of %s:\n%s", out.path.name, format_summary(summary))
     return RunOutcome(summary, out.path)
 
 
