@@ -16,7 +16,7 @@ from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, undecided
 
 FOLDER = "19-adapters"
-DESIGNS = (f"{APC}", f"{RADIX}")
+DESIGNS = (APC, RADIX)
 WORKLOAD = (
     "workload=system_prompt",
     "workload.system_prompt_len=1024",

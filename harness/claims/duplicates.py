@@ -18,7 +18,7 @@ from harness.run.pipeline import measure as measure_run
 from harness.run.pipeline import prepare
 
 FOLDER = "20-duplicates"
-DESIGNS = (f"{APC}", f"{RADIX}")
+DESIGNS = (APC, RADIX)
 PROMPT_LEN, OUTPUT_LEN, N, BLOCK = 200, 64, 4, 16
 
 
@@ -36,7 +36,7 @@ def measure(ctx: Context) -> Finding:
         "workload.identical_samples=true",
     )
     computed = PROMPT_LEN + OUTPUT_LEN - 1  # the last output token's K/V is never computed
-    distinct = {f"{APC}": prompts * (computed // BLOCK) * BLOCK, f"{RADIX}": prompts * computed}
+    distinct = {APC: prompts * (computed // BLOCK) * BLOCK, RADIX: prompts * computed}
     rows = []
     for d in DESIGNS:
         held = _held_at_idle(ctx, d, (*over, *ARMS[d]))
@@ -44,9 +44,9 @@ def measure(ctx: Context) -> Finding:
             {"design": d, "held": held, "distinct": distinct[d], "duplicate": held - distinct[d]}
         )
     by = {r["design"]: r for r in rows}
-    if by[f"{APC}"]["duplicate"] > 0 and by[f"{RADIX}"]["duplicate"] == 0:
+    if by[APC]["duplicate"] > 0 and by[RADIX]["duplicate"] == 0:
         verdict = HOLDS
-    elif by[f"{APC}"]["duplicate"] == 0 and by[f"{RADIX}"]["duplicate"] == 0:
+    elif by[APC]["duplicate"] == 0 and by[RADIX]["duplicate"] == 0:
         verdict = undecided("no duplicate arose, so the workload cannot tell")
     else:
         verdict = FAILS

@@ -18,7 +18,7 @@ from harness.claims.strength import ABOVE, BELOW, STRADDLES, describe, interval,
 FOLDER = "13-eviction"
 POINTS = 0.02
 ARMS = {
-    f"{APC}": (f"{engine(APC)}",),
+    APC: (f"{engine(APC)}",),
     f"{RADIX} p1": (f"{engine(RADIX)}",),
     f"{RADIX} p16": (f"{engine(RADIX)}", "engine.block_size=16"),
     # the tree under vLLM's scheduler, at apc's granularity: only the data structure differs
@@ -87,8 +87,8 @@ def _capacity_row(ctx: Context, kv: int, size: tuple[str, ...], seeds: range) ->
             ).summary
             rates[name].append(keys.value(s, keys.HIT_RATE))
             evicted += int(keys.value(s, "evicted_tokens"))
-    matched = interval([t - a for t, a in zip(rates[MATCHED], rates[f"{APC}"])])
-    own = interval([t - a for t, a in zip(rates[OWN], rates[f"{APC}"])])
+    matched = interval([t - a for t, a in zip(rates[MATCHED], rates[APC])])
+    own = interval([t - a for t, a in zip(rates[OWN], rates[APC])])
     row: dict = {"capacity": kv, "evicted": evicted, "seeds": len(seeds)}
     row |= {a: sum(v) / len(v) for a, v in rates.items()}
     row |= {

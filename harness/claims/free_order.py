@@ -27,16 +27,16 @@ LOADS = {BURST: (), POISSON: ("load.mode=poisson", "load.rate=20")}
 # Pinned to v024's defaults so that the free order is the only difference between the apc arms.
 PINNED = ("engine.reserve_full_prompt=true", "engine.async_scheduling=true")
 VARIANTS = {
-    f"{APC} v024": (*ARMS[f"{APC}"], "engine.free_order=v024", *PINNED),
-    f"{APC} classic": (*ARMS[f"{APC}"], "engine.free_order=classic", *PINNED),
+    f"{APC} v024": (*ARMS[APC], "engine.free_order=v024", *PINNED),
+    f"{APC} classic": (*ARMS[APC], "engine.free_order=classic", *PINNED),
     # the counterfactual control: same pool, each table freed head first
     f"{APC} head-first": (
-        *ARMS[f"{APC}"],
+        *ARMS[APC],
         "engine.free_order=v024",
         *PINNED,
         "engine.free_direction=head_first",
     ),
-    f"{RADIX}": ARMS[f"{RADIX}"],
+    RADIX: ARMS[RADIX],
 }
 
 

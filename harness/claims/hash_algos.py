@@ -37,9 +37,7 @@ def measure(ctx: Context) -> Finding:
             statistics.median(_time(fn, blocks) for _ in range(repeats)) / num_blocks * 1e6
         )
         bits = 8 * len(fn((b"", (0,), None)))
-        run = ctx.run(
-            FOLDER, name, (*H100_8B, *WORKLOAD, *ARMS[f"{APC}"], f"engine.hash_algo={name}")
-        )
+        run = ctx.run(FOLDER, name, (*H100_8B, *WORKLOAD, *ARMS[APC], f"engine.hash_algo={name}"))
         cached[name] = run.requests.set_index("request_id")["cached_tokens"].sort_index()
         rows.append(
             {

@@ -75,7 +75,7 @@ def tolerance(dtype: str, num_layers: int, scale: float) -> float:
 def measure(ctx: Context) -> Finding:
     model = ctx.size("tiny", "smollm2-135m")
     names = ctx.size(("system_prompt",), tuple(WORKLOADS))
-    rows = [_compare(model, w, d) for w in names for d in (f"{APC}", f"{RADIX}")]
+    rows = [_compare(model, w, d) for w in names for d in (APC, RADIX)]
     check = detector(model)
     wrong = sum(r["wrong_kv"] for r in rows)
     flips = sum(r["differing"] for r in rows)
@@ -177,7 +177,7 @@ def _run(model: str, overrides: tuple[str, ...], fault: float | None = None):
     return records, logits, composed.cfg.model.num_layers
 
 
-def detector(model: str, design: str = f"{APC}", workload: str = "system_prompt") -> dict:
+def detector(model: str, design: str = APC, workload: str = "system_prompt") -> dict:
     """The smallest injected fault the tolerance catches: for each relative K/V perturbation of
     the cached prefixes (FAULT_SCALES), how many requests that reused a prefix are flagged."""
     off, off_logits, layers = _run(model, (*REAL, *WORKLOADS[workload], *ARMS[f"{design}-off"]))

@@ -37,10 +37,7 @@ def header_runs(ctx: Context) -> dict[str, ArmResult]:
     """Question-first prompts that all open with the same 16-token chat header."""
     size = f"workload.num_prompts={ctx.size(24, 96)}"
     over = ("workload=rag_question_first", f"workload.header_len={HEADER_LEN}", size)
-    return {
-        a: ctx.run(FOLDER, f"header-{a}", (*H100_8B, *over, *ARMS[a]))
-        for a in (f"{APC}", f"{RADIX}")
-    }
+    return {a: ctx.run(FOLDER, f"header-{a}", (*H100_8B, *over, *ARMS[a])) for a in (APC, RADIX)}
 
 
 def measure(ctx: Context) -> Finding:

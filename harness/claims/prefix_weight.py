@@ -15,7 +15,7 @@ from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends
 
 FOLDER = "17-prefix_weight"
 STEP = 1.05  # each longer prefix must raise the gain by at least 5%
-DESIGNS = (f"{APC}", f"{RADIX}")
+DESIGNS = (APC, RADIX)
 LOADS = {"poisson": ("load.mode=poisson", "load.rate=2"), "burst": ()}
 
 

@@ -58,9 +58,9 @@ def speedup_rows(ctx: Context) -> tuple[list[dict], str | None]:
     }
     missing = cross_arms_missing()
     arms = [
-        f"{APC}",
+        APC,
         f"{APC}-off",
-        f"{RADIX}",
+        RADIX,
         f"{RADIX}-off",
         f"{RADIX}-lpm",
         f"{RADIX}-lpm-off",
@@ -86,11 +86,11 @@ def speedup_rows(ctx: Context) -> tuple[list[dict], str | None]:
 def measure(ctx: Context) -> Finding:
     rows, missing = speedup_rows(ctx)
     gpu = [r for r in rows if r["setting"].startswith("h100-8b")]
-    best = max(max(r[f"{RADIX}"], r[f"{RADIX}-lpm"]) for r in gpu)
+    best = max(max(r[RADIX], r[f"{RADIX}-lpm"]) for r in gpu)
     verdict = _verdict(best)
     paper = [r for r in gpu if r["workload"] == MMLU]
-    at_paper = max(max(r[f"{RADIX}"], r[f"{RADIX}-lpm"]) for r in paper)
-    small = max(max(r[f"{RADIX}"], r[f"{RADIX}-lpm"]) for r in gpu if r["workload"] != MMLU)
+    at_paper = max(max(r[RADIX], r[f"{RADIX}-lpm"]) for r in paper)
+    small = max(max(r[RADIX], r[f"{RADIX}-lpm"]) for r in gpu if r["workload"] != MMLU)
     tree = f" (no data-structure/scheduler split: {missing})" if missing else ""
     result = "; ".join(_describe(r) for r in rows) + tree
     return Finding(
@@ -110,9 +110,7 @@ def measure(ctx: Context) -> Finding:
             "Throughput with caching over caching off",
             "speed-up (x)",
             {
-                f"{r['workload']}/{r['setting']}": {
-                    a: r[a] for a in (f"{APC}", f"{RADIX}", f"{RADIX}-lpm")
-                }
+                f"{r['workload']}/{r['setting']}": {a: r[a] for a in (APC, RADIX, f"{RADIX}-lpm")}
                 for r in rows
             },
             reference=CLAIMED,
@@ -148,21 +146,20 @@ def _speedups(ctx: Context, setting: str, workload: str, overrides: tuple, arms:
     row = {
         "setting": setting,
         "workload": workload,
-        f"{APC}": tput[f"{APC}"] / tput[f"{APC}-off"],
-        f"{RADIX}": tput[f"{RADIX}"] / tput[f"{RADIX}-off"],
+        APC: tput[APC] / tput[f"{APC}-off"],
+        RADIX: tput[RADIX] / tput[f"{RADIX}-off"],
         f"{RADIX}-lpm": tput[f"{RADIX}-lpm"] / tput[f"{RADIX}-lpm-off"],
-        "tree_share": (tput[f"{RADIX}"] / tput[f"{RADIX}-off"])
-        / (tput[f"{APC}"] / tput[f"{APC}-off"]),
+        "tree_share": (tput[RADIX] / tput[f"{RADIX}-off"]) / (tput[APC] / tput[f"{APC}-off"]),
         # "5x does not transfer": the tree against today's vLLM with caching on, and against
         # vLLM with caching off (the claim's baseline)
-        f"{RADIX}_vs_{APC}_on": tput[f"{RADIX}"] / tput[f"{APC}"],
-        f"{RADIX}_vs_{APC}_off": tput[f"{RADIX}"] / tput[f"{APC}-off"],
-        f"{RADIX}-lpm_vs_{APC}_on": tput[f"{RADIX}-lpm"] / tput[f"{APC}"],
+        f"{RADIX}_vs_{APC}_on": tput[RADIX] / tput[APC],
+        f"{RADIX}_vs_{APC}_off": tput[RADIX] / tput[f"{APC}-off"],
+        f"{RADIX}-lpm_vs_{APC}_on": tput[f"{RADIX}-lpm"] / tput[APC],
         f"{RADIX}-lpm_vs_{APC}_off": tput[f"{RADIX}-lpm"] / tput[f"{APC}-off"],
     }
     if f"{RADIX}+{cross(RADIX)}" in tput:
-        row["data_structure"] = tput[f"{RADIX}+{cross(RADIX)}"] / tput[f"{APC}"]
-        row["scheduler"] = tput[f"{RADIX}"] / tput[f"{RADIX}+{cross(RADIX)}"]
+        row["data_structure"] = tput[f"{RADIX}+{cross(RADIX)}"] / tput[APC]
+        row["scheduler"] = tput[RADIX] / tput[f"{RADIX}+{cross(RADIX)}"]
     return row
 
 

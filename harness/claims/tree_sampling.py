@@ -15,7 +15,7 @@ from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends
 
 FOLDER = "22-tree_sampling"
 SHARE = 0.95  # of the ideal hit rate at the design's granularity
-DESIGNS = (f"{APC}", f"{RADIX}")
+DESIGNS = (APC, RADIX)
 LOADS = {"burst": (), "one at a time": ("engine.max_num_seqs=1",)}
 
 

@@ -17,7 +17,7 @@ from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends,
 from harness.claims.strength import ABOVE, BELOW, describe, interval, side
 
 FOLDER = "18-ttft_benefit"
-DESIGNS = (f"{APC}", f"{RADIX}")
+DESIGNS = (APC, RADIX)
 
 
 def measure(ctx: Context) -> Finding:
