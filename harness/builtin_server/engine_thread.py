@@ -103,12 +103,17 @@ class EngineThread:
     _parents: dict[str, RequestSink] = field(default_factory=dict)
     _counters: _Counters = field(default_factory=_Counters)
     _thread: threading.Thread | None = None
+    # The inbox's gate: once the loop has ended nothing more goes in, and what went in before
+    # is answered by the loop's last act, so no handler waits on a thread that is gone.
+    _gate: threading.Lock = field(default_factory=threading.Lock)
+    _closed: bool = False
     _steps_logged: int = 0
     _crashes: int = 0  # failed steps in a row
 
     # ---------------------------------------------------------------- handler side
     def start(self) -> None:
         self.engine.restart()
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
 
@@ -132,13 +137,11 @@ class EngineThread:
         return None
 
     def submit(self, req: CompletionRequest, sink: RequestSink) -> None:
-        if not self._alive():
+        if not self._send(_Submit(req, sink)):
             sink.push([Failed(503, "the engine thread has stopped")])
-            return
-        self._inbox.put(_Submit(req, sink))
 
     def abort(self, request_id: str) -> None:
-        self._inbox.put(_Abort(request_id))
+        self._send(_Abort(request_id))
 
     def fail_in_flight(self, message: str) -> None:
         """End every request in flight with a 503 (shutdown: their handlers then return)."""
@@ -147,14 +150,31 @@ class EngineThread:
     def call(self, fn: Callable[[], object]) -> Future:
         """Run `fn` on the engine thread between two steps; its result comes in the future."""
         future: Future = Future()
-        if not self._alive():
+        if not self._send(_Call(fn, future)):
             future.set_exception(RuntimeError("the engine thread has stopped"))
-            return future
-        self._inbox.put(_Call(fn, future))
         return future
 
-    def _alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def _send(self, command: _Submit | _Abort | _Call | _Stop) -> bool:
+        """Queue a command for the loop; False once the loop has ended (or never started)."""
+        with self._gate:
+            if self._closed or self._thread is None or not self._thread.is_alive():
+                return False
+            self._inbox.put(command)
+            return True
+
+    def _close(self, message: str) -> None:
+        """The loop's last act: shut the gate, then refuse what was queued before it shut."""
+        with self._gate:
+            self._closed = True
+        while True:
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(command, _Submit):
+                command.sink.push([Failed(503, message)])
+            elif isinstance(command, _Call):
+                command.future.set_exception(RuntimeError(message))
 
     # ---------------------------------------------------------------- engine side
     def _run(self) -> None:
@@ -166,10 +186,13 @@ class EngineThread:
                 except Exception as exc:  # outside a step: a command or the idle hook
                     self._crashed(exc, self._parents, "the engine")
         finally:  # only a BaseException ends the loop without _Stop: never silently
+            message = "the server is shutting down"
             if not stopped:
                 self.failure = self.failure or "the engine thread stopped"
                 log.error("the engine thread stopped: %s", self.failure)
-                self._fail_all(503, f"the engine has failed: {self.failure}")
+                message = f"the engine has failed: {self.failure}"
+                self._fail_all(503, message)
+            self._close(message)
 
     def _iterate(self) -> bool:
         engine = self.engine
