@@ -48,12 +48,7 @@ def test_the_routing_twin_predicts_the_real_router(kind, policy, workers):
     decisions = route_through(kind, FleetConfig(replicas=2, router=policy), urls, stream, out)
     assert len(decisions) == len(stream)
     equal = [d.predicted == d.actual for d in decisions]
-    if policy == "consistent_hash":
-        # the ring's hash function is vllm-router's own: the twin learns each session's worker
-        # from its first request and predicts the rest (stickiness), the firsts are not scored
-        firsts = {d.request_id.split("-")[0]: i for i, d in reversed(list(enumerate(decisions)))}
-        equal = [e for i, e in enumerate(equal) if i not in firsts.values()]
-    else:
+    if policy != "consistent_hash":  # the twin's ring is vllm-router's: every request scored
         assert {d.actual for d in decisions} == (
             {0, 1} if policy == "round_robin" else {decisions[0].actual}
         )

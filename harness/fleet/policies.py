@@ -20,6 +20,7 @@ from engines.cache.protocol import PrefixCache
 from engines.registry import Registry
 from harness.fleet.approx_tree import ApproxTree, pack
 from harness.fleet.config import FleetConfig
+from harness.fleet.furc import ring_point
 from harness.fleet.probe import cached_prefix_tokens
 
 
@@ -116,7 +117,8 @@ class ConsistentHash:
     """vllm-router's `consistent_hash`: `virtual_nodes` points per worker on a hash ring; a
     request goes to the first point clockwise of its key's hash. The key is the session id, else
     a hash of the prompt (vllm-router falls back to hashing the body). Adding a worker moves only
-    the keys that land on its new points."""
+    the keys that land on its new points. Given the real workers' URLs (`names`), the ring and
+    the key are vllm-router's own (harness/fleet/furc.py), so a session lands where it does."""
 
     def __init__(self, cfg: FleetConfig, names: list[str] | None = None) -> None:
         self.virtual_nodes = cfg.virtual_nodes
@@ -125,18 +127,32 @@ class ConsistentHash:
         self._n = -1
 
     def _build(self, n: int) -> None:
-        names = self.names if self.names is not None else [f"replica-{i}" for i in range(n)]
-        self._ring = sorted(
-            (ring_hash(f"{names[i]}#{v}"), i) for i in range(n) for v in range(self.virtual_nodes)
-        )
+        if self.names is not None:  # vllm-router's points: f"{url}:{i}" under its ring hash
+            points = [
+                (ring_point(f"{u}:{v}"), i)
+                for i, u in enumerate(self.names[:n])
+                for v in range(self.virtual_nodes)
+            ]
+        else:
+            points = [
+                (ring_hash(f"replica-{i}#{v}"), i)
+                for i in range(n)
+                for v in range(self.virtual_nodes)
+            ]
+        self._ring = sorted(points)
         self._points = [h for h, _ in self._ring]
         self._n = n
 
     def choose(self, req: Routed, view: FleetView) -> int:
         if view.num_replicas != self._n:
             self._build(view.num_replicas)
-        key = req.session_id if req.session_id is not None else _prompt_digest(req.prompt)
-        at = bisect.bisect_left(self._points, ring_hash(key)) % len(self._ring)
+        if self.names is not None and req.session_id is not None:
+            # vllm-router keys a request by its X-Session-ID header (src/policies/hash_key.rs)
+            point = ring_point(f"header:x-session-id:{req.session_id}")
+        else:
+            key = req.session_id if req.session_id is not None else _prompt_digest(req.prompt)
+            point = ring_hash(key)
+        at = bisect.bisect_left(self._points, point) % len(self._ring)
         return self._ring[at][1]
 
     def reset(self) -> None:

@@ -159,7 +159,7 @@ def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
 
 
 def drive_router(
-    router_url: str, model: str, stream: list[Routed], twin_cfg: FleetConfig, num_workers: int
+    router_url: str, model: str, stream: list[Routed], twin_cfg: FleetConfig, urls: list[str]
 ) -> list[Decision]:
     """Send the stream one request at a time; the twin predicts each decision first. The twin
     then learns the actual one (teacher forcing), so one miss is not counted twice."""
@@ -168,9 +168,11 @@ def drive_router(
     twin: Router = (
         CacheAware(twin_cfg, all_tenants=False)
         if twin_cfg.router == "cache_aware"
+        else ConsistentHash(twin_cfg, names=urls)  # the real ring: points named by worker URL
+        if twin_cfg.router == "consistent_hash"
         else ROUTERS.get(twin_cfg.router)(twin_cfg)
     )
-    sessions: dict[str, int] = {}  # consistent_hash: the worker each session went to
+    num_workers = len(urls)
     out = []
     t0 = time.monotonic()
     warmup = Routed("warmup", "prefixbench fleet warm-up: a prompt no other request shares")
@@ -178,13 +180,9 @@ def drive_router(
         for req in [warmup, *stream]:
             view = FleetView([0] * num_workers, time.monotonic() - t0)
             predicted = _predict(twin, req, view)
-            if isinstance(twin, ConsistentHash) and req.session_id in sessions:
-                predicted = sessions[req.session_id]
             data = _send(client, router_url, model, req)
             actual = int(str(data["system_fingerprint"]).removeprefix("w"))
             _teach(twin, req, predicted, actual, view)
-            if req.session_id is not None:
-                sessions.setdefault(req.session_id, actual)
             if req is not warmup:  # the warm-up aligns the twin with the router's start
                 out.append(Decision(req.request_id, predicted, actual, _cached(data)))
     return out
@@ -255,7 +253,7 @@ def route_through(
         router_url = f"http://127.0.0.1:{port}"
         wait_ready(router_url, procs, 60.0, "/health")
         time.sleep(2.0)  # the router's health checker marks the workers healthy
-        return drive_router(router_url, _served_name(urls[0]), stream, cfg, len(urls))
+        return drive_router(router_url, _served_name(urls[0]), stream, cfg, urls)
 
 
 def run_real_fleet(
