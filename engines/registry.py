@@ -39,6 +39,11 @@ class Registry(Generic[T]):
     def add(self, name: str, obj: T) -> None:
         self.register(name)(obj)
 
+    def remove(self, name: str) -> None:
+        """Take `name` out again (a test's temporary entry); unknown names are an error."""
+        self.get(name)
+        del self._entries[name]
+
     def get(self, name: str) -> T:
         try:
             return self._entries[name]

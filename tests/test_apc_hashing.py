@@ -22,6 +22,7 @@ from engines.cache.apc.hashing import (
     RequestHasher,
     block_extra_keys,
     chain_for,
+    extra_hash_fn,
     extra_fragment,
     get_block_hash,
     get_group_id,
@@ -234,3 +235,12 @@ def test_the_c_chain_is_built_where_it_can_be():
     if shutil.which(cc) is None or not any(h.exists() for h in headers):
         pytest.skip("no C compiler or OpenSSL headers here: the Python chain is the one in use")
     assert native_chain_available(), "engines/cache/apc/_pickle_chain.c was not built"
+
+
+def test_a_test_digest_leaves_the_registry_with_its_block():
+    """HASH_ALGOS is process-wide: a test's extra digest must not join later sweeps over it (claim 21
+    compared a deliberately weak digest's hits once, in a pytest worker that had run such a test)."""
+    before = HASH_ALGOS.names()
+    with extra_hash_fn("test_scoped", lambda obj: b"\0" * 32):
+        assert "test_scoped" in HASH_ALGOS
+    assert HASH_ALGOS.names() == before

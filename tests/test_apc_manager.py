@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from engines.cache.apc import ApcCache, KVCacheManager
-from engines.cache.apc.hashing import HASH_ALGOS, register_hash_fn
+from engines.cache.apc.hashing import extra_hash_fn
 from engines.sequence import Sequence
 
 _CALLS = {"n": 0}
@@ -27,9 +27,11 @@ def _weak(obj) -> bytes:
     return hashlib.sha256(parent + repr((len(tokens), extra)).encode()).digest()
 
 
-for _name, _fn in (("test_counting", _counting), ("test_weak", _weak)):
-    if _name not in HASH_ALGOS:
-        register_hash_fn(_name, _fn)
+@pytest.fixture(autouse=True, scope="module")
+def _test_digests():
+    """The two test digests exist only while this module runs (the registry is process-wide)."""
+    with extra_hash_fn("test_counting", _counting), extra_hash_fn("test_weak", _weak):
+        yield
 
 
 def S(seq_id, tokens, **kw) -> Sequence:

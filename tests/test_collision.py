@@ -12,9 +12,10 @@ import hashlib
 import pickle
 
 import numpy as np
+import pytest
 
 from engines.batch import run_batch
-from engines.cache.apc.hashing import HASH_ALGOS, register_hash_fn
+from engines.cache.apc.hashing import extra_hash_fn
 from engines.config import EngineConfig
 from engines.request import GenerationRequest
 from tests.engine_util import by_id, make_engine
@@ -29,10 +30,6 @@ def _tokens_ignored(obj) -> bytes:
         parent, _block_token_ids, extra_keys = obj
         obj = (parent, extra_keys)
     return hashlib.sha256(pickle.dumps(obj)).digest()
-
-
-if WEAK not in HASH_ALGOS:
-    register_hash_fn(WEAK, _tokens_ignored)
 
 
 def colliding_requests() -> list[GenerationRequest]:
@@ -91,8 +88,11 @@ def _salt_ignored(obj) -> bytes:
     return hashlib.sha256(pickle.dumps(obj)).digest()
 
 
-if SALT_BLIND not in HASH_ALGOS:
-    register_hash_fn(SALT_BLIND, _salt_ignored)
+@pytest.fixture(autouse=True, scope="module")
+def _test_digests():
+    """The two weak digests exist only while this module runs (the registry is process-wide)."""
+    with extra_hash_fn(WEAK, _tokens_ignored), extra_hash_fn(SALT_BLIND, _salt_ignored):
+        yield
 
 
 def test_verification_also_refuses_a_cross_tenant_collision():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from engines.cache.apc.block_pool import FREE_ORDERS, BlockPool
 from engines.cache.apc.cache import ApcCache
-from engines.cache.apc.hashing import HASH_ALGOS, register_hash_fn
+from engines.cache.apc.hashing import HASH_ALGOS, extra_hash_fn
 from engines.cache.apc.manager import KVCacheManager, PrefixCacheStats
 from engines.cache.design import CacheDesign, FigureStyle
 
@@ -29,7 +29,7 @@ __all__ = [
     "KVCacheManager",
     "PrefixCacheStats",
     "build_apc",
-    "register_hash_fn",
+    "extra_hash_fn",
 ]
 
 

@@ -10,6 +10,7 @@ Extra keys: the LoRA name on every block, the cache salt only on block 0 (v0.12-
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -232,9 +233,16 @@ HASH_ALGOS.add("xxhash_cbor", HashAlgo(_xxhash_cbor, False))
 HASH_ALGOS.add("builtin", HashAlgo(_builtin, False))
 
 
-def register_hash_fn(name: str, fn: HashFn) -> None:
-    """Test-only hook: register an extra (e.g. deliberately weak) digest under `name`."""
+@contextlib.contextmanager
+def extra_hash_fn(name: str, fn: HashFn) -> Iterator[None]:
+    """Test-only hook: an extra (e.g. deliberately weak) digest under `name` while the block runs.
+    Scoped because HASH_ALGOS is global: a digest left behind would join every later sweep over
+    the registry in that process (claim 21 iterates it)."""
     HASH_ALGOS.add(name, HashAlgo(fn, True))
+    try:
+        yield
+    finally:
+        HASH_ALGOS.remove(name)
 
 
 def get_hash_fn_by_name(name: str) -> HashFn:
