@@ -38,6 +38,7 @@ from harness.builtin_server.events import (
     SampleFinish,
     Tokens,
 )
+from harness.builtin_server.kv_publisher import KvEventPublisher
 from harness.builtin_server.metrics import MetricsSnapshot
 from harness.builtin_server.step_log import StepEntry, StepLog
 
@@ -97,6 +98,8 @@ class EngineThread:
     engine: Engine
     step_log: StepLog
     scheduler: str = ""
+    # Publishes each step's KV-cache events (the apc cache keeps them: ApcCache.record_kv_events)
+    publisher: KvEventPublisher | None = None
     failure: str | None = None  # set when the engine broke: the server then refuses requests
     _inbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     _children: dict[str, _Child] = field(default_factory=dict)
@@ -125,6 +128,8 @@ class EngineThread:
         self._thread.join(timeout_s)
         self._thread = None
         self.step_log.close()
+        if self.publisher is not None:
+            self.publisher.close()
 
     def problem(self) -> str | None:
         """Why the server cannot serve now (GET /health answers 503 with it), or None."""
@@ -267,6 +272,8 @@ class EngineThread:
         if not out.progressed:
             return  # the engine raises CapacityError if it stays stuck
         touched = self._touched(out)
+        if self.publisher is not None:  # this step's cache changes (and a reset before it)
+            self.publisher.publish(self.engine.cache.pool.events.take())  # type: ignore[attr-defined]
         try:
             self._log_steps(out.end_s)
         except OSError as exc:  # the step ran; its requests are failed, the next steps go on

@@ -26,6 +26,7 @@ from starlette.applications import Starlette
 
 from harness.builtin_server.app import Limits, ServedModel, build_app
 from harness.builtin_server.engine_thread import EngineThread
+from harness.builtin_server.kv_publisher import KvEventPublisher, check_endpoint
 from harness.builtin_server.step_log import StepLog
 from harness.builtin_server.text import load_codec
 from harness.config.checks import check_device, require_int, require_number
@@ -89,6 +90,13 @@ def check_serve_config(cfg: ServeConfig) -> None:
         raise BadInput(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {cfg.log_level!r}")
     check_device(cfg.device)
     _check_step_log_path(cfg.step_log)
+    if cfg.kv_events_endpoint is not None:
+        check_endpoint(cfg.kv_events_endpoint)
+        if cfg.engine.cache != "apc":
+            raise BadInput(
+                f"kv_events_endpoint: vLLM's KV-cache events come from the apc cache; "
+                f"engine.cache={cfg.engine.cache!r} publishes none"
+            )
     # The KV pool and weights are allocated as the engine is built: their size first.
     check_engine_footprint(cfg.engine, cfg.model, cfg.device)
     check_model_and_engine(cfg.model, cfg.engine)
@@ -129,6 +137,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
     import torch
 
     from engines.build import build_engine
+    from engines.cache.apc import ApcCache
 
     # The engine's step records feed the server's step log (which bounds their number).
     engine_cfg = dataclasses.replace(cfg.engine, step_log=True)
@@ -148,7 +157,19 @@ def prepare(cfg: ServeConfig) -> Prepared:
         step_log = StepLog(cfg.step_log_size, cfg.step_log)
     except OSError as exc:
         raise BadInput(f"step_log: cannot open {cfg.step_log!r}: {exc.strerror}") from None
-    thread = EngineThread(engine, step_log, scheduler=cfg.engine.scheduler_design)
+    publisher = None
+    if cfg.kv_events_endpoint is not None:
+        assert isinstance(engine.cache, ApcCache)  # check_serve_config: apc only
+        try:
+            publisher = KvEventPublisher(cfg.kv_events_endpoint)
+        except Exception as exc:  # zmq.ZMQError: the address is taken or unusable
+            raise BadInput(
+                f"kv_events_endpoint: cannot bind {cfg.kv_events_endpoint}: {exc}"
+            ) from None
+        engine.cache.record_kv_events()
+    thread = EngineThread(
+        engine, step_log, scheduler=cfg.engine.scheduler_design, publisher=publisher
+    )
     limits = Limits(cfg.max_body_bytes, cfg.body_timeout_s)
     return Prepared(cfg, build_app(thread, model, limits), thread, model)
 

@@ -151,6 +151,9 @@ class ServeConfig:
     # A fleet behind a router (docs/fleet.md §5): each reply's `system_fingerprint` carries this
     # tag, so the client learns which worker served it through any router. None: null, as vLLM.
     worker_tag: str | None = None
+    # vLLM's KV-cache events on a ZMQ PUB socket (tcp://127.0.0.1:PORT or ipc://PATH), for a
+    # router's kv_aware policy or any vLLM-events consumer; apc only (docs/fleet.md §5). None: off.
+    kv_events_endpoint: str | None = None
 
 
 T = TypeVar("T")

@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engines.cache.apc.kv_events import external_hash
+
+__all__ = ["KvBatch", "Subscriber", "decode", "external_hash", "read", "since_last_clear", "write"]
+
 KV_EVENTS_FILE = "kv_events.jsonl"  # the server's stream of the measured phase
 TWIN_EVENTS_FILE = "kv_events_twin.jsonl"  # the step-locked twin's own
 _MASK64 = (1 << 64) - 1
@@ -64,11 +68,6 @@ class KvBatch:
     def changes(self) -> tuple[frozenset[int], frozenset[int]]:
         """(stored, removed) as sets: what a step-level comparison looks at."""
         return frozenset(self.stored), frozenset(self.removed)
-
-
-def external_hash(key: bytes, group_id_bytes: int = 4) -> int:
-    """The 64-bit hash vLLM publishes for an apc map key (block hash + 4-byte group id)."""
-    return int.from_bytes(key[:-group_id_bytes], "big") & _MASK64
 
 
 def decode(parts: Sequence[bytes], recv_s: float = 0.0) -> KvBatch:

@@ -22,11 +22,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from engines.cache.apc.block import KVCacheBlock
-from engines.cache.apc.block_pool import BlockHashToBlockMap, BlockPool
+from engines.cache.apc import ApcCache
 from engines.cache.apc.hashing import block_extra_keys, get_hash_fn_by_name, init_none_hash
+from engines.cache.apc.kv_events import BlockRemoved, BlockStored
 from engines.engine import Engine
 from engines.records import RequestRecord
 from harness.client.inprocess import completion_request
@@ -96,61 +95,21 @@ def _seq_id(req: Request) -> str:
     return req.request_id if req.n == 1 else f"0_{req.request_id}"  # twin.child_id's sample 0
 
 
-class _RecordingMap(BlockHashToBlockMap):
-    """The apc pool's hash map, carrying the list of cache changes (copied with the engine)."""
-
-    __slots__ = ("events",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.events: list[tuple[str, int]] = []
-
-
-class _RecordingPool(BlockPool):
-    """A BlockPool that lists, in order, each block it caches (vLLM's BlockStored: one per new
-    full block, a key cached already included) and each cached block it evicts (BlockRemoved)."""
-
-    def cache_full_blocks(
-        self,
-        keys: list[bytes],
-        blocks: list[KVCacheBlock],
-        num_cached_blocks: int,
-        num_full_blocks: int,
-        provenances: list[tuple[Any, ...]] | None = None,
-    ) -> None:
-        events = self.cached_block_hash_to_block.events  # type: ignore[attr-defined]
-        for key in keys[num_cached_blocks:num_full_blocks]:
-            events.append(("stored", external_hash(key)))
-        super().cache_full_blocks(keys, blocks, num_cached_blocks, num_full_blocks, provenances)
-
-    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        if num_blocks <= self.free_block_queue.num_free_blocks:  # else super() raises
-            events = self.cached_block_hash_to_block.events  # type: ignore[attr-defined]
-            blk = self.free_block_queue.fake_free_list_head.next_free_block
-            for _ in range(num_blocks):  # the blocks super() pops: a hashed one is evicted
-                if blk.block_hash is not None:
-                    events.append(("removed", external_hash(blk.block_hash)))
-                blk = blk.next_free_block
-        return super().get_new_blocks(num_blocks)
-
-
 def record_events(engine: Engine) -> None:
-    """Make the twin's apc pool list its cache changes (a copy of the engine lists its own)."""
-    pool = engine.cache.pool  # type: ignore[attr-defined]
-    recording = _RecordingMap()
-    recording._cache = pool.cached_block_hash_to_block.entries
-    pool.cached_block_hash_to_block = recording
-    pool.__class__ = _RecordingPool
+    """Make the twin's apc cache keep vLLM's KV-cache events (copied with the engine)."""
+    cache = engine.cache
+    if not isinstance(cache, ApcCache):
+        raise TypeError(f"the step-locked twin needs the apc cache, not {cache.name!r}")
+    cache.record_kv_events()
 
 
 def take_batch(engine: Engine, step: int) -> KvBatch | None:
     """The cache changes since the last call, as one batch (None: nothing changed)."""
-    events = engine.cache.pool.cached_block_hash_to_block.events  # type: ignore[attr-defined]
-    if not events:
+    events = engine.cache.pool.events.take()  # type: ignore[attr-defined]
+    stored = tuple(h for e in events if isinstance(e, BlockStored) for h in e.block_hashes)
+    removed = tuple(h for e in events if isinstance(e, BlockRemoved) for h in e.block_hashes)
+    if not stored and not removed:
         return None
-    stored = tuple(h for kind, h in events if kind == "stored")
-    removed = tuple(h for kind, h in events if kind == "removed")
-    events.clear()
     return KvBatch(seq=step, ts=math.nan, stored=stored, removed=removed)
 
 

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from engines.cache.apc import pool_loops
 from engines.cache.apc.block import FreeKVCacheBlockQueue, KVCacheBlock
+from engines.cache.apc.kv_events import AllBlocksCleared, BlockRemoved, KvEventLog, external_hash
 from engines.cache.apc.pool_loops import Entries, Entry, PoolLoops
 from engines.registry import Registry
 
@@ -135,6 +136,8 @@ class BlockPool:
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.num_evictions = 0  # cached blocks evicted (lazily, by get_new_blocks)
         self.num_free_cached = 0  # hashed blocks in the free queue (evictable)
+        # vLLM's KV-cache events (kv_events.py): None unless a server publishes them
+        self.events: KvEventLog | None = None
 
     # ---- lookup and caching ------------------------------------------------------------------
     def get_cached_block(self, key: bytes) -> KVCacheBlock | None:
@@ -177,6 +180,8 @@ class BlockPool:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         if num_blocks == 0:
             return []
+        if self.events is not None:
+            self._log_evictions(num_blocks)
         cached = self.cached_block_hash_to_block
         out, num_evicted = self.loops.pop_free(
             queue.fake_free_list_head, num_blocks, cached.entries, cached.pop
@@ -185,6 +190,16 @@ class BlockPool:
         self.num_free_cached -= num_evicted
         self.num_evictions += num_evicted
         return out
+
+    def _log_evictions(self, num_blocks: int) -> None:
+        """One BlockRemoved per hashed block among the `num_blocks` the queue head gives up:
+        each is evicted from the map as it is popped (vLLM's _maybe_evict_cached_block)."""
+        assert self.events is not None
+        blk = self.free_block_queue.fake_free_list_head.next_free_block
+        for _ in range(num_blocks):
+            if blk.block_hash is not None:
+                self.events.append(BlockRemoved((external_hash(blk.block_hash),)))
+            blk = blk.next_free_block
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on hit blocks; a free one leaves the queue (§3)."""
@@ -218,6 +233,8 @@ class BlockPool:
         for blk in self.blocks:
             blk.reset_hash()
         self.num_free_cached = 0
+        if self.events is not None:
+            self.events.append(AllBlocksCleared())
         return True
 
     def get_usage(self) -> float:

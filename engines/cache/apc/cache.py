@@ -14,6 +14,7 @@ from collections import Counter
 from engines.cache.addressing import TableJournal
 from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.dfs_weight import dfs_weight_order
+from engines.cache.apc.kv_events import KvEventLog
 from engines.cache.apc.manager import KVCacheManager
 from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder
 from engines.cache.records import (
@@ -71,6 +72,12 @@ class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder
         )
         self.pool = self.manager.block_pool
         self.table_journal = TableJournal()  # addressing: what changed since the executor looked
+
+    def record_kv_events(self) -> KvEventLog:
+        """Start keeping vLLM's KV-cache events (kv_events.py); a server publishes them."""
+        if self.pool.events is None:
+            self.pool.events = KvEventLog()
+        return self.pool.events
 
     @property
     def capacity_tokens(self) -> int:

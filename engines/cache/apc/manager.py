@@ -18,6 +18,7 @@ from engines.cache.apc.hashing import (
     RequestHasher,
     init_none_hash,
 )
+from engines.cache.apc.kv_events import BlockStored, external_hash
 from engines.cache.records import CacheIntegrityError
 from engines.registry import Registry
 from engines.sequence import Sequence
@@ -245,11 +246,28 @@ class KVCacheManager:
             if self.verify_tokens_on_hit
             else None
         )
+        if self.block_pool.events is not None:
+            self._log_stored(seq, keys, num_cached, num_full)
         self.block_pool.cache_full_blocks(keys, table, num_cached, num_full, provenances)
         self.num_cached_block[seq.seq_id] = num_full
         if self.parent_key is not None:
             for i in range(num_cached, num_full):
                 self.parent_key[keys[i]] = keys[i - 1] if i else None
+
+    def _log_stored(self, seq: Sequence, keys: list[bytes], first: int, stop: int) -> None:
+        """vLLM's BlockStored for blocks [first, stop) of `seq`: one event per caching call, a
+        key cached already included (vLLM publishes it again too)."""
+        assert self.block_pool.events is not None
+        bs = self.block_size
+        self.block_pool.events.append(
+            BlockStored(
+                tuple(external_hash(k) for k in keys[first:stop]),
+                external_hash(keys[first - 1]) if first else None,
+                tuple(seq.token_ids[first * bs : stop * bs]),
+                bs,
+                seq.lora_id,
+            )
+        )
 
     # ---- decode runs (docs/design.md §5) -------------------------------------------
     def decode_run_blocks(self, seqs: list[Sequence], num_steps: int) -> int:
