@@ -12,7 +12,7 @@ import os
 import pytest
 
 from harness.fleet.config import FleetConfig
-from harness.fleet.real import route_through, router_available, text_stream, worker_fleet
+from harness.fleet.real import route_through, router_available, streams, worker_fleet
 
 CASES = [
     ("sglang", "round_robin"),
@@ -20,6 +20,7 @@ CASES = [
     ("vllm", "round_robin"),
     ("vllm", "cache_aware"),
     ("vllm", "consistent_hash"),
+    ("vllm", "kv_aware"),
 ]
 
 
@@ -36,19 +37,23 @@ def workers(tmp_path_factory):
     if not any(router_available(kind) for kind in ("sglang", "vllm")):
         _need("sglang")
     out = tmp_path_factory.mktemp("fleet-real")
-    with worker_fleet(2, out) as urls:
-        yield urls, out
+    with worker_fleet(2, out) as fleet:
+        yield fleet, out
 
 
 @pytest.mark.parametrize("kind, policy", CASES)
 def test_the_routing_twin_predicts_the_real_router(kind, policy, workers):
     _need(kind)
-    urls, out = workers
-    stream = text_stream(num_groups=3, per_group=5)
-    decisions = route_through(kind, FleetConfig(replicas=2, router=policy), urls, stream, out)
+    fleet, out = workers
+    stream, warm = streams(policy, num_groups=3, per_group=5, num_workers=2)
+    cfg = FleetConfig(replicas=2, router=policy)
+    decisions = route_through(kind, cfg, fleet, stream, out, warm)
     assert len(decisions) == len(stream)
     equal = [d.predicted == d.actual for d in decisions]
-    if policy != "consistent_hash":  # the twin's ring is vllm-router's: every request scored
+    if policy == "kv_aware":  # groups 0 and 2 were placed on worker 0, group 1 on worker 1
+        assert [d.actual for d in decisions] == [int(d.request_id[1]) % 2 for d in decisions]
+        assert all(d.cached_tokens == 64 for d in decisions)  # the whole shared prefix, always
+    elif policy != "consistent_hash":  # the twin's ring is vllm-router's: every request scored
         assert {d.actual for d in decisions} == (
             {0, 1} if policy == "round_robin" else {decisions[0].actual}
         )

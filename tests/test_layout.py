@@ -41,7 +41,8 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("harness.results", (*HIGHER, *SERVERS, "harness.client"), ()),
     ("harness.metrics", (*HIGHER, *SERVERS, "harness.client"), ()),
     ("harness.client", (*HIGHER, *SERVERS), ()),
-    ("harness.fleet", (*HIGHER, *SERVERS, "harness.client"), ()),
+    # The fleet twin reads workers' KV events with the live twin's subscriber (one wire reader).
+    ("harness.fleet", (*HIGHER, *SERVERS, "harness.client"), ("harness.live_server.kv_events",)),
     ("harness.report", ("harness.run", "harness.claims", "harness.client", *SERVERS), ()),
     ("harness.builtin_server", (*HIGHER, "harness.live_server"), ()),
     ("harness.live_server", ("harness.claims", "harness.report", "harness.builtin_server"), ()),

@@ -43,6 +43,9 @@ class FleetView:
     loads: list[int]  # requests in flight per replica (the router's own count)
     now_s: float = 0.0
     caches: list[PrefixCache] | None = None  # real cache state (kv_aware, ideal only)
+    # Or, for workers in other processes, each one's cached prefix of this request in tokens, as
+    # their KV events tell it (harness/fleet/kv_index.py)
+    cached: list[int] | None = None
 
     @property
     def num_replicas(self) -> int:
@@ -217,6 +220,8 @@ class CacheAware:
 
 
 def _truly_cached(req: Routed, view: FleetView) -> list[int]:
+    if view.cached is not None:
+        return view.cached
     if view.caches is None or isinstance(req.prompt, str):
         raise ValueError("a precise router needs each replica's cache and token-id prompts")
     return [cached_prefix_tokens(c, req.prompt, req.salt, req.lora_id) for c in view.caches]

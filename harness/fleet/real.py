@@ -20,13 +20,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from engines.cache import DEFAULT_DESIGN, DESIGNS
+from engines.config import EngineConfig
 from engines.errors import BadInput
 from harness.fleet.config import FleetConfig
+from harness.fleet.kv_index import KvEventIndex
 from harness.fleet.policies import (
     ROUTERS,
     CacheAware,
@@ -42,8 +44,18 @@ ROUTER_KINDS = ("sglang", "vllm")
 # the policies each router offers that the twin models
 TWINNED = {
     "sglang": ("round_robin", "random", "cache_aware", "power_of_two"),
-    "vllm": ("round_robin", "random", "cache_aware", "power_of_two", "consistent_hash"),
+    "vllm": ("round_robin", "random", "cache_aware", "power_of_two", "consistent_hash", "kv_aware"),
 }
+KV_EVENT_BLOCK = EngineConfig().block_size  # the served apc block size, vllm-router's default too
+
+
+@dataclass(frozen=True)
+class Workers:
+    """A fleet's built-in servers: URLs in string order (worker i is the i-th, the order a router
+    is given them in) and, for apc workers, where each publishes its KV-cache events."""
+
+    urls: list[str]
+    kv_events: list[str] | None = None
 
 
 def routers_venv() -> Path:
@@ -65,7 +77,7 @@ def free_port() -> int:
 
 
 def router_command(
-    kind: str, cfg: FleetConfig, urls: list[str], port: int, metrics_port: int
+    kind: str, cfg: FleetConfig, workers: Workers, port: int, metrics_port: int, model: str = ""
 ) -> list[str]:
     """The router's command line: our policy's knobs as its flags (the same defaults)."""
     venv = routers_venv()
@@ -75,7 +87,7 @@ def router_command(
         head = [str(venv / "bin" / "vllm-router")]
     else:
         raise BadInput(f"unknown router {kind!r}; valid: {', '.join(ROUTER_KINDS)}")
-    args = [*head, "--worker-urls", *urls, "--policy", cfg.router]
+    args = [*head, "--worker-urls", *workers.urls, "--policy", cfg.router]
     args += ["--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(metrics_port)]
     if cfg.router == "cache_aware":
         args += ["--cache-threshold", str(cfg.cache_threshold)]
@@ -83,13 +95,23 @@ def router_command(
         args += ["--balance-rel-threshold", str(cfg.balance_rel_threshold)]
         args += ["--eviction-interval-secs", str(int(cfg.eviction_interval_s))]
         args += ["--max-tree-size", str(cfg.max_tree_size)]
+    if cfg.router == "kv_aware":  # vllm-router indexes each worker's KV events
+        if workers.kv_events is None:
+            raise BadInput("kv_aware needs workers that publish KV events (engine=apc)")
+        for url, endpoint in zip(workers.urls, workers.kv_events):
+            args += ["--kv-event-source", f"{url}={endpoint}"]
+        args += ["--kv-event-model", model, "--kv-event-block-size", str(KV_EVENT_BLOCK)]
     return args
 
 
-def worker_command(i: int, port: int, model: str, engine: str) -> list[str]:
+def worker_command(
+    i: int, port: int, model: str, engine: str, kv_events: str | None = None
+) -> list[str]:
+    """A built-in server tagged w<i>; with `kv_events`, publishing vLLM's KV-cache events there."""
+    events = [f"kv_events_endpoint={kv_events}"] if kv_events else []
     return [
         sys.executable, "-m", "harness.builtin_server", f"model={model}", f"engine={engine}",
-        f"port={port}", f"worker_tag=w{i}", "threads=1", "log_level=warning",
+        f"port={port}", f"worker_tag=w{i}", "threads=1", "log_level=warning", *events,
     ]  # fmt: skip
 
 
@@ -158,13 +180,51 @@ def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
     return out
 
 
+def token_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
+    """Token-id prompts (vllm-router's kv_aware scores token ids and nothing else): groups
+    sharing a 64-token prefix, each with its own 8-token question, interleaved like text_stream."""
+    import random
+
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(100, 40_000) for _ in range(64)] for _ in range(num_groups)]
+    out = []
+    for i in range(per_group):
+        for g in range(num_groups):
+            question = [rng.randrange(100, 40_000) for _ in range(8)]
+            out.append(Routed(f"g{g}-q{i}", (*prefixes[g], *question), session_id=f"s{g}"))
+    return out
+
+
+def streams(
+    policy: str, num_groups: int, per_group: int, num_workers: int
+) -> tuple[list[Routed], list[tuple[int, Routed]]]:
+    """The stream a policy is checked on, and the requests sent straight to a worker first.
+    kv_aware gets token ids, and each group's prefix placed on worker g mod N beforehand: only a
+    router that reads the workers' real caches sends every group where its prefix already is."""
+    if policy != "kv_aware":
+        return text_stream(num_groups, per_group), []
+    stream = token_stream(num_groups, per_group)
+    warm = [
+        (g % num_workers, Routed(f"warm-g{g}", (*stream[g].prompt[:64], 1, 2, 3)))
+        for g in range(num_groups)
+    ]
+    return stream, warm
+
+
 def drive_router(
-    router_url: str, model: str, stream: list[Routed], twin_cfg: FleetConfig, urls: list[str]
+    router_url: str,
+    model: str,
+    stream: list[Routed],
+    twin_cfg: FleetConfig,
+    workers: Workers,
+    index: KvEventIndex | None = None,
 ) -> list[Decision]:
     """Send the stream one request at a time; the twin predicts each decision first. The twin
-    then learns the actual one (teacher forcing), so one miss is not counted twice."""
+    then learns the actual one (teacher forcing), so one miss is not counted twice. With
+    `index`, the twin reads each worker's cached prefix from its KV events (kv_aware)."""
     import httpx
 
+    urls = workers.urls
     twin: Router = (
         CacheAware(twin_cfg, all_tenants=False)
         if twin_cfg.router == "cache_aware"
@@ -176,9 +236,14 @@ def drive_router(
     out = []
     t0 = time.monotonic()
     warmup = Routed("warmup", "prefixbench fleet warm-up: a prompt no other request shares")
+    if index is not None:  # a prompt of token ids the stream never uses
+        warmup = Routed("warmup", tuple(range(40_100, 40_140)))
     with httpx.Client(timeout=120) as client:
         for req in [warmup, *stream]:
             view = FleetView([0] * num_workers, time.monotonic() - t0)
+            if index is not None:
+                index.refresh()  # the events of the previous reply's steps
+                view.cached = index.cached_tokens(req.prompt)  # type: ignore[arg-type]
             predicted = _predict(twin, req, view)
             data = _send(client, router_url, model, req)
             actual = int(str(data["system_fingerprint"]).removeprefix("w"))
@@ -224,44 +289,70 @@ def worker_fleet(
     model: str = "smollm2-rand",
     engine: str = DEFAULT_DESIGN,
     ready_timeout_s: float = 300.0,
-) -> Iterator[list[str]]:
-    """N built-in servers on free loopback ports, tagged w0..wN-1; yields their URLs (worker i
-    is the i-th URL in string order, the order a router is given them in)."""
+) -> Iterator[Workers]:
+    """N built-in servers on free loopback ports, tagged w0..wN-1 (worker i is the i-th URL in
+    string order, the order a router is given them in); apc workers publish their KV events."""
     ports = sorted((free_port() for _ in range(num_workers)), key=str)
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    workers = [worker_command(i, p, model, engine) for i, p in enumerate(ports)]
+    events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if engine == "apc" else None
+    workers = [
+        worker_command(i, p, model, engine, events[i] if events else None)
+        for i, p in enumerate(ports)
+    ]
     with processes(workers, out_dir / "logs" / "workers") as procs:
         for url in urls:
             wait_ready(url, procs, ready_timeout_s)
-        yield urls
+        yield Workers(urls, events)
 
 
 def route_through(
-    kind: str, cfg: FleetConfig, urls: list[str], stream: list[Routed], out_dir: Path
+    kind: str,
+    cfg: FleetConfig,
+    workers: Workers,
+    stream: list[Routed],
+    out_dir: Path,
+    warm: Sequence[tuple[int, Routed]] = (),
 ) -> list[Decision]:
-    """Start the router over `urls` (caches flushed first), drive `stream`, stop the router."""
+    """Start the router over the workers (caches flushed first, then each `warm` request sent
+    straight to its worker), drive `stream` through it, stop the router."""
     import httpx
 
     if cfg.router not in TWINNED.get(kind, ()):
         valid = ", ".join(TWINNED.get(kind, ()))
         raise BadInput(f"{kind}-router policy {cfg.router!r} has no twin; valid: {valid}")
-    for url in urls:
+    model = _served_name(workers.urls[0])
+    for url in workers.urls:
         httpx.post(f"{url}/reset_prefix_cache", timeout=30).raise_for_status()
+    index = None
+    if cfg.router == "kv_aware" and workers.kv_events is not None:
+        index = KvEventIndex(workers.kv_events, KV_EVENT_BLOCK)
     port, metrics_port = free_port(), free_port()
-    command = router_command(kind, cfg, urls, port, metrics_port)
-    with processes([command], out_dir / "logs" / f"router-{kind}-{cfg.router}") as procs:
-        router_url = f"http://127.0.0.1:{port}"
-        wait_ready(router_url, procs, 60.0, "/health")
-        time.sleep(2.0)  # the router's health checker marks the workers healthy
-        return drive_router(router_url, _served_name(urls[0]), stream, cfg, urls)
+    command = router_command(kind, cfg, workers, port, metrics_port, model)
+    try:
+        with processes([command], out_dir / "logs" / f"router-{kind}-{cfg.router}") as procs:
+            router_url = f"http://127.0.0.1:{port}"
+            wait_ready(router_url, procs, 60.0, "/health")
+            time.sleep(2.0)  # the router's health checker marks the workers healthy
+            with httpx.Client(timeout=120) as client:
+                for i, req in warm:
+                    _send(client, workers.urls[i], model, req)
+            return drive_router(router_url, model, stream, cfg, workers, index)
+    finally:
+        if index is not None:
+            index.stop()
 
 
 def run_real_fleet(
-    kind: str, cfg: FleetConfig, stream: list[Routed], out_dir: Path, engine: str = DEFAULT_DESIGN
+    kind: str,
+    cfg: FleetConfig,
+    stream: list[Routed],
+    out_dir: Path,
+    engine: str = DEFAULT_DESIGN,
+    warm: Sequence[tuple[int, Routed]] = (),
 ) -> list[Decision]:
     """Start `cfg.replicas` workers and the router, drive `stream` through it, stop them all."""
-    with worker_fleet(cfg.replicas, out_dir, engine=engine) as urls:
-        return route_through(kind, cfg, urls, stream, out_dir)
+    with worker_fleet(cfg.replicas, out_dir, engine=engine) as workers:
+        return route_through(kind, cfg, workers, stream, out_dir, warm)
 
 
 def _served_name(url: str) -> str:
@@ -295,8 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                 "run bash scripts/setup_routers.sh"
             )
         out = Path(args.out) / f"{args.router}-{args.policy}-x{args.workers}"
-        stream = text_stream(args.groups, args.per_group)
-        decisions = run_real_fleet(args.router, cfg, stream, out, engine=args.engine)
+        stream, warm = streams(cfg.router, args.groups, args.per_group, args.workers)
+        decisions = run_real_fleet(args.router, cfg, stream, out, args.engine, warm)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
