@@ -12,7 +12,7 @@ import os
 import pytest
 
 from harness.fleet.config import FleetConfig
-from harness.fleet.real import route_through, router_available, streams, worker_fleet
+from harness.fleet.real import order_only, route_through, router_available, streams, worker_fleet
 
 CASES = [
     ("sglang", "round_robin"),
@@ -60,3 +60,22 @@ def test_the_routing_twin_predicts_the_real_router(kind, policy, workers):
     assert sum(equal) >= 0.99 * len(equal), [(d.predicted, d.actual) for d in decisions]
     if policy == "cache_aware":  # one worker took every prompt: each group's later ones hit
         assert sum(d.cached_tokens > 0 for d in decisions) >= len(stream) - 3
+
+
+@pytest.mark.parametrize("kind, policy", [("sglang", "round_robin"), ("vllm", "kv_aware")])
+def test_under_concurrency_the_distance_has_its_cause(kind, policy, workers):
+    """Waves of 4 requests sent at once. Round robin: the router's turns are the twin's, taken in
+    the order the requests reached it, so every miss is one of arrival order. kv_aware over the
+    workers' KV events, each group placed first: the decisions do not depend on the order."""
+    _need(kind)
+    fleet, out = workers
+    stream, warm = streams(policy, num_groups=3, per_group=4, num_workers=2)
+    cfg = FleetConfig(replicas=2, router=policy)
+    decisions = route_through(kind, cfg, fleet, stream, out, warm, concurrency=4)
+    assert len(decisions) == len(stream) and {d.wave for d in decisions} == {1, 2, 3}
+    misses = sum(d.predicted != d.actual for d in decisions)
+    if policy == "round_robin":
+        assert order_only(decisions) == misses
+        assert sorted(d.actual for d in decisions) == [0] * 6 + [1] * 6
+    else:
+        assert misses == 0, [(d.request_id, d.predicted, d.actual) for d in decisions]

@@ -174,13 +174,19 @@ class CacheAware:
     smallest tree. The prompt is inserted under the chosen worker either way; the tree is trimmed
     to max_tree_size per worker every eviction_interval_s."""
 
-    def __init__(self, cfg: FleetConfig, all_tenants: bool = True) -> None:
+    def __init__(
+        self, cfg: FleetConfig, all_tenants: bool = True, cold_least_load: bool = False
+    ) -> None:
         self.cfg = cfg
         self.tree = ApproxTree()
         self._last_eviction_s = 0.0
         # False: a worker enters the tree only when a request is routed to it, as observed of
         # both real routers behind workers registered at start-up (docs/fleet.md §5)
         self.all_tenants = all_tenants
+        # True: a prompt below the cache threshold goes to the least loaded worker, the smallest
+        # tree only breaking ties, as both real routers were observed to do under concurrency
+        # (docs/fleet.md §5); False: the smallest tree, as upstream's code reads
+        self.cold_least_load = cold_least_load
 
     def choose(self, req: Routed, view: FleetView) -> int:
         choice = self.decide(req, view)
@@ -203,7 +209,11 @@ class CacheAware:
         if tenant is not None and matched / max(len(key) // 4, 1) > cfg.cache_threshold:
             return tenant
         sizes = self.tree.tenant_size
-        return min(sizes or range(view.num_replicas), key=lambda i: (sizes.get(i, 0), i))
+        candidates = list(sizes or range(view.num_replicas))
+        if self.cold_least_load:
+            candidates = [i for i in range(view.num_replicas) if loads[i] == lo]
+            candidates = [i for i in candidates if i in sizes] or candidates
+        return min(candidates, key=lambda i: (sizes.get(i, 0), i))
 
     def record(self, req: Routed, choice: int, now_s: float) -> None:
         """The prompt goes into the tree under the worker that took it."""

@@ -14,6 +14,7 @@ works on characters, which the twin's tree then holds too.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 import socket
@@ -21,8 +22,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engines.cache import DEFAULT_DESIGN, DESIGNS
 from engines.config import EngineConfig
@@ -49,13 +52,29 @@ TWINNED = {
 KV_EVENT_BLOCK = EngineConfig().block_size  # the served apc block size, vllm-router's default too
 
 
+class Fingerprint:
+    """Which worker served a reply, from the tag a built-in server puts in `system_fingerprint`
+    (`worker_tag=wI`); any number of requests may be in flight."""
+
+    one_at_a_time = False
+
+    def before(self) -> None:
+        """Nothing to note before a request."""
+
+    def after(self, reply: dict) -> int:
+        return int(str(reply["system_fingerprint"]).removeprefix("w"))
+
+
 @dataclass(frozen=True)
 class Workers:
-    """A fleet's built-in servers: URLs in string order (worker i is the i-th, the order a router
-    is given them in) and, for apc workers, where each publishes its KV-cache events."""
+    """A fleet's servers: URLs in string order (worker i is the i-th, the order a router is
+    given them in), where each publishes its KV-cache events (None: they do not), in blocks of
+    `block_size`, and how a reply tells which one served it."""
 
     urls: list[str]
     kv_events: list[str] | None = None
+    block_size: int = KV_EVENT_BLOCK
+    served_by: Any = field(default_factory=Fingerprint)  # before() / after(reply) -> worker
 
 
 def routers_venv() -> Path:
@@ -100,7 +119,7 @@ def router_command(
             raise BadInput("kv_aware needs workers that publish KV events (engine=apc)")
         for url, endpoint in zip(workers.urls, workers.kv_events):
             args += ["--kv-event-source", f"{url}={endpoint}"]
-        args += ["--kv-event-model", model, "--kv-event-block-size", str(KV_EVENT_BLOCK)]
+        args += ["--kv-event-model", model, "--kv-event-block-size", str(workers.block_size)]
     return args
 
 
@@ -121,6 +140,20 @@ class Decision:
     predicted: int
     actual: int
     cached_tokens: int
+    wave: int = 0  # the requests of one wave were sent at once (concurrency > 1)
+
+
+def order_only(decisions: Sequence[Decision]) -> int:
+    """Misses in waves whose predicted workers, as a multiset, are the actual ones: the router
+    made the twin's decisions, in the order the requests reached it rather than the send order."""
+    waves: dict[int, list[Decision]] = {}
+    for d in decisions:
+        waves.setdefault(d.wave, []).append(d)
+    return sum(
+        sum(d.predicted != d.actual for d in wave)
+        for wave in waves.values()
+        if sorted(d.predicted for d in wave) == sorted(d.actual for d in wave)
+    )
 
 
 @contextlib.contextmanager
@@ -218,38 +251,68 @@ def drive_router(
     twin_cfg: FleetConfig,
     workers: Workers,
     index: KvEventIndex | None = None,
+    concurrency: int = 1,
 ) -> list[Decision]:
-    """Send the stream one request at a time; the twin predicts each decision first. The twin
-    then learns the actual one (teacher forcing), so one miss is not counted twice. With
-    `index`, the twin reads each worker's cached prefix from its KV events (kv_aware)."""
+    """Send the stream in waves of `concurrency` requests (all of a wave at once, the next wave
+    when it is answered); the twin predicts each decision first, in send order, counting its own
+    picks within the wave as the router's in-flight load. The twin then learns the actual
+    decisions (teacher forcing: round robin's turn one at a time, cache_aware's tree always), so
+    one miss is not counted twice. With `index`, the twin reads each
+    worker's cached prefix from its KV events (kv_aware)."""
     import httpx
 
     urls = workers.urls
     twin: Router = (
-        CacheAware(twin_cfg, all_tenants=False)
+        CacheAware(twin_cfg, all_tenants=False, cold_least_load=True)
         if twin_cfg.router == "cache_aware"
         else ConsistentHash(twin_cfg, names=urls)  # the real ring: points named by worker URL
         if twin_cfg.router == "consistent_hash"
         else ROUTERS.get(twin_cfg.router)(twin_cfg)
     )
-    num_workers = len(urls)
-    out = []
-    t0 = time.monotonic()
     warmup = Routed("warmup", "prefixbench fleet warm-up: a prompt no other request shares")
     if index is not None:  # a prompt of token ids the stream never uses
         warmup = Routed("warmup", tuple(range(40_100, 40_140)))
-    with httpx.Client(timeout=120) as client:
-        for req in [warmup, *stream]:
-            view = FleetView([0] * num_workers, time.monotonic() - t0)
+    if concurrency > 1 and workers.served_by.one_at_a_time:
+        raise BadInput("these workers tell who served a request one request at a time only")
+    waves = [[warmup]] + [stream[i : i + concurrency] for i in range(0, len(stream), concurrency)]
+    out = []
+    t0 = time.monotonic()
+    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(concurrency) as pool:
+        for w, wave in enumerate(waves):
             if index is not None:
-                index.refresh()  # the events of the previous reply's steps
-                view.cached = index.cached_tokens(req.prompt)  # type: ignore[arg-type]
-            predicted = _predict(twin, req, view)
-            data = _send(client, router_url, model, req)
-            actual = int(str(data["system_fingerprint"]).removeprefix("w"))
-            _teach(twin, req, predicted, actual, view)
-            if req is not warmup:  # the warm-up aligns the twin with the router's start
-                out.append(Decision(req.request_id, predicted, actual, _cached(data)))
+                index.refresh()  # the events of the previous wave's steps
+            now = time.monotonic() - t0
+            predicted = _predict_wave(twin, wave, len(urls), now, index)
+            workers.served_by.before()
+            replies = list(pool.map(lambda req: _send(client, router_url, model, req), wave))
+            for req, guess, data in zip(wave, predicted, replies):
+                actual = workers.served_by.after(data)
+                if len(wave) == 1 or isinstance(twin, CacheAware):
+                    _teach(twin, req, guess, actual, now)
+                if req is not warmup:  # the warm-up aligns the twin with the router's start
+                    out.append(Decision(req.request_id, guess, actual, _cached(data), w))
+    return out
+
+
+def _predict_wave(
+    twin: Router, wave: list[Routed], num_workers: int, now: float, index: KvEventIndex | None
+) -> list[int]:
+    """The twin's decisions for a wave in send order, each seeing the ones before it in flight
+    (and, for cache_aware, in its tree: the router inserts a request as it routes it; the twin
+    does so on a copy, its own tree then taking the actual decisions)."""
+    loads = [0] * num_workers
+    out = []
+    if isinstance(twin, CacheAware) and len(wave) > 1:
+        twin = copy.deepcopy(twin)
+    for req in wave:
+        view = FleetView(list(loads), now)
+        if index is not None:
+            view.cached = index.cached_tokens(req.prompt)  # type: ignore[arg-type]
+        guess = twin.decide(req, view) if isinstance(twin, CacheAware) else twin.choose(req, view)
+        if isinstance(twin, CacheAware) and len(wave) > 1:
+            twin.record(req, guess, now)
+        loads[guess] += 1
+        out.append(guess)
     return out
 
 
@@ -269,15 +332,10 @@ def _cached(data: dict) -> int:
     return int(details.get("cached_tokens") or 0)
 
 
-def _predict(twin: Router, req: Routed, view: FleetView) -> int:
-    """The twin's decision; cache_aware's tree is not touched until the actual one is known."""
-    return twin.decide(req, view) if isinstance(twin, CacheAware) else twin.choose(req, view)
-
-
-def _teach(twin: Router, req: Routed, predicted: int, actual: int, view: FleetView) -> None:
+def _teach(twin: Router, req: Routed, predicted: int, actual: int, now: float) -> None:
     """The twin continues from the router's actual decision (teacher forcing)."""
     if isinstance(twin, CacheAware):
-        twin.record(req, actual, view.now_s)
+        twin.record(req, actual, now)
     elif isinstance(twin, RoundRobin):
         twin.next = actual + 1
 
@@ -312,9 +370,10 @@ def route_through(
     stream: list[Routed],
     out_dir: Path,
     warm: Sequence[tuple[int, Routed]] = (),
+    concurrency: int = 1,
 ) -> list[Decision]:
     """Start the router over the workers (caches flushed first, then each `warm` request sent
-    straight to its worker), drive `stream` through it, stop the router."""
+    straight to its worker), drive `stream` through it in waves of `concurrency`, stop it."""
     import httpx
 
     if cfg.router not in TWINNED.get(kind, ()):
@@ -325,7 +384,7 @@ def route_through(
         httpx.post(f"{url}/reset_prefix_cache", timeout=30).raise_for_status()
     index = None
     if cfg.router == "kv_aware" and workers.kv_events is not None:
-        index = KvEventIndex(workers.kv_events, KV_EVENT_BLOCK)
+        index = KvEventIndex(workers.kv_events, workers.block_size)
     port, metrics_port = free_port(), free_port()
     command = router_command(kind, cfg, workers, port, metrics_port, model)
     try:
@@ -336,7 +395,7 @@ def route_through(
             with httpx.Client(timeout=120) as client:
                 for i, req in warm:
                     _send(client, workers.urls[i], model, req)
-            return drive_router(router_url, model, stream, cfg, workers, index)
+            return drive_router(router_url, model, stream, cfg, workers, index, concurrency)
     finally:
         if index is not None:
             index.stop()
@@ -349,10 +408,11 @@ def run_real_fleet(
     out_dir: Path,
     engine: str = DEFAULT_DESIGN,
     warm: Sequence[tuple[int, Routed]] = (),
+    concurrency: int = 1,
 ) -> list[Decision]:
     """Start `cfg.replicas` workers and the router, drive `stream` through it, stop them all."""
     with worker_fleet(cfg.replicas, out_dir, engine=engine) as workers:
-        return route_through(kind, cfg, workers, stream, out_dir, warm)
+        return route_through(kind, cfg, workers, stream, out_dir, warm, concurrency)
 
 
 def _served_name(url: str) -> str:
@@ -373,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--per-group", type=int, default=6)
     parser.add_argument("--engine", choices=DESIGNS.names(), default=DEFAULT_DESIGN)
+    parser.add_argument("--concurrency", type=int, default=1, help="requests sent at once")
     parser.add_argument("--out", default="results/fleet-real")
     args = parser.parse_args(argv)
     try:
@@ -380,23 +441,32 @@ def main(argv: list[str] | None = None) -> int:
         cfg.validate()
         if args.workers < 2:
             raise BadInput(f"--workers must be at least 2, got {args.workers}")
+        if not 1 <= args.concurrency <= 64:
+            raise BadInput(f"--concurrency must be 1-64, got {args.concurrency}")
         if not router_available(args.router):
             raise BadInput(
                 f"{args.router}-router is not installed in {routers_venv()}: "
                 "run bash scripts/setup_routers.sh"
             )
-        out = Path(args.out) / f"{args.router}-{args.policy}-x{args.workers}"
+        out = Path(args.out) / f"{args.router}-{args.policy}-x{args.workers}-c{args.concurrency}"
         stream, warm = streams(cfg.router, args.groups, args.per_group, args.workers)
-        decisions = run_real_fleet(args.router, cfg, stream, out, args.engine, warm)
+        decisions = run_real_fleet(
+            args.router, cfg, stream, out, args.engine, warm, args.concurrency
+        )
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with open(out / "decisions.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["request_id", "predicted", "actual", "cached_tokens"])
-        writer.writerows((d.request_id, d.predicted, d.actual, d.cached_tokens) for d in decisions)
+        writer.writerow(["request_id", "wave", "predicted", "actual", "cached_tokens"])
+        writer.writerows(
+            (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens) for d in decisions
+        )
     equal = sum(d.predicted == d.actual for d in decisions)
-    print(f"{args.router}-router {args.policy}: {equal}/{len(decisions)} decisions predicted")
+    print(
+        f"{args.router}-router {args.policy}, concurrency {args.concurrency}: {equal}/"
+        f"{len(decisions)} decisions predicted; misses only in arrival order: {order_only(decisions)}"
+    )
     return 0
 
 

@@ -60,6 +60,8 @@ class VllmLaunch:
     # ipc://PATH: publish vLLM's KV-cache events there (harness/live_server/kv_events.py); an ipc
     # endpoint is bound by the server (a tcp one would connect out and reach nobody)
     kv_events_endpoint: str | None = None
+    # vLLM's default is ""; vllm-router's static event sources read only untopiced messages
+    kv_events_topic: str = KV_EVENTS_TOPIC
     extra_args: tuple[str, ...] = field(default=())
 
     @property
@@ -85,7 +87,7 @@ class VllmLaunch:
                 "enable_kv_cache_events": True,
                 "publisher": "zmq",
                 "endpoint": self.kv_events_endpoint,
-                "topic": KV_EVENTS_TOPIC,
+                "topic": self.kv_events_topic,
             }
             args += ["--kv-events-config", json.dumps(conf)]
         return args + list(self.extra_args)
