@@ -62,11 +62,12 @@ def test_the_routing_twin_predicts_the_real_router(kind, policy, workers):
         assert sum(d.cached_tokens > 0 for d in decisions) >= len(stream) - 3
 
 
-@pytest.mark.parametrize("kind, policy", [("sglang", "round_robin"), ("vllm", "kv_aware")])
+@pytest.mark.parametrize("kind, policy", [("sglang", "round_robin"), ("vllm", "consistent_hash")])
 def test_under_concurrency_the_distance_has_its_cause(kind, policy, workers):
     """Waves of 4 requests sent at once. Round robin: the router's turns are the twin's, taken in
-    the order the requests reached it, so every miss is one of arrival order. kv_aware over the
-    workers' KV events, each group placed first: the decisions do not depend on the order."""
+    the order the requests reached it, so every miss is one of arrival order. consistent_hash
+    keys each request by its session alone: no order or load can move it. (kv_aware is measured,
+    not asserted: its router also weighs in-flight load, docs/fleet.md §5.)"""
     _need(kind)
     fleet, out = workers
     stream, warm = streams(policy, num_groups=3, per_group=4, num_workers=2)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.cache import DEFAULT_DESIGN, DESIGNS
+from engines.cache.apc import ApcCache
 from engines.config import EngineConfig
 from engines.errors import BadInput
 from harness.fleet.config import FleetConfig
@@ -116,7 +117,9 @@ def router_command(
         args += ["--max-tree-size", str(cfg.max_tree_size)]
     if cfg.router == "kv_aware":  # vllm-router indexes each worker's KV events
         if workers.kv_events is None:
-            raise BadInput("kv_aware needs workers that publish KV events (engine=apc)")
+            raise BadInput(
+                f"kv_aware needs workers that publish KV events (engine={ApcCache.name})"
+            )
         for url, endpoint in zip(workers.urls, workers.kv_events):
             args += ["--kv-event-source", f"{url}={endpoint}"]
         args += ["--kv-event-model", model, "--kv-event-block-size", str(workers.block_size)]
@@ -352,7 +355,8 @@ def worker_fleet(
     string order, the order a router is given them in); apc workers publish their KV events."""
     ports = sorted((free_port() for _ in range(num_workers)), key=str)
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if engine == "apc" else None
+    publish = engine == ApcCache.name  # the design that keeps vLLM's KV events
+    events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if publish else None
     workers = [
         worker_command(i, p, model, engine, events[i] if events else None)
         for i, p in enumerate(ports)
