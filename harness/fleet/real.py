@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from engines.cache import DEFAULT_DESIGN, DESIGNS
 from engines.cache.apc import ApcCache
@@ -53,6 +53,16 @@ TWINNED = {
 KV_EVENT_BLOCK = EngineConfig().block_size  # the served apc block size, vllm-router's default too
 
 
+class ServedBy(Protocol):
+    """How a fleet tells which worker served a reply: `before` each wave, `after` each reply."""
+
+    one_at_a_time: bool  # True: it can tell only with one request in flight
+
+    def before(self) -> None: ...
+
+    def after(self, reply: dict) -> int: ...
+
+
 class Fingerprint:
     """Which worker served a reply, from the tag a built-in server puts in `system_fingerprint`
     (`worker_tag=wI`); any number of requests may be in flight."""
@@ -75,7 +85,7 @@ class Workers:
     urls: list[str]
     kv_events: list[str] | None = None
     block_size: int = KV_EVENT_BLOCK
-    served_by: Any = field(default_factory=Fingerprint)  # before() / after(reply) -> worker
+    served_by: ServedBy = field(default_factory=Fingerprint)
 
 
 def routers_venv() -> Path:
