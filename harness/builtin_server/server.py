@@ -24,7 +24,6 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 
-from engines.cache.apc import ApcCache
 from harness.builtin_server.app import Limits, ServedModel, build_app
 from harness.builtin_server.engine_thread import EngineThread
 from harness.builtin_server.kv_publisher import KvEventPublisher, check_endpoint
@@ -93,7 +92,9 @@ def check_serve_config(cfg: ServeConfig) -> None:
     _check_step_log_path(cfg.step_log)
     if cfg.kv_events_endpoint is not None:
         check_endpoint(cfg.kv_events_endpoint)
-        if cfg.engine.cache != ApcCache.name:  # the design that keeps vLLM's events
+        from engines.cache.apc import ApcCache  # the design that keeps vLLM's events
+
+        if cfg.engine.cache != ApcCache.name:
             raise BadInput(
                 f"kv_events_endpoint: vLLM's KV-cache events come from the {ApcCache.name} cache; "
                 f"engine.cache={cfg.engine.cache!r} publishes none"
@@ -138,6 +139,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
     import torch
 
     from engines.build import build_engine
+    from engines.cache.apc import ApcCache
 
     # The engine's step records feed the server's step log (which bounds their number).
     engine_cfg = dataclasses.replace(cfg.engine, step_log=True)
