@@ -16,13 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engines.cache.apc.hashing import (
-    RequestBlockHashes,
-    RequestHasher,
-    get_hash_fn_by_name,
-    init_none_hash,
-)
-from engines.cache.apc.kv_events import external_hash
+from engines.cache.apc.kv_events import published_hashes
 from harness.live_server.kv_events import Subscriber
 
 
@@ -58,7 +52,7 @@ class KvEventIndex:
 
     def cached_tokens(self, prompt_ids: Sequence[int]) -> list[int]:
         """Per worker, the prompt's leading tokens in blocks that worker holds."""
-        hashes = self._hashes(prompt_ids)
+        hashes = published_hashes(prompt_ids, self.block_size)
         out = []
         for held in self.blocks:
             n = 0
@@ -66,13 +60,6 @@ class KvEventIndex:
                 n += 1
             out.append(n * self.block_size)
         return out
-
-    def _hashes(self, prompt_ids: Sequence[int]) -> list[int]:
-        hasher = RequestHasher(
-            get_hash_fn_by_name("sha256"), init_none_hash("sha256"), self.block_size
-        )
-        memo = RequestBlockHashes(None, None, None)
-        return [external_hash(k) for k in hasher.extend(memo, prompt_ids)]
 
     def stop(self) -> None:
         for sub in self._subs:

@@ -24,12 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engines.cache.apc import ApcCache
-from engines.cache.apc.hashing import block_extra_keys, get_hash_fn_by_name, init_none_hash
-from engines.cache.apc.kv_events import BlockRemoved, BlockStored
+from engines.cache.apc.kv_events import BlockRemoved, BlockStored, published_hashes
 from engines.engine import Engine
 from engines.records import RequestRecord
 from harness.client.inprocess import completion_request
-from harness.live_server.kv_events import KvBatch, external_hash
+from harness.live_server.kv_events import KvBatch
 from workloads.request import Request
 
 DEFAULT_STEP_S = 0.01  # the server's step length before two matched batches give one
@@ -58,16 +57,7 @@ class StepLockedRun:
 
 def prompt_hashes(req: Request, block_size: int, hash_algo: str = "sha256") -> list[int]:
     """The 64-bit hashes vLLM publishes for the full blocks of `req`'s prompt."""
-    fn = get_hash_fn_by_name(hash_algo)
-    none_hash = init_none_hash(hash_algo)
-    ids = list(req.prompt_ids)
-    parent: bytes | None = None
-    out = []
-    for i in range(len(ids) // block_size):
-        extra = block_extra_keys(i, req.lora_id, req.salt)
-        parent = fn((parent or none_hash, tuple(ids[i * block_size : (i + 1) * block_size]), extra))
-        out.append(external_hash(parent + b"\0\0\0\0"))
-    return out
+    return published_hashes(req.prompt_ids, block_size, hash_algo, req.lora_id, req.salt)
 
 
 def anchors(arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size: int) -> dict:

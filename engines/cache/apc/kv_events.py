@@ -12,7 +12,15 @@ key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from engines.cache.apc.hashing import (
+    RequestBlockHashes,
+    RequestHasher,
+    get_hash_fn_by_name,
+    init_none_hash,
+)
 
 _MASK64 = (1 << 64) - 1
 GROUP_ID_BYTES = 4  # a map key is the block hash followed by the KV-cache group id
@@ -21,6 +29,20 @@ GROUP_ID_BYTES = 4  # a map key is the block hash followed by the KV-cache group
 def external_hash(key: bytes, group_id_bytes: int = GROUP_ID_BYTES) -> int:
     """The 64-bit hash vLLM publishes for an apc map key (block hash + group id)."""
     return int.from_bytes(key[:-group_id_bytes], "big") & _MASK64
+
+
+def published_hashes(
+    prompt_ids: Sequence[int],
+    block_size: int,
+    hash_algo: str = "sha256",
+    lora_id: str | None = None,
+    salt: str | None = None,
+) -> list[int]:
+    """The hashes vLLM publishes for a prompt's full blocks: the apc cache's own keys (its
+    chained hash with NONE_HASH's default seed), as `external_hash` turns them into integers."""
+    hasher = RequestHasher(get_hash_fn_by_name(hash_algo), init_none_hash(hash_algo), block_size)
+    memo = RequestBlockHashes(None, lora_id, salt)
+    return [external_hash(k) for k in hasher.extend(memo, prompt_ids)]
 
 
 @dataclass(frozen=True)
