@@ -60,9 +60,14 @@ def prompt_hashes(req: Request, block_size: int, hash_algo: str = "sha256") -> l
     return published_hashes(req.prompt_ids, block_size, hash_algo, req.lora_id, req.salt)
 
 
+def chains_of(arrivals: Sequence[Arrival], block_size: int) -> dict[str, list[int]]:
+    """request id -> the hashes vLLM publishes for its prompt's full blocks."""
+    return {a.request.request_id: prompt_hashes(a.request, block_size) for a in arrivals}
+
+
 def anchors(arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size: int) -> dict:
     """request id -> index of the batch where the server first stored one of its own blocks."""
-    chains = {a.request.request_id: prompt_hashes(a.request, block_size) for a in arrivals}
+    chains = chains_of(arrivals, block_size)
     out: dict[str, int] = {}
     for a in arrivals:
         rid = a.request.request_id
@@ -133,7 +138,13 @@ def _lag(engine: Engine, progress: dict[str, tuple[float, ...]], ts: float) -> i
 
 
 def _entering(
-    engine: Engine, must: list[Arrival], pending, ready, batch: KvBatch, lag: int
+    engine: Engine,
+    must: list[Arrival],
+    pending,
+    ready,
+    batch: KvBatch,
+    lag: int,
+    chains: dict[str, list[int]],
 ) -> list[Arrival]:
     """Who enters before this step, given that `must` (anchored at the next batch) are due.
     While the twin's running requests are behind the server's progress at the batch's time,
@@ -147,11 +158,40 @@ def _entering(
     held = [sent.index(a) for a in must if a in sent]
     first = max(held) + 1 if held else 0
     if not engine.has_work:
-        return must
+        return _as_stored(engine, must, batch, chains)
     for j in range(first, len(sent) + 1):
         if _trial(engine, [a.request for a in sent[:j]]) == batch.changes:
-            return sent[:j]
-    return must
+            return _as_stored(engine, sent[:j], batch, chains)
+    return _as_stored(engine, must, batch, chains)
+
+
+def _as_stored(
+    engine: Engine, group: list[Arrival], batch: KvBatch, chains: dict[str, list[int]]
+) -> list[Arrival]:
+    """`group` in the order the server admitted it. vLLM stores a step's new blocks request by
+    request in scheduling order, and its waiting queue is first come first served, so where a
+    request's first own block (one no other of the group holds) sits in the batch is its place.
+    The send order is not always it: a request can reach the engine after later-sent ones
+    (measured: one turn sent 7 ms before nine others was admitted after them). Requests with no
+    own block in the batch keep their slots; the reordering stands if its trial step still
+    changes the cache as the batch did."""
+    place = {h: i for i, h in reversed(list(enumerate(batch.stored)))}  # first occurrence
+    key: dict[str, int] = {}
+    for a in group:
+        others = {h for b in group if b is not a for h in chains[b.request.request_id]}
+        own = [place[h] for h in chains[a.request.request_id] if h in place and h not in others]
+        if own:
+            key[a.request.request_id] = min(own)
+    keyed = iter(
+        sorted(
+            (a for a in group if a.request.request_id in key),
+            key=lambda a: key[a.request.request_id],
+        )
+    )
+    ordered = [next(keyed) if a.request.request_id in key else a for a in group]
+    if ordered == group or not engine.has_work:
+        return ordered
+    return ordered if _trial(engine, [a.request for a in ordered]) == batch.changes else group
 
 
 def replay(
@@ -160,6 +200,7 @@ def replay(
     """Drive `engine` (decode runs off) through `arrivals` on the server's step sequence."""
     order = sorted(arrivals, key=lambda a: a.send_wall_s)
     anchor = anchors(order, batches, block_size)
+    chains = chains_of(order, block_size)
     pending = list(order)
     replayed = {a.request.request_id for a in order}
     progress = {_seq_id(a.request): a.token_wall_s for a in order}
@@ -206,7 +247,7 @@ def replay(
         submit(late)
         if trial:
             lag = _lag(engine, progress, batches[k].ts)
-            submit(_entering(engine, trial, pending, ready, batches[k], lag))
+            submit(_entering(engine, trial, pending, ready, batches[k], lag, chains))
         if not engine.has_work:
             nxt = next((a for a in pending if ready(a)), None)
             if nxt is None:
