@@ -210,6 +210,29 @@ def wait_ready(
     raise TimeoutError(f"{url} not ready within {timeout_s} s")
 
 
+def wait_workers(
+    url: str, num_workers: int, procs: list[subprocess.Popen[bytes]], timeout_s: float
+) -> None:
+    """Poll the router's /readiness until it holds every worker, healthy. sglang-router (0.3)
+    answers /health before it has registered its workers (that runs in the background), so a
+    request sent then is routed among the ones registered so far: under CI load round robin's
+    first pick once went to the only one registered, and its counter was one ahead of the twin."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"the router at {url} exited before its workers were registered")
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            body = httpx.get(f"{url}/readiness", timeout=2).json()
+            if body.get("healthy_workers") == body.get("total_workers") == num_workers:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(
+        f"the router at {url} did not hold {num_workers} healthy workers in {timeout_s} s"
+    )
+
+
 def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
     """Text prompts: groups sharing a long prefix of words, each with its own question; the
     groups interleaved (g0 g1 ... g0 g1 ...) so prefix-aware routing has work to do."""
@@ -405,7 +428,7 @@ def route_through(
         with processes([command], out_dir / "logs" / f"router-{kind}-{cfg.router}") as procs:
             router_url = f"http://127.0.0.1:{port}"
             wait_ready(router_url, procs, 60.0, "/health")
-            time.sleep(2.0)  # the router's health checker marks the workers healthy
+            wait_workers(router_url, len(workers.urls), procs, 60.0)
             with httpx.Client(timeout=120) as client:
                 for i, req in warm:
                     _send(client, workers.urls[i], model, req)
