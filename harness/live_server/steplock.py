@@ -8,8 +8,9 @@ that step. The twin steps one engine step at a time; its steps that change its c
 in order with the server's batches. A request anchored at the next batch enters the twin before
 the step whose changes, with it, equal that batch (a trial step on a copy of the engine decides),
 and not before an earlier step that would change nothing without it (the server's step then
-changed nothing either). A request with no anchor (its prompt was cached) enters at its send time
-on a clock interpolated between matched batches. A follow-up turn never enters before its
+changed nothing either); entrants take the order the server admitted them in, which the
+batch's store order shows (not always the send order). A request with no anchor (its prompt
+was cached) enters at its send time on a clock interpolated between matched batches. A follow-up turn never enters before its
 predecessor finished in the twin. Each twin step's changes are recorded for the block-by-block
 comparison.
 """
