@@ -366,14 +366,10 @@ def aligned(summary: dict) -> bool:
     """Whether the step-locked twin stayed on the server's step sequence: its cache changed as
     the server's did, step by step (the KV-event comparison the run records), and the server's
     step and preemption counters agree with the twin's."""
-    return summary["twin_kv_events_identical"] is True and _counters_agree(summary)
-
-
-def _counters_agree(summary: dict) -> bool:
-    """The step count within 2% and the same number of preemptions."""
     steps, twin = summary["server_steps_delta"], summary["twin_steps"]
     same_preemptions = summary["server_preemptions_delta"] == summary["twin_preemptions"]
-    return abs(steps - twin) <= 0.02 * steps + 2 and same_preemptions
+    counters_agree = abs(steps - twin) <= 0.02 * steps + 2 and same_preemptions
+    return summary["twin_kv_events_identical"] is True and counters_agree
 
 
 def test_closed_loop_multiturn_poisson_records_its_distance(vllm_server, tmp_path):

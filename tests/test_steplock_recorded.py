@@ -25,16 +25,11 @@ from engines.config import EngineConfig
 from harness.live_server import steplock
 from harness.live_server.kv_events import KvBatch
 from harness.live_server.steplock import Arrival
-from harness.live_server.twin import twin_hardware
+from harness.live_server.twin import _Context, twin_hardware
 from workloads.request import Request
 
 DATA = Path(__file__).parent / "data" / "steplock"
 CASES = sorted(p.name.removesuffix(".json.gz") for p in DATA.glob("*.json.gz"))
-
-
-class _Context:
-    def __init__(self, max_model_len: int) -> None:
-        self.max_position_embeddings = max_model_len
 
 
 def _arrivals(case: dict) -> list[Arrival]:
@@ -50,7 +45,7 @@ def _arrivals(case: dict) -> list[Arrival]:
     return out
 
 
-def _replay(case: dict) -> steplock.StepLockedRun:
+def _replay(case: dict, batches: list[KvBatch]) -> steplock.StepLockedRun:
     cfg = dataclasses.replace(EngineConfig(), **case["engine"], decode_runs=False)
     engine = build_engine(
         cfg,
@@ -58,7 +53,6 @@ def _replay(case: dict) -> steplock.StepLockedRun:
         executor="simulated",
         hardware=twin_hardware(None),
     )
-    batches = [KvBatch.from_row(row) for row in case["kv_batches"]]
     return steplock.replay(engine, _arrivals(case), batches, cfg.block_size)
 
 
@@ -66,8 +60,8 @@ def _replay(case: dict) -> steplock.StepLockedRun:
 def test_the_twin_replays_a_recorded_burst_exactly(name):
     with gzip.open(DATA / f"{name}.json.gz", "rt") as f:
         case = json.load(f)
-    run = _replay(case)
     batches = [KvBatch.from_row(row) for row in case["kv_batches"]]
+    run = _replay(case, batches)
     comparison = steplock.compare(batches, run.twin_batches)
     assert comparison["identical"], comparison["first_difference"]
     assert run.anchored == len(case["requests"]) == 48

@@ -66,9 +66,11 @@ def chains_of(arrivals: Sequence[Arrival], block_size: int) -> dict[str, list[in
     return {a.request.request_id: prompt_hashes(a.request, block_size) for a in arrivals}
 
 
-def anchors(arrivals: Sequence[Arrival], batches: Sequence[KvBatch], block_size: int) -> dict:
-    """request id -> index of the batch where the server first stored one of its own blocks."""
-    chains = chains_of(arrivals, block_size)
+def anchors(
+    arrivals: Sequence[Arrival], batches: Sequence[KvBatch], chains: dict[str, list[int]]
+) -> dict:
+    """request id -> index of the batch where the server first stored one of its own blocks
+    (`chains`: `chains_of(arrivals, block_size)`)."""
     out: dict[str, int] = {}
     for a in arrivals:
         rid = a.request.request_id
@@ -200,8 +202,8 @@ def replay(
 ) -> StepLockedRun:
     """Drive `engine` (decode runs off) through `arrivals` on the server's step sequence."""
     order = sorted(arrivals, key=lambda a: a.send_wall_s)
-    anchor = anchors(order, batches, block_size)
     chains = chains_of(order, block_size)
+    anchor = anchors(order, batches, chains)
     pending = list(order)
     replayed = {a.request.request_id for a in order}
     progress = {_seq_id(a.request): a.token_wall_s for a in order}
