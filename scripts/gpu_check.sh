@@ -120,7 +120,7 @@ stage_tests() {
         # tests under the interpreter.
         $PY -m pytest -o addopts="" -p no:cacheprovider -q --co -m gpu $files | tail -3 || return 1
         timeout 300 $PY -m pytest -o addopts="" -p no:cacheprovider -q -m "not gpu" \
-            tests/test_attention_decode.py -k "${GPU_CHECK_TESTS_K:-gqa4 and splits3}"
+            tests/unit/test_attention_decode.py -k "${GPU_CHECK_TESTS_K:-gqa4 and splits3}"
     else
         timeout 240 $PY -m pytest -o addopts="" -p no:cacheprovider -q -m gpu $files
     fi

@@ -40,8 +40,16 @@ if not HAS_CUDA:
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from tests.tier_guard import TIERS, guarded  # noqa: E402
+
 # One thread: on a 2-core box two torch threads collapse whenever anything else runs.
 torch.set_num_threads(1)
+
+
+def tier_of(path: Path) -> str | None:
+    """`unit`, `run` or `live` for a test file under tests/<tier>/, else None."""
+    parts = path.resolve().relative_to(ROOT / "tests").parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -49,6 +57,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not HAS_CUDA:
             item.add_marker(skip_gpu)
+        if tier_of(item.path) == "live":  # slow by where it lives, never by hand
+            item.add_marker(pytest.mark.slow)
     # Whole modules holding a slow test go first (a stable sort keeps each module's tests together
     # and in order), so no long test is handed to a worker at the very end of the run.
     slow = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow")}
@@ -72,6 +82,14 @@ def _collect_garbage_in_the_last_teardown() -> Iterator[None]:
     gc.collect()
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The checkout's git state, which every run's manifest records, asked before any test: its
+    `git` children belong to the session, not to a fast-tier test (tests/tier_guard.py)."""
+    from harness.results.manifest import repo_git_state
+
+    repo_git_state()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Runs before the xdist worker reports finished (xdist reports after every sessionfinish)."""
     if not hasattr(session.config, "workerinput"):
@@ -82,7 +100,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 # KV blocks of the shared vLLM server (block 0 is its null block): 128 usable blocks of 32 tokens
-# hold one 4,096-token context, small enough that the workloads of tests/test_real_server.py also
+# hold one 4,096-token context, small enough that the workloads of tests/live/test_real_server.py also
 # evict, so one server start serves the matched-capacity case too.
 VLLM_TEST_BLOCKS = 129
 
@@ -129,3 +147,12 @@ def vllm_server():
         stop(started.process)
         (events_dir / "kv.ipc").unlink(missing_ok=True)
         events_dir.rmdir()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Setup, call and teardown of a fast-tier test (module fixtures included) run under its
+    tier's guard: tests/unit starts no process and opens no network socket, tests/run starts no
+    process (tests/tier_guard.py)."""
+    with guarded(tier_of(item.path)):
+        yield

@@ -6,12 +6,15 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+from hydra import compose, initialize_config_dir
 
 from engines.build import build_engine
 from engines.cache import DEFAULT_DESIGN, designs
 from engines.config import EngineConfig
 from engines.model.presets import PRESETS
 from engines.request import GenerationRequest
+from engines.simulate.cost_model import HardwareConfig
+from harness.config.schema import CONF_DIR, to_schema
 from workloads.request import Request
 
 # every registered design at its preset's granularity
@@ -92,3 +95,9 @@ def as_workload(requests: list[GenerationRequest], **changes) -> list[Request]:
         )
         for r in requests
     ]
+
+
+def hardware_preset(name: str):
+    """A `conf/hardware` preset as its HardwareConfig."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return to_schema(compose(f"hardware/{name}")["hardware"], HardwareConfig)

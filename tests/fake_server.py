@@ -3,7 +3,7 @@
 It speaks the vLLM flavour the harness's live-server client reads (GET /v1/models, /version,
 /metrics with `vllm:cache_config_info`, POST /reset_prefix_cache, streamed /v1/completions with
 token ids and usage), over a real socket in a thread of its own: the client's reads, caps and
-timeouts meet real HTTP. Each `Script` field turns one answer bad (tests/test_client_faults.py).
+timeouts meet real HTTP. Each `Script` field turns one answer bad (tests/run/test_client_faults.py).
 """
 
 from __future__ import annotations

@@ -68,3 +68,31 @@ def run_harness(overrides: list[str], run_dir: Path) -> InProcessRun:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = execute(dcfg, Path(run_dir))
     return InProcessRun(code, out.getvalue(), err.getvalue(), Path(run_dir))
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+BASE = merged(SYSTEM_PROMPT_SMALL, SMALL)
+
+
+def with_base(args: list[str]) -> list[str]:
+    """The small system-prompt run plus `args`; a different workload drops its fields."""
+    other_workload = any(a.startswith("workload=") for a in args)
+    return merged(SMALL if other_workload else BASE, args)
+
+
+def compose_config(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def assert_failed_run_dir(run_dir: Path) -> None:
+    """No summary, or one that says failed; never a request table."""
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        data = json.loads(summary.read_text())
+        assert data["status"] == "failed" and data["completed"] == 0, data
+    assert not (run_dir / "requests.parquet").exists()
+    assert not (run_dir / "rows.jsonl").exists()

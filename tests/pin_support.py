@@ -2,7 +2,7 @@
 
 A pin is, per request, the cached tokens, preemptions, recomputed tokens and a digest of the output
 ids, plus the run's eviction counters and step count. tests/data/pins.json holds the pins recorded
-before the scheduler and cache became separate axes; `tests/test_pins.py` recomputes and compares.
+before the scheduler and cache became separate axes; `tests/unit/test_pins.py` recomputes and compares.
 Regenerate (only when a behaviour change is intended and explained):
 
     PYTHONPATH=$PWD python -m tests.pin_support > tests/data/pins.json

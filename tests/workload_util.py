@@ -71,3 +71,48 @@ def brute_shared(requests: list[Request]) -> list[int]:
         if r.request_id in chained:
             content.append(tuple(r.prompt_ids) + tuple(r.output_ids or ())[:-1])
     return out
+
+
+GOOD = {
+    "id": "ok",
+    "conversations": [
+        {"from": "human", "value": "Hi there"},
+        {"from": "gpt", "value": "Hello, how can I help you today?"},
+    ],
+}
+
+
+def msg(role, text):
+    return {"from": role, "value": text}
+
+
+# A real dump's oddities (ShareGPT_V3 has each of these): skipped and counted, never fatal.
+DUMP = [
+    GOOD,
+    {"id": "empty", "conversations": []},
+    {
+        "id": "assistant-first",
+        "conversations": [msg("gpt", "Sure, here it is."), msg("human", "Thanks a lot")],
+    },
+    {"id": "lone", "conversations": [msg("human", "Is anyone there at all?")]},
+    {
+        "id": "bing",
+        "conversations": [msg("human", "Search the web"), msg("bing", "Searching for you now")],
+    },
+    {"id": "short", "conversations": [msg("human", "x"), msg("gpt", "ok")]},
+    {
+        "id": "long",
+        "conversations": [msg("human", "word " * 1500), msg("gpt", "That is a lot of words.")],
+    },
+    {
+        "id": "two-turns",
+        "conversations": [
+            msg("system", "Be brief."),
+            msg("human", "Name a colour of the sky."),
+            msg("gpt", "Blue, on a clear day."),
+            msg("human", "And at sunset?"),
+            msg("gpt", "Orange and red, mostly."),
+            msg("human", "unanswered last question"),
+        ],
+    },
+]

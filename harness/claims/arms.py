@@ -5,7 +5,7 @@ preset's memory after weights, vLLM-like batch limits); hit rates do not depend 
 so claims about reuse run there too, where a run takes a second.
 
 The claims re-measure published statements about two designs, so they name those two: through
-their packages' registrations (`APC`, `RADIX`), never as literals (tests/test_design_registry.py).
+their packages' registrations (`APC`, `RADIX`), never as literals (tests/unit/test_design_registry.py).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ Nothing identifies the machine's owner: no hostname, user or paths.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import importlib.metadata
 import os
 import platform
@@ -24,7 +25,7 @@ def build_manifest(
     resolved_config: Mapping[str, object], seed: int, extra: Mapping[str, object] | None = None
 ) -> dict:
     """The manifest of one run; `extra` (e.g. the executor's device string) is merged last."""
-    sha, dirty = git_state(REPO_ROOT)
+    sha, dirty = repo_git_state()
     manifest = {
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "seed": seed,
@@ -39,6 +40,13 @@ def build_manifest(
     }
     manifest.update(extra or {})
     return manifest
+
+
+@functools.cache
+def repo_git_state() -> tuple[str | None, bool | None]:
+    """This checkout's git state, asked once per process: a sweep's runs share one interpreter and
+    one checkout, and each `git` call is a child process."""
+    return git_state(REPO_ROOT)
 
 
 def git_state(root: Path) -> tuple[str | None, bool | None]:

@@ -4,7 +4,7 @@ BlockPool keeps the counters and the policy; these loops walk blocks and links. 
 (built by setup.py) provides the same names over a C twin of KVCacheBlock, so the pool runs
 either set unchanged; where it is not built, the pool runs these. On a replay-sized pool (112k
 blocks, 0% hit) a block costs about 1.2 us here and 0.7 us in C, where cache misses on the map
-are most of what is left. tests/test_apc_pool_loops.py runs both through the same operations and
+are most of what is left. tests/unit/test_apc_pool_loops.py runs both through the same operations and
 compares every block, link, count and map entry.
 
     pop_free(head, n, entries, pop_duplicate) -> (blocks, num_evicted)

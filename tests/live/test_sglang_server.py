@@ -1,0 +1,101 @@
+"""A live SGLang 0.5.23 server as the target (docs/servers.md §2), measured vs the radix twin.
+
+Opt-in: it runs only where `bash scripts/setup_sglang.sh` has made `.venv-sglang` (skipped
+otherwise, under CI too: SGLang's CPU setup uses placeholder kernel and torchvision packages and
+is not part of CI). One server per module (scripts/start_sglang.sh, page size 1, 65,536 KV
+tokens), stopped by its PID. One request at a time, closed-loop multi-turn and system_prompt:
+every request's reported cached tokens equal the twin's, and the server's counter agrees.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pandas as pd
+import pytest
+
+from harness.builtin_server.server import free_port
+from tests.harness_util import ROOT, run_harness
+
+pytestmark = pytest.mark.sglang
+
+VENV = ROOT / ".venv-sglang"
+KV_TOKENS = 65536  # scripts/start_sglang.sh --max-total-tokens
+FAST = ["warmup.num_requests=2", "warmup.prompt_len=64", "warmup.output_len=2"]
+
+
+@pytest.fixture(scope="module")
+def sglang_url():
+    if not (VENV / "bin" / "python").exists():
+        pytest.skip("SGLang is opt-in: run `bash scripts/setup_sglang.sh` to make .venv-sglang")
+    port = free_port()
+    env = {**os.environ, "SGLANG_MAX_TOTAL_TOKENS": str(KV_TOKENS)}
+    started = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "start_sglang.sh"), str(port)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=660,
+    )  # fmt: skip
+    pid_file = ROOT / ".cache" / "sglang.pid"
+    pid = int(pid_file.read_text()) if pid_file.exists() else None
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if pid is not None:
+            _stop(pid)
+
+
+def _stop(pid: int) -> None:
+    """SIGTERM: SGLang's launcher ends its scheduler and detokenizer processes with itself."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(300):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        subprocess.run(["sleep", "0.1"], check=False)
+    os.kill(pid, signal.SIGKILL)
+
+
+def sglang_run(url: str, tmp_path, name: str, *overrides: str):
+    args = [
+        "server=sglang",
+        f"server.url={url}",
+        f"server.kv_capacity_tokens={KV_TOKENS}",
+        "load.max_concurrency=1",
+        "save_tokens=true",
+        *FAST,
+        *overrides,
+    ]
+    run = run_harness(args, tmp_path / name)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.summary, pd.read_parquet(run.run_dir / "requests.parquet")
+
+
+def assert_exact(summary: dict, table: pd.DataFrame) -> None:
+    assert summary["failed"] == 0 and summary["one_at_a_time"] is True
+    assert summary["cache_flushed"] is True and summary["reset_probe_cached_tokens"] == 0
+    assert summary["twin_requests"] == summary["twin_matches"] == len(table)
+    assert (table["cached_tokens"] == table["predicted_cached_tokens"]).all()
+    assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
+    assert summary["prompt_tokens_cached"] > 0
+
+
+def test_closed_loop_multiturn_equals_the_radix_twin(sglang_url, tmp_path):
+    """Answers of 48 tokens: turn k+1 holds SGLang's own tokens for turn k, token-exact."""
+    summary, table = sglang_run(
+        sglang_url, tmp_path, "mt", "workload=multiturn", "workload.answer_len=48"
+    )
+    assert summary["prompt_sources"] == {"scripted": 4, "returned": 8}
+    assert summary["server_version"] == "0.5.23"
+    assert_exact(summary, table)
+
+
+def test_system_prompt_equals_the_radix_twin(sglang_url, tmp_path):
+    summary, table = sglang_run(sglang_url, tmp_path, "sp", "workload=system_prompt")
+    assert_exact(summary, table)
+    assert summary["block_size_or_page_size"] == 1  # token-exact matching, not blocks
