@@ -15,7 +15,11 @@ structure and the KV blocks/slots. Its contract has two sides, as mini-sglang sp
   Schedulers hold an `AnyPrefixCache` (`PrefixCache[Any, Any]`): they never open a handle.
 * Optional capabilities, each its own protocol, which a cache declares when it has them:
   `DecodeRunAllocation` (a whole decode run in one call), `PrefixOrder` (SGLang's dfs-weight
-  order over the cache's prefix structure), `RecencyRefresh` (`touch`).
+  order over the cache's prefix structure), `RecencyRefresh` (`touch`), `PrefixPeek` (how many
+  leading tokens it holds, changing nothing: what a cache-aware router probes) and
+  `KvEventSource` (its changes as KV-cache events: what a server publishes and the step-locked
+  twin replays on). Code outside a design's package asks a capability
+  (`isinstance(cache, PrefixPeek)`), never a design's class.
 
 Each cache class names the protocols it implements as its bases (mypy then checks it implements
 every member, with its own handle types). A disabled cache (`prefix_caching=false`) is the same
@@ -58,7 +62,7 @@ from engines.cache.addressing import TableJournal
 
 # H: a design's match handle (APC: the hit blocks; radix: the last matched node); L: its lock (APC:
 # the referenced blocks; radix: a TreeLock)
-from engines.cache.records import Allocation, CacheStats, CacheUsage, H, L, PrefixMatch
+from engines.cache.records import Allocation, CacheStats, CacheUsage, H, KvEvent, L, PrefixMatch
 from engines.sequence import Sequence
 
 
@@ -255,4 +259,38 @@ class RecencyRefresh(Protocol):
     def touch(self, seq: Sequence) -> None:
         """Refresh the recency of `seq`'s cached prefix without locking it (SGLang's periodic
         waiting-prefix refresh under LRU)."""
+        ...
+
+
+@runtime_checkable
+class PrefixPeek(Protocol):
+    """Capability: read how much of a sequence the cache holds, changing nothing (what the fleet's
+    `kv_aware` and `ideal` routers probe each replica with)."""
+
+    def cached_prefix_tokens(self, seq: Sequence) -> int:
+        """Leading tokens of `seq.token_ids` held now, with no last-token cap (what is stored),
+        at the design's granularity. Changes nothing: no split, no recency stamp, no stats, no
+        memo left behind."""
+        ...
+
+
+@runtime_checkable
+class KvEventSource(Protocol):
+    """Capability: the cache's changes as KV-cache events (engines/cache/records.py `KvEvent`),
+    in the order it made them. A server publishes them after each step; the step-locked twin
+    pairs its steps with a server's by them."""
+
+    def record_kv_events(self) -> None:
+        """Start keeping events (off until asked: no cost to a run that does not publish)."""
+        ...
+
+    def take_kv_events(self) -> list[KvEvent]:
+        """The events since the last take (none while not recording)."""
+        ...
+
+    def kv_event_hashes(
+        self, token_ids: Sequence_[int], lora_id: str | None, salt: str | None
+    ) -> list[int]:
+        """The hashes this cache's `BlockStored` events name for the full blocks of `token_ids`
+        (under a LoRA adapter and cache salt), in order; computed aside, changing nothing."""
         ...

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from engines.cache.addressing import TableJournal
-from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder, RecencyRefresh
+from engines.cache.protocol import (
+    DecodeRunAllocation,
+    PrefixCache,
+    PrefixOrder,
+    PrefixPeek,
+    RecencyRefresh,
+)
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
     ReqToTokenPool,
@@ -46,6 +52,7 @@ from engines.cache.radix.hooks import (
     start_request,
 )
 from engines.cache.radix.node import TreeNode
+from engines.cache.radix.peek import peek_prefix
 from engines.cache.radix.recency import PROCESS_CLOCK, LogicalClock
 from engines.cache.radix.schedule_policy import SortPassMatch, dfs_weight_order
 from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
@@ -62,7 +69,12 @@ from engines.sequence import Sequence
 RadixAllocation = Allocation[TreeNode, TreeLock]
 
 
-class RadixCache(PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrder, RecencyRefresh):
+class RadixCache(
+    PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrder, RecencyRefresh, PrefixPeek
+):
+    """The radix tree behind the cache protocols; no `KvEventSource`: SGLang publishes no KV
+    events in vLLM's terms."""
+
     name = "radix"
     matchable_at_allocation = False
 
@@ -209,6 +221,10 @@ class RadixCache(PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrd
         st.prefix_len = num_tokens
         if st.cache_protected_len > protected:  # protected is page-aligned
             self._journal_rows([(seq.seq_id, protected, st)])
+
+    def cached_prefix_tokens(self, seq: Sequence) -> int:
+        """The tree's match walked read only (peek.py): no split, no recency stamp."""
+        return peek_prefix(self.tree, seq)
 
     def touch(self, seq: Sequence) -> None:
         """Re-stamp the cached prefix of `seq` (only LRU reads the stamps it refreshes)."""
