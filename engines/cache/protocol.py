@@ -15,7 +15,9 @@ structure and the KV blocks/slots. Its contract has two sides, as mini-sglang sp
   Schedulers hold an `AnyPrefixCache` (`PrefixCache[Any, Any]`): they never open a handle.
 * Optional capabilities, each its own protocol, which a cache declares when it has them:
   `DecodeRunAllocation` (a whole decode run in one call), `PrefixOrder` (SGLang's dfs-weight
-  order over the cache's prefix structure), `RecencyRefresh` (`touch`), `PrefixPeek` (how many
+  order over the cache's prefix structure), `RecencyRefresh` (`touch`), `BudgetedAllocation`
+  (allocation the caller has budgeted: SGLang's prefill adder and decode memory check),
+  `GroupRelease` (several releases as one free group), `PrefixPeek` (how many
   leading tokens it holds, changing nothing: what a cache-aware router probes) and
   `KvEventSource` (its changes as KV-cache events: what a server publishes and the step-locked
   twin replays on). Code outside a design's package asks a capability
@@ -154,21 +156,11 @@ class KVOwner(BlockTables, Protocol[H, L]):
         """Tokens allocatable now, counting unlocked cached content that allocation may evict."""
         ...
 
-    def available_tokens(self) -> int:
-        """`usage().available` alone (allocatable without anything `evict` would evict), cheap
-        enough to ask every step."""
-        ...
-
-    def allocate(
-        self, items: list[Allocation[H, L]], *, decode: bool = False, budgeted: bool = False
-    ) -> bool:
+    def allocate(self, items: list[Allocation[H, L]]) -> bool:
         """KV for every item, in order, evicting the shortfall. One item is all-or-nothing: False
         changes nothing. Several items are one batch (one eviction for the total, as SGLang's
-        prepare_extend); a failure part-way raises CacheIntegrityError.
-        decode=True: each item is one generated token of a running request (SGLang's decode path).
-        budgeted=True: the caller has budgeted the batch (SGLang's PrefillAdder, decode memory
-        check), so no fit check runs first and running out raises CacheIntegrityError.
-        """
+        prepare_extend); a failure part-way raises CacheIntegrityError. The cache checks the fit
+        (a caller that budgets itself uses `BudgetedAllocation` where the cache has it)."""
         ...
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
@@ -176,10 +168,6 @@ class KVOwner(BlockTables, Protocol[H, L]):
         first, SGLang's cache_finished_req); False is preemption, retraction or abort (nothing new
         becomes cached in radix; APC frees the same way in both cases, keeping the request's
         hashes). Releasing an unknown sequence is a no-op."""
-        ...
-
-    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
-        """`release` of several requests as one free group (SGLang's decode-step release)."""
         ...
 
 
@@ -217,6 +205,11 @@ class DecodeRunAllocation(Protocol):
 
     A scheduler plans decode runs only over a cache that has it."""
 
+    def available_tokens(self) -> int:
+        """`usage().available` alone (allocatable without anything `evict` would evict), cheap
+        enough to ask every step: what a decode run is sized against."""
+        ...
+
     def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
         """KV tokens (whole blocks or pages) that `num_steps` decode steps of one token for each of
         `seqs` would newly allocate, from each sequence's current `num_computed_tokens`."""
@@ -225,8 +218,9 @@ class DecodeRunAllocation(Protocol):
     def allocate_decode_run(
         self, items: list[Allocation[Any, Any]], num_steps: int, matchable_lag: int
     ) -> None:
-        """Exactly what `num_steps` successive `allocate(step_items, decode=True, budgeted=True)`
-        calls of one token per item would do (same blocks, same evictions, same cached keys),
+        """Exactly what `num_steps` successive decode allocations of one token per item would
+        do (`BudgetedAllocation.allocate_decode`, `allocate` on a cache without it: same blocks,
+        same evictions, same cached keys),
         where the caller has sized the run (`decode_run_tokens`) so that no step would evict
         through `evict` or run out.
 
@@ -294,3 +288,26 @@ class KvEventSource(Protocol):
         """The hashes this cache's `BlockStored` events name for the full blocks of `token_ids`
         (under a LoRA adapter and cache salt), in order; computed aside, changing nothing."""
         ...
+
+
+@runtime_checkable
+class BudgetedAllocation(Protocol):
+    """Capability: allocation the caller has budgeted (SGLang's PrefillAdder and decode memory
+    check), so no fit check runs first and running out raises CacheIntegrityError. A cache
+    without it (APC: vLLM's `allocate_slots` checks the fit itself) is driven through `allocate`."""
+
+    def allocate_budgeted(self, items: list[Allocation[Any, Any]]) -> bool:
+        """`allocate` of a prefill batch, without the fit check."""
+        ...
+
+    def allocate_decode(self, items: list[Allocation[Any, Any]]) -> bool:
+        """One generated token for each running request (SGLang's decode path), budgeted."""
+        ...
+
+
+@runtime_checkable
+class GroupRelease(Protocol):
+    """Capability: release several requests as one free group (SGLang's decode-step release:
+    the allocator frees them together). Without it a scheduler releases them one by one."""
+
+    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None: ...

@@ -45,7 +45,8 @@ class ApcCache(
     PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder, PrefixPeek, KvEventSource
 ):
     """vLLM's APC behind the cache protocols; no `RecencyRefresh`: vLLM has no recency outside
-    the free queue. Its KV events are vLLM's (kv_events.py)."""
+    the free queue; no `GroupRelease`: freeing several requests is freeing each in turn. Its KV
+    events are vLLM's (kv_events.py)."""
 
     name = "apc"
     matchable_at_allocation = True
@@ -133,11 +134,9 @@ class ApcCache(
     def evict(self, num_tokens: int) -> None:
         """Nothing: allocation evicts cached blocks from the free queue's head as it takes them."""
 
-    def allocate(
-        self, items: list[ApcAllocation], *, decode: bool = False, budgeted: bool = False
-    ) -> bool:
-        """`allocate_slots` per item: it checks the fit itself, so `decode` and `budgeted` change
-        nothing here."""
+    def allocate(self, items: list[ApcAllocation]) -> bool:
+        """`allocate_slots` per item: it checks the fit itself, so a caller's budget (SGLang's)
+        changes nothing here and APC has no `BudgetedAllocation`."""
         for i, item in enumerate(items):
             if not self._allocate_one(item):
                 if i:
@@ -219,10 +218,6 @@ class ApcCache(
             self.manager.forget(seq)
         else:
             self.manager.free(seq)
-
-    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
-        for seq in seqs:
-            self.release(seq, finished=finished)
 
     def stats(self) -> CacheStats:
         st = self.manager.total_stats

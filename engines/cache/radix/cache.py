@@ -26,7 +26,9 @@ import numpy as np
 
 from engines.cache.addressing import TableJournal
 from engines.cache.protocol import (
+    BudgetedAllocation,
     DecodeRunAllocation,
+    GroupRelease,
     PrefixCache,
     PrefixOrder,
     PrefixPeek,
@@ -70,7 +72,13 @@ RadixAllocation = Allocation[TreeNode, TreeLock]
 
 
 class RadixCache(
-    PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrder, RecencyRefresh, PrefixPeek
+    PrefixCache[TreeNode, TreeLock],
+    BudgetedAllocation,
+    DecodeRunAllocation,
+    GroupRelease,
+    PrefixOrder,
+    PrefixPeek,
+    RecencyRefresh,
 ):
     """The radix tree behind the cache protocols; no `KvEventSource`: SGLang publishes no KV
     events in vLLM's terms."""
@@ -133,28 +141,30 @@ class RadixCache(
     def evict(self, num_tokens: int) -> None:
         evict_to_free_tokens(self, num_tokens)
 
-    def allocate(
-        self, items: list[RadixAllocation], *, decode: bool = False, budgeted: bool = False
-    ) -> bool:
-        """Decode: one slot (or page) per running request (`prepare_decode`). Otherwise a prefill
-        batch (`prepare_extend`); new requests take a row and adopt their matched, locked prefix.
-        Unless budgeted, a single item is checked against `free_tokens()` first and refused whole."""
-        if not budgeted and len(items) == 1 and not self._fits(items[0]):
+    def allocate(self, items: list[RadixAllocation]) -> bool:
+        """A prefill batch (`allocate_budgeted`), a single item checked against `free_tokens()`
+        first and refused whole."""
+        if len(items) == 1 and not self._fits(items[0]):
             return False
-        if decode:
-            states = [self.reqs[item.seq.seq_id] for item in items]
-            if self.page_size == 1:  # one new block per request: journaled in one piece
-                seq_ids = [item.seq.seq_id for item in items]
-                positions = np.fromiter(
-                    (st.kv_allocated_len for st in states), np.int64, len(states)
-                )
-                slots = prepare_decode(self, states)
-                self.table_journal.append(seq_ids, positions, np.asarray(slots))
-                return True
-            grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
-            prepare_decode(self, states)
-            self._journal_rows(grown)
+        return self.allocate_budgeted(items)
+
+    def allocate_decode(self, items: list[RadixAllocation]) -> bool:
+        """One slot (or page) per running request (`prepare_decode`); the caller has budgeted."""
+        states = [self.reqs[item.seq.seq_id] for item in items]
+        if self.page_size == 1:  # one new block per request: journaled in one piece
+            seq_ids = [item.seq.seq_id for item in items]
+            positions = np.fromiter((st.kv_allocated_len for st in states), np.int64, len(states))
+            slots = prepare_decode(self, states)
+            self.table_journal.append(seq_ids, positions, np.asarray(slots))
             return True
+        grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
+        prepare_decode(self, states)
+        self._journal_rows(grown)
+        return True
+
+    def allocate_budgeted(self, items: list[RadixAllocation]) -> bool:
+        """A prefill batch (`prepare_extend`) the caller has budgeted: new requests take a row and
+        adopt their matched, locked prefix."""
         batch = []
         for item in items:
             seq = item.seq
