@@ -19,7 +19,7 @@ from engines.registry import Registry
 if TYPE_CHECKING:  # engines.config imports this registry for its validation
     from engines.config import EngineConfig
 
-__all__ = ["DEFAULT_DESIGN", "DESIGNS", "build_cache", "designs"]
+__all__ = ["DEFAULT_DESIGN", "DESIGNS", "build_cache", "designs", "designs_with"]
 
 # registry: every cache design (listed by name, sorted, wherever designs are listed)
 DESIGNS: Registry[CacheDesign] = Registry("cache")
@@ -31,6 +31,11 @@ DEFAULT_DESIGN = apc.DESIGN.name  # `engine.cache` when a config names none
 def designs() -> list[CacheDesign]:
     """Every registered design's registration, sorted by name."""
     return [DESIGNS.get(name) for name in DESIGNS.names()]
+
+
+def designs_with(capability: type) -> list[str]:
+    """The names of the designs whose cache has `capability` (engines/cache/protocol.py), sorted."""
+    return [d.name for d in designs() if d.offers(capability)]
 
 
 def build_cache(config: EngineConfig) -> AnyPrefixCache:

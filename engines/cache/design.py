@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -53,6 +54,11 @@ class CacheDesign:
     label: str
     style: FigureStyle
 
+    def offers(self, capability: type) -> bool:
+        """Whether this design's cache has `capability` (a runtime-checkable protocol of
+        engines/cache/protocol.py), asked before any cache is built (a small sample answers)."""
+        return _offers(self.name, self.build, self.block_size, capability)
+
     @property
     def source(self) -> str:
         return f"engines/cache/{self.name}/"
@@ -61,3 +67,13 @@ class CacheDesign:
     def unit_prefix(self) -> str:
         """The granule's one-letter prefix in arm labels (`b16`, `p1`)."""
         return self.unit[0]
+
+
+@cache
+def _offers(
+    name: str, build: Callable[[EngineConfig], PrefixCache[Any, Any]], size: int, capability: type
+) -> bool:
+    from engines.config import EngineConfig  # it validates against the registry that imports us
+
+    sample = build(EngineConfig(cache=name, block_size=size, kv_capacity_tokens=4 * size))
+    return isinstance(sample, capability)

@@ -15,7 +15,13 @@ structure and the KV blocks/slots. Its contract has two sides, as mini-sglang sp
   Schedulers hold an `AnyPrefixCache` (`PrefixCache[Any, Any]`): they never open a handle.
 * Optional capabilities, each its own protocol, which a cache declares when it has them:
   `DecodeRunAllocation` (a whole decode run in one call), `PrefixOrder` (SGLang's dfs-weight
-  order over the cache's prefix structure), `RecencyRefresh` (`touch`).
+  order over the cache's prefix structure), `RecencyRefresh` (`touch`), `BudgetedAllocation`
+  (allocation the caller has budgeted: SGLang's prefill adder and decode memory check),
+  `GroupRelease` (several releases as one free group), `PrefixPeek` (how many
+  leading tokens it holds, changing nothing: what a cache-aware router probes) and
+  `KvEventSource` (its changes as KV-cache events: what a server publishes and the step-locked
+  twin replays on). Code outside a design's package asks a capability
+  (`isinstance(cache, PrefixPeek)`), never a design's class.
 
 Each cache class names the protocols it implements as its bases (mypy then checks it implements
 every member, with its own handle types). A disabled cache (`prefix_caching=false`) is the same
@@ -58,7 +64,7 @@ from engines.cache.addressing import TableJournal
 
 # H: a design's match handle (APC: the hit blocks; radix: the last matched node); L: its lock (APC:
 # the referenced blocks; radix: a TreeLock)
-from engines.cache.records import Allocation, CacheStats, CacheUsage, H, L, PrefixMatch
+from engines.cache.records import Allocation, CacheStats, CacheUsage, H, KvEvent, L, PrefixMatch
 from engines.sequence import Sequence
 
 
@@ -150,21 +156,11 @@ class KVOwner(BlockTables, Protocol[H, L]):
         """Tokens allocatable now, counting unlocked cached content that allocation may evict."""
         ...
 
-    def available_tokens(self) -> int:
-        """`usage().available` alone (allocatable without anything `evict` would evict), cheap
-        enough to ask every step."""
-        ...
-
-    def allocate(
-        self, items: list[Allocation[H, L]], *, decode: bool = False, budgeted: bool = False
-    ) -> bool:
+    def allocate(self, items: list[Allocation[H, L]]) -> bool:
         """KV for every item, in order, evicting the shortfall. One item is all-or-nothing: False
         changes nothing. Several items are one batch (one eviction for the total, as SGLang's
-        prepare_extend); a failure part-way raises CacheIntegrityError.
-        decode=True: each item is one generated token of a running request (SGLang's decode path).
-        budgeted=True: the caller has budgeted the batch (SGLang's PrefillAdder, decode memory
-        check), so no fit check runs first and running out raises CacheIntegrityError.
-        """
+        prepare_extend); a failure part-way raises CacheIntegrityError. The cache checks the fit
+        (a caller that budgets itself uses `BudgetedAllocation` where the cache has it)."""
         ...
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
@@ -172,10 +168,6 @@ class KVOwner(BlockTables, Protocol[H, L]):
         first, SGLang's cache_finished_req); False is preemption, retraction or abort (nothing new
         becomes cached in radix; APC frees the same way in both cases, keeping the request's
         hashes). Releasing an unknown sequence is a no-op."""
-        ...
-
-    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
-        """`release` of several requests as one free group (SGLang's decode-step release)."""
         ...
 
 
@@ -213,6 +205,11 @@ class DecodeRunAllocation(Protocol):
 
     A scheduler plans decode runs only over a cache that has it."""
 
+    def available_tokens(self) -> int:
+        """`usage().available` alone (allocatable without anything `evict` would evict), cheap
+        enough to ask every step: what a decode run is sized against."""
+        ...
+
     def decode_run_tokens(self, seqs: list[Sequence], num_steps: int) -> int:
         """KV tokens (whole blocks or pages) that `num_steps` decode steps of one token for each of
         `seqs` would newly allocate, from each sequence's current `num_computed_tokens`."""
@@ -221,8 +218,9 @@ class DecodeRunAllocation(Protocol):
     def allocate_decode_run(
         self, items: list[Allocation[Any, Any]], num_steps: int, matchable_lag: int
     ) -> None:
-        """Exactly what `num_steps` successive `allocate(step_items, decode=True, budgeted=True)`
-        calls of one token per item would do (same blocks, same evictions, same cached keys),
+        """Exactly what `num_steps` successive decode allocations of one token per item would
+        do (`BudgetedAllocation.allocate_decode`, `allocate` on a cache without it: same blocks,
+        same evictions, same cached keys),
         where the caller has sized the run (`decode_run_tokens`) so that no step would evict
         through `evict` or run out.
 
@@ -256,3 +254,60 @@ class RecencyRefresh(Protocol):
         """Refresh the recency of `seq`'s cached prefix without locking it (SGLang's periodic
         waiting-prefix refresh under LRU)."""
         ...
+
+
+@runtime_checkable
+class PrefixPeek(Protocol):
+    """Capability: read how much of a sequence the cache holds, changing nothing (what the fleet's
+    `kv_aware` and `ideal` routers probe each replica with)."""
+
+    def cached_prefix_tokens(self, seq: Sequence) -> int:
+        """Leading tokens of `seq.token_ids` held now, with no last-token cap (what is stored),
+        at the design's granularity. Changes nothing: no split, no recency stamp, no stats, no
+        memo left behind."""
+        ...
+
+
+@runtime_checkable
+class KvEventSource(Protocol):
+    """Capability: the cache's changes as KV-cache events (engines/cache/records.py `KvEvent`),
+    in the order it made them. A server publishes them after each step; the step-locked twin
+    pairs its steps with a server's by them."""
+
+    def record_kv_events(self) -> None:
+        """Start keeping events (off until asked: no cost to a run that does not publish)."""
+        ...
+
+    def take_kv_events(self) -> list[KvEvent]:
+        """The events since the last take (none while not recording)."""
+        ...
+
+    def kv_event_hashes(
+        self, token_ids: Sequence_[int], lora_id: str | None, salt: str | None
+    ) -> list[int]:
+        """The hashes this cache's `BlockStored` events name for the full blocks of `token_ids`
+        (under a LoRA adapter and cache salt), in order; computed aside, changing nothing."""
+        ...
+
+
+@runtime_checkable
+class BudgetedAllocation(Protocol):
+    """Capability: allocation the caller has budgeted (SGLang's PrefillAdder and decode memory
+    check), so no fit check runs first and running out raises CacheIntegrityError. A cache
+    without it (APC: vLLM's `allocate_slots` checks the fit itself) is driven through `allocate`."""
+
+    def allocate_budgeted(self, items: list[Allocation[Any, Any]]) -> bool:
+        """`allocate` of a prefill batch, without the fit check."""
+        ...
+
+    def allocate_decode(self, items: list[Allocation[Any, Any]]) -> bool:
+        """One generated token for each running request (SGLang's decode path), budgeted."""
+        ...
+
+
+@runtime_checkable
+class GroupRelease(Protocol):
+    """Capability: release several requests as one free group (SGLang's decode-step release:
+    the allocator frees them together). Without it a scheduler releases them one by one."""
+
+    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None: ...

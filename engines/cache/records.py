@@ -1,7 +1,8 @@
 """The records the cache protocols (engines/cache/protocol.py) pass and return.
 
 A match and its handle, an allocation request, the native counters and the
-occupancy, and the error an accounting check raises. No behaviour lives here.
+occupancy, the KV-cache events a `KvEventSource` keeps, and the error an accounting check raises.
+No behaviour lives here.
 """
 
 from __future__ import annotations
@@ -106,3 +107,35 @@ class Allocation(Generic[H, L]):
     lock: L | None = None
     whole_sequence_must_fit: bool = False
     matchable_limit: int | None = None
+
+
+# KV-cache events (`KvEventSource`): the cache's changes in the terms vLLM publishes them
+# (vllm/distributed/kv_events.py, 0.32-0.33). Hashes are the 64-bit integers the cache names its
+# blocks by; which hash a design uses is its own (the step-locked twin compares a cache's events
+# with a server's only when the two hash alike).
+
+
+@dataclass(frozen=True)
+class BlockStored:
+    """Full blocks that became cached, in order, in one call."""
+
+    block_hashes: tuple[int, ...]
+    parent_block_hash: int | None  # the block before the first stored one (None: the first)
+    token_ids: tuple[int, ...]  # every stored block's tokens, in order
+    block_size: int
+    lora_name: str | None = None
+
+
+@dataclass(frozen=True)
+class BlockRemoved:
+    """Cached blocks that were evicted."""
+
+    block_hashes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AllBlocksCleared:
+    """Every cached block was dropped (a prefix-cache reset)."""
+
+
+KvEvent = BlockStored | BlockRemoved | AllBlocksCleared

@@ -7,14 +7,13 @@ The contract is `base.Scheduler`; each design drives any cache through the cache
 
 from __future__ import annotations
 
-from engines.cache.apc.block_pool import FREE_ORDERS
-from engines.cache.apc.manager import STATS_TIMINGS
 from engines.cache.protocol import AnyPrefixCache
 from engines.config import EngineConfig
 from engines.sched.base import SCHEDULERS
 from engines.sched.policies import POLICIES
 from engines.sched.sglang import SglangScheduler
 from engines.sched.vllm import VllmScheduler
+from engines.vllm_profile import FREE_ORDERS, STATS_TIMINGS
 
 __all__ = ["POLICIES", "SglangScheduler", "VllmScheduler", "build_sglang", "build_vllm"]
 

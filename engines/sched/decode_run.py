@@ -21,9 +21,9 @@ def fitting_steps(
 ) -> int:
     """The most steps k <= max_steps of one token per sequence such that before every step the
     cache can allocate, without evicting through `evict`, both that step's tokens and `headroom`
-    out of the `available` tokens (`KVOwner.available_tokens()` before the run) (SGLang: one page
-    per request, what its decode allocation evicts for, which covers its memory check's
-    page-aligned need in every step; vLLM asks for nothing more).
+    out of the `available` tokens (`DecodeRunAllocation.available_tokens()` before the run)
+    (SGLang: one page per request, what its decode allocation evicts for, which covers its memory
+    check's page-aligned need in every step; vLLM asks for nothing more).
 
     Allocatable tokens only shrink during a run, so with tok(k) the tokens k steps allocate the
     condition is tok(k) <= available and tok(k - 1) <= available - headroom, monotone in k.

@@ -21,7 +21,12 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.cache.protocol import AnyPrefixCache, DecodeRunAllocation
+from engines.cache.protocol import (
+    AnyPrefixCache,
+    BudgetedAllocation,
+    DecodeRunAllocation,
+    GroupRelease,
+)
 from engines.cache.records import Allocation, CacheIntegrityError
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
@@ -53,6 +58,9 @@ class SglangScheduler(Scheduler):
         self.cache = cache
         # decode runs need the cache's DecodeRunAllocation; without it every step is planned
         self.runs = cache if isinstance(cache, DecodeRunAllocation) else None
+        # the adder budgets every allocation; a cache without BudgetedAllocation checks it again
+        self.budgeted = cache if isinstance(cache, BudgetedAllocation) else None
+        self.group_release = cache if isinstance(cache, GroupRelease) else None
         self.policy = SglangPolicy(
             policy,
             cache,
@@ -103,7 +111,11 @@ class SglangScheduler(Scheduler):
         cache = self.cache
         if not self._last_plan_is_prefill:
             done = [item.seq for item in plan.scheduled if item.seq.is_finished]
-            cache.release_batch(done, finished=True)
+            if self.group_release is not None:
+                self.group_release.release_batch(done, finished=True)
+            else:
+                for seq in done:
+                    cache.release(seq, finished=True)
             return
         kept = []
         for item in plan.scheduled:
@@ -174,7 +186,8 @@ class SglangScheduler(Scheduler):
         batch = [
             Allocation(a.seq, a.extend_len, adopt=a.match, lock=a.lock) for a in adder.can_run_list
         ]
-        if not self.cache.allocate(batch, budgeted=True):
+        allocate = self.budgeted.allocate_budgeted if self.budgeted else self.cache.allocate
+        if not allocate(batch):
             raise CacheIntegrityError("Prefill out of memory: the adder's budget did not hold")
         for a in adder.can_run_list:
             seq = a.seq
@@ -213,9 +226,8 @@ class SglangScheduler(Scheduler):
             self._decay_new_token_ratio()
         if len(self.batch) < initial_bs:
             self.batch_is_full = False
-        if not self.cache.allocate(
-            [Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True
-        ):
+        allocate = self.budgeted.allocate_decode if self.budgeted else self.cache.allocate
+        if not allocate([Allocation(seq, 1) for seq in self.batch]):
             raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
         return StepPlan(
             [ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch], retracted
@@ -235,7 +247,7 @@ class SglangScheduler(Scheduler):
             return None
         num_steps = fitting_steps(
             self.runs,
-            self.cache.available_tokens(),
+            self.runs.available_tokens(),
             batch,
             steps_before_finish(batch),
             self._decode_headroom(len(batch)),

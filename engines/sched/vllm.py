@@ -169,7 +169,7 @@ class VllmScheduler(Scheduler):
             return None
         if any(seq.num_tokens - seq.num_computed_tokens != 1 for seq in running):
             return None
-        available = self.cache.available_tokens()
+        available = self.runs.available_tokens()
         num_steps = fitting_steps(
             self.runs, available, running, steps_before_finish(running), headroom=0
         )

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from engines.cache.protocol import KvEventSource
 from engines.engine import CapacityError, Engine, StepOutput
 from engines.errors import BadInput
 from engines.request import CompletionRequest
@@ -98,7 +99,7 @@ class EngineThread:
     engine: Engine
     step_log: StepLog
     scheduler: str = ""
-    # Publishes each step's KV-cache events (the apc cache keeps them: ApcCache.record_kv_events)
+    # Publishes each step's KV-cache events (a KvEventSource cache keeps them once recording)
     publisher: KvEventPublisher | None = None
     failure: str | None = None  # set when the engine broke: the server then refuses requests
     _inbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
@@ -272,8 +273,9 @@ class EngineThread:
         if not out.progressed:
             return  # the engine raises CapacityError if it stays stuck
         touched = self._touched(out)
-        if self.publisher is not None:  # this step's cache changes (and a reset before it)
-            self.publisher.publish(self.engine.cache.pool.events.take())  # type: ignore[attr-defined]
+        cache = engine.cache  # a publisher is made only for a KvEventSource (server.prepare)
+        if self.publisher is not None and isinstance(cache, KvEventSource):
+            self.publisher.publish(cache.take_kv_events())  # this step's (and a reset before it)
         try:
             self._log_steps(out.end_s)
         except OSError as exc:  # the step ran; its requests are failed, the next steps go on

@@ -1,4 +1,6 @@
-"""The served apc engine's KV-cache events on a ZMQ PUB socket, in vLLM's wire layout.
+"""The served engine's KV-cache events on a ZMQ PUB socket, in vLLM's wire layout.
+
+The events are its cache's (a `KvEventSource`, engines/cache/protocol.py).
 
 vLLM's ZmqEventPublisher (vllm/distributed/kv_events.py, 0.32) sends one message per engine step
 that changed the prefix cache: [topic, 8-byte big-endian sequence number, msgpack payload], the
@@ -16,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engines.cache.apc.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
+from engines.cache.records import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from harness.config.errors import BadInput
 
 MEDIUM = "GPU"  # vLLM's tier name for the device cache, which the served pool stands for

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 
+from engines.cache import designs_with
+from engines.cache.protocol import KvEventSource
 from harness.builtin_server.app import Limits, ServedModel, build_app
 from harness.builtin_server.engine_thread import EngineThread
 from harness.builtin_server.kv_publisher import KvEventPublisher, check_endpoint
@@ -92,12 +94,11 @@ def check_serve_config(cfg: ServeConfig) -> None:
     _check_step_log_path(cfg.step_log)
     if cfg.kv_events_endpoint is not None:
         check_endpoint(cfg.kv_events_endpoint)
-        from engines.cache.apc import ApcCache  # the design that keeps vLLM's events
-
-        if cfg.engine.cache != ApcCache.name:
+        sources = designs_with(KvEventSource)
+        if cfg.engine.cache not in sources:
             raise BadInput(
-                f"kv_events_endpoint: vLLM's KV-cache events come from the {ApcCache.name} cache; "
-                f"engine.cache={cfg.engine.cache!r} publishes none"
+                f"kv_events_endpoint: vLLM's KV-cache events come from the {', '.join(sources)} "
+                f"cache; engine.cache={cfg.engine.cache!r} publishes none"
             )
     # The KV pool and weights are allocated as the engine is built: their size first.
     check_engine_footprint(cfg.engine, cfg.model, cfg.device)
@@ -139,7 +140,6 @@ def prepare(cfg: ServeConfig) -> Prepared:
     import torch
 
     from engines.build import build_engine
-    from engines.cache.apc import ApcCache
 
     # The engine's step records feed the server's step log (which bounds their number).
     engine_cfg = dataclasses.replace(cfg.engine, step_log=True)
@@ -161,7 +161,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         raise BadInput(f"step_log: cannot open {cfg.step_log!r}: {exc.strerror}") from None
     publisher = None
     if cfg.kv_events_endpoint is not None:
-        assert isinstance(engine.cache, ApcCache)  # check_serve_config: apc only
+        assert isinstance(engine.cache, KvEventSource)  # check_serve_config: event designs only
         try:
             publisher = KvEventPublisher(cfg.kv_events_endpoint)
         except Exception as exc:  # zmq.ZMQError: the address is taken or unusable

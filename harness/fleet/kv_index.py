@@ -16,8 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engines.cache.apc.kv_events import published_hashes
-from harness.live_server.kv_events import Subscriber
+from harness.live_server.kv_events import Subscriber, published_hashes
 
 
 @dataclass

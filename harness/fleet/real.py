@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from engines.cache import DEFAULT_DESIGN, DESIGNS
-from engines.cache.apc import ApcCache
+from engines.cache import DEFAULT_DESIGN, DESIGNS, designs_with
+from engines.cache.protocol import KvEventSource
 from engines.config import EngineConfig
 from engines.errors import BadInput
 from harness.fleet.config import FleetConfig
@@ -128,7 +128,8 @@ def router_command(
     if cfg.router == "kv_aware":  # vllm-router indexes each worker's KV events
         if workers.kv_events is None:
             raise BadInput(
-                f"kv_aware needs workers that publish KV events (engine={ApcCache.name})"
+                "kv_aware needs workers that publish KV events "
+                f"(engine={'|'.join(designs_with(KvEventSource))})"
             )
         for url, endpoint in zip(workers.urls, workers.kv_events):
             args += ["--kv-event-source", f"{url}={endpoint}"]
@@ -385,10 +386,11 @@ def worker_fleet(
     ready_timeout_s: float = 300.0,
 ) -> Iterator[Workers]:
     """N built-in servers on free loopback ports, tagged w0..wN-1 (worker i is the i-th URL in
-    string order, the order a router is given them in); apc workers publish their KV events."""
+    string order, the order a router is given them in); workers whose cache is a
+    KvEventSource publish their KV events."""
     ports = sorted((free_port() for _ in range(num_workers)), key=str)
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    publish = engine == ApcCache.name  # the design that keeps vLLM's KV events
+    publish = engine in designs_with(KvEventSource)  # the designs that keep vLLM's KV events
     events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if publish else None
     workers = [
         worker_command(i, p, model, engine, events[i] if events else None)

@@ -20,9 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engines.cache.apc.kv_events import external_hash
+# vLLM's wire hashes are the apc design's block keys: this module, the one reader of vLLM's
+# format, takes them from that design (allow-listed in tests/unit/test_design_registry.py)
+from engines.cache.apc.kv_events import external_hash, published_hashes
 
-__all__ = ["KvBatch", "Subscriber", "decode", "external_hash", "read", "since_last_clear", "write"]
+__all__ = [
+    "KvBatch",
+    "Subscriber",
+    "decode",
+    "external_hash",
+    "published_hashes",
+    "read",
+    "since_last_clear",
+    "write",
+]
 
 KV_EVENTS_FILE = "kv_events.jsonl"  # the server's stream of the measured phase
 TWIN_EVENTS_FILE = "kv_events_twin.jsonl"  # the step-locked twin's own

@@ -24,12 +24,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engines.cache.apc import ApcCache
-from engines.cache.apc.kv_events import BlockRemoved, BlockStored, published_hashes
+from engines.cache.protocol import KvEventSource
+from engines.cache.records import BlockRemoved, BlockStored
 from engines.engine import Engine
 from engines.records import RequestRecord
 from harness.client.inprocess import completion_request
-from harness.live_server.kv_events import KvBatch
+from harness.live_server.kv_events import KvBatch, published_hashes
 from workloads.request import Request
 
 DEFAULT_STEP_S = 0.01  # the server's step length before two matched batches give one
@@ -61,16 +61,21 @@ def prompt_hashes(req: Request, block_size: int, hash_algo: str = "sha256") -> l
     return published_hashes(req.prompt_ids, block_size, hash_algo, req.lora_id, req.salt)
 
 
-def chains_of(arrivals: Sequence[Arrival], block_size: int) -> dict[str, list[int]]:
-    """request id -> the hashes vLLM publishes for its prompt's full blocks."""
-    return {a.request.request_id: prompt_hashes(a.request, block_size) for a in arrivals}
+def chains_of(arrivals: Sequence[Arrival], source: KvEventSource) -> dict[str, list[int]]:
+    """request id -> the hashes `source` (the twin's cache) names its prompt's full blocks by."""
+    return {
+        a.request.request_id: source.kv_event_hashes(
+            a.request.prompt_ids, a.request.lora_id, a.request.salt
+        )
+        for a in arrivals
+    }
 
 
 def anchors(
     arrivals: Sequence[Arrival], batches: Sequence[KvBatch], chains: dict[str, list[int]]
 ) -> dict:
     """request id -> index of the batch where the server first stored one of its own blocks
-    (`chains`: `chains_of(arrivals, block_size)`)."""
+    (`chains`: `chains_of(arrivals, the twin's cache)`)."""
     out: dict[str, int] = {}
     for a in arrivals:
         rid = a.request.request_id
@@ -93,17 +98,22 @@ def _seq_id(req: Request) -> str:
     return req.request_id if req.n == 1 else f"0_{req.request_id}"  # twin.child_id's sample 0
 
 
-def record_events(engine: Engine) -> None:
-    """Make the twin's apc cache keep vLLM's KV-cache events (copied with the engine)."""
+def event_source(engine: Engine) -> KvEventSource:
+    """The twin's cache, which must keep KV-cache events to be step-locked."""
     cache = engine.cache
-    if not isinstance(cache, ApcCache):
-        raise TypeError(f"the step-locked twin needs the apc cache, not {cache.name!r}")
-    cache.record_kv_events()
+    if not isinstance(cache, KvEventSource):
+        raise TypeError(f"the step-locked twin needs a KvEventSource cache, not {cache.name!r}")
+    return cache
+
+
+def record_events(engine: Engine) -> None:
+    """Make the twin's cache keep its KV-cache events (copied with the engine)."""
+    event_source(engine).record_kv_events()
 
 
 def take_batch(engine: Engine, step: int) -> KvBatch | None:
     """The cache changes since the last call, as one batch (None: nothing changed)."""
-    events = engine.cache.pool.events.take()  # type: ignore[attr-defined]
+    events = event_source(engine).take_kv_events()
     stored = tuple(h for e in events if isinstance(e, BlockStored) for h in e.block_hashes)
     removed = tuple(h for e in events if isinstance(e, BlockRemoved) for h in e.block_hashes)
     if not stored and not removed:
@@ -202,7 +212,7 @@ def replay(
 ) -> StepLockedRun:
     """Drive `engine` (decode runs off) through `arrivals` on the server's step sequence."""
     order = sorted(arrivals, key=lambda a: a.send_wall_s)
-    chains = chains_of(order, block_size)
+    chains = chains_of(order, event_source(engine))
     anchor = anchors(order, batches, chains)
     pending = list(order)
     replayed = {a.request.request_id for a in order}

@@ -23,6 +23,7 @@ import yaml
 
 from engines.build import build_engine
 from engines.cache import DESIGNS
+from engines.cache.protocol import KvEventSource
 from engines.config import EngineConfig
 from harness.client.inprocess import drive
 from harness.config.schema import CONF_DIR
@@ -148,11 +149,11 @@ def predict(
     kv_batches: Sequence[KvBatch] | None = None,
 ) -> TwinResult:
     """The twin's per-request cached tokens. `kv_batches`: the server's KV-event stream of the
-    measured phase (apc only), which puts the replay on the server's steps."""
+    measured phase, which puts the replay on the server's steps (a KvEventSource twin only)."""
     cfg = twin_engine_config(engine, facts)
     requests = twin_requests(sent)
-    # vLLM's events are the block hashes of the design vLLM ships: only its twin can be locked
-    locked = kv_batches is not None and DESIGNS.get(cfg.cache).upstream_scheduler == "vllm"
+    # the twin pairs its steps with the server's by KV events: only a cache that keeps them
+    locked = kv_batches is not None and DESIGNS.get(cfg.cache).offers(KvEventSource)
     if locked:
         cfg = dataclasses.replace(cfg, decode_runs=False)  # one engine step per twin step
     twin = build_engine(

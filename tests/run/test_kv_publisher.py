@@ -3,8 +3,8 @@
 A served engine with `kv_events_endpoint` is read by the project's own subscriber, the one the
 live-server twin uses on vLLM (harness/live_server/kv_events.py): each step's stored blocks carry
 the hashes the apc cache keys them by and the prompt's tokens, evictions arrive as BlockRemoved,
-and a cache reset as AllBlocksCleared at the head of the next step's batch. The cache's event log
-is checked against the pool's own eviction counter. vllm-router reads the same stream in
+and a cache reset as AllBlocksCleared at the head of the next step's batch (the apc event log
+itself: tests/unit/test_apc_kv_events.py). vllm-router reads the same stream in
 tests/live/test_fleet_real.py.
 """
 
@@ -16,9 +16,6 @@ import httpx
 import numpy as np
 import pytest
 
-from engines.cache.apc import KVCacheManager
-from engines.cache.apc.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEventLog
-from engines.sequence import Sequence
 from harness.builtin_server.kv_publisher import KvEventPublisher, check_endpoint
 from harness.builtin_server.server import InProcessServer, compose_config, prepare
 from harness.config.errors import BadInput
@@ -69,25 +66,6 @@ def test_the_served_cache_publishes_what_it_stores_evicts_and_clears(tmp_path):
     assert set(stored) <= removed  # evicted before the reset
     assert batches[-1].cleared and batches[-1].stored == tuple(stored)  # reset, then stored again
     assert sub.errors == [] and sub.lost == 0
-
-
-def test_the_event_log_counts_every_eviction():
-    """vLLM's BlockPool order on a 4-block pool: three 8-token requests, one after another."""
-    manager = KVCacheManager(5, 4, none_hash_seed="0")
-    log = manager.block_pool.events = KvEventLog()
-    for i in range(3):
-        seq = Sequence(f"s{i}", list(range(10 * i, 10 * i + 8)), 8, 1)
-        blocks, hit = manager.get_computed_blocks(seq)
-        assert hit == 0 and manager.allocate_slots(seq, 8, 0, blocks) is not None
-        manager.free(seq)  # done: its two blocks stay cached, evictable
-    events = log.take()
-    stored = [e for e in events if isinstance(e, BlockStored)]
-    removed = [e for e in events if isinstance(e, BlockRemoved)]
-    assert [len(e.block_hashes) for e in stored] == [2, 2, 2]
-    assert stored[1].parent_block_hash is None and stored[0].token_ids == tuple(range(8))
-    assert len(removed) == manager.block_pool.num_evictions == 2  # s2 took s0's blocks
-    assert {h for e in removed for h in e.block_hashes} == set(stored[0].block_hashes)
-    assert manager.reset_prefix_cache() and log.take() == [AllBlocksCleared()]
 
 
 def test_endpoints_are_loopback_and_the_radix_cache_publishes_none(tmp_path):

@@ -11,7 +11,6 @@ free-queue order, cached keys, evictions, slots).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import numpy as np
@@ -22,11 +21,7 @@ from hypothesis import strategies as st
 
 from engines.batch import run_batch
 from engines.build import build_engine
-from engines.cache.apc.cache import ApcCache
-from engines.cache.radix.cache import RadixCache
-from engines.cache.records import Allocation
 from engines.config import EngineConfig
-from engines.sequence import Sequence
 from engines.simulate.cost_model import StepShape, build_cost_model
 from engines.simulate.executor import SimulatedExecutor, decode_run_shape
 from harness.client.inprocess import drive
@@ -139,119 +134,6 @@ def test_decode_runs_under_a_concurrency_cap(cache, cap, run_counter):
 
     assert records(True) == records(False)
     assert run_counter
-
-
-# ---------------------------------------------------------------- cache level
-
-
-def _decoding(num: int, seed: int, block_size: int) -> list[Sequence]:
-    """Requests with prompts of varied lengths around block boundaries, each one token behind."""
-    rng = np.random.default_rng(seed)
-    seqs = []
-    for i in range(num):
-        n = int(rng.integers(1, 5 * block_size))
-        ids = rng.integers(1, 50, n + 1).tolist()  # a small vocabulary: duplicate blocks occur
-        seqs.append(Sequence(f"s{i}", ids, num_prompt_tokens=n + 1, max_new_tokens=1000))
-    return seqs
-
-
-def _admit(cache, seqs: list[Sequence]) -> None:
-    """Prefill each request up to its last token (num_computed = num_tokens - 1)."""
-    for seq in seqs:
-        match = cache.match(seq)
-        assert cache.allocate([Allocation(seq, seq.num_tokens - 1 - match.num_tokens, adopt=match)])
-        seq.num_computed_tokens = seq.num_tokens - 1
-        cache.commit(seq, seq.num_computed_tokens)
-
-
-def _apc_state(cache: ApcCache) -> tuple:
-    pool = cache.pool
-    return (
-        {sid: [b.block_id for b in t] for sid, t in cache.manager.req_to_blocks.items()},
-        dict(cache.manager.num_cached_block),
-        [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-        sorted(
-            (k, b.block_id)
-            for k in pool.cached_block_hash_to_block
-            for b in pool.cached_block_hash_to_block.get_all_blocks(k)
-        ),
-        pool.num_evictions,
-    )
-
-
-def _radix_state(cache: RadixCache) -> tuple:
-    return (
-        {sid: cache.block_table(Sequence(sid, [], 0, 0)) for sid in cache.reqs},
-        cache.allocator.free_slots(),
-        cache.usage(),
-    )
-
-
-def _run_both(cache, seqs, num_steps, limits, lag, rng):
-    """(per-step copy, run copy) after `num_steps` steps of one token for every seq."""
-    stepped = copy.deepcopy((cache, seqs))
-    step_cache, step_seqs = stepped
-    tokens = [rng.integers(1, 50, num_steps).tolist() for _ in seqs]
-    for s in range(num_steps):
-        items = [
-            Allocation(seq, 1, matchable_limit=(limits[i] if s == 0 else seq.num_tokens - lag))
-            for i, seq in enumerate(step_seqs)
-        ]
-        if lag == 0 and s > 0:
-            items = [Allocation(it.seq, 1) for it in items]
-        assert step_cache.allocate(items, decode=True, budgeted=True)
-        for seq, own in zip(step_seqs, tokens):
-            seq.num_computed_tokens += 1
-            seq.token_ids.append(own[s])
-    for seq, own in zip(seqs, tokens):
-        seq.token_ids.extend(own)
-    items = [Allocation(seq, 1, matchable_limit=limits[i]) for i, seq in enumerate(seqs)]
-    cache.allocate_decode_run(items, num_steps, matchable_lag=lag)
-    for seq in seqs:
-        seq.num_computed_tokens += num_steps
-    return step_cache, cache
-
-
-@pytest.mark.parametrize("lag", [0, 1])
-@pytest.mark.parametrize("seed", range(4))
-def test_apc_run_equals_per_step_allocation(seed, lag):
-    rng = np.random.default_rng(seed)
-    bs = 4
-    # A pool that finished requests fill with cached blocks: the run's blocks evict them lazily.
-    warm = _decoding(16, seed + 100, bs)
-    used = sum(-(-(seq.num_tokens - 1) // bs) for seq in warm)
-    cache = ApcCache(num_blocks=used + 1, block_size=bs)
-    _admit(cache, warm)
-    for seq in warm:
-        cache.release(seq, finished=True)
-    seqs = _decoding(5, seed, bs)
-    _admit(cache, seqs)
-    limits = [None if lag == 0 else seq.num_tokens - 1 for seq in seqs]
-    num_steps = 13
-    free_blocks = cache.pool.get_num_free_blocks()
-    need = cache.decode_run_tokens(seqs, num_steps)
-    assert need <= free_blocks * bs
-    stepped, ran = _run_both(cache, seqs, num_steps, limits, lag, rng)
-    assert _apc_state(ran) == _apc_state(stepped)
-    assert ran.pool.num_evictions > 0  # the run's blocks evicted cached ones from the queue head
-    assert (free_blocks - ran.pool.get_num_free_blocks()) * bs == need
-    ran.check_integrity()
-
-
-@pytest.mark.parametrize("page_size", [1, 4])
-@pytest.mark.parametrize("seed", range(3))
-def test_radix_run_equals_per_step_allocation(seed, page_size):
-    rng = np.random.default_rng(seed)
-    cache = RadixCache(page_size=page_size, capacity_tokens=4096)
-    seqs = _decoding(5, seed, page_size)
-    _admit(cache, seqs)
-    num_steps = 11
-    before = cache.allocator.available_size()
-    need = cache.decode_run_tokens(seqs, num_steps)
-    stepped, ran = _run_both(cache, seqs, num_steps, [None] * len(seqs), 0, rng)
-    assert _radix_state(ran) == _radix_state(stepped)
-    assert before - ran.allocator.available_size() == need
-    ran.check_integrity()
 
 
 # ---------------------------------------------------------------- pricing

@@ -10,11 +10,18 @@ count; YAML under conf/, docs and tests are data): the literal is the design's n
 series label that starts with it (`radix-lpm`, `apc v024`, `radix+vllm`), an engine preset
 (`apc_sglang`), or an override that selects it (`engine=apc`, `engine.cache=radix`). f-strings
 count part by part. Scanned: engines/, harness/, scripts/.
+
+Nor does code outside a design's package reach into the design: no import from
+`engines.cache.<name>` and no `isinstance(x, <its cache class>)` in engines/, harness/ or
+scripts/; it asks a capability (engines/cache/protocol.py) instead. Tests follow the same rule
+outside the design's own test files (`test_<name>_*.py`, `<name>_support.py`). `ALLOWED` lists
+the exceptions, each with its reason.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 from pathlib import Path
 
@@ -129,3 +136,126 @@ def test_one_palette_gives_each_design_one_colour_in_every_figure():
         assert series_colours([design.name, "other"])[design.name] == design.style.colour
     shipped = [d.style.colour for d in designs()]
     assert len(set(shipped)) == len(shipped)  # no two designs share a colour
+
+
+# Files outside a design's package that may import it or test its class, each with its reason
+# (a glob relative to the repository root -> why).
+ALLOWED: dict[str, str] = {
+    "harness/claims/arms.py": (
+        "the claims re-measure published statements about the two shipped designs, named "
+        "through their packages' registrations (`apc.DESIGN.name`)"
+    ),
+    "harness/claims/bookkeeping.py": "claim 11 is about APC's block free queue itself",
+    "harness/claims/hash_algos.py": "the claim is about APC's block hash algorithms themselves",
+    "harness/live_server/kv_events.py": (
+        "vLLM's KV-event wire format: the 64-bit hash a vLLM server publishes is an APC block "
+        "key, computed by APC's hash chain (the one reader of the format, re-exported from here)"
+    ),
+    "engines/sched/sglang_policy.py": (
+        "SGLang's in-batch prefix check matches the waiting queue against a scratch radix tree "
+        "of its own, whatever the cache (upstream's SchedulePolicy does the same)"
+    ),
+    "scripts/bench_*.py": "micro-benchmarks of one design's own structures",
+    "tests/unit/test_collision.py": "APC's verify_tokens_on_hit against an injected weak digest",
+    "tests/unit/test_free_direction.py": "APC's free_direction knob on its free queue (claim 8)",
+    "tests/run/test_run_faults.py": "fault injection into each design's allocator free path",
+    "tests/live/test_wheel.py": "the wheel ships APC's C extensions and its native hash chain",
+    "tests/live/test_engines_standalone.py": "imports every engines package without the harness",
+    "tests/unit/test_device_tables.py": (
+        "checks the executor's device tables against each design's own record of who holds a "
+        "table, which no protocol exposes"
+    ),
+}
+SCANNED_FOR_REACH = (*SCANNED, "tests")
+
+
+def _allowed(rel: str) -> bool:
+    return any(fnmatch.fnmatch(rel, pattern) for pattern in ALLOWED)
+
+
+def _design_test(path: Path, name: str) -> bool:
+    """A design's own test file (tests/**/test_<name>_*.py, tests/**/<name>_support.py)."""
+    if "tests" not in path.relative_to(ROOT).parts[:1]:
+        return False
+    return path.name.startswith(f"test_{name}_") or path.name == f"{name}_support.py"
+
+
+def _cache_classes() -> dict[str, str]:
+    """Each design's cache class name -> the design."""
+    out = {}
+    for design in designs():
+        cache = build_cache(EngineConfig(cache=design.name, block_size=design.block_size))
+        out[type(cache).__name__] = design.name
+    return out
+
+
+def _is_isinstance(call: ast.Call) -> bool:
+    return getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2
+
+
+def _reaches(tree: ast.AST, classes: dict[str, str]) -> list[tuple[int, str, str]]:
+    """(line, design, what) for each import of a design's package and isinstance on its class."""
+    names = set(classes.values())
+    found = []
+    for node in ast.walk(tree):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules = [node.module]
+            if node.module == "engines.cache":
+                modules += [f"engines.cache.{alias.name}" for alias in node.names]
+        for module in modules:
+            parts = module.split(".")
+            if parts[:2] == ["engines", "cache"] and len(parts) > 2 and parts[2] in names:
+                found.append((getattr(node, "lineno", 0), parts[2], f"imports {module}"))
+        if isinstance(node, ast.Call) and _is_isinstance(node):
+            for leaf in ast.walk(node.args[1]):
+                cls = leaf.id if isinstance(leaf, ast.Name) else getattr(leaf, "attr", None)
+                if cls in classes:
+                    found.append((node.lineno, classes[cls], f"isinstance(..., {cls})"))
+    return found
+
+
+def reach_offenders() -> list[str]:
+    classes = _cache_classes()
+    found = []
+    for top in SCANNED_FOR_REACH:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            if _allowed(rel):
+                continue
+            tree = ast.parse(path.read_text(), filename=rel)
+            for lineno, name, what in _reaches(tree, classes):
+                if not _own(path, name) and not _design_test(path, name):
+                    found.append(f"{rel}:{lineno}: {what} (design {name})")
+    return found
+
+
+def test_nothing_outside_a_design_reaches_into_it():
+    found = reach_offenders()
+    assert not found, (
+        "ask a capability (engines/cache/protocol.py) instead, or add the file to ALLOWED with "
+        "its reason:\n" + "\n".join(found)
+    )
+
+
+def test_every_allowance_is_used_and_has_a_reason():
+    for pattern, reason in ALLOWED.items():
+        assert reason.strip(), pattern
+        assert any(ROOT.glob(pattern)), f"{pattern} matches no file: drop it from ALLOWED"
+
+
+def test_the_reach_rule_catches_imports_and_class_tests():
+    classes = {"ApcCache": "apc", "RadixCache": "radix"}
+    code = (
+        "from engines.cache.apc.cache import ApcCache\n"
+        "from engines.cache import radix\n"
+        "import engines.cache.radix.tree\n"
+        "from engines.cache.protocol import PrefixPeek\n"
+        "isinstance(c, (ApcCache, PrefixPeek))\n"
+        "isinstance(c, radix.RadixCache)\n"
+        "isinstance(c, PrefixPeek)\n"
+    )
+    found = [(line, name) for line, name, _ in _reaches(ast.parse(code), classes)]
+    assert found == [(1, "apc"), (2, "radix"), (3, "radix"), (5, "apc"), (6, "radix")]

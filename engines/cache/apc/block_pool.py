@@ -2,36 +2,25 @@
 
 Free-queue profiles (§0, §3 "free_blocks order rules"): `classic` appends every freed block to the
 tail; `v024` prepends hashless freed blocks (reused first) and appends hashed ones. Freeing never
-clears hashes: a freed hashed block stays hittable until `get_new_blocks` pops (evicts) it.
+clears hashes: a freed hashed block stays hittable until `get_new_blocks` pops (evicts) it. The
+profiles are registered in engines/vllm_profile.py (vLLM's scheduler reads them too).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from engines.cache.apc import pool_loops
 from engines.cache.apc.block import FreeKVCacheBlockQueue, KVCacheBlock
 from engines.cache.apc.kv_events import AllBlocksCleared, BlockRemoved, KvEventLog, external_hash
 from engines.cache.apc.pool_loops import Entries, Entry, PoolLoops
-from engines.registry import Registry
+from engines.vllm_profile import FREE_ORDERS, FreeOrder
+
+__all__ = ["FREE_ORDERS", "BlockHashToBlockMap", "BlockPool", "FreeOrder"]
 
 logger = logging.getLogger(__name__)
-
-
-class FreeOrder(NamedTuple):
-    """One free-queue profile and the option defaults that follow it (§0 table)."""
-
-    prepend_unhashed: bool  # caching on: hashless freed blocks go to the head
-    prepend_when_disabled: bool  # caching off: where every freed block goes
-    reserve_full_prompt: bool
-    async_scheduling: bool
-
-
-FREE_ORDERS: Registry[FreeOrder] = Registry("free_order")
-FREE_ORDERS.add("classic", FreeOrder(False, False, False, False))
-FREE_ORDERS.add("v024", FreeOrder(True, True, True, True))
 
 
 class BlockHashToBlockMap:

@@ -10,18 +10,26 @@ locking takes matched blocks out of the free queue, unlocking frees them back, t
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence as Sequence_
 
 from engines.cache.addressing import TableJournal
 from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.dfs_weight import dfs_weight_order
-from engines.cache.apc.kv_events import KvEventLog
+from engines.cache.apc.kv_events import KvEventLog, hashes_by, published_hashes
 from engines.cache.apc.manager import KVCacheManager
-from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder
+from engines.cache.protocol import (
+    DecodeRunAllocation,
+    KvEventSource,
+    PrefixCache,
+    PrefixOrder,
+    PrefixPeek,
+)
 from engines.cache.records import (
     Allocation,
     CacheIntegrityError,
     CacheStats,
     CacheUsage,
+    KvEvent,
     PrefixMatch,
 )
 from engines.sequence import Sequence
@@ -33,9 +41,12 @@ ApcLock = tuple[KVCacheBlock, ...]
 ApcAllocation = Allocation[ApcHandle, ApcLock]
 
 
-class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder):
+class ApcCache(
+    PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder, PrefixPeek, KvEventSource
+):
     """vLLM's APC behind the cache protocols; no `RecencyRefresh`: vLLM has no recency outside
-    the free queue."""
+    the free queue; no `GroupRelease`: freeing several requests is freeing each in turn. Its KV
+    events are vLLM's (kv_events.py)."""
 
     name = "apc"
     matchable_at_allocation = True
@@ -58,6 +69,7 @@ class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.debug = debug
+        self.hash_algo = hash_algo
         self.manager = KVCacheManager(
             num_blocks,
             block_size,
@@ -73,11 +85,29 @@ class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder
         self.pool = self.manager.block_pool
         self.table_journal = TableJournal()  # addressing: what changed since the executor looked
 
-    def record_kv_events(self) -> KvEventLog:
+    # ------------------------------------------------- PrefixPeek, KvEventSource
+    def cached_prefix_tokens(self, seq: Sequence) -> int:
+        """Cached leading blocks of all of `seq`'s tokens: the lookup touches no ref count, free
+        queue or stats, and its hash memo is put back as it was."""
+        return self.manager.peek(seq) * self.block_size
+
+    def record_kv_events(self) -> None:
         """Start keeping vLLM's KV-cache events (kv_events.py); a server publishes them."""
         if self.pool.events is None:
             self.pool.events = KvEventLog()
-        return self.pool.events
+
+    def take_kv_events(self) -> list[KvEvent]:
+        return self.pool.events.take() if self.pool.events is not None else []
+
+    def kv_event_hashes(
+        self, token_ids: Sequence_[int], lora_id: str | None, salt: str | None
+    ) -> list[int]:
+        """The 64-bit hashes vLLM publishes for the full blocks (this cache's own keys, by its
+        own hasher: a random NONE_HASH is the one it caches under)."""
+        hasher = self.manager.hasher
+        if hasher is None:  # caching off: no block is ever stored; the chain as vLLM's default
+            return published_hashes(token_ids, self.block_size, self.hash_algo, lora_id, salt)
+        return hashes_by(hasher, token_ids, lora_id, salt)
 
     @property
     def capacity_tokens(self) -> int:
@@ -104,11 +134,9 @@ class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder
     def evict(self, num_tokens: int) -> None:
         """Nothing: allocation evicts cached blocks from the free queue's head as it takes them."""
 
-    def allocate(
-        self, items: list[ApcAllocation], *, decode: bool = False, budgeted: bool = False
-    ) -> bool:
-        """`allocate_slots` per item: it checks the fit itself, so `decode` and `budgeted` change
-        nothing here."""
+    def allocate(self, items: list[ApcAllocation]) -> bool:
+        """`allocate_slots` per item: it checks the fit itself, so a caller's budget (SGLang's)
+        changes nothing here and APC has no `BudgetedAllocation`."""
         for i, item in enumerate(items):
             if not self._allocate_one(item):
                 if i:
@@ -190,10 +218,6 @@ class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder
             self.manager.forget(seq)
         else:
             self.manager.free(seq)
-
-    def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None:
-        for seq in seqs:
-            self.release(seq, finished=finished)
 
     def stats(self) -> CacheStats:
         st = self.manager.total_stats

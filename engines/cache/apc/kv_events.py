@@ -21,6 +21,20 @@ from engines.cache.apc.hashing import (
     get_hash_fn_by_name,
     init_none_hash,
 )
+from engines.cache.records import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
+
+# The records live in engines/cache/records.py (the KvEventSource capability names no design);
+# re-exported here, where the apc code that makes them has always found them.
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "KvEvent",
+    "KvEventLog",
+    "external_hash",
+    "hashes_by",
+    "published_hashes",
+]
 
 _MASK64 = (1 << 64) - 1
 GROUP_ID_BYTES = 4  # a map key is the block hash followed by the KV-cache group id
@@ -41,30 +55,15 @@ def published_hashes(
     """The hashes vLLM publishes for a prompt's full blocks: the apc cache's own keys (its
     chained hash with NONE_HASH's default seed), as `external_hash` turns them into integers."""
     hasher = RequestHasher(get_hash_fn_by_name(hash_algo), init_none_hash(hash_algo), block_size)
+    return hashes_by(hasher, prompt_ids, lora_id, salt)
+
+
+def hashes_by(
+    hasher: RequestHasher, token_ids: Sequence[int], lora_id: str | None, salt: str | None
+) -> list[int]:
+    """`published_hashes` under a given hasher (a cache's own, with its NONE_HASH)."""
     memo = RequestBlockHashes(None, lora_id, salt)
-    return [external_hash(k) for k in hasher.extend(memo, prompt_ids)]
-
-
-@dataclass(frozen=True)
-class BlockStored:
-    block_hashes: tuple[int, ...]
-    parent_block_hash: int | None  # the block before the first stored one (None: the first)
-    token_ids: tuple[int, ...]  # every stored block's tokens, in order
-    block_size: int
-    lora_name: str | None = None
-
-
-@dataclass(frozen=True)
-class BlockRemoved:
-    block_hashes: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class AllBlocksCleared:
-    pass
-
-
-KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
+    return [external_hash(k) for k in hasher.extend(memo, token_ids)]
 
 
 @dataclass

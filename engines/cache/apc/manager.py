@@ -20,16 +20,11 @@ from engines.cache.apc.hashing import (
 )
 from engines.cache.apc.kv_events import BlockStored, external_hash
 from engines.cache.records import CacheIntegrityError
-from engines.registry import Registry
 from engines.sequence import Sequence
+from engines.vllm_profile import STATS_TIMINGS
 
 # A decode-run event: (step, position in the run, kind 0 allocate / 1 cache, limit).
 RunEvent = tuple[int, int, int, int]
-
-# stats_timing -> record inside the lookup (True, <= v0.26) or once at admission (False, >= v0.27)
-STATS_TIMINGS: Registry[bool] = Registry("stats_timing")
-STATS_TIMINGS.add("lookup", True)
-STATS_TIMINGS.add("admission", False)
 
 
 @dataclass
@@ -148,6 +143,18 @@ class KVCacheManager:
         if not self.enable_caching or seq.skip_cache_read:
             return []
         return self.find_longest_cache_hit(seq, seq.num_tokens - 1 if capped else seq.num_tokens)
+
+    def peek(self, seq: Sequence) -> int:
+        """Leading cached blocks of all of `seq`'s tokens, as `lookup(capped=False)` finds them,
+        leaving no trace: the hash memo `seq.seq_id` had before (or none) is put back."""
+        before = self._hashes.get(seq.seq_id)
+        try:
+            return len(self.lookup(seq, capped=False))
+        finally:
+            if before is None:
+                self._hashes.pop(seq.seq_id, None)
+            else:
+                self._hashes[seq.seq_id] = before
 
     def get_computed_blocks(self, seq: Sequence) -> tuple[list[KVCacheBlock], int]:
         """Hit blocks and hit tokens under the last-token rule; records stats at lookup timing."""

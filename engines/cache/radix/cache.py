@@ -25,7 +25,15 @@ from typing import Any
 import numpy as np
 
 from engines.cache.addressing import TableJournal
-from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder, RecencyRefresh
+from engines.cache.protocol import (
+    BudgetedAllocation,
+    DecodeRunAllocation,
+    GroupRelease,
+    PrefixCache,
+    PrefixOrder,
+    PrefixPeek,
+    RecencyRefresh,
+)
 from engines.cache.radix.allocator import (
     PagedTokenToKVPoolAllocator,
     ReqToTokenPool,
@@ -46,6 +54,7 @@ from engines.cache.radix.hooks import (
     start_request,
 )
 from engines.cache.radix.node import TreeNode
+from engines.cache.radix.peek import peek_prefix
 from engines.cache.radix.recency import PROCESS_CLOCK, LogicalClock
 from engines.cache.radix.schedule_policy import SortPassMatch, dfs_weight_order
 from engines.cache.radix.tree import TreeLock, UnifiedRadixTree
@@ -62,7 +71,18 @@ from engines.sequence import Sequence
 RadixAllocation = Allocation[TreeNode, TreeLock]
 
 
-class RadixCache(PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrder, RecencyRefresh):
+class RadixCache(
+    PrefixCache[TreeNode, TreeLock],
+    BudgetedAllocation,
+    DecodeRunAllocation,
+    GroupRelease,
+    PrefixOrder,
+    PrefixPeek,
+    RecencyRefresh,
+):
+    """The radix tree behind the cache protocols; no `KvEventSource`: SGLang publishes no KV
+    events in vLLM's terms."""
+
     name = "radix"
     matchable_at_allocation = False
 
@@ -121,28 +141,30 @@ class RadixCache(PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrd
     def evict(self, num_tokens: int) -> None:
         evict_to_free_tokens(self, num_tokens)
 
-    def allocate(
-        self, items: list[RadixAllocation], *, decode: bool = False, budgeted: bool = False
-    ) -> bool:
-        """Decode: one slot (or page) per running request (`prepare_decode`). Otherwise a prefill
-        batch (`prepare_extend`); new requests take a row and adopt their matched, locked prefix.
-        Unless budgeted, a single item is checked against `free_tokens()` first and refused whole."""
-        if not budgeted and len(items) == 1 and not self._fits(items[0]):
+    def allocate(self, items: list[RadixAllocation]) -> bool:
+        """A prefill batch (`allocate_budgeted`), a single item checked against `free_tokens()`
+        first and refused whole."""
+        if len(items) == 1 and not self._fits(items[0]):
             return False
-        if decode:
-            states = [self.reqs[item.seq.seq_id] for item in items]
-            if self.page_size == 1:  # one new block per request: journaled in one piece
-                seq_ids = [item.seq.seq_id for item in items]
-                positions = np.fromiter(
-                    (st.kv_allocated_len for st in states), np.int64, len(states)
-                )
-                slots = prepare_decode(self, states)
-                self.table_journal.append(seq_ids, positions, np.asarray(slots))
-                return True
-            grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
-            prepare_decode(self, states)
-            self._journal_rows(grown)
+        return self.allocate_budgeted(items)
+
+    def allocate_decode(self, items: list[RadixAllocation]) -> bool:
+        """One slot (or page) per running request (`prepare_decode`); the caller has budgeted."""
+        states = [self.reqs[item.seq.seq_id] for item in items]
+        if self.page_size == 1:  # one new block per request: journaled in one piece
+            seq_ids = [item.seq.seq_id for item in items]
+            positions = np.fromiter((st.kv_allocated_len for st in states), np.int64, len(states))
+            slots = prepare_decode(self, states)
+            self.table_journal.append(seq_ids, positions, np.asarray(slots))
             return True
+        grown = [(item.seq.seq_id, st.kv_allocated_len, st) for item, st in zip(items, states)]
+        prepare_decode(self, states)
+        self._journal_rows(grown)
+        return True
+
+    def allocate_budgeted(self, items: list[RadixAllocation]) -> bool:
+        """A prefill batch (`prepare_extend`) the caller has budgeted: new requests take a row and
+        adopt their matched, locked prefix."""
         batch = []
         for item in items:
             seq = item.seq
@@ -209,6 +231,10 @@ class RadixCache(PrefixCache[TreeNode, TreeLock], DecodeRunAllocation, PrefixOrd
         st.prefix_len = num_tokens
         if st.cache_protected_len > protected:  # protected is page-aligned
             self._journal_rows([(seq.seq_id, protected, st)])
+
+    def cached_prefix_tokens(self, seq: Sequence) -> int:
+        """The tree's match walked read only (peek.py): no split, no recency stamp."""
+        return peek_prefix(self.tree, seq)
 
     def touch(self, seq: Sequence) -> None:
         """Re-stamp the cached prefix of `seq` (only LRU reads the stamps it refreshes)."""
