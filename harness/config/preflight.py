@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from harness.config.errors import BAD_INPUT, config_errors, describe
+from harness.config.run_dirs import holds_results
 from harness.config.schema import CONF_DIR, RunConfig, to_schema
-from harness.results.identity import holds_results
 
 GROUPS = ("workload", "engine", "model", "hardware", "server", "suite")
 SWEEP_FLAGS = ("-m", "--multirun")

@@ -19,9 +19,9 @@ from omegaconf import MISSING, OmegaConf
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from engines.model.presets import PRESETS
+from harness.config.run_dirs import register_resolvers
 from harness.fleet.config import FleetConfig
 from harness.live_server.config import ServerConfig
-from harness.results.identity import register_resolver
 
 
 def _conf_dir() -> Path:
@@ -196,4 +196,4 @@ def _register_hardware(cs: ConfigStore) -> None:
 
 
 register_configs()
-register_resolver()
+register_resolvers()
