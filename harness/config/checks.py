@@ -36,7 +36,7 @@ def check_run_config(cfg: RunConfig) -> None:
     from engines.build import EXECUTORS
     from harness.config.footprint import check_footprint
     from harness.config.plausible import check_hardware, check_model_and_engine
-    from harness.metrics.slo import check_metrics
+    from harness.metrics.config import check_metrics
     from workloads.base import WorkloadParams
 
     if not isinstance(cfg.workload, WorkloadParams):  # a workload file without its family schema

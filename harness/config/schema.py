@@ -22,6 +22,7 @@ from engines.model.presets import PRESETS
 from harness.config.run_dirs import register_resolvers
 from harness.fleet.config import FleetConfig
 from harness.live_server.config import ServerConfig
+from harness.metrics.config import MetricsConfig
 
 
 def _conf_dir() -> Path:
@@ -55,19 +56,6 @@ class LoadConfig:
     burstiness: float = 1.0
     slowdown: float = 1.0
     max_concurrency: int | None = None  # None: no limit
-
-
-@dataclass
-class MetricsConfig:
-    """Which statistics the summary reports, with `vllm bench serve`'s meanings.
-
-    goodput: SLOs in ms as "ttft:200,tpot:50" (keys ttft, tpot, e2el): `request_goodput` counts
-    requests meeting all of them per second (None when unset). percentiles: the p<N> fields
-    reported for TTFT, TPOT, ITL, E2EL and queue delay (the report's figures read p99).
-    """
-
-    goodput: str | None = None
-    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 99.0])
 
 
 @dataclass
