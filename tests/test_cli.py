@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.metrics.table import TIMING_COLUMNS
+from harness.results.columns import TIMING_COLUMNS
 from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, run_harness
 
 
