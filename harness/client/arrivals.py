@@ -11,8 +11,8 @@ import dataclasses
 import numpy as np
 
 from engines.registry import Registry
+from harness.client.config import LoadConfig
 from harness.config.errors import BadInput
-from harness.config.schema import LoadConfig
 from workloads.request import Request
 
 ARRIVALS: Registry = Registry("load.mode")

@@ -19,6 +19,7 @@ from omegaconf import MISSING, OmegaConf
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from engines.model.presets import PRESETS
+from harness.client.config import LoadConfig
 from harness.config.run_dirs import register_resolvers
 from harness.fleet.config import FleetConfig
 from harness.live_server.config import ServerConfig
@@ -37,25 +38,6 @@ def _conf_dir() -> Path:
 
 
 CONF_DIR = _conf_dir()
-
-
-@dataclass
-class LoadConfig:
-    """How requests are released (docs/benchmarking.md §7).
-
-    auto: trace timestamps when the workload carries arrival times, else burst.
-    burst: every request at t = 0.  poisson: vLLM's gamma gaps (burstiness 1 = Poisson) at `rate`
-    req/s, rescaled so the last send is at N / rate.  trace: the workload's timestamps times
-    `slowdown`.
-    max_concurrency: at most this many requests in flight, as `vllm bench serve --max-concurrency`
-    (a client-side semaphore: a request held back is sent, and timed, when a slot frees).
-    """
-
-    mode: str = "auto"  # auto | burst | poisson | trace
-    rate: float | None = None
-    burstiness: float = 1.0
-    slowdown: float = 1.0
-    max_concurrency: int | None = None  # None: no limit
 
 
 @dataclass
