@@ -41,8 +41,7 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("harness.results", (*HIGHER, *SERVERS, "harness.client"), ()),
     ("harness.metrics", (*HIGHER, *SERVERS, "harness.client"), ()),
     ("harness.client", (*HIGHER, *SERVERS), ()),
-    # The fleet twin reads workers' KV events with the live twin's subscriber (one wire reader).
-    ("harness.fleet", (*HIGHER, *SERVERS, "harness.client"), ("harness.live_server.kv_events",)),
+    ("harness.fleet", (*HIGHER, *SERVERS, "harness.client"), ()),
     ("harness.report", ("harness.run", "harness.claims", "harness.client", *SERVERS), ()),
     ("harness.builtin_server", (*HIGHER, "harness.live_server"), ()),
     ("harness.live_server", ("harness.claims", "harness.report", "harness.builtin_server"), ()),
@@ -101,4 +100,5 @@ def test_harness_top_holds_only_the_entry_points():
         "claims",
         "builtin_server",
         "live_server",
+        "routers",
     }
