@@ -38,7 +38,7 @@ def check_run_config(cfg: RunConfig) -> None:
     from harness.metrics.config import check_metrics
     from workloads.base import WorkloadParams
 
-    if not isinstance(cfg.workload, WorkloadParams):  # a workload file without its family schema
+    if type(cfg.workload) is WorkloadParams:  # a workload file without its family schema
         raise BadInput(
             "workload: the workload config names no family schema (defaults: [base_<family>])"
         )
@@ -102,7 +102,7 @@ def check_known_keys(node, path: str = "") -> None:
 
     from omegaconf import DictConfig, OmegaConf
 
-    if not isinstance(node, DictConfig):
+    if not isinstance(node, DictConfig) or node._is_none():  # an unset group (hardware: None)
         return
     schema = OmegaConf.get_type(node)
     if dataclasses.is_dataclass(schema):

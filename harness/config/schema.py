@@ -19,11 +19,13 @@ from omegaconf import MISSING, OmegaConf
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from engines.model.presets import PRESETS
+from engines.simulate.cost_model import HardwareConfig
 from harness.client.config import LoadConfig
 from harness.config.run_dirs import register_resolvers
 from harness.fleet.config import FleetConfig
 from harness.live_server.config import ServerConfig
 from harness.metrics.config import MetricsConfig
+from workloads.base import WorkloadParams
 
 
 def _conf_dir() -> Path:
@@ -71,15 +73,16 @@ class BoundsConfig:
 
 @dataclass
 class RunConfig:
-    workload: Any = MISSING
+    # a family's params: the subclass of WorkloadParams its file's `defaults: [base_<family>]` names
+    workload: WorkloadParams = MISSING
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: ModelConfig = MISSING
     load: LoadConfig = field(default_factory=LoadConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    hardware: Any = None  # cost model of the simulated executor
-    server: Any = None  # a live server as the target (harness/live_server/config.py ServerConfig)
+    hardware: HardwareConfig | None = None  # cost model of the simulated executor
+    server: ServerConfig | None = None  # a live server as the target
     fleet: FleetConfig = field(default_factory=FleetConfig)  # N replicas behind a router
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy
@@ -154,14 +157,6 @@ def register_configs() -> None:
     cs.store(group="server", name="base_server", node=ServerConfig)
     for family in FAMILIES.names():
         cs.store(group="workload", name=f"base_{family}", node=FAMILIES.get(family).params_cls)
-    _register_hardware(cs)
-
-
-def _register_hardware(cs: ConfigStore) -> None:
-    try:
-        from engines.simulate.cost_model import HardwareConfig
-    except ImportError:  # the simulated executor is optional
-        return
     cs.store(group="hardware", name="base_hardware", node=HardwareConfig)
 
 
