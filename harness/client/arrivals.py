@@ -15,6 +15,7 @@ from harness.client.config import LoadConfig
 from harness.config.errors import BadInput
 from workloads.request import Request
 
+# registry: every arrival process (load.mode -> send times of the requests)
 ARRIVALS: Registry = Registry("load.mode")
 
 
