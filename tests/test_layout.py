@@ -1,5 +1,6 @@
 """The intended layout: one config tree at the top (conf/), found by a checkout, an editable
-install and the wheel alike (tests/test_wheel.py runs the wheel from another folder)."""
+install and the wheel alike (tests/test_wheel.py runs the wheel from another folder); harness/'s
+folders on one ordered list of floors, each importing only those below it."""
 
 from __future__ import annotations
 
