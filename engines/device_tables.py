@@ -36,9 +36,6 @@ class DeviceBlockTable:
     def num_rows(self) -> int:
         return self.table.shape[0] - 1
 
-    def row_of(self, seq_id: str) -> int:
-        return self.rows[seq_id]
-
     def collect(self, source: BlockTables) -> tuple[np.ndarray, np.ndarray]:
         """Drain `source`'s journal: clear and free released rows now, and return the changed
         entries as (flat indices into `table`, block ids), int64, for `apply`."""

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from harness.client.arrivals import with_arrivals
-from harness.config.schema import LoadConfig
+from harness.client.config import LoadConfig
 from harness.live_server.config import ServerConfig
 from harness.live_server.driver import completion_body, drive
 from harness.live_server.flavours import FLAVOURS

@@ -63,11 +63,6 @@ class CacheDesign:
     def source(self) -> str:
         return f"engines/cache/{self.name}/"
 
-    @property
-    def unit_prefix(self) -> str:
-        """The granule's one-letter prefix in arm labels (`b16`, `p1`)."""
-        return self.unit[0]
-
 
 @cache
 def _offers(

@@ -11,10 +11,11 @@ import dataclasses
 import numpy as np
 
 from engines.registry import Registry
+from harness.client.config import LoadConfig
 from harness.config.errors import BadInput
-from harness.config.schema import LoadConfig
 from workloads.request import Request
 
+# registry: every arrival process (load.mode -> send times of the requests)
 ARRIVALS: Registry = Registry("load.mode")
 
 

@@ -18,14 +18,12 @@ from harness.config.errors import BadInput
 
 if TYPE_CHECKING:  # the schema imports Hydra: only the type checker needs it here
     from engines.simulate.cost_model import HardwareConfig
-    from harness.config.schema import BoundsConfig, LoadConfig, RunConfig, WarmupConfig
+    from harness.client.config import LoadConfig
+    from harness.config.schema import BoundsConfig, RunConfig, WarmupConfig
     from workloads.request import Request
 
 DECODES = ("greedy", "scripted")
 MAX_SEED = 2**63  # seeds become 64-bit stream keys and torch generator seeds
-MAX_RATE = 1e6  # requests/s
-MAX_SLOWDOWN = 1e6
-MAX_BURSTINESS = 1e3
 MAX_GRANULARITY = 2**20
 MAX_SCHEDULE_S = 86_400.0  # a run whose last request is released after a day is a mistake
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # names that may become file names
@@ -34,12 +32,13 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # names that may become file 
 def check_run_config(cfg: RunConfig) -> None:
     """Raise BadInput naming the first field of a RunConfig that no run accepts."""
     from engines.build import EXECUTORS
+    from harness.client.config import check_load
     from harness.config.footprint import check_footprint
     from harness.config.plausible import check_hardware, check_model_and_engine
-    from harness.metrics.slo import check_metrics
+    from harness.metrics.config import check_metrics
     from workloads.base import WorkloadParams
 
-    if not isinstance(cfg.workload, WorkloadParams):  # a workload file without its family schema
+    if type(cfg.workload) is WorkloadParams:  # a workload file without its family schema
         raise BadInput(
             "workload: the workload config names no family schema (defaults: [base_<family>])"
         )
@@ -65,7 +64,7 @@ def check_run_config(cfg: RunConfig) -> None:
             f"seed + workload.seed_offset must be below 2**63, got {cfg.seed + cfg.workload.seed_offset}"
         )
     require_int("model.seed", cfg.model.seed, 0, MAX_SEED - 1)
-    _check_load(cfg.load)
+    check_load(cfg.load)
     _check_warmup(cfg.warmup, cfg.model.max_position_embeddings)
     _check_bounds(cfg.bounds)
     check_metrics(cfg.metrics)
@@ -103,7 +102,7 @@ def check_known_keys(node, path: str = "") -> None:
 
     from omegaconf import DictConfig, OmegaConf
 
-    if not isinstance(node, DictConfig):
+    if not isinstance(node, DictConfig) or node._is_none():  # an unset group (hardware: None)
         return
     schema = OmegaConf.get_type(node)
     if dataclasses.is_dataclass(schema):
@@ -132,22 +131,6 @@ def check_requests(requests: Sequence[Request], load: LoadConfig) -> None:
             f"the last request would be released {last_s:,.0f} s after the start (arrival times x "
             f"load.slowdown {load.slowdown:g} plus think times); the limit is {MAX_SCHEDULE_S:,.0f} s"
         )
-
-
-def _check_load(load: LoadConfig) -> None:
-    from harness.client.arrivals import ARRIVALS
-
-    ARRIVALS.get(load.mode)  # unknown mode lists the valid ones
-    if load.rate is not None:
-        require_number("load.rate", load.rate, MAX_RATE)
-    elif load.mode == "poisson":
-        raise BadInput(
-            "load.rate must be a positive number of requests/s for load.mode=poisson, got None"
-        )
-    require_number("load.burstiness", load.burstiness, MAX_BURSTINESS)
-    require_number("load.slowdown", load.slowdown, MAX_SLOWDOWN)
-    if load.max_concurrency is not None:
-        require_int("load.max_concurrency", load.max_concurrency, 1, 1_000_000)
 
 
 def _check_warmup(warmup: WarmupConfig, context: int) -> None:

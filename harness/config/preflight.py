@@ -12,10 +12,11 @@ import os
 from pathlib import Path
 
 from harness.config.errors import BAD_INPUT, config_errors, describe
+from harness.config.run_dirs import holds_results
 from harness.config.schema import CONF_DIR, RunConfig, to_schema
-from harness.results.identity import holds_results
 
 GROUPS = ("workload", "engine", "model", "hardware", "server", "suite")
+OPTIONAL_GROUPS = ("hardware", "server")  # None unless a preset is chosen
 SWEEP_FLAGS = ("-m", "--multirun")
 SKIP_FLAGS = ("--help", "-h", "--cfg", "-c", "--info", "--hydra-help", "--shell-completion")
 OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
@@ -257,4 +258,22 @@ def _compose_problem(overrides: list[str], check: bool) -> str | None:
             check_run_config(cfg)
     except config_errors() as exc:
         return describe(exc)
+    except AssertionError:  # OmegaConf sets no key under a typed group left None
+        problem = _unset_group_problem(overrides)
+        if problem is None:
+            raise
+        return problem
+    return None
+
+
+def _unset_group_problem(overrides: list[str]) -> str | None:
+    """`hardware.name=x` with no hardware preset chosen: the group is None and has no fields."""
+    for arg in overrides:
+        key = arg.partition("=")[0].lstrip("+~")
+        group, dot, _ = key.partition(".")
+        if dot and group in OPTIONAL_GROUPS:
+            return (
+                f"{key}: no {group} is selected, so it has no fields; select one first with "
+                f"{group}=<name> (valid: {', '.join(n for n in options(group) if not n.startswith('base_'))})"
+            )
     return None

@@ -19,9 +19,13 @@ from omegaconf import MISSING, OmegaConf
 from engines.config import EngineConfig
 from engines.model.config import ModelConfig
 from engines.model.presets import PRESETS
+from engines.simulate.cost_model import HardwareConfig
+from harness.client.config import LoadConfig
+from harness.config.run_dirs import register_resolvers
 from harness.fleet.config import FleetConfig
 from harness.live_server.config import ServerConfig
-from harness.results.identity import register_resolver
+from harness.metrics.config import MetricsConfig
+from workloads.base import WorkloadParams
 
 
 def _conf_dir() -> Path:
@@ -36,38 +40,6 @@ def _conf_dir() -> Path:
 
 
 CONF_DIR = _conf_dir()
-
-
-@dataclass
-class LoadConfig:
-    """How requests are released (docs/benchmarking.md §7).
-
-    auto: trace timestamps when the workload carries arrival times, else burst.
-    burst: every request at t = 0.  poisson: vLLM's gamma gaps (burstiness 1 = Poisson) at `rate`
-    req/s, rescaled so the last send is at N / rate.  trace: the workload's timestamps times
-    `slowdown`.
-    max_concurrency: at most this many requests in flight, as `vllm bench serve --max-concurrency`
-    (a client-side semaphore: a request held back is sent, and timed, when a slot frees).
-    """
-
-    mode: str = "auto"  # auto | burst | poisson | trace
-    rate: float | None = None
-    burstiness: float = 1.0
-    slowdown: float = 1.0
-    max_concurrency: int | None = None  # None: no limit
-
-
-@dataclass
-class MetricsConfig:
-    """Which statistics the summary reports, with `vllm bench serve`'s meanings.
-
-    goodput: SLOs in ms as "ttft:200,tpot:50" (keys ttft, tpot, e2el): `request_goodput` counts
-    requests meeting all of them per second (None when unset). percentiles: the p<N> fields
-    reported for TTFT, TPOT, ITL, E2EL and queue delay (the report's figures read p99).
-    """
-
-    goodput: str | None = None
-    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 99.0])
 
 
 @dataclass
@@ -101,15 +73,16 @@ class BoundsConfig:
 
 @dataclass
 class RunConfig:
-    workload: Any = MISSING
+    # a family's params: the subclass of WorkloadParams its file's `defaults: [base_<family>]` names
+    workload: WorkloadParams = MISSING
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: ModelConfig = MISSING
     load: LoadConfig = field(default_factory=LoadConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     bounds: BoundsConfig = field(default_factory=BoundsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    hardware: Any = None  # cost model of the simulated executor
-    server: Any = None  # a live server as the target (harness/live_server/config.py ServerConfig)
+    hardware: HardwareConfig | None = None  # cost model of the simulated executor
+    server: ServerConfig | None = None  # a live server as the target
     fleet: FleetConfig = field(default_factory=FleetConfig)  # N replicas behind a router
     seed: int = 0
     decode: str = "scripted"  # scripted | greedy
@@ -184,16 +157,8 @@ def register_configs() -> None:
     cs.store(group="server", name="base_server", node=ServerConfig)
     for family in FAMILIES.names():
         cs.store(group="workload", name=f"base_{family}", node=FAMILIES.get(family).params_cls)
-    _register_hardware(cs)
-
-
-def _register_hardware(cs: ConfigStore) -> None:
-    try:
-        from engines.simulate.cost_model import HardwareConfig
-    except ImportError:  # the simulated executor is optional
-        return
     cs.store(group="hardware", name="base_hardware", node=HardwareConfig)
 
 
 register_configs()
-register_resolver()
+register_resolvers()

@@ -2,6 +2,6 @@
 
 config.py (the `fleet` group), policies.py (the router registry), approx_tree.py (sglang-router's
 approximate per-worker tree), probe.py (read-only cached-prefix probes of a replica's cache),
-fleet.py (N engines that the client drive loop steps like one), facts.py (per-replica facts),
-real.py (built-in servers behind a real router, with the routing twin).
+fleet.py (N engines that the client drive loop steps like one), facts.py (per-replica facts).
+Real routers in front of real servers, twinned with these policies, are harness/routers/.
 """

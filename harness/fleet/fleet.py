@@ -101,19 +101,9 @@ class FleetLoop:
     def bookkeeping_ns(self) -> int:
         return sum(e.loop.bookkeeping_ns for e in self.fleet.replicas)
 
-    @bookkeeping_ns.setter
-    def bookkeeping_ns(self, value: int) -> None:
-        for e in self.fleet.replicas:
-            e.loop.bookkeeping_ns = value
-
     @property
     def num_steps(self) -> int:
         return sum(e.loop.num_steps for e in self.fleet.replicas)
-
-    @num_steps.setter
-    def num_steps(self, value: int) -> None:
-        for e in self.fleet.replicas:
-            e.loop.num_steps = value
 
 
 class Fleet:

@@ -44,7 +44,7 @@ class FleetView:
     now_s: float = 0.0
     caches: list[PrefixCache] | None = None  # real cache state (kv_aware, ideal only)
     # Or, for workers in other processes, each one's cached prefix of this request in tokens, as
-    # their KV events tell it (harness/fleet/kv_index.py)
+    # their KV events tell it (harness/routers/kv_index.py)
     cached: list[int] | None = None
 
     @property

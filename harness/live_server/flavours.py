@@ -36,6 +36,7 @@ class Flavour:
     kv_events_path: str | None = None
 
 
+# registry: every live-server kind (server.flavour -> its endpoints and metric names)
 FLAVOURS: Registry[Flavour] = Registry("server.flavour")
 
 FLAVOURS.add(

@@ -35,7 +35,8 @@ from harness.live_server.twin import (
     predict,
 )
 from harness.metrics.summary import RunContext
-from harness.metrics.table import COLUMNS, request_row
+from harness.metrics.table import request_row
+from harness.results.columns import COLUMNS
 from harness.run.target import Recorded
 from workloads.request import Request
 

@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from harness.config.schema import MetricsConfig
-from harness.metrics.slo import parse_slos
+from harness.metrics.config import MetricsConfig, parse_slos
 from harness.metrics.summary import (
     CacheFigures,
     LatencyStats,

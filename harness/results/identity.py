@@ -1,8 +1,8 @@
-"""Run identity: fresh run directories, claiming one for a single run, and the config fingerprint.
+"""Run identity: claiming a run directory for a single run, and the config fingerprint.
 
 A default run directory name carries the time to the microsecond, the workload, the engine and the
 seed, and is created with an atomic `mkdir` (a suffix -1, -2, ... on a collision) by the
-`fresh_dir` resolver. A run then claims its directory: it takes the directory's lock (flock, held
+`fresh_dir` resolver (harness/config/run_dirs.py). A run then claims its directory: it takes the directory's lock (flock, held
 until the process ends; an explicit hydra.run.dir is locked before Hydra writes into it) and
 creates the append-only rows file with O_EXCL. A second run pointed at a directory in use is
 refused, overwrite=true included; one holding a finished run's results is refused unless
@@ -18,20 +18,16 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from harness.config.errors import BadInput
+from harness.config.run_dirs import RESULT_FILES, created_dirs, holds_results
 from harness.results.safe_write import SafeRoot
 
 # Resolved-config keys that do not change what is measured: the seed varies within a group, the
 # others say where and how results are kept.
 NOT_FINGERPRINTED = ("seed", "overwrite", "save_tokens")
-# Files that mark a directory as holding a run's results.
-RESULT_FILES = ("summary.json", "requests.parquet", "rows.jsonl", "manifest.json", "tokens.jsonl")
 
 
 def fingerprint(config: Mapping[str, object], data: bool = True) -> str:
@@ -75,64 +71,6 @@ def data_digests(config: Mapping[str, object]) -> dict[str, str]:
             continue
         out[f"workload.{key}"] = digest.hexdigest()
     return out
-
-
-def fresh_dir(path: str) -> str:
-    """Create `path` (or `path-1`, `path-2`, ... if taken) atomically and return its name."""
-    base = Path(path)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    for i in range(10_000):
-        candidate = base if i == 0 else base.with_name(f"{base.name}-{i}")
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            continue
-        _created.add(os.path.abspath(candidate))
-        return str(candidate)
-    raise BadInput(f"hydra.run.dir: no free name next to {path!r}")
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
-MAX_DIR_NAME = 120
-
-
-def dir_name(text: object) -> str:
-    """A job folder name from Hydra's override_dirname: a `/` (as in `+suite/arm=radix`) or any
-    other character a path would misread becomes `_`, and long names are cut (the job number in
-    front keeps them unique)."""
-    return _UNSAFE.sub("_", str(text)).strip("._")[:MAX_DIR_NAME] or "job"
-
-
-def run_target(engine: object, server: object) -> str:
-    """The target part of a default run folder's name: `vllm-server` for a run against a live
-    server (`server=vllm`), else the engine (`apc`); a server run's engine only picks its twin."""
-    if server is None or str(server) in ("", "None", "null"):
-        return str(engine)
-    return f"{server}-server"
-
-
-def abba_on(seed: int, slot: int) -> bool:
-    """Caching on in `slot` (0 or 1) of a seed's on/off pair: on first for even seeds, off first for
-    odd ones, so consecutive pairs run A B, B A (the overhead suite's ABBA order)."""
-    return (int(seed) + int(slot)) % 2 == 0
-
-
-def register_resolver() -> None:
-    """`${fresh_dir:...}` in conf/config.yaml (cached, so Hydra's repeated reads get one
-    directory), `${run_target:...}` (its name's target), `${dir_name:...}` (its sweep subdir) and `${abba_on:seed,slot}` in
-    conf/suite/abba/."""
-    if not OmegaConf.has_resolver("fresh_dir"):
-        OmegaConf.register_new_resolver("fresh_dir", fresh_dir, use_cache=True)
-    if not OmegaConf.has_resolver("abba_on"):
-        OmegaConf.register_new_resolver("abba_on", abba_on)
-    if not OmegaConf.has_resolver("dir_name"):
-        OmegaConf.register_new_resolver("dir_name", dir_name)
-    if not OmegaConf.has_resolver("run_target"):
-        OmegaConf.register_new_resolver("run_target", run_target)
-
-
-def holds_results(run_dir: Path) -> list[str]:
-    return [name for name in RESULT_FILES if (run_dir / name).exists()]
 
 
 def claim_run_dir(run_dir: Path, rows_name: str, overwrite: bool) -> Path:
@@ -189,7 +127,7 @@ def hold(run_dir: Path) -> None:
         return
     safe = SafeRoot(run_dir)
     if not os.path.lexists(run_dir):
-        _created.add(key)
+        created_dirs.add(key)
     safe.mkdir()
     for name in (".hydra", "harness.log"):  # Hydra writes these with plain open(): no links
         safe.check(run_dir / name)
@@ -214,7 +152,6 @@ def release(run_dir: Path) -> None:
         os.close(fd)  # closing the last descriptor of the description drops the flock
 
 
-_created: set[str] = set()  # run directories this process made (fresh_dir, hold)
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes in .hydra/
 
 
@@ -225,7 +162,7 @@ def discard_run_dir(run_dir: Path) -> bool:
     already there keeps everything else. Returns True when the folder is gone."""
     release(run_dir)
     key = os.path.abspath(run_dir)
-    mine = key in _created
+    mine = key in created_dirs
     safe = SafeRoot(run_dir)
     names = [*RESULT_FILES, RESERVE_FILE, LOCK_FILE]
     if mine:
@@ -244,7 +181,7 @@ def discard_run_dir(run_dir: Path) -> bool:
             folder.rmdir()  # only when empty: anything else put there stays
         except OSError:
             return False
-    _created.discard(key)
+    created_dirs.discard(key)
     return True
 
 

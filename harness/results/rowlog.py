@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.metrics.table import COLUMNS
+from harness.results.columns import COLUMNS
 from harness.results.json_safe import json_safe
 from harness.results.safe_write import SafeRoot
 
@@ -57,7 +57,7 @@ def count_rows(path: Path) -> int:
 
 
 def rows_table(path: Path) -> pd.DataFrame:
-    """The rows file as a request table (the dtypes of harness.metrics.table.COLUMNS), arrival order."""
+    """The rows file as a request table (the dtypes of harness.results.columns.COLUMNS), arrival order."""
     df = pd.DataFrame(read_rows(path), columns=list(COLUMNS)).astype(COLUMNS)
     return df.sort_values(
         ["arrival_s", "request_index", "sample_index"], kind="stable"

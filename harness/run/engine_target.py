@@ -124,10 +124,10 @@ class EngineSession:
             block = getattr(cfg.workload, "block_size", None)  # a trace's own (Mooncake: 512)
             prompts = [r.prompt_ids for r in requests for _ in range(r.n)]
             figures |= fleet_facts(table, cfg.fleet, block, prompts)
-        clock = {
+        clock: dict[str, object] = {
             # simulated durations and latencies are the cost model's time
             "clock": "virtual" if cfg.executor == "simulated" else "wall",
-            "hardware": getattr(cfg.hardware, "name", None),
+            "hardware": cfg.hardware.name if cfg.hardware is not None else None,
         }
         return Recorded(
             table=table,

@@ -39,6 +39,7 @@ def _live_server() -> Target[Any]:
     return LiveServerTarget()
 
 
+# registry: every target (name -> the config group that selects it, its loader)
 TARGETS: Registry[TargetEntry] = Registry("target")
 TARGETS.add(DEFAULT, TargetEntry(group=None, load=_engine))
 TARGETS.add("live_server", TargetEntry(group="server", load=_live_server))

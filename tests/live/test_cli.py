@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 import pytest
 
-from harness.metrics.table import TIMING_COLUMNS
+from harness.results.columns import TIMING_COLUMNS
 from tests.cli_util import harness
 from tests.harness_util import ROOT, SMALL, SYSTEM_PROMPT_SMALL, run_harness
 

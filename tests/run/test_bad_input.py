@@ -257,6 +257,8 @@ CASES: list[tuple[list[str], str]] = [
         "executor=simulated needs a cost model: select one with hardware=<preset>",
     ),
     (["hardware=h100_llama3_8b_bf16"], "executor=real would ignore it: add executor=simulated"),
+    (["hardware.num_gpus=2"], "hardware.num_gpus: no hardware is selected, so it has no fields"),
+    (["+server.base_url=x"], "server.base_url: no server is selected, so it has no fields"),
     ([*SIM, "decode=greedy"], "decode must be scripted for executor=simulated"),
     ([*SIM, "hardware.num_gpus=0"], "hardware.num_gpus must be a positive integer"),
     (

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from harness.client.inprocess import drive
-from harness.config.schema import MetricsConfig
+from harness.metrics.config import MetricsConfig, parse_slos
 from harness.metrics.format import format_summary
-from harness.metrics.slo import parse_slos
 from harness.metrics.summarize import summarize, summary_dict
 from harness.metrics.table import itls_ms, request_table
 from harness.run.execute import execute

@@ -8,7 +8,7 @@ import logging
 import re
 from pathlib import Path
 
-from harness.results.identity import run_target
+from harness.config.run_dirs import run_target
 
 ROOT = Path(__file__).resolve().parents[2]
 

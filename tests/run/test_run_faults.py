@@ -20,7 +20,7 @@ import pytest
 from engines.cache.apc.block_pool import BlockPool
 from engines.cache.radix.allocator import TokenToKVPoolAllocator
 from harness.__main__ import _on_signal
-from harness.metrics.table import TIMING_COLUMNS
+from harness.results.columns import TIMING_COLUMNS
 from harness.results.rowlog import rows_table
 from harness.results.run_dir import RunDir
 from harness.run import engine_target

@@ -14,7 +14,8 @@ import pytest
 
 from harness.metrics.format import format_summary
 from harness.metrics.summarize import summarize, summary_dict
-from harness.metrics.table import COLUMNS, TIMING_COLUMNS, itls_ms, request_table, token_rows
+from harness.metrics.table import itls_ms, request_table, token_rows
+from harness.results.columns import COLUMNS, TIMING_COLUMNS
 from harness.results.json_safe import json_safe
 from tests.metrics_util import CTX, RECORDS, REQUESTS, record
 from workloads.request import Request

@@ -154,7 +154,7 @@ def test_manifest_fields_and_extra_last():
 
 
 def test_fresh_dir_never_reuses_a_name(tmp_path):
-    from harness.results.identity import fresh_dir
+    from harness.config.run_dirs import fresh_dir
 
     base = str(tmp_path / "results" / "20261201-120000.123456-unique-apc-seed0")
     names = [fresh_dir(base) for _ in range(3)]

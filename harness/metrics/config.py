@@ -1,14 +1,27 @@
-"""Goodput SLOs and the `metrics` config group's checks: `metrics.goodput="ttft:200,tpot:50"`
-takes the keys `vllm bench serve --goodput` accepts."""
+"""The `metrics` config group: its record (`MetricsConfig`, a field of RunConfig) and its checks;
+`metrics.goodput="ttft:200,tpot:50"` takes the keys `vllm bench serve --goodput` accepts."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from harness.config.errors import BadInput
-from harness.config.schema import MetricsConfig
 
 SLO_METRICS = ("ttft", "tpot", "e2el")  # the keys `vllm bench serve --goodput` accepts
+
+
+@dataclass
+class MetricsConfig:
+    """Which statistics the summary reports, with `vllm bench serve`'s meanings.
+
+    goodput: SLOs in ms as "ttft:200,tpot:50" (keys ttft, tpot, e2el): `request_goodput` counts
+    requests meeting all of them per second (None when unset). percentiles: the p<N> fields
+    reported for TTFT, TPOT, ITL, E2EL and queue delay (the report's figures read p99).
+    """
+
+    goodput: str | None = None
+    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 99.0])
 
 
 def parse_slos(text: str | None) -> dict[str, float]:

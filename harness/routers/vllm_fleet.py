@@ -1,12 +1,12 @@
-"""Real routers in front of real vLLM-CPU workers: `python -m harness.live_server.fleet`.
+"""Real routers in front of real vLLM-CPU workers: `python -m harness.routers.vllm_fleet`.
 
-N vLLM-CPU servers (the launcher of launch.py; one served model name, so a router may send a
-request to any of them; each publishing its KV-cache events through a loopback relay) behind
-sglang-router or vllm-router (harness/fleet/real.py starts it), driven one request at a time with
-the routing twin, as docs/fleet.md §5 does over built-in servers. vLLM says nothing in a reply
-about which server made it (`system_fingerprint` is null), so the worker is read from outside:
-each server's `vllm:request_success_total` before and after the request; the one that moved
-served it. That needs one request in flight at a time.
+N vLLM-CPU servers (the launcher of harness/live_server/launch.py; one served model name, so a
+router may send a request to any of them; each publishing its KV-cache events through a loopback
+relay) behind sglang-router or vllm-router (harness/routers/fleet.py starts it), driven one
+request at a time with the routing twin, as docs/fleet.md §5 does over built-in servers. vLLM says
+nothing in a reply about which server made it (`system_fingerprint` is null), so the worker is
+read from outside: each server's `vllm:request_success_total` before and after the request; the
+one that moved served it. That needs one request in flight at a time.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from pathlib import Path
 
 from harness.config.errors import BadInput
 from harness.fleet.config import FleetConfig
-from harness.fleet.real import (
+from harness.live_server import prometheus
+from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
+from harness.routers.fleet import (
     ROUTER_KINDS,
     Decision,
     Workers,
@@ -30,8 +32,6 @@ from harness.fleet.real import (
     routers_venv,
     streams,
 )
-from harness.live_server import prometheus
-from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
 
 SUCCESS = "vllm:request_success_total"
 
@@ -137,7 +137,7 @@ def _successes(url: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m harness.live_server.fleet", description=__doc__
+        prog="python -m harness.routers.vllm_fleet", description=__doc__
     )
     parser.add_argument("--router", choices=ROUTER_KINDS, default="vllm")
     parser.add_argument("--policy", default="kv_aware")

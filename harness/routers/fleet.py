@@ -32,7 +32,6 @@ from engines.cache.protocol import KvEventSource
 from engines.config import EngineConfig
 from engines.errors import BadInput
 from harness.fleet.config import FleetConfig
-from harness.fleet.kv_index import KvEventIndex
 from harness.fleet.policies import (
     ROUTERS,
     CacheAware,
@@ -42,6 +41,7 @@ from harness.fleet.policies import (
     Routed,
     Router,
 )
+from harness.routers.kv_index import KvEventIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_KINDS = ("sglang", "vllm")
@@ -461,11 +461,11 @@ def _served_name(url: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.fleet.real`: one real-router run; decisions to OUT/decisions.csv."""
+    """`python -m harness.routers.fleet`: one real-router run; decisions to OUT/decisions.csv."""
     import argparse
     import csv
 
-    parser = argparse.ArgumentParser(prog="python -m harness.fleet.real", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.routers.fleet", description=__doc__)
     parser.add_argument("--router", choices=ROUTER_KINDS, default="sglang")
     parser.add_argument("--policy", default="cache_aware")
     parser.add_argument("--workers", type=int, default=2)
