@@ -15,7 +15,8 @@ structure and the KV blocks/slots. Its contract has two sides, as mini-sglang sp
   Schedulers hold an `AnyPrefixCache` (`PrefixCache[Any, Any]`): they never open a handle.
 * Optional capabilities, each its own protocol, which a cache declares when it has them:
   `DecodeRunAllocation` (a whole decode run in one call), `PrefixOrder` (SGLang's dfs-weight
-  order over the cache's prefix structure), `RecencyRefresh` (`touch`).
+  order over the cache's prefix structure), `RecencyRefresh` (`touch`), `UndoableCache` (undo
+  a trial step in O(what it changed)).
 
 Each cache class names the protocols it implements as its bases (mypy then checks it implements
 every member, with its own handle types). A disabled cache (`prefix_caching=false`) is the same
@@ -49,6 +50,7 @@ allocation). The executor stores every new K/V of a step before any attention of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
 from typing import Any, Protocol, runtime_checkable
 
@@ -255,4 +257,14 @@ class RecencyRefresh(Protocol):
     def touch(self, seq: Sequence) -> None:
         """Refresh the recency of `seq`'s cached prefix without locking it (SGLang's periodic
         waiting-prefix refresh under LRU)."""
+        ...
+
+
+@runtime_checkable
+class UndoableCache(Protocol):
+    """Capability: undo every change since a checkpoint, at the cost of what changed (a trial
+    step, engines/snapshot.py; the step-locked twin tries a step before it takes one)."""
+
+    def checkpoint(self) -> Callable[[], None]:
+        """Start keeping what each change overwrites; the result puts it all back (and stops)."""
         ...

@@ -10,13 +10,14 @@ locking takes matched blocks out of the free queue, unlocking frees them back, t
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from engines.cache.addressing import TableJournal
 from engines.cache.apc.block import KVCacheBlock
 from engines.cache.apc.dfs_weight import dfs_weight_order
 from engines.cache.apc.kv_events import KvEventLog
 from engines.cache.apc.manager import KVCacheManager
-from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder
+from engines.cache.protocol import DecodeRunAllocation, PrefixCache, PrefixOrder, UndoableCache
 from engines.cache.records import (
     Allocation,
     CacheIntegrityError,
@@ -25,6 +26,7 @@ from engines.cache.records import (
     PrefixMatch,
 )
 from engines.sequence import Sequence
+from engines.snapshot import Snapshot
 
 # APC's handle types: a match carries its hit blocks (the lookup's list), a lock the blocks it
 # took a reference on.
@@ -33,7 +35,7 @@ ApcLock = tuple[KVCacheBlock, ...]
 ApcAllocation = Allocation[ApcHandle, ApcLock]
 
 
-class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder):
+class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder, UndoableCache):
     """vLLM's APC behind the cache protocols; no `RecencyRefresh`: vLLM has no recency outside
     the free queue."""
 
@@ -78,6 +80,28 @@ class ApcCache(PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder
         if self.pool.events is None:
             self.pool.events = KvEventLog()
         return self.pool.events
+
+    def checkpoint(self) -> Callable[[], None]:
+        """The manager's per-request state is saved whole (O(requests held)); the pool's changes
+        are journaled as they happen (undo.py), so a pool of any size costs the same."""
+        manager = self.manager
+        state = Snapshot(
+            [
+                self,
+                self.table_journal,
+                manager,
+                manager.prefix_cache_stats,
+                manager.total_stats,
+                *manager._hashes.values(),
+            ]
+        )
+        self.pool.start_journal()
+
+        def restore() -> None:
+            self.pool.rollback_journal()
+            state.restore()
+
+        return restore
 
     @property
     def capacity_tokens(self) -> int:
