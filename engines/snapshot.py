@@ -90,8 +90,9 @@ class Snapshot:
 
 
 def checkpoint(engine: Engine) -> Restore:
-    """Save `engine` for one trial; the result undoes every change
-    made since: submitted requests, steps, the cache's changes. The cache must be undoable."""
+    """Save `engine` for one trial; the result undoes every change made since: submitted
+    requests, steps, the cache's changes. The cache must be undoable. Attributes are put back,
+    not removed: the engine's parts set all of theirs when built."""
     cache = engine.cache
     if not isinstance(cache, UndoableCache):
         raise TypeError(f"the {cache.name!r} cache cannot undo a step")
