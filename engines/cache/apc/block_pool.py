@@ -234,7 +234,7 @@ class BlockPool:
         self.num_free_cached += num_hashed
 
     def start_journal(self) -> PoolJournal:
-        """Keep what every change overwrites until `stop_journal` (undo.py)."""
+        """Keep what every change overwrites until `rollback_journal` (undo.py)."""
         self.journal = PoolJournal(self)
         return self.journal
 
