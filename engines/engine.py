@@ -116,6 +116,10 @@ class Engine:
             )
         admission_problem(self.loop.scheduler, request_id, prompt_len, max_new_tokens, capacity)
 
+    def in_flight_timelines(self) -> list[_Timeline]:
+        """The timelines of the children in flight (a checkpoint saves them, engines/snapshot.py)."""
+        return list(self._timelines.values())
+
     def idle(self) -> None:
         """Nothing is waiting or running: a scheduler design may reset state here (SGLang resets
         its new-token ratio on an idle iteration). Drivers call it whenever the engine idles."""

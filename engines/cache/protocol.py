@@ -18,10 +18,10 @@ structure and the KV blocks/slots. Its contract has two sides, as mini-sglang sp
   order over the cache's prefix structure), `RecencyRefresh` (`touch`), `BudgetedAllocation`
   (allocation the caller has budgeted: SGLang's prefill adder and decode memory check),
   `GroupRelease` (several releases as one free group), `PrefixPeek` (how many
-  leading tokens it holds, changing nothing: what a cache-aware router probes) and
+  leading tokens it holds, changing nothing: what a cache-aware router probes),
   `KvEventSource` (its changes as KV-cache events: what a server publishes and the step-locked
-  twin replays on). Code outside a design's package asks a capability
-  (`isinstance(cache, PrefixPeek)`), never a design's class.
+  twin replays on) and `UndoableCache` (undo a trial step in O(what it changed)). Code outside a
+  design's package asks a capability (`isinstance(cache, PrefixPeek)`), never a design's class.
 
 Each cache class names the protocols it implements as its bases (mypy then checks it implements
 every member, with its own handle types). A disabled cache (`prefix_caching=false`) is the same
@@ -55,6 +55,7 @@ allocation). The executor stores every new K/V of a step before any attention of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
 from typing import Any, Protocol, runtime_checkable
 
@@ -311,3 +312,13 @@ class GroupRelease(Protocol):
     the allocator frees them together). Without it a scheduler releases them one by one."""
 
     def release_batch(self, seqs: list[Sequence], *, finished: bool) -> None: ...
+
+
+@runtime_checkable
+class UndoableCache(Protocol):
+    """Capability: undo every change since a checkpoint, at the cost of what changed (a trial
+    step, engines/snapshot.py; the step-locked twin tries a step before it takes one)."""
+
+    def checkpoint(self) -> Callable[[], None]:
+        """Start keeping what each change overwrites; the result puts it all back (and stops)."""
+        ...

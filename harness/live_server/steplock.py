@@ -6,7 +6,7 @@ that changed its cache. A request's *anchor* is the first batch after its send t
 its own prompt blocks (a block no concurrent request also holds): the server first scheduled it in
 that step. The twin steps one engine step at a time; its steps that change its cache are paired
 in order with the server's batches. A request anchored at the next batch enters the twin before
-the step whose changes, with it, equal that batch (a trial step on a copy of the engine decides),
+the step whose changes, with it, equal that batch (a trial step, undone after, decides),
 and not before an earlier step that would change nothing without it (the server's step then
 changed nothing either); entrants take the order the server admitted them in, which the
 batch's store order shows (not always the send order). A request with no anchor (its prompt
@@ -18,7 +18,6 @@ comparison.
 from __future__ import annotations
 
 import bisect
-import copy
 import math
 import statistics
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from engines.cache.protocol import KvEventSource
 from engines.cache.records import BlockRemoved, BlockStored
 from engines.engine import Engine
 from engines.records import RequestRecord
+from engines.snapshot import checkpoint
 from harness.client.inprocess import completion_request
 from harness.live_server.kv_events import KvBatch, published_hashes
 from workloads.request import Request
@@ -107,7 +107,7 @@ def event_source(engine: Engine) -> KvEventSource:
 
 
 def record_events(engine: Engine) -> None:
-    """Make the twin's cache keep its KV-cache events (copied with the engine)."""
+    """Make the twin's cache keep its KV-cache events."""
     event_source(engine).record_kv_events()
 
 
@@ -122,17 +122,22 @@ def take_batch(engine: Engine, step: int) -> KvBatch | None:
 
 
 def _trial(engine: Engine, submit: list[Request]) -> tuple[frozenset, frozenset] | None:
-    """The cache changes of the next step on a copy of the engine, with `submit` entered."""
-    twin = copy.deepcopy(engine)
-    now = twin.clock.now()
-    for req in submit:
-        twin.submit(completion_request(req, True), now)
-    if not twin.has_work:
-        return None
-    take_batch(twin, 0)
-    twin.step()
-    got = take_batch(twin, 0)
-    return got.changes if got is not None else None
+    """The cache changes of the next step with `submit` entered, then undone: the engine's small
+    state is saved and the pool's changes journaled (engines/snapshot.py), never the pool copied,
+    so a trial costs what is in flight and what the step touched, whatever the pool's size."""
+    undo = checkpoint(engine)
+    try:
+        now = engine.clock.now()
+        for req in submit:
+            engine.submit(completion_request(req, True), now)
+        if not engine.has_work:
+            return None
+        take_batch(engine, 0)
+        engine.step()
+        got = take_batch(engine, 0)
+        return got.changes if got is not None else None
+    finally:
+        undo()
 
 
 MAX_TRIALS = 64  # candidates tried per step (a longer queue waits on the budget anyway)

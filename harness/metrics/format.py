@@ -61,11 +61,68 @@ def format_summary(summary: Mapping[str, object]) -> str:
     )
     lines.append(_line("Cached prompt tokens:", summary.get("prompt_tokens_cached")))
     lines.append(_line("Cache bookkeeping (ms):", summary.get("cache_bookkeeping_ms")))
-    lines.append(_line("Evictions:", summary.get("evictions")))
-    lines.append(_line("Preemptions:", summary.get("num_preemptions")))
-    lines.append(_line("Recomputed tokens:", summary.get("recomputed_tokens")))
+    if "server_flavour" in summary:  # a live server: its counters and the twin's, apart
+        lines += _server_lines(summary)
+    else:
+        lines.append(_line("Evictions:", summary.get("evictions")))
+        lines.append(_line("Preemptions:", summary.get("num_preemptions")))
+        lines.append(_line("Recomputed tokens:", summary.get("recomputed_tokens")))
     lines.append("=" * 50)
     return "\n".join(lines)
+
+
+# summary["twin_timeline"] -> how the twin placed the requests, and why that timeline
+TIMELINES = {
+    "step_locked": "step-locked (the server published its KV events)",
+    "one_at_a_time": "one at a time (each request sent once the last returned)",
+    "predicted": "predicted (no KV events: {kv_events})",
+}
+
+
+def _server_lines(summary: Mapping[str, object]) -> list[str]:
+    """The server's own preemption counter beside the twin's, the twin's evictions (a server
+    does not report its own), what the twin predicted and how much of it was exact."""
+    if summary.get("twin_timeline") is None:
+        return [_line("Preemptions (server delta):", summary.get("server_preemptions_delta"))]
+    server, twin = summary.get("server_preemptions_delta"), summary.get("twin_preemptions")
+    timeline = TIMELINES.get(str(summary["twin_timeline"]), str(summary["twin_timeline"]))
+    return [
+        _line("Preemptions (server delta / twin):", f"{_or_na(server)} / {_or_na(twin)}"),
+        _line("Evictions (twin):", summary.get("twin_evictions")),
+        f"{'Twin (built-in engine stepped beside it)':-^50}",
+        _twin_prediction(summary),
+        _line("Timeline:", timeline.format(kv_events=summary.get("kv_events") or "n/a")),
+    ]
+
+
+def _twin_prediction(summary: Mapping[str, object]) -> str:
+    """`predicted 14,720 of 14,720 cached tokens; 48/48 requests exact; KV steps 41/41`."""
+    parts = [
+        f"predicted {_count(summary.get('twin_predicted_tokens'))} of "
+        f"{_count(summary.get('reported_cached_tokens_sum'))} cached tokens"
+    ]
+    if summary.get("twin_compared_with") == "counter_delta":
+        agree = summary.get("twin_matches_counter")
+        parts.append("n > 1: against the counter only, " + ("equal" if agree else "not equal"))
+    else:
+        parts.append(
+            f"{_or_na(summary.get('twin_matches'))}/{_or_na(summary.get('twin_requests'))} "
+            "requests exact"
+        )
+    if summary.get("twin_kv_server_steps") is not None:
+        parts.append(
+            f"KV steps {_or_na(summary.get('twin_kv_steps_equal'))}/"
+            f"{summary['twin_kv_server_steps']}"
+        )
+    return "; ".join(parts)
+
+
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else "n/a"
+
+
+def _or_na(value: object) -> str:
+    return "n/a" if value is None else str(value)
 
 
 def _virtual(label: str) -> str:

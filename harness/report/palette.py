@@ -18,6 +18,11 @@ SERIES_COLOURS = {
     "data structure": "#9467bd",
     "scheduler": "#8c564b",
 }
+# A live server's figure (plots_server.py): what the server measured is drawn filled in its arm's
+# colour, the twin's prediction hatched in the same colour, the bounds in greys, so measured vs
+# twin never reads as two designs (apc and radix are two colours).
+BOUND_COLOURS = {"ideal": "#d9d9d9", "lru": "#a6a6a6", "belady": "#737373"}
+TWIN_HATCH = "////"
 PALETTE = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#843c39")
 
 

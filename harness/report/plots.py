@@ -112,6 +112,10 @@ def arm_label(df: pd.DataFrame, arm: str) -> str:
     column = "series" if "series" in df and (df["series"] == arm).any() else "arm"
     row = df[df[column] == arm].iloc[0]
     g = "?" if pd.isna(row["granularity"]) else int(row["granularity"])
+    if isinstance(row.get("server"), str):  # `vllm-server 0.32.0 (block 32, fcfs)`
+        flavour, _, version = row["server"].partition(" ")
+        granule = "page" if flavour == "sglang" else "block"
+        return f"{arm} {version} ({granule} {g}, {row['policy']})"
     return f"{arm} ({unit(row['engine'])} {g}, {row['policy']})"
 
 

@@ -12,14 +12,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.report.palette import BOUND_COLOURS, TWIN_HATCH, colour
 from harness.report.plots import Inputs, Skip, footnote, save
 
+# (column, legend, how it is drawn): measured filled, the twin hatched, both in the server arm's
+# colour; the bounds grey (palette.py), never the designs' colours
 BARS = (
-    ("hit_rate", "measured (server)"),
-    ("predicted_hit_rate", "twin prediction"),
-    ("ideal_hit_rate", "ideal (unbounded)"),
-    ("theoretical_hit_rate_capped", "LRU at capacity"),
-    ("belady_hit_rate", "Belady at capacity"),
+    ("hit_rate", "measured (server)", "measured"),
+    ("predicted_hit_rate", "twin prediction", "twin"),
+    ("ideal_hit_rate", "ideal (unbounded)", "ideal"),
+    ("theoretical_hit_rate_capped", "LRU at capacity", "lru"),
+    ("belady_hit_rate", "Belady at capacity", "belady"),
 )
 
 
@@ -29,24 +32,48 @@ def server_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["server_flavour"].notna()]
 
 
+def group_label(row: pd.Series) -> str:
+    """`multiturn\nburst\nvllm 0.32.0, block 32`: the workload, how it was sent and which server,
+    all read from the run's own config and summary."""
+    if row.get("config.load.max_concurrency") == 1 or row.get("one_at_a_time") is True:
+        sent = "1 at a time"
+    elif row.get("config.load.mode") == "poisson" and pd.notna(row.get("config.load.rate")):
+        sent = f"Poisson {row['config.load.rate']:g}/s"
+    else:
+        sent = str(row.get("load_mode") or row.get("config.load.mode") or "")
+    g = row.get("granularity")
+    server = f"{row.get('server') or row.get('server_flavour')}"
+    if pd.notna(g):
+        server += f", {'page' if row.get('server_flavour') == 'sglang' else 'block'} {int(g)}"
+    return f"{row['workload']}\n{sent}\n{server}"
+
+
+def _style(kind: str, arm: str) -> dict:
+    if kind == "measured":
+        return {"color": colour(arm)}
+    if kind == "twin":
+        return {"color": "white", "edgecolor": colour(arm), "hatch": TWIN_HATCH}
+    return {"color": BOUND_COLOURS[kind]}
+
+
 def server_twin(inputs: Inputs) -> list[str]:
     runs = server_runs(inputs.runs)
     if runs.empty:
         raise Skip("no live-server run")
     runs = runs.sort_values(["workload", "run_dir"])
-    labels = [
-        f"{r['workload']}\n{r.get('load_mode', '')}"
-        + (" (1 at a time)" if r.get("one_at_a_time") is True else "")
-        for _, r in runs.iterrows()
-    ]
+    labels = [group_label(r) for _, r in runs.iterrows()]
+    arms = runs["arm"].astype(str).tolist()
     x = np.arange(len(runs))
     width = 0.8 / len(BARS)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(runs)), 4.0))
-    for i, (column, name) in enumerate(BARS):
+    for i, (column, name, kind) in enumerate(BARS):
         values = pd.to_numeric(
             runs.get(column, pd.Series(np.nan, index=runs.index)), errors="coerce"
         )
-        ax.bar(x + (i - (len(BARS) - 1) / 2) * width, values * 100, width, label=name)
+        offset = (i - (len(BARS) - 1) / 2) * width
+        for j, (xj, value, arm) in enumerate(zip(x, values * 100, arms)):
+            label = name if j == 0 else None  # one legend entry per kind of bar
+            ax.bar(xj + offset, value, width, label=label, linewidth=0.8, **_style(kind, arm))
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("prompt tokens served from cache (%)")
     ax.set_ylim(0, 100)

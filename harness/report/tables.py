@@ -13,6 +13,8 @@ design's preset (caching off, a policy other than fcfs, another block or page si
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -70,7 +72,17 @@ SHOWN_KEYS = (
     "executor",
 )
 # Config keys never listed as varying: the seed varies inside a group; the rest are shown as arm.
-NOT_VARYING = ("config.seed", "config.label", "config.save_tokens", "config.overwrite")
+NOT_VARYING = (
+    "config.seed",
+    "config.label",
+    "config.save_tokens",
+    "config.overwrite",
+    # where a server listened and its launcher's nonce: not what was measured (server_identity)
+    "config.server.url",
+    "config.server.expect_nonce",
+)
+# the "-<nonce>" a launcher appends to the served model name (8 hex digits, launch.py)
+_NONCE = re.compile(r"-[0-9a-f]{8}$")
 # Pairs of the overhead arm: same everything but cache_enabled, matched on seed.
 PAIR_COLUMNS = (
     "workload",
@@ -125,9 +137,13 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
         _coalesce(df, "kv_capacity_tokens", "config.engine.kv_capacity_tokens")
     )
     df["model"] = _coalesce(df, "config.model.name", "model_id").fillna("unknown")
-    if "server_flavour" in df:  # the served model, not the (unused) in-process one
+    if "server_flavour" in df:  # a live server's own identity, not its twin's or its address
         served = df["server_flavour"].notna()
-        df.loc[served, "model"] = df.loc[served, "model_id"]
+        df.loc[served, "model"] = _served_model(df[served])
+        df.loc[served, "granularity"] = pd.to_numeric(df.loc[served, "block_size_or_page_size"])
+        df["server"] = (
+            df["server_flavour"].astype(str) + " " + _coalesce(df, "server_version").astype(str)
+        ).where(served)
     df["executor"] = _coalesce(df, "config.executor", "executor").fillna("real")
     df["seed"] = pd.to_numeric(_coalesce(df, "seed", "config.seed"))
     df["hardware"] = _coalesce(df, "config.hardware.name")
@@ -149,6 +165,22 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     df["varies"] = _varying_keys(df)
     df["series"] = _series(df)
     return df
+
+
+def _served_model(served: pd.DataFrame) -> pd.Series:
+    """The served model without the launcher's nonce (`llama-rand-smollm2-50914c48` ->
+    `llama-rand-smollm2`): two starts of one server are one platform, one figure set."""
+    nonces = _coalesce(served, "config.server.expect_nonce")
+    return pd.Series(
+        [
+            name.removesuffix(f"-{nonce}")
+            if isinstance(nonce, str) and nonce
+            else _NONCE.sub("", name)
+            for name, nonce in zip(served["model_id"].astype(str), nonces)
+        ],
+        index=served.index,
+        dtype=object,
+    )
 
 
 def _per_step_bookkeeping(df: pd.DataFrame) -> pd.Series:

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from harness.live_server import prometheus
+from harness.live_server.bounded import CAPS
 from harness.live_server.cache_state import reset_cache
 from harness.live_server.config import ServerConfig
 from harness.live_server.driver import RETURNED, completion_body
@@ -135,7 +136,8 @@ def test_reset_then_probe_misses(vllm_server):
     async def go():
         client = ServerClient(cfg)
         try:
-            model = vllm_server.model or (await client.get("/v1/models")).json()["data"][0]["id"]
+            served = vllm_server.model or (await client.get("/v1/models", CAPS.models_bytes))
+            model = served if isinstance(served, str) else served.json()["data"][0]["id"]
             body = completion_body(flavour, model, req, prompt)
             first = await client.complete(body, 1)
             second = await client.complete(body, 1)

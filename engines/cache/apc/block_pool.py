@@ -16,6 +16,7 @@ from engines.cache.apc import pool_loops
 from engines.cache.apc.block import FreeKVCacheBlockQueue, KVCacheBlock
 from engines.cache.apc.kv_events import AllBlocksCleared, BlockRemoved, KvEventLog, external_hash
 from engines.cache.apc.pool_loops import Entries, Entry, PoolLoops
+from engines.cache.apc.undo import PoolJournal
 from engines.vllm_profile import FREE_ORDERS, FreeOrder
 
 __all__ = ["FREE_ORDERS", "BlockHashToBlockMap", "BlockPool", "FreeOrder"]
@@ -127,6 +128,8 @@ class BlockPool:
         self.num_free_cached = 0  # hashed blocks in the free queue (evictable)
         # vLLM's KV-cache events (kv_events.py): None unless a server publishes them
         self.events: KvEventLog | None = None
+        # what each change overwrites, while a trial step runs (undo.py); None otherwise
+        self.journal: PoolJournal | None = None
 
     # ---- lookup and caching ------------------------------------------------------------------
     def get_cached_block(self, key: bytes) -> KVCacheBlock | None:
@@ -150,6 +153,8 @@ class BlockPool:
         if num_cached_blocks >= num_full_blocks:
             return
         assert len(keys) >= num_full_blocks, "block hashes lag behind the blocks to cache"
+        if self.journal is not None:
+            self.journal.note_cache(keys, blocks, num_cached_blocks, num_full_blocks)
         if provenances is not None:
             for blk, prov in zip(blocks[num_cached_blocks:num_full_blocks], provenances):
                 blk.provenance = prov
@@ -171,6 +176,8 @@ class BlockPool:
             return []
         if self.events is not None:
             self._log_evictions(num_blocks)
+        if self.journal is not None:
+            self.journal.note_pop(num_blocks)
         cached = self.cached_block_hash_to_block
         out, num_evicted = self.loops.pop_free(
             queue.fake_free_list_head, num_blocks, cached.entries, cached.pop
@@ -192,6 +199,9 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on hit blocks; a free one leaves the queue (§3)."""
+        if self.journal is not None:
+            blocks = list(blocks)
+            self.journal.note_touch(blocks)
         num_removed, num_hashed = self.loops.take_free(blocks)
         self.free_block_queue.num_free_blocks -= num_removed
         self.num_free_cached -= num_hashed
@@ -200,6 +210,9 @@ class BlockPool:
         """Drop one reference each; blocks reaching 0 re-enter the queue, first element evicted
         first, per the profile rule: at the tail, or (v024) hashless ones at the head."""
         queue = self.free_block_queue
+        if self.journal is not None:
+            ordered_blocks = list(ordered_blocks)
+            self.journal.note_free(ordered_blocks)
         num_freed, num_hashed = self.loops.link_free(
             queue.fake_free_list_head,
             queue.fake_free_list_tail,
@@ -208,6 +221,18 @@ class BlockPool:
         )
         queue.num_free_blocks += num_freed
         self.num_free_cached += num_hashed
+
+    def start_journal(self) -> PoolJournal:
+        """Keep what every change overwrites until `rollback_journal` (undo.py)."""
+        self.journal = PoolJournal(self)
+        return self.journal
+
+    def rollback_journal(self) -> None:
+        """Undo every change since `start_journal`, and stop keeping them."""
+        if self.journal is None:
+            raise RuntimeError("rollback_journal() without start_journal()")
+        journal, self.journal = self.journal, None
+        journal.rollback()
 
     # ---- maintenance -------------------------------------------------------------------------
     def reset_prefix_cache(self) -> bool:
@@ -218,6 +243,8 @@ class BlockPool:
                 num_used - 1,
             )
             return False
+        if self.journal is not None:
+            self.journal.note_everything()
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         for blk in self.blocks:
             blk.reset_hash()

