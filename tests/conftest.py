@@ -83,11 +83,15 @@ def _collect_garbage_in_the_last_teardown() -> Iterator[None]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """The checkout's git state, which every run's manifest records, asked before any test: its
-    `git` children belong to the session, not to a fast-tier test (tests/tier_guard.py)."""
+    """What every run's manifest records and a child process answers, asked once before any test
+    so those children belong to the session, not to a fast-tier test (tests/tier_guard.py): the
+    checkout's git state (`git`), and the platform string (`platform` asks `uname -p` once)."""
+    import platform
+
     from harness.results.manifest import repo_git_state
 
     repo_git_state()
+    platform.platform()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -9,9 +9,10 @@ design for a `kv_aware` fleet and a step-locked replay, with no line of harness/
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Ids
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from engines.cache import DESIGNS
 from engines.cache.addressing import TableJournal
 from engines.cache.design import CacheDesign, FigureStyle
-from engines.cache.protocol import KvEventSource, PrefixCache, PrefixPeek
+from engines.cache.protocol import KvEventSource, PrefixCache, PrefixPeek, UndoableCache
 from engines.cache.records import (
     AllBlocksCleared,
     Allocation,
@@ -55,7 +56,7 @@ class _Held:
     cached: int  # leading blocks of the table that are cached (keyed)
 
 
-class ExactCache(PrefixCache[Handle, Lock], PrefixPeek, KvEventSource):
+class ExactCache(PrefixCache[Handle, Lock], PrefixPeek, KvEventSource, UndoableCache):
     name = NAME
     matchable_at_allocation = False
 
@@ -251,6 +252,18 @@ class ExactCache(PrefixCache[Handle, Lock], PrefixPeek, KvEventSource):
         self, token_ids: Ids[int], lora_id: str | None, salt: str | None
     ) -> list[int]:
         return chain(token_ids, self.block_size, lora_id, salt)
+
+    # ------------------------------------------------------------------ undo
+    def checkpoint(self) -> Callable[[], None]:
+        """A toy's undo: its whole state copied (the step lock's trial; a real design journals
+        only what a step touches, as apc does)."""
+        saved = copy.deepcopy(self.__dict__)
+
+        def undo() -> None:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+
+        return undo
 
 
 def build_exact(config: EngineConfig) -> ExactCache:

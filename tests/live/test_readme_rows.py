@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import VLLM_TEST_BLOCKS
 from tests.harness_util import run_harness
-from tests.test_real_server import aligned, assert_step_locked
+from tests.live.test_real_server import aligned, assert_step_locked
 
 pytestmark = pytest.mark.slow
 

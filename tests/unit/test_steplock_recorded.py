@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 
@@ -24,25 +23,10 @@ from engines.build import build_engine
 from engines.config import EngineConfig
 from harness.live_server import steplock
 from harness.live_server.kv_events import KvBatch
-from harness.live_server.steplock import Arrival
 from harness.live_server.twin import _Context, twin_hardware
-from workloads.request import Request
+from tests.steplock_util import DATA, arrivals
 
-DATA = Path(__file__).parents[1] / "data" / "steplock"
 CASES = sorted(p.name.removesuffix(".json.gz") for p in DATA.glob("*.json.gz"))
-
-
-def _arrivals(case: dict) -> list[Arrival]:
-    out = []
-    for r in case["requests"]:
-        req = Request(
-            request_id=r["request_id"],
-            prompt_ids=tuple(r["prompt_ids"]),
-            output_ids=tuple(r["output_ids"]),
-            after=r["after"],
-        )
-        out.append(Arrival(req, r["send_wall_s"], r["end_wall_s"], tuple(r["token_wall_s"])))
-    return out
 
 
 def _replay(case: dict, batches: list[KvBatch]) -> steplock.StepLockedRun:
@@ -53,7 +37,7 @@ def _replay(case: dict, batches: list[KvBatch]) -> steplock.StepLockedRun:
         executor="simulated",
         hardware=twin_hardware(None),
     )
-    return steplock.replay(engine, _arrivals(case), batches, cfg.block_size)
+    return steplock.replay(engine, arrivals(case), batches, cfg.block_size)
 
 
 @pytest.mark.parametrize("name", CASES)

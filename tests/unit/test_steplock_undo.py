@@ -24,7 +24,8 @@ from harness.client.inprocess import completion_request
 from harness.live_server import steplock
 from harness.live_server.kv_events import KvBatch
 from harness.live_server.twin import _Context, twin_hardware
-from tests.test_steplock_recorded import DATA, _arrivals
+from tests.steplock_util import DATA
+from tests.steplock_util import arrivals as recorded_arrivals
 
 BIG = 131_072
 
@@ -118,7 +119,7 @@ def test_a_trial_step_is_undone_exactly_and_journals_only_what_it_touched(blocks
     """A trial before each step (every 40th on the big pool: the check walks the whole pool),
     entering the next turn early: some evict cached blocks and preempt on 129 blocks."""
     case = _case()
-    arrivals = _arrivals(case)
+    arrivals = recorded_arrivals(case)
     seen = {"evicting": 0, "preempting": 0, "trials": 0, "most_touched": 0}
 
     def trial(engine, step: int, pending: list) -> None:
@@ -153,7 +154,7 @@ def test_a_recorded_run_replays_through_a_131072_block_pool():
     batches = [KvBatch.from_row(row) for row in case["kv_batches"]]
     runs = {}
     for blocks in (2048, BIG):
-        run = steplock.replay(_engine(case, blocks), _arrivals(case), batches, 32)
+        run = steplock.replay(_engine(case, blocks), recorded_arrivals(case), batches, 32)
         runs[blocks] = (
             {r.request_id: r.cached_tokens for r in run.records},
             [b.changes for b in run.twin_batches],
