@@ -30,13 +30,16 @@ def request(rid: str, prompt: list[int], max_new: int = 4) -> GenerationRequest:
 
 
 def run_steps(engine: Engine, joins: list[list[GenerationRequest]]) -> dict[str, int]:
-    """`joins[i]` joins the queue before iteration i; iterate until nothing is left. An iteration
-    with nothing to run idles the engine. Returns each request's cached tokens."""
-    i = 0
+    """`joins[i]` is received by iteration i (as a driver of upstream's loop hands requests to
+    its receive): it arrives when step i - 1 started, before SGLang's overlap loop formed step i.
+    Iterate until nothing is left; an iteration with nothing to run idles the engine. Returns
+    each request's cached tokens."""
+    i, started = 0, engine.clock.now()
     while i < len(joins) or engine.has_work:
         for req in joins[i] if i < len(joins) else []:
-            engine.add_request(req, engine.clock.now())
+            engine.add_request(req, started)
         i += 1
+        started = engine.clock.now()
         if engine.has_work:
             engine.step()
         else:

@@ -14,7 +14,7 @@ import pytest
 from engines.batch import run_batch
 from engines.config import EngineConfig
 from engines.errors import BadInput
-from engines.request import GenerationRequest
+from engines.request import CompletionRequest, GenerationRequest
 from engines.sched.sglang import SglangScheduler
 from tests.stepwise import request, run_steps, step_engine
 
@@ -153,3 +153,40 @@ def test_retractions_under_overlap_keep_the_cache_whole(cache, block):
         got.append([(r.request_id, r.cached_tokens, r.num_preemptions) for r in recs])
     assert got[0] == got[1]
     assert sum(p for _, _, p in got[0]) >= 1
+
+
+def test_a_request_sent_at_a_finish_is_formed_after_that_finish_is_processed():
+    """Closed loop: B is sent when A finishes (step 7) while C keeps the engine busy. Upstream
+    reports A's finish only when it processes it, after step 8 was formed: B reaches step 9 and
+    matches A's prompt and output. The decode of step 8 gave A one more slot, so its release
+    inserted its last token too: 108 tokens, not 107."""
+    prompt = PREFIX[:100]
+    got = {}
+    for overlap in (False, True):
+        engine = radix(overlap, decode_runs=False)
+        engine.add_request(request("c", list(range(2000, 2050)), max_new=40), 0.0)
+        engine.add_request(request("a", prompt, max_new=8), 0.0)
+        out = engine.step()
+        while not any(r.request_id == "a" for r in out.finished):
+            out = engine.step()
+        engine.add_request(request("b", prompt + list(range(900, 908)) + [5, 6, 7]), out.end_s)
+        while engine.has_work:
+            engine.step()
+        engine.idle()
+        steps = [[rid for rid, _ in rec.scheduled] for rec in engine.loop.step_log or []]
+        first = next(i for i, ids in enumerate(steps) if "b" in ids)
+        got[overlap] = (first, {r.request_id: r.cached_tokens for r in engine.records}["b"])
+    assert got == {False: (8, 107), True: (9, 108)}
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_parallel_samples_wait_for_their_prefix_request_to_be_processed(overlap):
+    """SGLang's front stage sends the n samples when the prefix request has finished: under
+    overlap that is when its result is processed, so every sample reuses the prompt."""
+    engine = radix(overlap)
+    scripts = tuple((i + 1,) * 5 for i in range(4))
+    engine.submit(CompletionRequest("p", PREFIX[:100], 5, n=4, scripted_output_ids=scripts), 0.0)
+    while engine.has_work:
+        engine.step()
+    engine.idle()
+    assert [r.cached_tokens for r in engine.records] == [99] * 4
