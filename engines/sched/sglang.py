@@ -31,16 +31,16 @@ from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, S
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.prefill_stats import PrefillBatchStats, record_prefill
-from engines.sched.sglang_decode import SglangDecodeRound
 from engines.sched.sglang_overlap import PendingResult, pending_of, process
 from engines.sched.sglang_policy import SglangPolicy
 from engines.sequence import SeqStatus, Sequence
 
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 BASE_MIN_NEW_TOKEN_RATIO = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 
 
-class SglangScheduler(SglangDecodeRound, Scheduler):
+class SglangScheduler(Scheduler):
     def __init__(
         self,
         cache: AnyPrefixCache,
@@ -242,6 +242,34 @@ class SglangScheduler(SglangDecodeRound, Scheduler):
         tokens. A request needing more than the whole pool can never be admitted."""
         return prompt_len + min(max_new_tokens, self.clip) + self.cache.block_size + 1
 
+    # ----------------------------------------------------------------- decode
+    def _decode_round(self, waiting: deque[Sequence], running: list[Sequence]) -> StepPlan:
+        """`update_running_batch` on a batch `schedule` has filtered already."""
+        initial_bs = len(self.batch)
+        if not self.batch:
+            return StepPlan()
+        retracted: list[Sequence] = []
+        if not self._check_decode_mem(self.batch):
+            retracted = self._retract(waiting, running)
+        else:
+            self._decay_new_token_ratio()
+        if len(self.batch) < initial_bs:
+            self.batch_is_full = False
+        if not self.cache.allocate(
+            [Allocation(seq, 1) for seq in self.batch], decode=True, budgeted=True
+        ):
+            raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
+        # Overlap: a request whose finish is still in flight takes its slot (upstream decodes it
+        # and discards the token) but is not run here; without overlap none is in the batch.
+        return StepPlan(
+            [
+                ScheduledSeq(seq, seq.num_computed_tokens, 1)
+                for seq in self.batch
+                if not seq.is_finished
+            ],
+            retracted,
+        )
+
     # ------------------------------------------------------------- decode runs
     def plan_decode_run(
         self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
@@ -303,3 +331,69 @@ class SglangScheduler(SglangDecodeRound, Scheduler):
         if len(batch) < len(self.batch):
             self.batch_is_full = False
         self.batch = batch
+
+    def _decay_new_token_ratio(self) -> None:
+        self.new_token_ratio = max(
+            self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
+        )
+
+    def _decode_need(self, seqs: list[Sequence]) -> int:
+        """`new_tokens_required_next_decode`: a page for each request whose committed length is
+        on a page boundary (its next token opens a page), nothing for the others."""
+        page = self.cache.block_size
+        if page == 1:
+            return len(seqs)
+        return page * sum(1 for seq in seqs if seq.num_computed_tokens % page == 0)
+
+    def _decode_headroom(self, batch_size: int) -> int:
+        """Free tokens a decode step of `batch_size` requests needs so that nothing evicts: the
+        step's allocation (`alloc_paged_token_slots_decode`) evicts up to one page per request,
+        an over-estimate upstream keeps; it covers the memory check's page-aligned need too."""
+        return batch_size * self.cache.block_size
+
+    def _check_decode_mem(self, seqs: list[Sequence]) -> bool:
+        need = self._decode_need(seqs)
+        self.cache.evict(need)
+        return self.cache.free_tokens() >= need
+
+    def _retract(self, waiting: deque[Sequence], running: list[Sequence]) -> list[Sequence]:
+        """§7.3: victims (fewest outputs, longest input) from the back until the step fits.
+        Returns the victims in retraction order.
+
+        Under overlap the outputs are counted as upstream sees them (an in-flight token not yet),
+        and a request whose finish is in flight is never a victim: here it has finished already
+        (upstream could retract it and run it again; docs/scheduler_x_cache.md)."""
+        batch, cache = self.batch, self.cache
+        in_flight = self.in_flight
+        outputs = [seq.num_output_tokens - (seq.seq_id in in_flight) for seq in batch]
+        order = sorted(
+            range(len(batch)),
+            key=lambda i: (batch[i].is_finished, outputs[i], -batch[i].num_prompt_tokens),
+            reverse=True,
+        )
+        first = True
+        victims: list[Sequence] = []
+        while first or not self._check_decode_mem([batch[i] for i in order]):
+            if len(order) == 1 or batch[order[-1]].is_finished:
+                break
+            first = False
+            seq = batch[order.pop()]
+            computed = seq.num_computed_tokens
+            cache.release(seq, finished=False)
+            cache.evict(len(order) * RETRACT_DECODE_STEPS)
+            self._recompute_until[seq.seq_id] = max(
+                self._recompute_until.get(seq.seq_id, 0), computed
+            )
+            seq.status = SeqStatus.PREEMPTED
+            seq.num_computed_tokens = 0
+            seq.num_preemptions += 1
+            running.remove(seq)
+            waiting.append(seq)
+            victims.append(seq)
+        self.batch = [batch[i] for i in order]
+        decoded = sum(outputs[i] for i in order)
+        max_new = sum(seq.max_new_tokens for seq in self.batch)
+        self.new_token_ratio = min(
+            1.0, (decoded + RETRACT_DECODE_STEPS * len(self.batch)) / (max_new + 1)
+        )
+        return victims
