@@ -34,6 +34,7 @@ DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
         "in_batch_deprioritize_threshold",
         "waiting_prefix_refresh",
         "sglang_frontend",
+        "overlap",
     ),
 }
 
@@ -71,6 +72,10 @@ class EngineConfig:
     in_batch_check_threshold: int = 32
     in_batch_deprioritize_threshold: int = 32
     waiting_prefix_refresh: bool = True
+    # SGLang's overlap event loop (`event_loop_overlap`): batch N+1 is formed before batch N's
+    # results are processed (engines/sched/sglang_overlap.py). Upstream's default on a GPU is on
+    # (`--disable-overlap-schedule` turns it off); here off, the non-overlap loop every pin holds.
+    overlap: bool = False
     # SGLang's front stage (engines/frontend.py): the awaited n > 1 prefix request and a program
     # batch's precached common prefix; false gives the SGLang scheduler vLLM's plain fan-out.
     sglang_frontend: bool = True
@@ -134,6 +139,8 @@ class EngineConfig:
             raise BadInput(
                 f"engine.schedule_conservativeness must be a positive number, got {value!r}"
             )
+        if not isinstance(self.overlap, bool):
+            raise BadInput(f"engine.overlap must be true or false, got {self.overlap!r}")
         if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
             raise BadInput(
                 f"engine.cuda_graphs must be true, false or null, got {self.cuda_graphs!r}"

@@ -86,6 +86,8 @@ class Engine:
         self._held: dict[str, list[tuple[GenerationRequest, float]]] = {}  # wait_for -> children
         self.frontend_records: list[RequestRecord] = []  # the front stage's prefill-only children
         self._idle_steps = 0
+        # SGLang's overlap loop: when the step in flight started (None: nothing in flight)
+        self._launched_s: float | None = None
 
     @property
     def clock(self) -> RunClock:
@@ -124,6 +126,7 @@ class Engine:
         """Nothing is waiting or running: a scheduler design may reset state here (SGLang resets
         its new-token ratio on an idle iteration). Drivers call it whenever the engine idles."""
         self.loop.idle()
+        self._launched_s = None  # an idle loop receives every request before its next formation
 
     def reset_counters(self) -> None:
         """Zero the step count and the cache-bookkeeping time: a measured window after a flush
@@ -137,6 +140,7 @@ class Engine:
         self.records = []
         self.frontend_records = []
         self.clock.restart()
+        self._launched_s = None
 
     def submit(self, req: CompletionRequest, arrival_s: float) -> list[str]:
         """Queue an API request: checked, split by the front stage; returns the children's ids."""
@@ -162,13 +166,18 @@ class Engine:
                 self.add_request(child, arrival_s)
         return [c.request_id for c in samples]
 
-    def add_request(self, req: GenerationRequest, arrival_s: float) -> None:
-        """Queue one child as released at `arrival_s` on the run clock."""
+    def add_request(
+        self, req: GenerationRequest, arrival_s: float, received_s: float | None = None
+    ) -> None:
+        """Queue one child as released at `arrival_s` on the run clock (reaching the scheduler at
+        `received_s`, by default then too)."""
         if req.request_id in self._timelines:
             raise BadInput(f"request {req.request_id} is already in flight")
         self._timelines[req.request_id] = _Timeline(req, arrival_s)
         self._unscheduled.add(req.request_id)
-        self.loop.add(_sequence(req, arrival_s))
+        seq = _sequence(req, arrival_s)
+        seq.received_s = arrival_s if received_s is None else received_s
+        self.loop.add(seq)
 
     def abort_request(self, request_id: str) -> bool:
         """Drop a child, or every child of a parent id. A waiting child leaves at once; a running
@@ -206,7 +215,7 @@ class Engine:
     def _release_held(self, request_id: str) -> None:
         """`request_id` finished (or left): queue the children that waited for it."""
         for child, arrival_s in self._held.pop(request_id, []):
-            self.add_request(child, arrival_s)
+            self.add_request(child, arrival_s, received_s=self.clock.now())
 
     def step(self, next_release_s: float = math.inf) -> StepOutput:
         """One scheduling step, or a decode run that ends before `next_release_s`."""
@@ -215,7 +224,8 @@ class Engine:
             if out is not None:
                 return out
         now = self.clock.now()
-        plan = self.loop.schedule()
+        plan = self.loop.schedule(self._launched_s if self.loop.scheduler.overlap else None)
+        self._launched_s = now if plan.scheduled else None
         if not plan.scheduled:
             return self._no_progress(next_release_s)
         self._idle_steps = 0
@@ -252,8 +262,11 @@ class Engine:
         run = self.loop.plan_decode_run()
         if run is None or run.max_steps < MIN_RUN_STEPS:
             return None
+        start = self.clock.now()
         result = self.executor.execute_decode_run(run, next_release_s)
         self.loop.complete_decode_run(run, result.tokens)
+        ends = result.end_times_s
+        self._launched_s = ends[-2] if len(ends) > 1 else start  # the run's last step started
         self._idle_steps = 0
         for seq in run.seqs:
             self._timelines[seq.seq_id].token_times_s.extend(result.end_times_s)

@@ -73,7 +73,29 @@ class StepLoop:
         """An iteration with nothing to run (no request waiting or running)."""
         self.scheduler.on_idle()
 
-    def schedule(self) -> StepPlan:
+    def schedule(self, launched_s: float | None = None) -> StepPlan:
+        """The next step's plan. `launched_s` (SGLang's overlap loop, None otherwise): when the
+        step still in flight started. Sequences received after it reached upstream's queue after
+        this formation's receive: they wait for the next one, which, when this iteration launches
+        nothing, follows at once (upstream's loop spins: process the last result, receive, form)."""
+        late = self._take_late(launched_s) if launched_s is not None else []
+        plan = self._schedule_once()
+        if late:
+            self.waiting.extend(late)
+            if not plan.scheduled:
+                plan = self._schedule_once()
+        return plan
+
+    def _take_late(self, launched_s: float) -> list[Sequence]:
+        """The queue's tail received after `launched_s` (arrivals join at the tail between
+        steps), removed from the queue in order."""
+        late: list[Sequence] = []
+        while self.waiting and self.waiting[-1].received_s > launched_s:
+            late.append(self.waiting.pop())
+        late.reverse()
+        return late
+
+    def _schedule_once(self) -> StepPlan:
         if self.step_log is not None:
             self._running_before = {seq.seq_id for seq in self.running}
         t0 = time.perf_counter_ns()

@@ -37,6 +37,9 @@ class Sequence:
     lora_id: str | None = None
     priority: int = 0
     arrival_s: float = 0.0
+    # When it reached the scheduler's queue (a held child: when released); under SGLang's overlap
+    # loop a request received after a step was launched waits for the formation after the next.
+    received_s: float = 0.0
     status: SeqStatus = SeqStatus.WAITING
     num_computed_tokens: int = 0
     # Prompt tokens reused at the first admission (vLLM num_cached_tokens / SGLang cached_tokens).

@@ -42,7 +42,7 @@ def build_vllm(cache: AnyPrefixCache, config: EngineConfig) -> VllmScheduler:
 
 
 def build_sglang(cache: AnyPrefixCache, config: EngineConfig) -> SglangScheduler:
-    """SGLang's scheduler with the config's prefill budget and policy knobs."""
+    """SGLang's scheduler with the config's prefill budget, policy knobs and event loop."""
     return SglangScheduler(
         cache,
         config.policy,
@@ -53,6 +53,7 @@ def build_sglang(cache: AnyPrefixCache, config: EngineConfig) -> SglangScheduler
         in_batch_check_threshold=config.in_batch_check_threshold,
         in_batch_deprioritize_threshold=config.in_batch_deprioritize_threshold,
         waiting_prefix_refresh=config.waiting_prefix_refresh,
+        overlap=config.overlap,
     )
 
 

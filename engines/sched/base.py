@@ -92,6 +92,9 @@ class Scheduler(Protocol):
     """
 
     cache: AnyPrefixCache
+    # SGLang's overlap loop: the next batch is formed while the last one runs, so requests that
+    # arrive during a step reach the formation after the next (engines/loop.py `schedule`)
+    overlap: bool
 
     def schedule(
         self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget

@@ -46,12 +46,17 @@ class PrefillAdder:
         rem_chunk_tokens: int | None,
         clip_max_new_tokens: int,
         ignore_eos: bool = False,
+        in_flight: frozenset[str] = frozenset(),
     ) -> None:
+        """`in_flight`: running requests whose last token upstream has not processed yet (the
+        overlap loop), so its `output_ids` is one short for them."""
         self.cache, self.page_size = cache, cache.block_size
         self.clip = clip_max_new_tokens
         ratio = 1.0 if ignore_eos else new_token_ratio
         self.rem_total_token_offset: float = sum(
-            min(seq.max_new_tokens - seq.num_output_tokens, self.clip) * ratio for seq in running
+            min(seq.max_new_tokens - seq.num_output_tokens + (seq.seq_id in in_flight), self.clip)
+            * ratio
+            for seq in running
         )
         self.cur_rem_token_offset = 0
         self.rem_input_tokens = rem_input_tokens

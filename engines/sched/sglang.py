@@ -15,6 +15,10 @@ on APC it was matchable at allocation already and the commit is a no-op.
 `self.batch` mirrors upstream `running_batch.reqs`. Requests that finished in a decode step leave it
 at the start of the next iteration, before the prefill round, as `get_next_batch_to_run` filters
 every iteration (docs/radix.md, the scheduler's iteration order).
+
+`overlap=True` is upstream's `event_loop_overlap` (its GPU default): `finish_step` only merges a
+prefill batch into the running batch and keeps the result; `schedule` forms the next batch first
+and processes the kept result after it (engines/sched/sglang_overlap.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, S
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.prefill_stats import PrefillBatchStats, record_prefill
+from engines.sched.sglang_overlap import PendingResult, pending_of, process
 from engines.sched.sglang_policy import SglangPolicy
 from engines.sequence import SeqStatus, Sequence
 
@@ -54,6 +59,7 @@ class SglangScheduler(Scheduler):
         in_batch_deprioritize_threshold: int = 32,
         waiting_prefix_refresh: bool = True,
         ignore_eos: bool = False,
+        overlap: bool = False,
     ) -> None:
         self.cache = cache
         # decode runs need the cache's DecodeRunAllocation; without it every step is planned
@@ -85,6 +91,8 @@ class SglangScheduler(Scheduler):
         self._last_plan_is_prefill = False
         # seq id -> tokens computed before its retraction
         self._recompute_until: dict[str, int] = {}
+        self.overlap = overlap
+        self._pending: PendingResult | None = None  # overlap: the result not processed yet
 
     # ------------------------------------------------------------------ steps
     def schedule(
@@ -97,17 +105,35 @@ class SglangScheduler(Scheduler):
         self._last_plan_is_prefill = plan is not None
         if plan is None:
             plan = self._decode_round(waiting, running)
-        if not plan.scheduled:
+        if self._pending is not None:  # overlap: the last batch's results, after this one formed
+            self._process_pending({seq.seq_id for seq in plan.preempted})
+        elif not plan.scheduled:
             self.on_idle()  # upstream's loop found no batch to run
         return plan
 
     def on_idle(self) -> None:
         """An iteration with nothing to run: its `get_next_batch_to_run` filtered the batch, and
-        `self_check_during_idle` starts the ratio over."""
+        `self_check_during_idle` starts the ratio over. Under overlap the kept result is processed
+        first (an idle loop's next iterations do: the first processes it, the next is idle)."""
+        if self._pending is not None:
+            self._process_pending(set())
         self._filter_batch()
         self.new_token_ratio = self.init_new_token_ratio
 
+    def _process_pending(self, retracted: set[str]) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            process(self.cache, pending, retracted)
+
+    @property
+    def in_flight(self) -> frozenset[str]:
+        """Requests whose last sampled token upstream has not processed yet (overlap only)."""
+        return self._pending.sampled if self._pending is not None else frozenset()
+
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
+        if self.overlap:
+            self._keep_result(plan)
+            return
         cache = self.cache
         if not self._last_plan_is_prefill:
             done = [item.seq for item in plan.scheduled if item.seq.is_finished]
@@ -134,6 +160,21 @@ class SglangScheduler(Scheduler):
                 self.batch_is_full = False  # upstream adopts the prefill batch object itself
             self.batch.extend(kept)
 
+    def _keep_result(self, plan: StepPlan) -> None:
+        """Overlap: the next `get_next_batch_to_run` merges a prefill batch into the running batch
+        before anything of it is processed, so nobody in it is known to have finished; only the
+        chunked request stays out. The result waits for the next `schedule`."""
+        chunked = self.chunked if self._last_plan_is_prefill else None
+        if self._last_plan_is_prefill:
+            kept = [item.seq for item in plan.scheduled if item.seq is not chunked]
+            if len(kept) < len(plan.scheduled):
+                self.batch_is_full = False
+            if kept:
+                if not self.batch:
+                    self.batch_is_full = False
+                self.batch.extend(kept)
+        self._pending = pending_of(plan, self._last_plan_is_prefill, chunked)
+
     # ---------------------------------------------------------------- prefill
     def _prefill_round(
         self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
@@ -154,6 +195,7 @@ class SglangScheduler(Scheduler):
             budget.max_num_batched_tokens,
             self.clip,
             self.ignore_eos,
+            self.in_flight,
         )
         if self.chunked is not None:
             self.chunked = adder.add_chunked_req(self.chunked, self.chunked.num_computed_tokens)
@@ -229,8 +271,15 @@ class SglangScheduler(Scheduler):
         allocate = self.budgeted.allocate_decode if self.budgeted else self.cache.allocate
         if not allocate([Allocation(seq, 1) for seq in self.batch]):
             raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
+        # Overlap: a request whose finish is still in flight takes its slot (upstream decodes it
+        # and discards the token) but is not run here; without overlap none is in the batch.
         return StepPlan(
-            [ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch], retracted
+            [
+                ScheduledSeq(seq, seq.num_computed_tokens, 1)
+                for seq in self.batch
+                if not seq.is_finished
+            ],
+            retracted,
         )
 
     # ------------------------------------------------------------- decode runs
@@ -240,7 +289,7 @@ class SglangScheduler(Scheduler):
         """Steps that are decode batches of the same requests: no chunk in flight, and the prefill
         round returns at once (nobody waiting, or a full batch that this step's filter of finished
         requests does not un-fill), with the decode memory check passing without eviction."""
-        if self.runs is None or self.chunked is not None:
+        if self.runs is None or self.chunked is not None or not self._quiet_pending():
             return None
         batch = self._unfinished_batch()
         if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
@@ -267,10 +316,25 @@ class SglangScheduler(Scheduler):
         self.runs.allocate_decode_run(
             [Allocation(seq, 1) for seq in run.seqs], num_steps, matchable_lag=0
         )
+        if self.overlap:  # the run's last step is the kept result; processing it releases nobody
+            plan = StepPlan([ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in run.seqs])
+            self._pending = PendingResult(plan, False, None, frozenset(s.seq_id for s in run.seqs))
+
+    def _quiet_pending(self) -> bool:
+        """No kept result, or one whose processing changes nothing (a decode nobody finished in),
+        with no finished request left in the batch: only then are the next steps a decode run."""
+        pending = self._pending
+        if pending is None:
+            return True
+        if pending.is_prefill or any(item.seq.is_finished for item in pending.plan.scheduled):
+            return False
+        return not any(seq.is_finished for seq in self.batch)
 
     def _unfinished_batch(self) -> list[Sequence]:
-        """The running batch without the requests that finished in the last decode step."""
-        return [seq for seq in self.batch if not seq.is_finished]
+        """The running batch without the requests that finished in the last decode step (under
+        overlap: whose finish was processed; one still in flight stays, as upstream's)."""
+        in_flight = self.in_flight
+        return [seq for seq in self.batch if not seq.is_finished or seq.seq_id in in_flight]
 
     def _filter_batch(self) -> None:
         """`filter_batch` at the start of every iteration; a request that left un-fills the batch.
@@ -306,17 +370,23 @@ class SglangScheduler(Scheduler):
 
     def _retract(self, waiting: deque[Sequence], running: list[Sequence]) -> list[Sequence]:
         """§7.3: victims (fewest outputs, longest input) from the back until the step fits.
-        Returns the victims in retraction order."""
+        Returns the victims in retraction order.
+
+        Under overlap the outputs are counted as upstream sees them (an in-flight token not yet),
+        and a request whose finish is in flight is never a victim: here it has finished already
+        (upstream could retract it and run it again; docs/scheduler_x_cache.md)."""
         batch, cache = self.batch, self.cache
+        in_flight = self.in_flight
+        outputs = [seq.num_output_tokens - (seq.seq_id in in_flight) for seq in batch]
         order = sorted(
             range(len(batch)),
-            key=lambda i: (batch[i].num_output_tokens, -batch[i].num_prompt_tokens),
+            key=lambda i: (batch[i].is_finished, outputs[i], -batch[i].num_prompt_tokens),
             reverse=True,
         )
         first = True
         victims: list[Sequence] = []
         while first or not self._check_decode_mem([batch[i] for i in order]):
-            if len(order) == 1:
+            if len(order) == 1 or batch[order[-1]].is_finished:
                 break
             first = False
             seq = batch[order.pop()]
@@ -333,7 +403,7 @@ class SglangScheduler(Scheduler):
             waiting.append(seq)
             victims.append(seq)
         self.batch = [batch[i] for i in order]
-        decoded = sum(seq.num_output_tokens for seq in self.batch)
+        decoded = sum(outputs[i] for i in order)
         max_new = sum(seq.max_new_tokens for seq in self.batch)
         self.new_token_ratio = min(
             1.0, (decoded + RETRACT_DECODE_STEPS * len(self.batch)) / (max_new + 1)

@@ -24,6 +24,8 @@ from engines.sequence import SeqStatus, Sequence
 
 
 class VllmScheduler(Scheduler):
+    overlap = False  # vLLM's async scheduling is modelled by its caching cap, not by arrivals
+
     def __init__(
         self,
         cache: AnyPrefixCache,

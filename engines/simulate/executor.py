@@ -27,6 +27,7 @@ from engines.executor import DecodeRunResult, ExecutorContext
 from engines.sched.base import DecodeRun, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import CostModel, DecodeRunShape, HardwareConfig, build_cost_model
+from engines.simulate.overlap import OverlapPricing
 
 # Decode-run steps priced per numpy call: a run ends at the next arrival, often within ~100 steps.
 RUN_CHUNK_STEPS = 128
@@ -55,6 +56,9 @@ class SimulatedExecutor:
     num_steps: int = 0
     busy_s: float = 0.0  # simulated time spent in steps (the rest of the run is idle waiting)
     host_s: float = 0.0  # host CPU time charged to the clock (charge_host_time only)
+    # SGLang's overlap loop (engine.overlap): each step's CPU part hidden behind the previous
+    # step's GPU part (engines/simulate/overlap.py); None prices every step whole
+    overlap: OverlapPricing | None = None
 
     @property
     def device(self) -> str:
@@ -77,6 +81,8 @@ class SimulatedExecutor:
                 continue  # a prefill chunk that has not reached the last known token
             out[seq.seq_id] = _script(seq)[num_tokens - seq.num_prompt_tokens]
         dt_s = self.cost_model.step_time_s(plan)
+        if self.overlap is not None:
+            dt_s = self.overlap.step(self.clock.now(), dt_s)
         self.clock.advance(dt_s)
         self.busy_s += dt_s
         self.num_steps += 1
@@ -108,10 +114,15 @@ class SimulatedExecutor:
             times = self.cost_model.run_times_s(
                 decode_run_shape(contexts, steps, self.cost_model.block_size)
             )
+            full = times
+            if self.overlap is not None:
+                times = self.overlap.run(self.clock.now(), times)
             ends = list(accumulate(times.tolist(), initial=self.clock.now()))[1:]
             cut = bisect_left(ends, until_s)  # the first step that ends at or after until_s
             taken = min(cut + 1, len(ends))
             self.clock.wait_until(ends[taken - 1])  # the same sums `advance` makes step by step
+            if self.overlap is not None:
+                self.overlap.ran(ends[taken - 1], float(full[taken - 1]))
             self.busy_s = list(accumulate(times[:taken].tolist(), initial=self.busy_s))[-1]
             end_times += ends[:taken]
             if cut < len(ends):
@@ -153,4 +164,9 @@ def build_simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
     """A cost model of `ctx.options["hardware"]` on a virtual clock (registered in engines/build.py)."""
     hardware = as_hardware_config(ctx.options.get("hardware"))
     runs = ctx.engine_config.decode_runs and not hardware.charge_host_time
-    return SimulatedExecutor(build_cost_model(hardware, ctx.cache.block_size), ctx.cache, runs)
+    config = ctx.engine_config
+    hides = config.overlap and config.scheduler_design == "sglang" and hardware.kind == "roofline"
+    overlap = OverlapPricing(hardware.step_overhead_s) if hides else None
+    return SimulatedExecutor(
+        build_cost_model(hardware, ctx.cache.block_size), ctx.cache, runs, overlap=overlap
+    )

@@ -9,6 +9,10 @@ scheduler SA|SB, caching on, fcfs, upstream granularities) of each workload, per
     scheduler effect under cache C          = metric(C, SB) - metric(C, SA)
     shipped difference                      = metric(B, SB) - metric(A, SA)
 
+With runs of SGLang's overlap loop (`engine.overlap=true`, scheduler level `sglang-overlap`) in the
+same sweeps, the row also gives the overlap effect under each cache, metric(C, SB-overlap) -
+metric(C, SB); those runs are no cell of the square (NaN where they are missing).
+
 The shipped difference is what A vs B measures; it equals one data-structure effect plus
 one scheduler effect either way round the square. As in any 2x2 factorial, the main effects are
 the means of the two simple effects and the interaction is half their difference
@@ -39,7 +43,7 @@ from harness.report.plots import (
     plt,
     save,
 )
-from harness.report.tables import DEFAULT_GRANULARITY
+from harness.report.tables import DEFAULT_GRANULARITY, OVERLAP
 
 TIE_TOLERANCE = 0.05  # relative
 # the square: caches (A, B) and their upstream schedulers (SA, SB), from the design registry
@@ -47,6 +51,7 @@ CACHE_A = DEFAULT_DESIGN
 CACHE_B = next(d.name for d in designs() if d.upstream_scheduler != UPSTREAM_SCHEDULER[CACHE_A])
 SCHED_A, SCHED_B = UPSTREAM_SCHEDULER[CACHE_A], UPSTREAM_SCHEDULER[CACHE_B]
 CELLS = ((CACHE_A, SCHED_A), (CACHE_B, SCHED_A), (CACHE_A, SCHED_B), (CACHE_B, SCHED_B))
+SCHED_B_OVERLAP = SCHED_B + OVERLAP  # the third level of the scheduler axis (SGLang's overlap loop)
 METRICS = (
     ("hit_rate", "hit rate"),
     ("median_ttft_ms", "TTFT p50 (ms)"),
@@ -126,7 +131,12 @@ def _platform_table(square: pd.DataFrame) -> pd.DataFrame:
             continue
         for metric, _ in METRICS:
             v = {cell: float(means.loc[(workload, *cell), metric]) for cell in CELLS}
-            rows.append(_row(workload, metric, v, int(means.loc[(workload, *CELLS[0]), "n_runs"])))
+            row = _row(workload, metric, v, int(means.loc[(workload, *CELLS[0]), "n_runs"]))
+            for cache in (CACHE_A, CACHE_B):
+                key = (workload, cache, SCHED_B_OVERLAP)
+                ov = float(means.loc[key, metric]) if key in means.index else float("nan")
+                row[f"overlap_effect_under_{cache}"] = ov - v[(cache, SCHED_B)]
+            rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -49,6 +49,8 @@ MEAN_COLUMNS = (
 # row per rate). The other columns describe the group; `varies` names the config keys that differ
 # between the configurations of one sweep, whose values get columns of their own.
 KEY_COLUMNS = ("fingerprint", "model", "executor", "hardware")
+# the scheduler level of a run with engine.overlap on: `sglang-overlap`
+OVERLAP = "-overlap"
 GROUP_COLUMNS = (
     "workload",
     "arm",
@@ -123,6 +125,11 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     upstream = df["engine"].map(UPSTREAM_SCHEDULER)
     df["scheduler"] = _coalesce(df, "config.engine.scheduler", "policy_profile.scheduler").fillna(
         upstream
+    )
+    # SGLang's overlap loop is a level of the scheduler axis of its own (`sglang-overlap`)
+    overlap = _coalesce(df, "config.engine.overlap", "policy_profile.overlap").fillna(False)
+    df["scheduler"] = df["scheduler"].where(
+        ~overlap.astype(bool), df["scheduler"].astype(str) + OVERLAP
     )
     df["cache_enabled"] = (
         _coalesce(df, "config.engine.prefix_caching", "cache_enabled").fillna(True).astype(bool)
@@ -246,8 +253,14 @@ def _arm(row: pd.Series) -> str:
     if str(row["engine"]).endswith("-server"):
         return str(row["engine"])  # the server ships its own design; `engine=` names only its twin
     parts = [str(row["engine"])]
-    if row["scheduler"] not in (None, UPSTREAM_SCHEDULER.get(row["engine"])):
-        parts.append(str(row["scheduler"]))  # a cross arm: apc-sglang, radix-vllm
+    scheduler = row["scheduler"]
+    overlap = isinstance(scheduler, str) and scheduler.endswith(OVERLAP)
+    if overlap:
+        scheduler = scheduler.removesuffix(OVERLAP)
+    if scheduler not in (None, UPSTREAM_SCHEDULER.get(row["engine"])):
+        parts.append(str(scheduler))  # a cross arm: apc-sglang, radix-vllm
+    if overlap:
+        parts.append("overlap")  # radix-overlap, apc-sglang-overlap
     if not row["cache_enabled"]:
         parts.append("off")
     if row["policy"] != "fcfs":

@@ -15,11 +15,20 @@ def test_factorial_smoke_end_to_end_draws_the_decomposition(tmp_path):
     proc = run_suite("factorial_smoke", tmp_path / "sweep", timeout=600, report_in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "sweep" / "suite.json").read_text())
-    assert (record["num_runs"], record["num_ok"]) == (8, 8)
+    assert (record["num_runs"], record["num_ok"]) == (12, 12)
     summary = pd.read_csv(tmp_path / "sweep" / "summary.csv")
-    assert set(summary["arm"]) == {"apc", "apc-sglang", "radix", "radix-vllm"}
+    assert set(summary["arm"]) == {
+        "apc",
+        "apc-sglang",
+        "radix",
+        "radix-vllm",
+        "radix-overlap",
+        "apc-sglang-overlap",
+    }
     table = pd.read_csv(tmp_path / "sweep" / "decomposition.csv")
     assert set(table["workload"]) == {"fewshot", "parallel"}
+    assert table["overlap_effect_under_radix"].notna().all()
+    assert table["overlap_effect_under_apc"].notna().all()
     assert set(table["driver"]) <= {"data structure", "scheduler", "interaction", "none"}
     assert (tmp_path / "sweep" / "figures" / "decomposition_tiny_real.png").exists()
     (cross,) = (tmp_path / "sweep").glob("*-fewshot-apc_sglang-seed0")

@@ -111,3 +111,17 @@ def test_cache_off_or_other_policies_are_not_part_of_the_square():
     runs = tidy(cells)
     runs.loc[runs["engine"] == "apc", "policy"] = "lpm"
     assert decomposition_table(runs).empty
+
+
+def test_overlap_is_a_third_scheduler_level_beside_the_square():
+    """Runs of SGLang's overlap loop are no cell of the 2x2; the row gives their effect per cache."""
+    square = {
+        ("apc", "vllm"): 0.5,
+        ("radix", "vllm"): 0.5,
+        ("apc", "sglang"): 0.5,
+        ("radix", "sglang"): 0.5,
+    }
+    row = hit_row({**square, ("radix", "sglang-overlap"): 0.3})
+    assert row["scheduler_main_effect"] == 0 and row["radix+sglang"] == pytest.approx(0.5)
+    assert row["overlap_effect_under_radix"] == pytest.approx(-0.2)
+    assert pd.isna(row["overlap_effect_under_apc"])
