@@ -7,8 +7,7 @@ from engines.build import build_engine
 from engines.config import EngineConfig
 from engines.engine import Engine
 from engines.request import GenerationRequest
-from tests.engine_util import tiny_model
-from tests.test_decode_runs import hardware_preset
+from tests.engine_util import hardware_preset, tiny_model
 
 
 def step_engine(**fields) -> Engine:

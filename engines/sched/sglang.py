@@ -29,14 +29,13 @@ from engines.cache.protocol import (
     AnyPrefixCache,
     BudgetedAllocation,
     DecodeRunAllocation,
-    GroupRelease,
 )
 from engines.cache.records import Allocation, CacheIntegrityError
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
 from engines.sched.prefill_stats import PrefillBatchStats, record_prefill
-from engines.sched.sglang_overlap import PendingResult, pending_of, process
+from engines.sched.sglang_overlap import PendingResult, pending_of, process, release_finished
 from engines.sched.sglang_policy import SglangPolicy
 from engines.sequence import SeqStatus, Sequence
 
@@ -66,7 +65,6 @@ class SglangScheduler(Scheduler):
         self.runs = cache if isinstance(cache, DecodeRunAllocation) else None
         # the adder budgets every allocation; a cache without BudgetedAllocation checks it again
         self.budgeted = cache if isinstance(cache, BudgetedAllocation) else None
-        self.group_release = cache if isinstance(cache, GroupRelease) else None
         self.policy = SglangPolicy(
             policy,
             cache,
@@ -136,12 +134,7 @@ class SglangScheduler(Scheduler):
             return
         cache = self.cache
         if not self._last_plan_is_prefill:
-            done = [item.seq for item in plan.scheduled if item.seq.is_finished]
-            if self.group_release is not None:
-                self.group_release.release_batch(done, finished=True)
-            else:
-                for seq in done:
-                    cache.release(seq, finished=True)
+            release_finished(cache, [item.seq for item in plan.scheduled if item.seq.is_finished])
             return
         kept = []
         for item in plan.scheduled:

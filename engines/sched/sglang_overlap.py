@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from engines.cache.protocol import AnyPrefixCache
+from engines.cache.protocol import AnyPrefixCache, GroupRelease
 from engines.sched.base import StepPlan
 from engines.sequence import Sequence
 
@@ -61,4 +61,14 @@ def process(cache: AnyPrefixCache, pending: PendingResult, retracted: set[str]) 
         for item in pending.plan.scheduled
         if item.seq.is_finished and item.seq.seq_id not in retracted
     ]
-    cache.release_batch(done, finished=True)
+    release_finished(cache, done)
+
+
+def release_finished(cache: AnyPrefixCache, done: list[Sequence]) -> None:
+    """Release a decode step's finished requests: as one free group where the cache frees groups
+    (SGLang's allocator), else one by one, which is the same thing for a cache without groups."""
+    if isinstance(cache, GroupRelease):
+        cache.release_batch(done, finished=True)
+        return
+    for seq in done:
+        cache.release(seq, finished=True)
