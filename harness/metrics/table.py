@@ -39,6 +39,7 @@ COLUMNS: dict[str, object] = {
     "run_id": _STR,
     "prompt_tokens": _INT,
     "cached_tokens": _INT,
+    "host_cached_tokens": _INT,  # of cached_tokens, from a host tier (0 without one)
     "output_tokens": _INT,
     "recomputed_tokens": _INT,
     "num_preemptions": _INT,
@@ -106,6 +107,7 @@ def request_row(rec: RequestRecord, req: Request, request_index: int, ctx: dict)
         "salt": req.salt,
         "prompt_tokens": rec.prompt_tokens,
         "cached_tokens": rec.cached_tokens,
+        "host_cached_tokens": rec.host_cached_tokens,
         "output_tokens": rec.output_tokens,
         "recomputed_tokens": rec.recomputed_tokens,
         "num_preemptions": rec.num_preemptions,
