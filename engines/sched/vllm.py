@@ -51,6 +51,9 @@ class VllmScheduler(Scheduler):
         self.lpm_fallback_queue_len = lpm_fallback_queue_len
         # async: seq_id -> num_tokens known when its last step was planned (before the sample)
         self._known_tokens: dict[str, int] = {}
+        # host tier only: seq_id -> tokens known when this step was planned (async: the last
+        # sampled token is not; the connector offers no chunk it would complete)
+        self._step_limits: dict[str, int] = {}
         # seq_id -> num_computed_tokens when preempted (for num_recomputed_tokens)
         self._computed_at_preemption: dict[str, int] = {}
 
@@ -58,12 +61,16 @@ class VllmScheduler(Scheduler):
         self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
     ) -> StepPlan:
         plan = StepPlan()
+        self._step_limits.clear()
         self._order(waiting)
         token_budget = self._schedule_running(plan, waiting, running, budget.max_num_batched_tokens)
         if not plan.preempted:
             self._schedule_waiting(plan, waiting, running, budget, token_budget)
-        if self.tier is not None:  # the connector builds its store jobs from the step's plan
-            self.tier.host_after_schedule([(it.seq, it.end) for it in plan.scheduled])
+        if self.tier is not None:  # the connector builds its store jobs from the step's plan,
+            limits = self._step_limits  # capped at the tokens known (async: not the last sample)
+            self.tier.host_after_schedule(
+                [(it.seq, min(it.end, limits.get(it.seq.seq_id, it.end))) for it in plan.scheduled]
+            )
         return plan
 
     def _order(self, waiting: deque[Sequence]) -> None:
@@ -92,6 +99,8 @@ class VllmScheduler(Scheduler):
             item: AnyAllocation = Allocation(
                 seq, num_new, matchable_limit=self._known_tokens.pop(seq.seq_id, None)
             )
+            if self.tier is not None and item.matchable_limit is not None:
+                self._step_limits[seq.seq_id] = item.matchable_limit
             while not (ok := self.cache.allocate([item])):
                 victim = running.pop()  # FCFS: the lowest priority is the last running request
                 self._preempt(victim, waiting)
