@@ -77,3 +77,4 @@ def test_a_run_with_a_host_tier_splits_its_hits_by_tier(engine, tmp_path):
     total = int(rows["prompt_tokens"].sum())
     assert summary["device_hit_rate"] == pytest.approx(device / total)
     assert summary["host_hit_rate"] == pytest.approx(host / total)
+    assert summary["host_tier"]["hits"] == host and summary["host_tier"]["stored"] > 0
