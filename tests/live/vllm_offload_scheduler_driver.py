@@ -147,8 +147,12 @@ def run_one(run: dict) -> dict[str, list[int]]:
             worker_meta = worker.build_connector_worker_meta()
             worker.clear_connector_metadata()
             ids = list(out.num_scheduled_tokens)
-            sampled = []
-            for i in ids:  # each step of a request samples its next scripted token
+            sampled: list[list[int]] = []
+            for i in ids:  # a step that ends a request's prefill or decodes samples a token
+                r = sched.requests.get(i)
+                if r is not None and r.num_computed_tokens < r.num_prompt_tokens:
+                    sampled.append([])  # a prefill chunk short of the prompt's end
+                    continue
                 script = scripts[i]
                 sampled.append([script[min(emitted.get(i, 0), len(script) - 1)]])
                 emitted[i] = emitted.get(i, 0) + 1
