@@ -18,8 +18,9 @@ from engines.simulate.cost_model import HardwareConfig
 TICKS = HardwareConfig(name="ticks", kind="fitted", step_overhead_s=0.01)
 
 
-def tier_engine(cache: str = "apc", kv_tokens: int = 640, **tier: Any):
-    """An engine of `kv_tokens` device tokens and a host tier configured by `tier`."""
+def tier_engine(cache: str = "apc", kv_tokens: int = 640, step_log: bool = False, **tier: Any):
+    """An engine of `kv_tokens` device tokens and a host tier configured by `tier` (with
+    `step_log`, the loop keeps each step's scheduled tokens per request)."""
     block = 16 if cache == "apc" else 1
     cfg = EngineConfig(
         cache=cache,
@@ -28,6 +29,7 @@ def tier_engine(cache: str = "apc", kv_tokens: int = 640, **tier: Any):
         max_num_batched_tokens=512,
         backend="torch",
         host_tier=HostTierConfig(**tier),
+        step_log=step_log,
     )
     cfg.validate()
     return build_engine(

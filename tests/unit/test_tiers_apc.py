@@ -79,12 +79,17 @@ def test_a_whole_prompt_host_hit_computes_the_last_token_again():
     device_only = tier_engine(tokens=0)
     send(device_only, "a1", a, OUT)
     assert tiers(send(device_only, "a2", a, OUT)) == (304, 0)  # the last-token rule: 19 blocks
-    engine = tier_engine(tokens=4096)
+    engine = tier_engine(tokens=4096, step_log=True)
     send(engine, "a1", a, OUT)
     fill(engine, prompts)
-    rec = send(engine, "a2", a, OUT)
-    assert tiers(rec) == (0, 320)  # all 20 chunks loaded ...
-    assert engine.loop.scheduler.tier.host_stats().hits == 320
+    assert tiers(send(engine, "a2", a, OUT)) == (0, 320)  # all 20 chunks loaded ...
+    first = next(step for step in engine.loop.step_log if ("a2", 1) in step.scheduled)
+    assert (
+        first.kind != "decode"
+        and not any(  # ... and the prefill computes the last token
+            rid == "a2" for step in engine.loop.step_log[: first.index] for rid, _ in step.scheduled
+        )
+    )
 
 
 def test_the_host_lookup_starts_past_the_device_hit():
