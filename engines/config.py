@@ -13,9 +13,10 @@ Capacity is set in usable tokens, identically for both.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
-from engines.cache import DEFAULT_DESIGN, designs
+from engines.cache import DEFAULT_DESIGN, DESIGNS, designs
+from engines.cache.tiers import HostTierConfig, validate_host_tier
 from engines.errors import BadInput
 
 # cache design -> the scheduler design its upstream ships it with
@@ -79,6 +80,8 @@ class EngineConfig:
     # SGLang's front stage (engines/frontend.py): the awaited n > 1 prefix request and a program
     # batch's precached common prefix; false gives the SGLang scheduler vLLM's plain fan-out.
     sglang_frontend: bool = True
+    # --- a host tier behind the device cache (engines/cache/tiers.py; tokens 0: off) ---
+    host_tier: HostTierConfig = field(default_factory=HostTierConfig)
     # --- execution ---
     backend: str = "auto"  # auto | triton | torch
     # Real executor: decode-only steps as CUDA graphs, one per padded batch size. None: on with
@@ -149,6 +152,23 @@ class EngineConfig:
             raise BadInput(
                 f"engine.kv_capacity_tokens ({self.kv_capacity_tokens}) must be a multiple of "
                 f"engine.block_size ({self.block_size})"
+            )
+        self._validate_host_tier()
+
+    def _validate_host_tier(self) -> None:
+        design = DESIGNS.get(self.cache)
+        others = {d.name: d.tier_knobs for d in designs() if d.name != self.cache}
+        unit = design.tier_unit(self.host_tier, self.block_size)
+        validate_host_tier(self.host_tier, self.cache, unit, others)
+        if not self.host_tier.enabled:
+            return
+        if not self.prefix_caching:
+            raise BadInput("engine.host_tier.tokens must be 0 when engine.prefix_caching is false")
+        upstream = UPSTREAM_SCHEDULER[self.cache]
+        if self.scheduler_design != upstream:
+            raise BadInput(
+                f"engine.host_tier needs the {self.cache} cache's own scheduler ({upstream}), "
+                f"got scheduler {self.scheduler_design}"
             )
 
     def _validate_designs(self) -> None:

@@ -353,4 +353,5 @@ def _record(seq: Sequence, tl: _Timeline) -> RequestRecord:
         finish_s=times[-1],
         token_times_s=times,
         output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]),
+        host_cached_tokens=seq.num_host_cached_tokens,
     )

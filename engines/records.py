@@ -26,3 +26,4 @@ class RequestRecord:
     finish_s: float
     token_times_s: Sequence[float]  # emission time of every output token (ITL source), array('d')
     output_ids: tuple[int, ...]
+    host_cached_tokens: int = 0  # of cached_tokens, those a host tier supplied (device: the rest)

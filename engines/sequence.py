@@ -44,6 +44,9 @@ class Sequence:
     num_computed_tokens: int = 0
     # Prompt tokens reused at the first admission (vLLM num_cached_tokens / SGLang cached_tokens).
     num_cached_tokens: int | None = None
+    # Of those, the tokens a host tier supplied (engines/cache/tiers.py; vLLM's
+    # external_cached_tokens, SGLang's cached_tokens_details.host).
+    num_host_cached_tokens: int = 0
     num_preemptions: int = 0
     # Tokens recomputed after a preemption (not part of the hit rate, docs/benchmarking.md §5.1).
     num_recomputed_tokens: int = 0

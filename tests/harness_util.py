@@ -13,8 +13,9 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from harness.config.preflight import preflight
 from harness.config.schema import CONF_DIR, register_configs
-from harness.run.execute import execute
+from harness.run.execute import EXIT_BAD_INPUT, execute
 
 register_configs()  # the schemas Hydra composes against
 
@@ -96,3 +97,14 @@ def assert_failed_run_dir(run_dir: Path) -> None:
         assert data["status"] == "failed" and data["completed"] == 0, data
     assert not (run_dir / "requests.parquet").exists()
     assert not (run_dir / "rows.jsonl").exists()
+
+
+def run_like_the_cli(overrides: list[str], run_dir: Path, capsys) -> tuple[int, list[str], str]:
+    """(exit code, non-blank stderr lines, stderr) of preflight + execute, as `python -m harness`."""
+    problem = preflight(overrides)
+    if problem is not None:
+        return EXIT_BAD_INPUT, [f"error: {problem}"], f"error: {problem}\n"
+    hydra_free = [o for o in overrides if not o.startswith("hydra.")]
+    code = execute(compose_config(hydra_free), run_dir)
+    err = capsys.readouterr().err
+    return code, [ln for ln in err.splitlines() if ln.strip()], err

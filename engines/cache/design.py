@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engines.cache.protocol import PrefixCache
+    from engines.cache.tiers import HostTierConfig
     from engines.config import EngineConfig
 
 
@@ -43,6 +44,9 @@ class CacheDesign:
     label: its name in prose and figure titles. style: its figure colours.
     source: the package whose wall time the overhead profile attributes to this design (the
       simulator prices every design's steps from the protocol alone: `block_size`, decode runs).
+    tier_knobs: the `engine.host_tier` fields only this design's host tier reads
+      (engines/cache/tiers.py). tier_unit: the tokens in one unit of its tier (its hit granularity)
+      for a tier config and a block size.
     """
 
     name: str
@@ -53,6 +57,8 @@ class CacheDesign:
     unit: str
     label: str
     style: FigureStyle
+    tier_knobs: tuple[str, ...] = ()
+    tier_unit: Callable[[HostTierConfig, int], int] = lambda tier, block_size: block_size
 
     def offers(self, capability: type) -> bool:
         """Whether this design's cache has `capability` (a runtime-checkable protocol of

@@ -27,13 +27,15 @@ class AddReqResult(enum.Enum):
 
 
 class Admitted(NamedTuple):
-    """One entry of `can_run_list`: compute `extend_len` tokens after `prefix_len`."""
+    """One entry of `can_run_list`: compute `extend_len` tokens after `prefix_len`, of which the
+    last `host_len` came from a host tier (loaded back, not computed)."""
 
     seq: Sequence
     prefix_len: int
     extend_len: int
     match: PrefixMatch[Any] | None  # None for a chunk continuation (it keeps its own state)
     lock: Any
+    host_len: int = 0
 
 
 class PrefillAdder:
@@ -96,6 +98,11 @@ class PrefillAdder:
         self.log_hit_tokens += prefix_len
         self.log_input_tokens += extend_len  # raw, not page-ceiled (§10)
 
+    def _take_loaded(self, host_len: int) -> None:
+        """Loaded-back tokens hold device memory from now on (nothing without a host tier)."""
+        self.rem_total_token_offset += host_len
+        self.cur_rem_token_offset += host_len
+
     def add_chunked_req(self, seq: Sequence, prefix_len: int) -> Sequence | None:
         """The in-flight chunk goes first; returns the request if its prompt is still unfinished."""
         remaining = seq.num_tokens - prefix_len
@@ -111,11 +118,20 @@ class PrefillAdder:
         self._update_prefill_budget(0, extend, reserved)
         return seq if truncated else None
 
-    def add_one_req(self, seq: Sequence, match: PrefixMatch[Any]) -> AddReqResult:
-        prefix_len = match.num_tokens
+    def add_one_req(
+        self, seq: Sequence, match: PrefixMatch[Any], host_len: int = 0
+    ) -> AddReqResult:
+        """`host_len`: tokens past the device match a host tier loads back (HiCache's
+        `init_load_back` before the budget check): they take device memory, not compute."""
+        prefix_len = match.num_tokens + host_len
         extend = seq.num_tokens - prefix_len
         p = self.page_size
-        total = extend + min(max(seq.max_new_tokens - seq.num_output_tokens, 0), self.clip) + p
+        total = (
+            host_len
+            + extend
+            + min(max(seq.max_new_tokens - seq.num_output_tokens, 0), self.clip)
+            + p
+        )
         temp = self.cache.lock(match)  # the matched prefix leaves the evictable count
         try:
             if total >= self.rem_total_tokens:
@@ -129,17 +145,19 @@ class PrefillAdder:
                 return AddReqResult.OTHER
             if self.rem_chunk_tokens is None or paged <= self.rem_chunk_tokens:
                 lock = self.cache.lock(match)
-                self.can_run_list.append(Admitted(seq, prefix_len, extend, match, lock))
+                self.can_run_list.append(Admitted(seq, prefix_len, extend, match, lock, host_len))
                 self._update_prefill_budget(prefix_len, extend, min(seq.max_new_tokens, self.clip))
+                self._take_loaded(host_len)
             else:
                 trunc = self.rem_chunk_tokens // p * p
                 trunc -= (prefix_len + trunc) % p  # end the chunk on a page boundary
                 if trunc <= 0:
                     return AddReqResult.OTHER
                 lock = self.cache.lock(match)
-                self.can_run_list.append(Admitted(seq, prefix_len, trunc, match, lock))
+                self.can_run_list.append(Admitted(seq, prefix_len, trunc, match, lock, host_len))
                 self.new_chunked_req = seq
                 self._update_prefill_budget(prefix_len, trunc, 0)
+                self._take_loaded(host_len)
         finally:
             self.cache.unlock(temp)
         return self.budget_state()

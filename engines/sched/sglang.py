@@ -31,6 +31,7 @@ from engines.cache.protocol import (
     DecodeRunAllocation,
 )
 from engines.cache.records import Allocation, CacheIntegrityError
+from engines.cache.tiers import HostTier
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
@@ -65,6 +66,7 @@ class SglangScheduler(Scheduler):
         self.runs = cache if isinstance(cache, DecodeRunAllocation) else None
         # the adder budgets every allocation; a cache without BudgetedAllocation checks it again
         self.budgeted = cache if isinstance(cache, BudgetedAllocation) else None
+        self.tier = cache if isinstance(cache, HostTier) else None
         self.policy = SglangPolicy(
             policy,
             cache,
@@ -198,7 +200,11 @@ class SglangScheduler(Scheduler):
             if len(adder.can_run_list) >= budget.max_num_seqs - running_bs:
                 self.batch_is_full = True
                 break
-            result = adder.add_one_req(seq, cache.match(seq))
+            match = cache.match(seq)
+            host = 0
+            if self.tier is not None:  # HiCache's one walk: the host pages after the device ones
+                host = self.tier.host_lookup(seq, match.num_tokens) or 0
+            result = adder.add_one_req(seq, match, host)
             if result is not AddReqResult.CONTINUE:
                 if result is AddReqResult.NO_TOKEN:
                     self.batch_is_full = True
@@ -219,7 +225,8 @@ class SglangScheduler(Scheduler):
         # New admissions adopt their matched (locked) prefix: the cache sees them with no computed
         # tokens yet, as the protocol's Allocation.adopt requires.
         batch = [
-            Allocation(a.seq, a.extend_len, adopt=a.match, lock=a.lock) for a in adder.can_run_list
+            Allocation(a.seq, a.host_len + a.extend_len, adopt=a.match, lock=a.lock)
+            for a in adder.can_run_list
         ]
         allocate = self.budgeted.allocate_budgeted if self.budgeted else self.cache.allocate
         if not allocate(batch):
@@ -231,6 +238,9 @@ class SglangScheduler(Scheduler):
                 seq.num_computed_tokens = a.prefix_len
                 if seq.num_cached_tokens is None:
                     seq.num_cached_tokens = a.prefix_len
+                    seq.num_host_cached_tokens = a.host_len
+                if self.tier is not None:
+                    self.tier.host_load(seq, a.prefix_len - a.host_len, a.host_len)
                 running.append(seq)
             until = self._recompute_until.get(seq.seq_id)
             if until is not None:

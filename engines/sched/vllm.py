@@ -9,6 +9,11 @@ a placeholder before it is known.
 
 On a cache that is matchable at allocation (APC) that is all; on one that is not (radix), every
 step's computed tokens are committed after the step, the earliest point they can be matched.
+
+A cache with a `HostTier` (vLLM's OffloadingConnector, engines/cache/apc/tiered.py) is asked past
+the device hit at admission; a request whose chunks are still being written waits (skipped, its
+place kept); a hit that covers the whole request computes its last token again. Its stores follow
+every planned step, so such a run plans every step (no decode runs).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections import deque
 
 from engines.cache.protocol import AnyAllocation, AnyPrefixCache, DecodeRunAllocation
 from engines.cache.records import Allocation
+from engines.cache.tiers import HostTier
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.policies import POLICIES, is_active, uncapped_matches
@@ -39,6 +45,7 @@ class VllmScheduler(Scheduler):
         self.cache = cache
         # decode runs need the cache's DecodeRunAllocation; without it every step is planned
         self.runs = cache if isinstance(cache, DecodeRunAllocation) else None
+        self.tier = cache if isinstance(cache, HostTier) else None
         self.policy = POLICIES.get(policy)
         self.reserve_full_prompt = reserve_full_prompt
         self.async_scheduling = async_scheduling
@@ -46,6 +53,9 @@ class VllmScheduler(Scheduler):
         self.lpm_fallback_queue_len = lpm_fallback_queue_len
         # async: seq_id -> num_tokens known when its last step was planned (before the sample)
         self._known_tokens: dict[str, int] = {}
+        # host tier only: seq_id -> tokens known when this step was planned (async: the last
+        # sampled token is not; the connector offers no chunk it would complete)
+        self._step_limits: dict[str, int] = {}
         # seq_id -> num_computed_tokens when preempted (for num_recomputed_tokens)
         self._computed_at_preemption: dict[str, int] = {}
 
@@ -53,10 +63,16 @@ class VllmScheduler(Scheduler):
         self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
     ) -> StepPlan:
         plan = StepPlan()
+        self._step_limits.clear()
         self._order(waiting)
         token_budget = self._schedule_running(plan, waiting, running, budget.max_num_batched_tokens)
         if not plan.preempted:
             self._schedule_waiting(plan, waiting, running, budget, token_budget)
+        if self.tier is not None:  # the connector builds its store jobs from the step's plan,
+            limits = self._step_limits  # capped at the tokens known (async: not the last sample)
+            self.tier.host_after_schedule(
+                [(it.seq, min(it.end, limits.get(it.seq.seq_id, it.end))) for it in plan.scheduled]
+            )
         return plan
 
     def _order(self, waiting: deque[Sequence]) -> None:
@@ -85,6 +101,8 @@ class VllmScheduler(Scheduler):
             item: AnyAllocation = Allocation(
                 seq, num_new, matchable_limit=self._known_tokens.pop(seq.seq_id, None)
             )
+            if self.tier is not None and item.matchable_limit is not None:
+                self._step_limits[seq.seq_id] = item.matchable_limit
             while not (ok := self.cache.allocate([item])):
                 victim = running.pop()  # FCFS: the lowest priority is the last running request
                 self._preempt(victim, waiting)
@@ -107,17 +125,30 @@ class VllmScheduler(Scheduler):
         token_budget: int,
     ) -> None:
         cache = self.cache
+        skipped: list[Sequence] = []  # waiting on a host chunk still being written
         while waiting and token_budget > 0 and len(running) < budget.max_num_seqs:
             seq = waiting[0]
             fresh = seq.num_computed_tokens == 0
             match = cache.match(seq) if fresh else None
             num_hit = match.num_tokens if match is not None else 0
+            num_host = 0
+            if fresh and self.tier is not None:
+                host = self.tier.host_lookup(seq, num_hit)
+                if host is None:  # vLLM skips it this step and keeps its place
+                    skipped.append(waiting.popleft())
+                    continue
+                num_host = host
             if fresh and self.stats_at_lookup:
                 self._record(seq, num_hit)
-            num_computed = seq.num_computed_tokens + num_hit
+            num_computed = seq.num_computed_tokens + num_hit + num_host
+            if num_host and num_computed == seq.num_tokens:
+                num_computed -= 1  # a whole-request hit computes the last token again
             num_new = min(seq.num_tokens - num_computed, token_budget)
             item: AnyAllocation = Allocation(
-                seq, num_new, adopt=match, whole_sequence_must_fit=self.reserve_full_prompt
+                seq,
+                num_computed - seq.num_computed_tokens - num_hit + num_new,
+                adopt=match,
+                whole_sequence_must_fit=self.reserve_full_prompt,
             )
             if not cache.allocate([item]):
                 break  # head-of-line blocking: nothing behind it is tried this step
@@ -129,11 +160,15 @@ class VllmScheduler(Scheduler):
             seq.status = SeqStatus.RUNNING
             seq.num_computed_tokens = num_computed
             if seq.num_cached_tokens is None:
-                seq.num_cached_tokens = num_computed
+                seq.num_cached_tokens = num_hit + num_host
+                seq.num_host_cached_tokens = num_host
+            if fresh and self.tier is not None:
+                self.tier.host_load(seq, num_hit, num_host)
             if fresh and not self.stats_at_lookup:
                 self._record(seq, num_hit)
             self._add(plan, seq, num_computed, num_new)
             token_budget -= num_new
+        waiting.extendleft(reversed(skipped))
 
     def _record(self, seq: Sequence, num_hit: int) -> None:
         """vLLM's PrefixCacheStats: whole prompt as the query; preempted requests apart."""
@@ -167,6 +202,8 @@ class VllmScheduler(Scheduler):
         (`finish_step`), so it takes per-step scheduling."""
         if self.runs is None or waiting or not running or not self.cache.matchable_at_allocation:
             return None
+        if self.tier is not None:  # the tier plans its stores every step
+            return None
         if len(running) > budget.max_num_batched_tokens:
             return None
         if any(seq.num_tokens - seq.num_computed_tokens != 1 for seq in running):
@@ -192,7 +229,10 @@ class VllmScheduler(Scheduler):
                 self._known_tokens[seq.seq_id] = seq.num_computed_tokens + num_steps
 
     def on_idle(self) -> None:
-        """Nothing: vLLM's scheduler keeps no state that an idle iteration resets."""
+        """Nothing but a host tier's transfers in flight completing: vLLM's scheduler keeps no
+        state that an idle iteration resets."""
+        if self.tier is not None:
+            self.tier.host_idle()
 
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None:
         """Commit what the step computed where the cache needs it, then release finished requests.
@@ -215,3 +255,5 @@ class VllmScheduler(Scheduler):
             if self.async_scheduling and cache.matchable_at_allocation:
                 cache.commit(seq, seq.num_computed_tokens)
             cache.release(seq, finished=True)
+        if self.tier is not None:
+            self.tier.host_after_step(finished)

@@ -60,6 +60,9 @@ def format_summary(summary: Mapping[str, object]) -> str:
         _line("Ideal hit rate, page 1 (%):", _percent(summary.get("ideal_hit_rate_token")))
     )
     lines.append(_line("Cached prompt tokens:", summary.get("prompt_tokens_cached")))
+    if summary.get("prompt_tokens_cached_host"):  # a host tier supplied some (docs/tiers.md)
+        lines.append(_line("Device tier hit rate (%):", _percent(summary.get("device_hit_rate"))))
+        lines.append(_line("Host tier hit rate (%):", _percent(summary.get("host_hit_rate"))))
     lines.append(_line("Cache bookkeeping (ms):", summary.get("cache_bookkeeping_ms")))
     if "server_flavour" in summary:  # a live server: its counters and the twin's, apart
         lines += _server_lines(summary)

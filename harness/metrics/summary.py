@@ -77,12 +77,17 @@ class SglangRates:
 
 @dataclass(frozen=True)
 class CacheFigures:
-    """Measured reuse (docs/benchmarking.md §5.1) and what preemption recomputed."""
+    """Measured reuse (docs/benchmarking.md §5.1) and what preemption recomputed; the reuse split
+    by tier (docs/tiers.md §4): device and host shares of the prompt tokens (host 0 without a
+    host tier)."""
 
     prompt_tokens_cached: int
     hit_rate: float | None
     recomputed_tokens: int
     num_preemptions: int
+    prompt_tokens_cached_host: int = 0
+    device_hit_rate: float | None = None
+    host_hit_rate: float | None = None
 
 
 @dataclass(frozen=True)

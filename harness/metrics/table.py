@@ -59,6 +59,7 @@ def request_row(rec: RequestRecord, req: Request, request_index: int, ctx: dict)
         "salt": req.salt,
         "prompt_tokens": rec.prompt_tokens,
         "cached_tokens": rec.cached_tokens,
+        "host_cached_tokens": rec.host_cached_tokens,
         "output_tokens": rec.output_tokens,
         "recomputed_tokens": rec.recomputed_tokens,
         "num_preemptions": rec.num_preemptions,

@@ -28,6 +28,7 @@ COLUMNS: dict[str, object] = {
     "run_id": _STR,
     "prompt_tokens": _INT,
     "cached_tokens": _INT,
+    "host_cached_tokens": _INT,  # of cached_tokens, from a host tier (0 without one)
     "output_tokens": _INT,
     "recomputed_tokens": _INT,
     "num_preemptions": _INT,

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 
 from engines.build import build_engine
 from engines.cache.records import CacheIntegrityError
+from engines.cache.tiers import HostTier
 from engines.engine import Engine
 from engines.records import RequestRecord
 from harness.client.inprocess import completion_request, drive
@@ -120,6 +122,8 @@ class EngineSession:
             "cache_bookkeeping_ms": engine.loop.bookkeeping_ns / 1e6,
             "num_steps": engine.loop.num_steps,
         }
+        if isinstance(engine.cache, HostTier):  # tokens looked up, hit, stored, loaded, evicted
+            figures["host_tier"] = asdict(engine.cache.host_stats())
         if isinstance(engine, Fleet):
             block = getattr(cfg.workload, "block_size", None)  # a trace's own (Mooncake: 512)
             prompts = [r.prompt_ids for r in requests for _ in range(r.n)]

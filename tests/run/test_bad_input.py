@@ -11,18 +11,17 @@ checks through the real command line: tests/live/test_cli_bad_input.py.
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 import pytest
 
 from harness.config.preflight import preflight
-from harness.run.execute import EXIT_BAD_INPUT, execute
+from harness.run.execute import EXIT_BAD_INPUT
 from tests.bad_input_util import TRACE, prepare
 from tests.harness_util import (
     BASE,
     SMALL,
-    compose_config,
     merged,
+    run_like_the_cli,
     with_base,
 )
 
@@ -358,17 +357,6 @@ def watchdog():
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
-
-
-def run_like_the_cli(overrides: list[str], run_dir: Path, capsys) -> tuple[int, list[str], str]:
-    """(exit code, non-blank stderr lines, stderr) of preflight + execute, as `python -m harness`."""
-    problem = preflight(overrides)
-    if problem is not None:
-        return EXIT_BAD_INPUT, [f"error: {problem}"], f"error: {problem}\n"
-    hydra_free = [o for o in overrides if not o.startswith("hydra.")]
-    code = execute(compose_config(hydra_free), run_dir)
-    err = capsys.readouterr().err
-    return code, [ln for ln in err.splitlines() if ln.strip()], err
 
 
 def test_the_table_is_large():

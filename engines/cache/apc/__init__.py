@@ -15,6 +15,7 @@ from engines.cache.apc.block_pool import FREE_ORDERS, BlockPool
 from engines.cache.apc.cache import ApcCache
 from engines.cache.apc.hashing import HASH_ALGOS, extra_hash_fn
 from engines.cache.apc.manager import KVCacheManager, PrefixCacheStats
+from engines.cache.apc.tiered import TieredApcCache
 from engines.cache.design import CacheDesign, FigureStyle
 
 if TYPE_CHECKING:  # engines.config derives its design lists from the registry that imports this
@@ -28,17 +29,17 @@ __all__ = [
     "HASH_ALGOS",
     "KVCacheManager",
     "PrefixCacheStats",
+    "TieredApcCache",
     "build_apc",
     "extra_hash_fn",
 ]
 
 
 def build_apc(config: EngineConfig) -> ApcCache:
-    """An ApcCache from an EngineConfig (unknown free orders fail before anything is built)."""
+    """An ApcCache from an EngineConfig (unknown free orders fail before anything is built);
+    with a host tier, the same cache with vLLM's CPU offloading tier behind it."""
     FREE_ORDERS.get(config.free_order)
-    return ApcCache(
-        config.num_blocks,
-        config.block_size,
+    kwargs = dict(
         enabled=config.prefix_caching,
         hash_algo=config.hash_algo,
         free_order=config.free_order,
@@ -47,6 +48,9 @@ def build_apc(config: EngineConfig) -> ApcCache:
         head_first=config.free_direction == "head_first",
         debug=config.debug_checks,
     )
+    if config.host_tier.enabled:
+        return TieredApcCache(config.num_blocks, config.block_size, tier=config.host_tier, **kwargs)
+    return ApcCache(config.num_blocks, config.block_size, **kwargs)  # type: ignore[arg-type]
 
 
 DESIGN = CacheDesign(
@@ -57,6 +61,8 @@ DESIGN = CacheDesign(
     block_size=16,
     unit="block",
     label="vLLM hash-based Automatic Prefix Caching",
+    tier_knobs=("policy", "blocks_per_chunk", "store_threshold", "offload_prompt_only"),
+    tier_unit=lambda tier, block_size: block_size * tier.blocks_per_chunk,  # a chunk
     style=FigureStyle(
         colour="#1f77b4",
         off_colour="#aec7e8",

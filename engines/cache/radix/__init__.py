@@ -12,20 +12,40 @@ from typing import TYPE_CHECKING
 
 from engines.cache.design import CacheDesign, FigureStyle
 from engines.cache.radix.cache import RadixCache
+from engines.cache.radix.hicache import TieredRadixCache
 from engines.cache.radix.key import RadixKey
 from engines.cache.radix.tree import UnifiedRadixTree
 
 if TYPE_CHECKING:  # engines.config derives its design lists from the registry that imports this
     from engines.config import EngineConfig
 
-__all__ = ["DESIGN", "RadixCache", "RadixKey", "UnifiedRadixTree", "build_radix"]
+__all__ = [
+    "DESIGN",
+    "RadixCache",
+    "RadixKey",
+    "TieredRadixCache",
+    "UnifiedRadixTree",
+    "build_radix",
+]
 
 
 def build_radix(config: EngineConfig) -> RadixCache:
-    """A RadixCache for an `engines.config.EngineConfig`."""
+    """A RadixCache for an `engines.config.EngineConfig`; with a host tier, the same cache with
+    SGLang's HiCache host pool behind it."""
+    page_size = config.block_size
+    capacity_tokens = (config.num_blocks - 1) * config.block_size
+    if config.host_tier.enabled:
+        return TieredRadixCache(
+            tier=config.host_tier,
+            page_size=page_size,
+            capacity_tokens=capacity_tokens,
+            enabled=config.prefix_caching,
+            eviction_policy=config.eviction_policy,
+            max_num_reqs=config.max_num_seqs + 1,
+        )
     return RadixCache(
-        page_size=config.block_size,
-        capacity_tokens=(config.num_blocks - 1) * config.block_size,
+        page_size=page_size,
+        capacity_tokens=capacity_tokens,
         enabled=config.prefix_caching,
         eviction_policy=config.eviction_policy,
         max_num_reqs=config.max_num_seqs + 1,
@@ -40,6 +60,7 @@ DESIGN = CacheDesign(
     block_size=1,
     unit="page",
     label="SGLang RadixAttention",
+    tier_knobs=("write_policy", "load_back_threshold"),  # its unit is a page
     style=FigureStyle(
         colour="#ff7f0e",
         off_colour="#ffbb78",

@@ -15,7 +15,7 @@ re-pushes a member whenever it changes a field the policy key reads (stamps, hit
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from operator import sub
 from typing import NamedTuple, Protocol
@@ -88,6 +88,9 @@ class UnifiedRadixTree:
         self.disable = disable
         self.num_evicted_nodes = 0
         self.num_evicted_tokens = 0
+        # A host tier's hook (engines/cache/radix/hicache.py): told of each leaf before it is
+        # deleted. None without a tier.
+        self.on_evict: Callable[[TreeNode], None] | None = None
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -453,6 +456,8 @@ class UnifiedRadixTree:
 
     def _delete_leaf(self, leaf: TreeNode) -> int:
         size = len(leaf.value)
+        if self.on_evict is not None:
+            self.on_evict(leaf)
         if self.allocator is not None:
             self.allocator.free_segment(leaf.value, leaf.depth - size)
         parent = leaf.parent

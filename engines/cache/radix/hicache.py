@@ -1,0 +1,159 @@
+"""`TieredRadixCache`: the radix cache with SGLang 0.5.23's HiCache host tier (`--enable-
+hierarchical-cache`; `python/sglang/srt/mem_cache/` hiradix / unified radix cache with
+`init_hicache`, `managers/cache_controller.py`; docs/tiers.md §3).
+
+The device tree is `RadixCache` unchanged. Host copies are kept per page, keyed by the chain of
+the page's whole prefix, so one walk finds the device prefix and then the host pages that follow
+it. When a copy is written is the write policy's: on a finished request's insert once a page has
+been inserted `threshold` times (write_through 1, write_through_selective 2), or when the device
+evicts it (write_back). A host hit of at least `load_back_threshold` tokens is loaded back: the
+request holds those tokens as if computed and its insert puts them in the tree.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from engines.cache.radix.cache import RadixCache
+from engines.cache.radix.hooks import extra_key_of
+from engines.cache.radix.key import unpack
+from engines.cache.radix.node import TreeNode
+from engines.cache.tiers import HostTier, HostTierConfig, TierStats
+from engines.sequence import Sequence
+
+# write policy -> inserts of a page before its host copy is written (None: on eviction only)
+THRESHOLDS: dict[str, int | None] = {
+    "write_through": 1,
+    "write_through_selective": 2,
+    "write_back": None,
+}
+
+
+def page_keys(tokens: list[int], extra: object, page: int, num_pages: int) -> list[int]:
+    """One key per whole page: a hash chained over every page before it (and the cache
+    namespace), so equal keys mean equal prefixes."""
+    keys, h = [], hash(("hicache", extra))
+    for i in range(num_pages):
+        h = hash((h, tuple(tokens[i * page : (i + 1) * page])))
+        keys.append(h)
+    return keys
+
+
+class TieredRadixCache(RadixCache, HostTier):
+    """RadixCache plus HiCache's host pages, write policy and load-back."""
+
+    def __init__(self, *, tier: HostTierConfig, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.host_pages = tier.tokens // self.page_size
+        self.threshold = THRESHOLDS[tier.write_policy]
+        self.load_back_threshold = tier.load_back_threshold
+        self.host: OrderedDict[int, None] = OrderedDict()  # least recently used first
+        self.inserts: dict[int, int] = {}  # device pages' insert counts (upstream node.hit_count)
+        self.tree.on_evict = self._on_device_evict
+        self.queries = self.hits = self.stored = self.evicted_pages = 0
+
+    # ---- keys -------------------------------------------------------------------------------
+    def _seq_keys(self, seq: Sequence, num_tokens: int) -> list[int]:
+        extra = (extra_key_of(seq), seq.salt)
+        return page_keys(
+            list(seq.token_ids[:num_tokens]), extra, self.page_size, num_tokens // self.page_size
+        )
+
+    def _leaf_keys(self, leaf: TreeNode) -> tuple[list[int], int]:
+        """The page keys of the path root -> leaf and the index of the leaf's first page."""
+        edges: list[bytes] = []
+        node: TreeNode | None = leaf
+        while node is not None and node.parent is not None:
+            edges.append(node.tokens)
+            node = node.parent
+        tokens = [t for edge in reversed(edges) for t in unpack(edge)]
+        p = self.page_size
+        keys = page_keys(tokens, leaf.key_extra, p, len(tokens) // p)
+        return keys, (len(tokens) - len(leaf.value)) // p
+
+    # ---- writes -----------------------------------------------------------------------------
+    def _write(self, keys: list[int]) -> None:
+        """Host copies of `keys` (a prefix run), dropping least recently used pages; the run's
+        head ends most recent, so a full pool drops tails before the heads they hang from."""
+        for key in reversed(keys):
+            if key in self.host:
+                self.host.move_to_end(key)
+                continue
+            if len(self.host) >= self.host_pages:
+                self.host.popitem(last=False)
+                self.evicted_pages += 1
+            self.host[key] = None
+            self.stored += 1
+
+    def release(self, seq: Sequence, *, finished: bool) -> None:
+        st = self.reqs.get(seq.seq_id)
+        if finished and st is not None and self.threshold is not None and not self.tree.disable:
+            n = st.kv_committed_len // self.page_size * self.page_size
+            keys = self._seq_keys(seq, n)
+            due = []
+            for key in keys:  # a finished request's insert counts once per page it covers
+                count = self.inserts.get(key, 0) + 1
+                self.inserts[key] = count
+                if count >= self.threshold:
+                    due.append(key)
+            self._write(due)
+        super().release(seq, finished=finished)
+
+    def _on_device_evict(self, leaf: TreeNode) -> None:
+        keys, first = self._leaf_keys(leaf)
+        for key in keys[first:]:
+            self.inserts.pop(key, None)
+        if self.threshold is None:  # write_back: written as the device lets it go
+            self._write(keys[first:])
+
+    # ---- lookup and load-back ---------------------------------------------------------------
+    def host_lookup(self, seq: Sequence, device_tokens: int) -> int | None:
+        if seq.skip_cache_read:
+            return 0
+        p = self.page_size
+        limit = (seq.num_tokens - 1) // p * p  # the same cap as the device match
+        keys = self._seq_keys(seq, limit)
+        n = 0
+        for key in keys[device_tokens // p :]:
+            if key not in self.host:
+                break
+            n += 1
+        host = n * p
+        return host if host >= max(self.load_back_threshold, 1) else 0
+
+    def host_load(self, seq: Sequence, device_tokens: int, host_tokens: int) -> None:
+        self.queries += seq.num_tokens - device_tokens
+        self.hits += host_tokens
+        if host_tokens:
+            p = self.page_size
+            keys = self._seq_keys(seq, device_tokens + host_tokens)[device_tokens // p :]
+            for key in reversed(keys):  # the head ends most recent
+                self.host.move_to_end(key)
+
+    def host_after_schedule(self, scheduled: list[tuple[Sequence, int]]) -> None:
+        """Nothing: HiCache writes from the tree's inserts and evictions."""
+
+    def host_after_step(self, finished: list[Sequence]) -> None:
+        """Nothing: writes and loads are complete when they are made."""
+
+    def host_idle(self) -> None:
+        """Nothing in flight."""
+
+    def host_stats(self) -> TierStats:
+        p = self.page_size
+        return TierStats(
+            queries=self.queries,
+            hits=self.hits,
+            stored=self.stored * p,
+            loaded=self.hits,
+            evicted=self.evicted_pages * p,
+        )
+
+    def reset(self) -> bool:
+        """A flush clears the host pool too (upstream's reset clears the host pool)."""
+        if not super().reset():
+            return False
+        self.host.clear()
+        self.inserts.clear()
+        self.queries = self.hits = self.stored = self.evicted_pages = 0
+        return True

@@ -1,0 +1,141 @@
+"""A host-memory KV tier behind a design's device cache: its config, its counters, the capability.
+
+`engine.host_tier.tokens` sizes the tier (0: off, the cache is exactly the tier-less class). Each
+design brings its own upstream policy (docs/tiers.md): apc follows vLLM's OffloadingConnector and
+CPU offloading manager, radix follows SGLang's HiCache. A scheduler asks `isinstance(cache,
+HostTier)` and drives the tier through the protocol only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from engines.errors import BadInput
+from engines.sequence import Sequence
+
+# The largest tier accepted: 2**36 tokens (~69 G tokens, TBs of host memory on any model).
+MAX_TIER_TOKENS = 1 << 36
+
+# The policies each upstream ships: vLLM 0.33 kv_offload/cpu/policies, SGLang 0.5.23 HiCache.
+APC_POLICIES = ("arc", "lru")
+RADIX_WRITE_POLICIES = ("write_back", "write_through", "write_through_selective")
+
+
+@dataclass
+class HostTierConfig:
+    """`engine.host_tier`: a host tier of `tokens` KV tokens (0 = off).
+
+    apc (vLLM OffloadingConnector): `blocks_per_chunk` device blocks per offloaded chunk (the
+    tier's hit granularity), `policy` lru | arc, `store_threshold` sightings of a chunk before it
+    is stored, `offload_prompt_only` (store prompt chunks only, upstream's default).
+    radix (SGLang HiCache): `write_policy` write_through | write_through_selective | write_back,
+    `load_back_threshold` (host hits of at most this many tokens are not loaded back).
+    """
+
+    tokens: int = 0
+    policy: str = "lru"
+    blocks_per_chunk: int = 1
+    store_threshold: int = 1
+    offload_prompt_only: bool = True
+    write_policy: str = "write_through"
+    load_back_threshold: int = 10
+
+    @property
+    def enabled(self) -> bool:
+        return self.tokens > 0
+
+
+def validate_host_tier(
+    tier: HostTierConfig,
+    cache: str,
+    unit_tokens: int,
+    others_knobs: dict[str, tuple[str, ...]],
+) -> None:
+    """Raise BadInput (one line: what, where, what is allowed) for a tier no design can run.
+
+    cache: the chosen design; unit_tokens: the tokens of one unit of its tier (its registration's
+    `tier_unit`); others_knobs: each other design's tier knobs, refused away from their defaults."""
+    _int_at_least("tokens", tier.tokens, 0)
+    if tier.tokens > MAX_TIER_TOKENS:
+        raise BadInput(
+            f"engine.host_tier.tokens must be at most {MAX_TIER_TOKENS}, got {tier.tokens}"
+        )
+    defaults = HostTierConfig()
+    for design, names in others_knobs.items():
+        for name in names:
+            if getattr(tier, name) != getattr(defaults, name):
+                raise BadInput(
+                    f"engine.host_tier.{name} is a knob of the {design} design's tier, "
+                    f"which this run does not use (cache {cache})"
+                )
+    _int_at_least("blocks_per_chunk", tier.blocks_per_chunk, 1)
+    _int_at_least("store_threshold", tier.store_threshold, 1)
+    _int_at_least("load_back_threshold", tier.load_back_threshold, 0)
+    if tier.policy not in APC_POLICIES:
+        raise BadInput(
+            f"engine.host_tier.policy must be one of {list(APC_POLICIES)}, got {tier.policy!r}"
+        )
+    if tier.write_policy not in RADIX_WRITE_POLICIES:
+        raise BadInput(
+            f"engine.host_tier.write_policy must be one of {list(RADIX_WRITE_POLICIES)}, "
+            f"got {tier.write_policy!r}"
+        )
+    if not isinstance(tier.offload_prompt_only, bool):
+        raise BadInput(
+            f"engine.host_tier.offload_prompt_only must be true or false, "
+            f"got {tier.offload_prompt_only!r}"
+        )
+    if tier.enabled and tier.tokens < unit_tokens:
+        raise BadInput(
+            f"engine.host_tier.tokens ({tier.tokens}) is smaller than one {cache} tier unit "
+            f"({unit_tokens} tokens); use 0 for no tier or at least {unit_tokens}"
+        )
+
+
+def _int_at_least(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BadInput(f"engine.host_tier.{name} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TierStats:
+    """A host tier's cumulative counters, in tokens: lookups past the device hit (`queries`,
+    `hits`), tokens stored into and loaded from the tier, tokens evicted from it."""
+
+    queries: int = 0
+    hits: int = 0
+    stored: int = 0
+    loaded: int = 0
+    evicted: int = 0
+
+
+@runtime_checkable
+class HostTier(Protocol):
+    """Capability: a host tier behind the device cache (engines/cache/<design>/ implements it with
+    its upstream's rules; the scheduler of the same upstream drives it)."""
+
+    def host_lookup(self, seq: Sequence, device_tokens: int) -> int | None:
+        """Tokens of `seq` the host tier holds past its first `device_tokens` (the device hit),
+        in the tier's unit; None: a chunk it needs is still being written (ask again later)."""
+        ...
+
+    def host_load(self, seq: Sequence, device_tokens: int, host_tokens: int) -> None:
+        """Account a load of `host_tokens` past the device hit into the device cache (`seq`'s own
+        KV on apc; the tree on radix, which makes the match cover them)."""
+        ...
+
+    def host_after_schedule(self, scheduled: list[tuple[Sequence, int]]) -> None:
+        """A step was planned: each scheduled `seq` will hold KV for its first `n` tokens after it
+        (vLLM builds its store jobs here)."""
+        ...
+
+    def host_after_step(self, finished: list[Sequence]) -> None:
+        """A step ran: transfers it carried complete; `finished` requests have left."""
+        ...
+
+    def host_idle(self) -> None:
+        """Nothing ran: every transfer in flight completes."""
+        ...
+
+    def host_stats(self) -> TierStats: ...

@@ -1,0 +1,184 @@
+"""Runs under the vLLM venv's python (tests/live/test_tiers_vllm_scheduler.py spawns it): vLLM's
+own async Scheduler with the OffloadingConnector (scheduler side, the CPU manager and its policy,
+and the worker side), one request at a time, and prints each request's device (local) and host
+(external) cached tokens, as JSON.
+
+The only replacement is the transfer engine: vLLM's CPU worker refuses non-CUDA platforms, so a
+stub reports every submitted transfer done when the worker side next polls it.
+
+stdin: a list of runs {"num_gpu_blocks", "block_size", "num_chunks", "blocks_per_chunk",
+"policy", "store_threshold", "offload_prompt_only", "model", "requests": [[id, prompt ids,
+output ids], ...]}. Writes to the file named by its argument, per run, {id: [local,
+external]} (vLLM logs on stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from vllm import SamplingParams
+from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+
+class StubTransfers(OffloadingWorker):
+    """The transfer engine: every submitted job is done when polled."""
+
+    def __init__(self) -> None:
+        self.submitted: list[int] = []
+
+    def submit_store(self, job_id, src_spec, dst_spec) -> bool:
+        self.submitted.append(job_id)
+        return True
+
+    def submit_load(self, job_id, src_spec, dst_spec) -> bool:
+        self.submitted.append(job_id)
+        return True
+
+    def get_finished(self) -> list[TransferResult]:
+        done, self.submitted = self.submitted, []
+        return [TransferResult(job_id=j, success=True) for j in done]
+
+    def wait(self, job_ids: set[int]) -> None:
+        """Nothing: every job is done when polled."""
+
+
+class SizedCPUOffloadingSpec(CPUOffloadingSpec):
+    """vLLM's CPU spec with its chunk count given (it derives it from worker tensor bytes)."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.num_chunks = int(self.extra_config["num_chunks"])
+
+
+def build(run: dict) -> tuple[AsyncScheduler, OffloadingConnector]:
+    bs = run["block_size"]
+    extra = {
+        "spec_name": "SizedCPUOffloadingSpec",
+        "spec_module_path": __name__ if __name__ != "__main__" else "vllm_offload_scheduler_driver",
+        "cpu_bytes_to_use": 1 << 30,
+        "num_chunks": run["num_chunks"],
+        "block_size": bs * run["blocks_per_chunk"],
+        "eviction_policy": run["policy"],
+        "store_threshold": run["store_threshold"],
+        "offload_prompt_only": run["offload_prompt_only"],
+    }
+    cfg = VllmConfig(
+        model_config=ModelConfig(
+            model=run["model"],
+            dtype="float32",
+            seed=0,
+            max_model_len=4096,
+            skip_tokenizer_init=True,
+        ),
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=16,
+            max_num_batched_tokens=512,
+            max_model_len=4096,
+            enable_chunked_prefill=True,
+            is_encoder_decoder=False,
+            async_scheduling=True,
+        ),
+        cache_config=CacheConfig(block_size=bs, enable_prefix_caching=True),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=extra
+        ),
+    )
+    spec = FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    kv = KVCacheConfig(
+        num_blocks=run["num_gpu_blocks"],
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    cfg.cache_config.num_gpu_blocks = run["num_gpu_blocks"]
+    sched = AsyncScheduler(
+        vllm_config=cfg,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(cfg),
+        block_size=bs,
+        log_stats=True,
+    )
+    worker = OffloadingConnector(cfg, KVConnectorRole.WORKER, kv)
+    worker.connector_worker.worker = StubTransfers()  # the transfer engine, nothing else
+    return sched, worker
+
+
+def run_one(run: dict) -> dict[str, list[int]]:
+    sched, worker = build(run)
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(run["block_size"], sha256)
+    tiers: dict[str, list[int]] = {}
+    scripts: dict[str, list[int]] = {}
+    emitted: dict[str, int] = {}
+    prev = None
+    for rid, prompt, output in run["requests"]:
+        params = SamplingParams(max_tokens=len(output), ignore_eos=True)
+        req = Request(rid, prompt, params, None, block_hasher=hasher)
+        scripts[rid] = list(output)
+        sched.add_request(req)
+        idle = 0
+        while idle < 4:  # until it finished and the connector's transfers settled
+            out = sched.schedule()
+            for r in sched.requests.values():
+                st = r.prefill_stats
+                if r.request_id not in tiers and st is not None and st.num_prompt_tokens:
+                    tiers[r.request_id] = [
+                        st.num_local_cached_tokens,
+                        st.num_external_cached_tokens,
+                    ]
+            meta = out.kv_connector_metadata
+            worker.handle_preemptions(meta)
+            worker.bind_connector_metadata(meta)
+            worker.start_load_kv(None)
+            worker.wait_for_save()  # the model runner does so with nothing scheduled too
+            sending, recving = worker.get_finished(out.finished_req_ids)
+            worker_meta = worker.build_connector_worker_meta()
+            worker.clear_connector_metadata()
+            ids = list(out.num_scheduled_tokens)
+            sampled: list[list[int]] = []
+            for i in ids:  # a step that ends a request's prefill or decodes samples a token
+                r = sched.requests.get(i)
+                if r is not None and r.num_computed_tokens < r.num_prompt_tokens:
+                    sampled.append([])  # a prefill chunk short of the prompt's end
+                    continue
+                script = scripts[i]
+                sampled.append([script[min(emitted.get(i, 0), len(script) - 1)]])
+                emitted[i] = emitted.get(i, 0) + 1
+            mro = ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={i: k for k, i in enumerate(ids)},
+                sampled_token_ids=sampled,
+                kv_connector_output=KVConnectorOutput(
+                    finished_sending=sending,
+                    finished_recving=recving,
+                    kv_connector_worker_meta=worker_meta,
+                ),
+            )
+            if prev is not None:
+                sched.update_from_output(*prev)
+            prev = (out, mro)
+            idle = 0 if sched.has_unfinished_requests() or ids else idle + 1
+    return tiers
+
+
+def main() -> None:
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])  # the spec module is this file
+    results = [run_one(run) for run in json.load(sys.stdin)]
+    with open(sys.argv[1], "w") as out:
+        json.dump(results, out)
+
+
+if __name__ == "__main__":
+    main()

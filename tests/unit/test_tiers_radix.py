@@ -1,0 +1,86 @@
+"""SGLang's HiCache host tier behind radix, one rule per test, on hand-made streams of 300-token
+prompts over 640 device tokens at page 1 (docs/tiers.md §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.cache.tiers import HostTier
+from tests.tier_streams import Prompts, send, tier_engine, tiers
+
+OUT = (101, 102, 103, 104)
+
+
+def fill(engine, prompts: Prompts, n: int = 3, tag: str = "f") -> None:
+    for i in range(n):
+        send(engine, f"{tag}{i}", prompts.tokens(300), OUT)
+
+
+@pytest.mark.parametrize(
+    ("write_policy", "expected"),
+    [("write_through", (0, 299)), ("write_back", (0, 299)), ("write_through_selective", (0, 0))],
+)
+def test_a_prompt_seen_once_then_evicted_from_the_device(write_policy, expected):
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=4096, write_policy=write_policy)
+    a = prompts.tokens(300)
+    assert tiers(send(engine, "a1", a, OUT)) == (0, 0)
+    fill(engine, prompts)
+    assert tiers(send(engine, "a2", a, OUT)) == expected  # one walk: device 0, then host pages
+
+
+def test_write_through_selective_writes_a_page_inserted_twice():
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=4096, write_policy="write_through_selective")
+    a = prompts.tokens(300)
+    send(engine, "a1", a, OUT)
+    assert tiers(send(engine, "a2", a, OUT)) == (299, 0)  # a device hit; its insert is the 2nd
+    fill(engine, prompts)
+    assert tiers(send(engine, "a3", a, OUT)) == (0, 299)
+
+
+def test_write_back_writes_only_on_device_eviction():
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=4096, write_policy="write_back")
+    cache = engine.loop.scheduler.cache
+    send(engine, "a1", prompts.tokens(300), OUT)
+    assert cache.host_stats().stored == 0  # still on the device: nothing written
+    send(engine, "b1", prompts.tokens(300), OUT)
+    send(engine, "c1", prompts.tokens(300), OUT)
+    evicted = cache.stats().evicted_tokens
+    assert evicted > 0 and cache.host_stats().stored == evicted
+
+
+def test_a_host_hit_below_the_load_back_threshold_is_not_loaded():
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=4096, load_back_threshold=300)
+    a = prompts.tokens(300)
+    send(engine, "a1", a, OUT)
+    fill(engine, prompts)
+    assert tiers(send(engine, "a2", a, OUT)) == (0, 0)  # 299 host tokens < 300
+
+
+def test_the_host_pool_drops_its_least_recently_used_pages():
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=600)  # two prompts' worth of pages
+    a = prompts.tokens(300)
+    send(engine, "a1", a, OUT)
+    fill(engine, prompts)  # three more prompts written: a's pages are the oldest
+    assert tiers(send(engine, "a2", a, OUT)) == (0, 0)
+    assert engine.loop.scheduler.cache.host_stats().evicted > 0
+
+
+def test_a_flush_clears_the_host_pool():
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=4096)
+    a = prompts.tokens(300)
+    send(engine, "a1", a, OUT)
+    assert engine.loop.scheduler.cache.reset()
+    fill(engine, prompts)
+    assert tiers(send(engine, "a2", a, OUT)) == (0, 0)
+
+
+def test_the_tier_is_a_declared_capability_and_off_is_the_plain_cache():
+    assert isinstance(tier_engine("radix", tokens=4096).loop.scheduler.cache, HostTier)
+    plain = tier_engine("radix", tokens=0).loop.scheduler.cache
+    assert not isinstance(plain, HostTier) and type(plain).__name__ == "RadixCache"
