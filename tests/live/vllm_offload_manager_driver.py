@@ -1,4 +1,4 @@
-"""Runs under the vLLM venv's python (tests/live/test_tiers_vllm_manager.py spawns it): applies a
+"""Runs under the vLLM venv's python (tests/live/test_apc_tier_vs_vllm_manager.py spawns it): applies a
 stream of host-tier operations to vLLM's own CPU offloading manager (`vllm/v1/kv_offload/cpu/
 manager.py` with its LRU or ARC policy) and prints what each operation returned, as JSON.
 

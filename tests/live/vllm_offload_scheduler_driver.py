@@ -1,4 +1,4 @@
-"""Runs under the vLLM venv's python (tests/live/test_tiers_vllm_scheduler.py spawns it): vLLM's
+"""Runs under the vLLM venv's python (tests/live/test_apc_tier_vs_vllm_scheduler.py spawns it): vLLM's
 own async Scheduler with the OffloadingConnector (scheduler side, the CPU manager and its policy,
 and the worker side), one request at a time, and prints each request's device (local) and host
 (external) cached tokens, as JSON.

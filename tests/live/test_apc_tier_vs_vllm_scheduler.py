@@ -2,7 +2,7 @@
 the vLLM venv (tests/live/vllm_offload_scheduler_driver.py; only the transfer engine is a stub):
 the same request streams, one request at a time, must give every request the same device and host
 cached tokens (docs/tiers.md §2). The streams are the hand-made ones of
-tests/unit/test_tiers_apc.py and generated ones of prompts sharing prefixes.
+tests/unit/test_apc_tiers.py and generated ones of prompts sharing prefixes.
 
 Needs .venv-vllm (scripts/setup_vllm.sh): skipped without it, a failure under CI=true.
 """
