@@ -1,0 +1,142 @@
+"""advice.md: the answer first (per goal, with its verdict and the cells behind it), then why,
+the ceilings, what would change the answer, and how the grid was run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.advise.grid import Pattern
+from harness.advise.runner import Grid
+from harness.advise.traffic import Traffic
+from harness.advise.verdict import GOALS, NO_REUSE, TIE, UNDECIDED, Answer, no_reuse
+from harness.advise.why import Causes, Ceilings, main_cause
+
+BURST_NOTE = (
+    "The traffic has no arrival times: `python -m harness` would send it as one burst, which "
+    "favours one design, so the advice ran one burst and Poisson arrivals at {rates} "
+    "({fractions} of the {burst:.1f} req/s the burst reached)."
+)
+
+
+@dataclass(frozen=True)
+class Advice:
+    traffic: Traffic
+    patterns: tuple[Pattern, ...]
+    grid: Grid
+    answers: list[Answer]
+    causes: list[Causes]
+    ceilings: Ceilings
+    figure: str
+    quick: bool
+
+
+def arrivals_note(a: Advice) -> str:
+    if a.traffic.has_times:
+        return "Arrivals: the traffic's own times (arrival_s), replayed as given."
+    rates = a.grid.rates
+    poisson = [p for p in a.patterns if p.fraction is not None]
+    burst = rates[poisson[0].name] / poisson[0].fraction if poisson and poisson[0].fraction else 0.0
+    return BURST_NOTE.format(
+        rates=", ".join(f"{rates[p.name]:.1f}" for p in poisson) + " req/s",
+        fractions=", ".join(f"{p.fraction:g}" for p in poisson),
+        burst=burst,
+    )
+
+
+def render(a: Advice) -> str:
+    t = a.traffic
+    lines = [
+        f"# Which prefix cache for `{t.cfg.workload.name}`?",
+        "",
+        arrivals_note(a),
+        "",
+        "## Answer",
+        "",
+    ]
+    for ans in a.answers:
+        lines.append(f"- **{ans.goal.name}: {ans.verdict}**")
+        for d in ans.duels:
+            lines.append(f"  - {d.pattern}: {d.text()}")
+    lines += ["", "## Why (hit rate)", ""]
+    if no_reuse(a.grid.runs):
+        lines.append(
+            f"{NO_REUSE}: no prompt shares a prefix with an earlier one even at page 1 in an "
+            "unbounded cache, so neither design can reuse anything and both pay only their "
+            "bookkeeping (claim 1: under 1% throughput at a 0% hit rate). Latency differences "
+            "above are the two schedulers' own (SGLang's prefill-only steps vs vLLM's mixed "
+            "steps), not the caches'."
+        )
+    for c in a.causes:
+        lines.append(f"- {c.pattern}: mostly {main_cause(c)}")
+        lines += [f"  - {x}" for x in c.lines()]
+    lines += ["", "## Ceilings", "", *_ceilings(a.ceilings, a.grid.runs, t.capacity)]
+    lines += ["", "## What would change the answer", "", *_changes(a)]
+    lines += ["", "## The grid", "", *_setup(a)]
+    return "\n".join(lines) + "\n"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
+def _ceilings(c: Ceilings, runs: pd.DataFrame, capacity: int) -> list[str]:
+    best = runs.groupby("cache")["hit_rate"].max()
+    return [
+        f"- an ideal cache (unbounded, page 1): {_pct(c.ideal_page1)}; at block 16: {_pct(c.ideal_block16)}",
+        f"- at your capacity ({capacity:,} tokens, page 1): Belady {_pct(c.belady)}, LRU {_pct(c.lru)}",
+        "- reached in the grid: " + ", ".join(f"{d} {v:.1%}" for d, v in best.items()),
+    ]
+
+
+def _changes(a: Advice) -> list[str]:
+    out: list[str] = []
+    hit = next(x for x in a.answers if x.goal.key == GOALS[-1].key)
+    for d in hit.duels:
+        if d.winner not in (TIE, UNDECIDED):
+            other = next(x for x in d.values if x != d.winner)
+            cause = next((main_cause(c) for c in a.causes if c.pattern == d.pattern), "")
+            out.append(
+                f"- under {d.pattern}{_rate(a, d.pattern)}: {d.winner} leads {other} by "
+                f"{d.goal.margin(d.gain)} of hit rate" + (f", mostly {cause}" if cause else "")
+            )
+    if not a.traffic.has_times:
+        out.append(
+            f"- a burst of {a.traffic.num_requests} requests against steady arrivals: the rows above "
+            "show whether the winner flips between them"
+        )
+    if not a.traffic.capacity_fits:
+        out.append(
+            f"- a KV capacity of {a.traffic.working_set:,} tokens holds the whole working set (the `-fit` cells)"
+        )
+    else:
+        out.append(
+            "- your capacity holds the whole working set: eviction plays no part; a smaller one would add it"
+        )
+    return out or ["- nothing in this grid: the designs tie everywhere"]
+
+
+def _rate(a: Advice, pattern: str) -> str:
+    rate = a.grid.rates.get(pattern)
+    return "" if rate is None else f" ({rate:.1f} req/s)"
+
+
+def _setup(a: Advice) -> list[str]:
+    t, runs = a.traffic, a.grid.runs
+    cfg = t.cfg
+    where = (
+        f"simulated at hardware preset {cfg.hardware.name}"
+        if cfg.executor == "simulated"
+        else f"executor {cfg.executor}"
+    )
+    out = [
+        f"- {t.num_requests} requests, {where}, model {cfg.model.name}; your KV capacity "
+        f"{t.capacity:,} tokens, working set {t.working_set:,}",
+        f"- {len(runs)} runs ({'--quick' if a.quick else 'full grid'}), "
+        f"cells: {', '.join(sorted(runs['cell'].unique()))}; seeds {sorted(runs['seed'].unique().tolist())} "
+        "(several only for the shipped pairings under Poisson arrivals, where the result is random)",
+        f"- figure: {a.figure}; every run's folder: runs/<pattern>/<cell>-seed<N> (`python -m harness.report` reads them)",
+    ]
+    out += [f"- skipped {name}: {why}" for name, why in a.grid.skipped.items()]
+    return out
