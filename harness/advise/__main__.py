@@ -68,9 +68,10 @@ def advise(argv: list[str]) -> int:
         return _bad(describe(exc))
     pats = patterns(traffic.has_times, args.quick)
     names = [p.name for p in pats]
-    found = answers(grid.runs, names)
+    where = {n: grid.where(n) for n in names}
+    found = answers(grid.runs, where)
     grid.runs.to_csv(out / "grid.csv", index=False)
-    figure = draw(grid.runs, found, out)
+    figure = draw(grid.runs, found, where, out)
     why = [c for c in (causes(grid.runs, p) for p in names) if c is not None]
     text = render(
         Advice(traffic, pats, grid, found, why, ceilings(grid.runs), figure.name, args.quick)

@@ -4,6 +4,7 @@ pattern marked with a black edge and a star."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from harness.report.figstyle import colour, on_clock
 from harness.report.plots import plt
 
 
-def draw(runs: pd.DataFrame, answers: list[Answer], out: Path) -> Path:
+def draw(runs: pd.DataFrame, answers: list[Answer], where: dict[str, str], out: Path) -> Path:
     df = user_runs(runs)
     patterns = list(dict.fromkeys(df["pattern"]))
     cells = list(dict.fromkeys(df["cell"]))
@@ -42,17 +43,17 @@ def draw(runs: pd.DataFrame, answers: list[Answer], out: Path) -> Path:
                 if e == "black" and not np.isnan(v):
                     ax.annotate("*", (px, scale * v), ha="center", va="bottom", fontsize=12)
         unit = "%" if ans.goal.absolute else "tok/s" if ans.goal.higher_is_better else "ms"
-        ax.set_title(f"{ans.goal.name}\n{ans.verdict}"[:90], fontsize=8)
+        ax.set_title(f"{ans.goal.name}\n{textwrap.fill(ans.verdict, 55)}", fontsize=7)
         label = f"{ans.goal.name} ({unit})"
         ax.set_ylabel(label if ans.goal.absolute else on_clock(label, runs))
-        ax.set_xticks(x, patterns, rotation=20, fontsize=7)
+        ax.set_xticks(x, [where.get(p, p) for p in patterns], rotation=15, fontsize=7)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(cells), 6), fontsize=7)
     fig.suptitle(
         "Advice grid: each cell per arrival pattern (* = the answer's cell, at your capacity)",
         fontsize=9,
     )
-    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.1, 1, 0.93))
     path = out / "grid.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)

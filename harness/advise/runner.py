@@ -42,6 +42,12 @@ class Grid:
     skipped: dict[str, str]  # cell name -> why
     rates: dict[str, float]  # pattern name -> req/s (Poisson patterns)
 
+    def where(self, pattern: str) -> str:
+        """A pattern for a reader: `one burst`, `Poisson 7.0 req/s`, `the trace's own times`."""
+        if pattern in self.rates:
+            return f"Poisson {self.rates[pattern]:.1f} req/s"
+        return "one burst" if pattern == "burst" else "the traffic's own times"
+
 
 def run_grid(traffic: Traffic, out: Path, quick: bool) -> Grid:
     """The burst (or trace) first: a Poisson pattern's rate is a fraction of its throughput."""

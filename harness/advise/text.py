@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.advise.grid import Pattern
+from harness.advise.grid import FIT, Pattern
 from harness.advise.runner import Grid
 from harness.advise.traffic import Traffic
 from harness.advise.verdict import GOALS, NO_REUSE, TIE, UNDECIDED, Answer, no_reuse
@@ -58,7 +58,7 @@ def render(a: Advice) -> str:
     for ans in a.answers:
         lines.append(f"- **{ans.goal.name}: {ans.verdict}**")
         for d in ans.duels:
-            lines.append(f"  - {d.pattern}: {d.text()}")
+            lines.append(f"  - {a.grid.where(d.pattern)}: {d.text()}")
     lines += ["", "## Why (hit rate)", ""]
     if no_reuse(a.grid.runs):
         lines.append(
@@ -69,7 +69,7 @@ def render(a: Advice) -> str:
             "steps), not the caches'."
         )
     for c in a.causes:
-        lines.append(f"- {c.pattern}: mostly {main_cause(c)}")
+        lines.append(f"- {a.grid.where(c.pattern)}: mostly {main_cause(c)}")
         lines += [f"  - {x}" for x in c.lines()]
     lines += ["", "## Ceilings", "", *_ceilings(a.ceilings, a.grid.runs, t.capacity)]
     lines += ["", "## What would change the answer", "", *_changes(a)]
@@ -91,35 +91,41 @@ def _ceilings(c: Ceilings, runs: pd.DataFrame, capacity: int) -> list[str]:
 
 
 def _changes(a: Advice) -> list[str]:
-    out: list[str] = []
     hit = next(x for x in a.answers if x.goal.key == GOALS[-1].key)
-    for d in hit.duels:
-        if d.winner not in (TIE, UNDECIDED):
-            other = next(x for x in d.values if x != d.winner)
-            cause = next((main_cause(c) for c in a.causes if c.pattern == d.pattern), "")
-            out.append(
-                f"- under {d.pattern}{_rate(a, d.pattern)}: {d.winner} leads {other} by "
-                f"{d.goal.margin(d.gain)} of hit rate" + (f", mostly {cause}" if cause else "")
-            )
-    if not a.traffic.has_times:
+    out = [
+        f"- under {a.grid.where(d.pattern)}: {d.winner} leads by {d.goal.margin(d.gain)} of hit "
+        f"rate, mostly {cause}"
+        for d in hit.duels
+        if d.winner not in (TIE, UNDECIDED)
+        for cause in [next((main_cause(c) for c in a.causes if c.pattern == d.pattern), "")]
+    ]
+    won = {d.winner for d in hit.duels} - {TIE, UNDECIDED}
+    if len(hit.duels) > 1:
         out.append(
-            f"- a burst of {a.traffic.num_requests} requests against steady arrivals: the rows above "
-            "show whether the winner flips between them"
+            "- the arrival pattern flips the answer: requests arriving together (a burst of "
+            f"{a.traffic.num_requests}) and the same requests spread out are served best by "
+            "different designs"
+            if len(won) == 2
+            else "- the arrival pattern does not flip it in this grid (one burst, and Poisson up "
+            f"to {max(a.grid.rates.values(), default=0.0):.1f} req/s)"
         )
-    if not a.traffic.capacity_fits:
-        out.append(
-            f"- a KV capacity of {a.traffic.working_set:,} tokens holds the whole working set (the `-fit` cells)"
-        )
-    else:
-        out.append(
-            "- your capacity holds the whole working set: eviction plays no part; a smaller one would add it"
-        )
-    return out or ["- nothing in this grid: the designs tie everywhere"]
+    out.append(_capacity_change(a))
+    return out
 
 
-def _rate(a: Advice, pattern: str) -> str:
-    rate = a.grid.rates.get(pattern)
-    return "" if rate is None else f" ({rate:.1f} req/s)"
+def _capacity_change(a: Advice) -> str:
+    if a.traffic.capacity_fits:
+        return (
+            f"- your capacity ({a.traffic.capacity:,} tokens) holds the whole working set "
+            f"({a.traffic.working_set:,}): eviction plays no part; a smaller one would add it"
+        )
+    fit = a.grid.runs[a.grid.runs["capacity"] == FIT]
+    hits = fit.groupby("cache")["hit_rate"].mean()
+    return (
+        f"- a capacity of {a.traffic.working_set:,} tokens holds the whole working set: there "
+        + ", ".join(f"{d} reaches {v:.1%}" for d, v in hits.items())
+        + " (the `-fit` cells)"
+    )
 
 
 def _setup(a: Advice) -> list[str]:

@@ -149,25 +149,27 @@ def no_reuse(runs: pd.DataFrame) -> bool:
     return float(runs["ideal_hit_rate_token"].max()) < NO_REUSE_CEILING
 
 
-def answers(runs: pd.DataFrame, pattern_names: list[str]) -> list[Answer]:
-    duels_of = {g.key: tuple(duel(runs, p, g) for p in pattern_names) for g in GOALS}
+def answers(runs: pd.DataFrame, where: dict[str, str]) -> list[Answer]:
+    """Per goal, the duels under every pattern (`where`: pattern name -> words) and the verdict."""
+    duels_of = {g.key: tuple(duel(runs, p, g) for p in where) for g in GOALS}
     if no_reuse(runs):
         return [Answer(g, NO_REUSE, duels_of[g.key]) for g in GOALS]
-    return [Answer(g, overall(duels_of[g.key]), duels_of[g.key]) for g in GOALS]
+    return [Answer(g, overall(duels_of[g.key], where), duels_of[g.key]) for g in GOALS]
 
 
-def overall(duels: tuple[Duel, ...]) -> str:
+def overall(duels: tuple[Duel, ...], where: dict[str, str]) -> str:
     """One winner; `depends on the arrival pattern` with where each wins; a tie; undecided."""
     won = {d.winner for d in duels} - {TIE, UNDECIDED}
     if len(won) == 2:
-        where = "; ".join(
-            f"{w} under {', '.join(d.pattern for d in duels if d.winner == w)}" for w in sorted(won)
+        flips = "; ".join(
+            f"{w} under {', '.join(where[d.pattern] for d in duels if d.winner == w)}"
+            for w in sorted(won)
         )
-        return depends(f"the arrival pattern ({where})")
+        return depends(f"the arrival pattern ({flips})")
     if len(won) == 1:
         (w,) = won
         cells = sorted({d.labels[w] for d in duels if d.winner == w})
-        rest = [d.pattern for d in duels if d.winner != w]
+        rest = [where[d.pattern] for d in duels if d.winner != w]
         tail = f" (tie or undecided under {', '.join(rest)})" if rest else ""
         return f"{w} ({' / '.join(cells)}){tail}"
     if any(d.winner == UNDECIDED for d in duels):
