@@ -54,7 +54,15 @@ class Cell:
         order = "" if self.policy == "fcfs" else f", {self.policy} order"
         return f"{self.cache} {unit} {self.block_size} + {self.scheduler} scheduler{order}"
 
-    def overrides(self, capacity_tokens: int) -> tuple[str, ...]:
+    def bounds(self, ceilings: bool) -> tuple[str, ...]:
+        """The ceilings ignore timing: they come from the shipped pairings' runs of the first
+        pattern; every other run skips the LRU and Belady replays at capacity (they cost as much
+        as the run) and the ideal at granularities the advice does not read."""
+        if ceilings and self.role == "shipped":
+            return ()
+        return ("bounds.capped=false", "bounds.granularities=[1]")
+
+    def overrides(self, capacity_tokens: int, ceilings: bool) -> tuple[str, ...]:
         preset = (
             self.cache
             if self.scheduler == _upstream(self.cache)
@@ -65,6 +73,7 @@ class Cell:
             f"engine.block_size={self.block_size}",
             f"engine.policy={self.policy}",
             f"engine.kv_capacity_tokens={capacity_tokens}",
+            *self.bounds(ceilings),
         )
 
 
@@ -124,8 +133,8 @@ def cells(quick: bool, capacity_fits: bool) -> tuple[Cell, ...]:
         if capacity_fits
         else (Cell(APC, VLLM, 16, capacity=FIT), Cell(RADIX, SGLANG, 1, capacity=FIT))
     )
-    if quick:
-        return (apc, radix, *square, *fit)
+    if quick:  # the square alone: the answer and its causes, no eviction or size effects
+        return (apc, radix, *square)
     return (apc, radix, *square, *sizes, *order, *fit)
 
 

@@ -64,7 +64,8 @@ def run_grid(traffic: Traffic, out: Path, quick: bool) -> Grid:
             for cell in grid_cells:
                 for seed in seeds_for(cell, pattern):
                     bar.set_postfix_str(f"{pattern.name} {cell.name} seed {seed}")
-                    row = _run_cell(traffic, out, cell, pattern, seed, load, skipped)
+                    first = pattern == pats[0] and seed == pattern.seeds[0]
+                    row = _run_cell(traffic, out, cell, pattern, (seed, first), load, skipped)
                     if row is not None:
                         rows.append(row)
                     bar.update(1)
@@ -88,10 +89,17 @@ def _load(pattern: Pattern, rates: dict[str, float]) -> tuple[str, ...]:
 
 
 def _run_cell(
-    traffic: Traffic, out: Path, cell: Cell, pattern: Pattern, seed: int, load, skipped
+    traffic: Traffic,
+    out: Path,
+    cell: Cell,
+    pattern: Pattern,
+    which: tuple[int, bool],
+    load,
+    skipped,
 ) -> dict | None:
+    seed, ceilings = which  # the seed, and whether the run computes the ceilings
     capacity = traffic.working_set if cell.capacity == FIT else traffic.capacity
-    overrides = [*traffic.base, *cell.overrides(capacity), *load, f"seed={seed}"]
+    overrides = [*traffic.base, *cell.overrides(capacity, ceilings), *load, f"seed={seed}"]
     try:
         composed = compose(overrides, job_name="advise")
     except (*BAD_INPUT, *config_errors()) as exc:  # e.g. a capacity that is no whole page count

@@ -118,8 +118,8 @@ def duel(runs: pd.DataFrame, pattern: str, goal: Goal) -> Duel:
     else:
         evidence = (
             "exact (deterministic runs)"
-            if per_seed is None or len(per_seed) == 1
-            else "too few seeds for an interval"
+            if pattern in ("burst", "trace")
+            else f"{len(per_seed or [])} seed(s): no interval (a point comparison)"
         )
         winner = b if gain >= goal.tolerance else a if -gain >= goal.tolerance else TIE
     label_of = dict(zip(df["cell"], df["label"]))
