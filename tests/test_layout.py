@@ -31,7 +31,7 @@ def test_the_editable_install_reads_it_from_any_folder(tmp_path):
 # The layers of harness/ (docs/design.md §2) and the imports that must never be: a lower layer
 # importing a higher one, or two siblings that are easily confused importing each other. Each entry
 # is (package, forbidden prefixes, allowed exceptions); imports inside functions count too.
-HIGHER = ("harness.run", "harness.claims", "harness.report")
+HIGHER = ("harness.run", "harness.claims", "harness.report", "harness.advise")
 SERVERS = ("harness.builtin_server", "harness.live_server")
 FORBIDDEN: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("engines", ("harness", "workloads"), ()),
@@ -99,6 +99,7 @@ def test_harness_top_holds_only_the_entry_points():
         "fleet",
         "report",
         "claims",
+        "advise",
         "builtin_server",
         "live_server",
     }

@@ -60,7 +60,11 @@ class Cell:
         as the run) and the ideal at granularities the advice does not read."""
         if ceilings and self.role == "shipped":
             return ()
-        return ("bounds.capped=false", "bounds.granularities=[1]")
+        return (
+            "bounds.capped=false",
+            "bounds.granularities=[]",
+            "bounds.include_engine_granularity=false",
+        )
 
     def overrides(self, capacity_tokens: int, ceilings: bool) -> tuple[str, ...]:
         preset = (

@@ -3,12 +3,13 @@ the ceilings, what would change the answer, and how the grid was run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from harness.advise.grid import FIT, Pattern
 from harness.advise.runner import Grid
+from harness.advise.server import ServerRun
 from harness.advise.traffic import Traffic
 from harness.advise.verdict import GOALS, NO_REUSE, TIE, UNDECIDED, Answer, no_reuse
 from harness.advise.why import Causes, Ceilings, main_cause
@@ -30,6 +31,7 @@ class Advice:
     ceilings: Ceilings
     figure: str
     quick: bool
+    served: list[ServerRun] = field(default_factory=list)  # --server: the live server's runs
 
 
 def arrivals_note(a: Advice) -> str:
@@ -72,6 +74,8 @@ def render(a: Advice) -> str:
         lines.append(f"- {a.grid.where(c.pattern)}: mostly {main_cause(c)}")
         lines += [f"  - {x}" for x in c.lines()]
     lines += ["", "## Ceilings", "", *_ceilings(a.ceilings, a.grid.runs, t.capacity)]
+    if a.served:
+        lines += ["", "## Your server", "", *_served(a)]
     lines += ["", "## What would change the answer", "", *_changes(a)]
     lines += ["", "## The grid", "", *_setup(a)]
     return "\n".join(lines) + "\n"
@@ -121,11 +125,33 @@ def _capacity_change(a: Advice) -> str:
         )
     fit = a.grid.runs[a.grid.runs["capacity"] == FIT]
     hits = fit.groupby("cache")["hit_rate"].mean()
+    if hits.empty:  # --quick runs no -fit cells
+        return (
+            f"- a capacity of {a.traffic.working_set:,} tokens would hold the whole working set; "
+            "the full grid (without --quick) measures the designs there"
+        )
     return (
         f"- a capacity of {a.traffic.working_set:,} tokens holds the whole working set: there "
         + ", ".join(f"{d} reaches {v:.1%}" for d, v in hits.items())
         + " (the `-fit` cells)"
     )
+
+
+def _served(a: Advice) -> list[str]:
+    """The live server's measured hit rate beside the best of each design under the pattern."""
+    out = []
+    best = (
+        a.grid.runs[a.grid.runs["capacity"] != FIT].groupby(["pattern", "cache"])["hit_rate"].max()
+    )
+    for s in a.served:
+        where = a.grid.where(s.pattern)
+        if s.rate is not None:
+            where = (
+                f"Poisson {s.rate:.1f} req/s (the same fraction of the server's burst throughput)"
+            )
+        designs = ", ".join(f"{c} {v:.1%}" for (p, c), v in best.items() if p == s.pattern)
+        out.append(f"- {where}: {s.text()}; the designs here: {designs}")
+    return out
 
 
 def _setup(a: Advice) -> list[str]:

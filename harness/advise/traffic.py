@@ -44,6 +44,7 @@ class Traffic:
     largest_request: int  # prompt + output tokens of the largest request
     working_set: int  # prompt + output tokens of all requests, in whole pages of 32
     capacity: int  # the user's KV capacity (or the preset's)
+    server_base: tuple[str, ...] = ()  # the user's overrides a live server's runs take
 
     @property
     def capacity_fits(self) -> bool:
@@ -73,7 +74,9 @@ def base_overrides(user: list[str]) -> tuple[str, ...]:
     return (*defaults, *user)
 
 
-def read_traffic(user: list[str]) -> Traffic:
+def read_traffic(given: list[str]) -> Traffic:
+    # `server.*` overrides (server.tokenizer, server.block_size, ...) are for --server's runs only
+    user = [o for o in given if not _key(o).startswith("server.")]
     base = base_overrides(user)
     cfg = compose([*base], job_name="advise").cfg
     requests = generate_with_notes(cfg.workload, cfg.seed, token_space_for(cfg.model)).requests
@@ -98,6 +101,10 @@ def read_traffic(user: list[str]) -> Traffic:
         largest_request=largest,
         working_set=round_up(sum(r.n * _tokens(r) for r in requests)),
         capacity=capacity,
+        # a live server has its own hardware, capacity and limits: only the traffic and model
+        server_base=tuple(
+            o for o in given if _key(o).split(".")[0] in ("workload", "model", "server")
+        ),
     )
 
 

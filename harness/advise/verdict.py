@@ -51,7 +51,14 @@ class Goal:
         return f"{value:,.1f} ms"
 
     def margin(self, gain: float) -> str:
+        """Points of hit rate; for time and throughput, the gain as a share of the loser's."""
         return f"{100 * gain:.1f} points" if self.absolute else f"{gain:.0%}"
+
+    def ratio(self, values: list[float]) -> str:
+        """`2.32x lower` / `1.05x higher`: the winner against the loser, as a reader compares."""
+        hi, lo = max(values), min(values)
+        factor = hi / lo if lo > 0 else float("inf")
+        return f"{factor:.2f}x {'higher' if self.higher_is_better else 'lower'}"
 
 
 GOALS = (
@@ -82,7 +89,12 @@ class Duel:
         elif self.winner == UNDECIDED:
             head = "undecided (the interval straddles the tolerance)"
         else:
-            head = f"{self.best[self.winner]} by {self.goal.margin(self.gain)}"
+            by = (
+                self.goal.margin(self.gain)
+                if self.goal.absolute
+                else self.goal.ratio(list(self.values.values()))
+            )
+            head = f"{self.best[self.winner]} by {by}"
         return f"{head}: {cells}; {self.evidence}"
 
 

@@ -110,3 +110,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case, extra):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert not out_dir.exists()  # nothing half-written
+
+
+def test_the_readmes_advise_commands_run(tmp_path, capsys):
+    """The README's two commands: the shipped workload's runs as written (--quick: seconds); the
+    user's names a prompt file, the kind the newcomer's test above runs."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    commands = [
+        ln.split()[3:] for ln in readme.splitlines() if ln.startswith("python -m harness.advise ")
+    ]
+    assert len(commands) == 2
+    user, shipped = commands
+    assert "workload.path=my_prompts.jsonl" in user and "--quick" in shipped
+    with pytest.raises(SystemExit) as done:
+        main([*shipped, "--out", str(tmp_path), "--name", "shipped"])
+    assert done.value.code == 0
+    assert "## Answer" in capsys.readouterr().out
+    assert (tmp_path / "shipped" / "runs" / "burst" / "apc-seed0" / "summary.json").is_file()
