@@ -127,3 +127,22 @@ def test_the_readmes_advise_commands_run(tmp_path, capsys):
     assert done.value.code == 0
     assert "## Answer" in capsys.readouterr().out
     assert (tmp_path / "shipped" / "runs" / "burst" / "apc-seed0" / "summary.json").is_file()
+
+
+def test_the_real_executor_runs_the_grid_and_times_are_not_called_exact(tmp_path, capsys):
+    rng = np.random.default_rng(6)
+    prefix = [int(i) for i in rng.integers(1, 1024, size=48)]
+    lines = [
+        {"prompt_ids": prefix + [int(i) for i in rng.integers(1, 1024, size=5)], "output_len": 2}
+    ]
+    traffic = _write(tmp_path / "real.jsonl", lines * 1 + [dict(lines[0], output_len=3)] * 3)
+    real = ("model=tiny", "executor=real", "device=cpu", "engine.kv_capacity_tokens=4096")
+    out, verdicts = _advise(tmp_path, capsys, traffic, *real)
+    assert "executor real" in out and set(verdicts) == {
+        "TTFT p50",
+        "TTFT p99",
+        "throughput",
+        "hit rate",
+    }
+    ttft = _section(out, "Answer").split("**TTFT p50", 1)[1].splitlines()[1]
+    assert ttft.startswith("  - one burst: ") and "no interval (a point comparison)" in ttft
