@@ -123,17 +123,15 @@ def _capacity_change(a: Advice) -> str:
             f"- your capacity ({a.traffic.capacity:,} tokens) holds the whole working set "
             f"({a.traffic.working_set:,}): eviction plays no part; a smaller one would add it"
         )
-    fit = a.grid.runs[a.grid.runs["capacity"] == FIT]
-    hits = fit.groupby("cache")["hit_rate"].mean()
-    if hits.empty:  # --quick runs no -fit cells
+    if not (a.grid.runs["capacity"] == FIT).any():  # --quick runs no -fit cells
         return (
             f"- a capacity of {a.traffic.working_set:,} tokens would hold the whole working set; "
             "the full grid (without --quick) measures the designs there"
         )
     return (
-        f"- a capacity of {a.traffic.working_set:,} tokens holds the whole working set: there "
-        + ", ".join(f"{d} reaches {v:.1%}" for d, v in hits.items())
-        + " (the `-fit` cells)"
+        f"- a capacity of {a.traffic.working_set:,} tokens holds the whole working set: the "
+        "eviction lines above give, per arrival pattern, the hit rate each design loses at yours "
+        "(the `-fit` cells)"
     )
 
 
@@ -154,6 +152,13 @@ def _served(a: Advice) -> list[str]:
     return out
 
 
+def _rounded(t: Traffic) -> str:
+    given = int(t.cfg.engine.kv_capacity_tokens)
+    if t.cfg.hardware is not None and given != t.capacity and given // 32 * 32 != t.capacity:
+        return " (what the preset's memory holds after the weights, in whole pages of 32)"
+    return f" (rounded down from {given:,} to whole pages of 32)" if given != t.capacity else ""
+
+
 def _setup(a: Advice) -> list[str]:
     t, runs = a.traffic, a.grid.runs
     cfg = t.cfg
@@ -164,7 +169,8 @@ def _setup(a: Advice) -> list[str]:
     )
     out = [
         f"- {t.num_requests} requests, {where}, model {cfg.model.name}; your KV capacity "
-        f"{t.capacity:,} tokens, working set {t.working_set:,}",
+        f"{t.capacity:,} tokens{_rounded(t)}, working set {t.working_set:,} (every request's "
+        "prompt and output tokens)",
         f"- {len(runs)} runs ({'--quick' if a.quick else 'full grid'}), "
         f"cells: {', '.join(sorted(runs['cell'].unique()))}; seeds {sorted(runs['seed'].unique().tolist())} "
         "(several only for the shipped pairings under Poisson arrivals, where the result is random)",

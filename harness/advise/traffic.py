@@ -78,7 +78,8 @@ def read_traffic(given: list[str]) -> Traffic:
     # `server.*` overrides (server.tokenizer, server.block_size, ...) are for --server's runs only
     user = [o for o in given if not _key(o).startswith("server.")]
     base = base_overrides(user)
-    cfg = compose([*base], job_name="advise").cfg
+    # page 1 here: any whole capacity passes; the grid rounds it to its pages below
+    cfg = compose([*base, "engine.block_size=1"], job_name="advise").cfg
     requests = generate_with_notes(cfg.workload, cfg.seed, token_space_for(cfg.model)).requests
     num = sum(r.n for r in requests)
     if num < 2:
@@ -113,7 +114,8 @@ def _tokens(r: Request) -> int:
 
 
 def _capacity(cfg: RunConfig, user_keys: set[str]) -> int:
-    """The user's capacity; else what the preset's memory holds, in whole pages of 32."""
+    """The user's capacity, else what the preset's memory holds, in whole pages of 32 (every
+    page size of the grid must divide it: engines/config.py refuses a partial page)."""
     if "engine.kv_capacity_tokens" in user_keys or cfg.hardware is None:
-        return int(cfg.engine.kv_capacity_tokens)
+        return int(cfg.engine.kv_capacity_tokens) // 32 * 32
     return cfg.hardware.kv_capacity_tokens() // 32 * 32
