@@ -151,18 +151,50 @@ def _encode(row: PromptLine, p: PromptsParams, tok) -> list[int]:
     return tok.encode(row.prompt)
 
 
+# The last few files' folded ids, keyed by the file's identity and what the encoding reads: a
+# process that runs one file many times (harness.advise's grid) encodes it once (~1 s per 1,000
+# long prompts). Requests are made afresh each time; only the immutable id tuples are shared.
+_ENCODED: dict[tuple[object, ...], tuple[tuple[int, ...], ...]] = {}
+_ENCODED_FILES = 4
+
+
+def _encoded_file(
+    path: Path, rows: list[PromptLine], p: PromptsParams, space: TokenSpace
+) -> tuple[tuple[int, ...], ...]:
+    stat = path.stat()
+    key = (
+        str(path),
+        stat.st_size,
+        stat.st_mtime_ns,
+        len(rows),
+        p.tokenizer,
+        p.chat_template,
+        space,
+    )
+    if key not in _ENCODED:
+        from workloads.tokenizer import load
+
+        tok = load(p.tokenizer) if any(r.prompt is not None for r in rows) else None
+        folded = []
+        for row in progress(rows, "encoding prompts", "prompt"):
+            ids = fold_ids(_encode(row, p, tok), space)
+            if not ids:
+                raise BadInput(f"{path}:{row.line_no}: prompt encodes to no tokens")
+            folded.append(ids)
+        if len(_ENCODED) >= _ENCODED_FILES:
+            _ENCODED.pop(next(iter(_ENCODED)))
+        _ENCODED[key] = tuple(folded)
+    return _ENCODED[key]
+
+
 def generate_prompts(p: PromptsParams, seed: int, space: TokenSpace) -> Generated:
     from workloads.bounds import shared_prefix_lens
-    from workloads.tokenizer import load
 
     path, rows = read_prompts(p.path, p.max_requests)
-    tok = load(p.tokenizer) if any(r.prompt is not None for r in rows) else None
+    encoded = _encoded_file(path, rows, p, space)
     last_turn: dict[str, Request] = {}
     requests: list[Request] = []
-    for row in progress(rows, "encoding prompts", "prompt"):
-        ids = fold_ids(_encode(row, p, tok), space)
-        if not ids:
-            raise BadInput(f"{path}:{row.line_no}: prompt encodes to no tokens")
+    for row, ids in zip(rows, encoded):
         output_len = row.output_len or p.output_len
         previous = last_turn.get(row.session) if row.session is not None else None
         req = Request(

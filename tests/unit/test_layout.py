@@ -30,6 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("live_server", "builtin_server"),  # a server as a target; an engine behind the OpenAI API
     ("routers",),  # real routers in front of real servers, with the routing twin
     ("claims",),  # the claims, each running arms through the pipeline
+    ("advise",),  # python -m harness.advise: a grid of runs, the claims' verdict rules, advice.md
 )
 # The schema assembles each group's record from the floor that owns it, as it does engines.config's,
 # and check_run_config runs each group's own checks: harness.config may import `harness.<floor>.config`.
