@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from harness.report.decomposition import CACHE_A, CACHE_B, decomposition_table
 from harness.report.fleet_table import fleet_table
 from harness.report.plots import Inputs, Skip
 from harness.report.registry import FIGURES
+from harness.report.signals import Terminated, signals_raise
 from harness.report.tables import (
     overhead_pairs,
     overhead_table,
@@ -46,6 +48,7 @@ from harness.report.tables import (
 )
 from harness.results.load import load_runs
 from harness.results.safe_write import SafeRoot, UnsafePath
+from harness.results.stale_temps import remove_stale_temps
 from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
@@ -104,6 +107,9 @@ def build_report(
     report.out_dir = Path(out_dir)
     safe = SafeRoot(report.out_dir)  # never through a planted link, never outside out_dir
     safe.mkdir()
+    for folder in (report.out_dir, report.out_dir / FIGURE_DIR):
+        if stale := remove_stale_temps(folder):  # a report killed by SIGKILL left them
+            log.info("removed %d temporary files a killed report left in %s", len(stale), folder)
     tables = {"summary.csv": summary, "overhead.csv": report.overhead}
     tables["projected_overhead.csv"] = report.projected
     if not report.decomposition.empty:
@@ -288,7 +294,16 @@ def main(argv: list[str] | None = None) -> int:
 
     matplotlib.use("Agg")  # the command line draws to files only, with or without a display
     try:
-        report = build_report(root, out_dir=out)
+        with signals_raise():  # a SIGTERM mid-write removes the temporary file as it leaves
+            report = build_report(root, out_dir=out)
+    except (Terminated, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(
+            f"interrupted ({signal.Signals(signum).name}): the report in {out} is incomplete; "
+            "no temporary file was left",
+            file=sys.stderr,
+        )
+        return 128 + signum
     except BAD_INPUT + (OSError,) as exc:  # a planted link, a read-only or full results folder
         what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
