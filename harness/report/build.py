@@ -34,11 +34,13 @@ from typing import IO
 import pandas as pd
 
 from harness.config.errors import BAD_INPUT
+from harness.metrics.format import counted
 from harness.report.decomposition import CACHE_A, CACHE_B, decomposition_table
 from harness.report.fleet_table import fleet_table
 from harness.report.plots import Inputs, Skip
 from harness.report.registry import FIGURES
 from harness.report.signals import Terminated, signals_raise
+from harness.report.stats import MIN_INTERVAL_N
 from harness.report.tables import (
     overhead_pairs,
     overhead_table,
@@ -220,20 +222,12 @@ def describe(report: Report) -> str:
     tput = report.overhead[
         report.overhead.get("metric", pd.Series(dtype=str)) == "total_token_throughput"
     ]
-    for _, row in tput.iterrows():
-        ci = (
-            ""
-            if pd.isna(row["ci_low"])
-            else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
-        )
-        lines.append(
-            f"0%-hit throughput ratio {row['engine']} on/off: {row['ratio']:.4f}{ci} "
-            f"({row['workload']}, {row['model']}, {row['n_pairs']} pairs)"
-        )
+    lines += [_ratio_line(row) for _, row in tput.iterrows()]
     for _, row in report.projected.iterrows():
         lines.append(
             f"projected 0%-hit overhead {row['engine']} on {row['hardware']}: "
-            f"{row['overhead_share'] * 100:.3f}% of {row['duration_s']:.2f} s ({row['n_runs']} runs)"
+            f"{row['overhead_share'] * 100:.3f}% of {row['duration_s']:.2f} s "
+            f"({counted(int(row['n_runs']), 'run')})"
         )
     for _, row in report.decomposition[
         report.decomposition.get("metric", pd.Series(dtype=str)) == "hit_rate"
@@ -250,6 +244,24 @@ def describe(report: Report) -> str:
             f"p90 TTFT {row['p90_ttft_ms']:.1f} ms, imbalance {row['load_imbalance']:.2f}"
         )
     return "\n".join(lines)
+
+
+def _ratio_line(row: pd.Series) -> str:
+    """One on/off throughput ratio; below MIN_INTERVAL_N pairs it says it is no measurement (one
+    smoke pair on the tiny model gave 0.62, read as a 38% overhead)."""
+    n = int(row["n_pairs"])
+    ci = "" if pd.isna(row["ci_low"]) else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
+    line = (
+        f"0%-hit throughput ratio {row['engine']} on/off: {row['ratio']:.4f}{ci} "
+        f"({row['workload']}, {row['model']}, {counted(n, 'pair')})"
+    )
+    if n < MIN_INTERVAL_N:
+        line += (
+            f"; too few pairs to read as an overhead (no interval below {MIN_INTERVAL_N}; "
+            "python -m harness -m +suite=overhead 'seed=range(0,20)' measures it, "
+            "docs/benchmarking.md §6)"
+        )
+    return line
 
 
 def holds_runs(root: Path) -> bool:

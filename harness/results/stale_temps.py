@@ -24,7 +24,7 @@ def temp_prefix(name: str) -> str:
 
 def remove_stale_temps(folder: Path) -> list[str]:
     """Delete the temporary files in `folder` (not below it) whose writer is gone; their names."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:  # no folder yet, or unreadable: nothing of ours to clean
