@@ -5,6 +5,7 @@ smoke pair printed "0.6236 (unique, tiny, 1 pairs)" with no caveat)."""
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.pyplot
 
 matplotlib.use("Agg")
 
@@ -49,3 +50,29 @@ def test_a_footnote_of_one_seed_says_seed(tmp_path):
     svg = (tmp_path / "out" / "figures" / "overhead.svg").read_text()
     assert "overhead" in report.figures
     assert "(1 seed)" in svg and "1 seeds" not in svg
+
+
+def fleet_run(root, name: str, executor: str, hardware: str | None):
+    fleet = {"fleet": {"replicas": 2, "router": "round_robin"}}
+    return write_run(root, name, executor=executor, hardware=hardware, extra=fleet)
+
+
+def fleet_ttft_label(tmp_path, executor: str, hardware: str | None) -> str:
+    fleet_run(tmp_path / "r", "f/0", executor, hardware)
+    report = build_report(tmp_path / "r", out_dir=tmp_path / "out", keep_figures=True)
+    (stem,) = [s for s in report.figures if s.startswith("fleet")]
+    try:
+        return report.drawn[stem].axes[1].get_ylabel()
+    finally:
+        for fig in report.drawn.values():
+            matplotlib.pyplot.close(fig)
+
+
+def test_a_simulated_fleets_ttft_axis_is_on_the_virtual_clock(tmp_path):
+    assert fleet_ttft_label(tmp_path, "simulated", "h100_llama3_8b_bf16") == (
+        "p90 TTFT (ms, virtual clock)"
+    )
+
+
+def test_a_real_fleets_ttft_axis_is_in_ms(tmp_path):
+    assert fleet_ttft_label(tmp_path, "real", None) == "p90 TTFT (ms)"
