@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from harness.config.errors import BAD_INPUT, config_errors, describe
+from harness.config.processes import launcher_problem
 from harness.config.schema import CONF_DIR, RunConfig, to_schema
 from harness.results.identity import holds_results
 
@@ -73,7 +74,7 @@ def preflight(argv: list[str]) -> str | None:
     """
     if any(a in SKIP_FLAGS for a in argv):
         return None
-    problem = output_dir_problem(argv) or _hydra_group_problem(argv)
+    problem = output_dir_problem(argv) or _hydra_group_problem(argv) or launcher_problem(argv)
     if problem:
         return problem
     dirs = search_dirs(argv)
