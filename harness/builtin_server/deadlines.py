@@ -8,8 +8,9 @@ names and whether or not the route reads the body. A late head is closed; a late
 with vLLM's error body if no response was sent yet, and the connection is closed.
 
 A body the route left unread (a 413, a route that takes none) is read and discarded, still
-under the body deadline, so a client that writes its whole body before reading the reply gets
-the reply instead of a reset connection.
+under the body deadline and up to `drain_max_bytes`, so a client that writes its whole body
+before reading the reply gets the reply instead of a reset connection, while one declaring
+gigabytes cannot keep the event loop discarding them for the whole deadline.
 """
 
 from __future__ import annotations
@@ -27,18 +28,31 @@ log = logging.getLogger(__name__)
 TIMED_OUT = "prefixbench_body_timed_out"  # set in the request's scope state: no second log line
 
 
-def deadline_protocol(header_timeout_s: float, body_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's `http=` protocol class enforcing both deadlines."""
+def deadline_protocol(
+    header_timeout_s: float, body_timeout_s: float, drain_max_bytes: int
+) -> type[H11Protocol]:
+    """uvicorn's `http=` protocol class enforcing both deadlines and the discard bound."""
 
     class Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _body_timer: asyncio.TimerHandle | None = None
+        _discarded = 0  # bytes of the current request's body received after its reply
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             self._track()
 
         def data_received(self, data: bytes) -> None:
+            cycle = self.cycle
+            if (
+                cycle is not None
+                and cycle.response_complete
+                and self.conn.their_state is h11.SEND_BODY
+            ):
+                self._discarded += len(data)
+                if self._discarded > drain_max_bytes:  # not worth reading on: the reply is out
+                    self.transport.close()
+                    return
             super().data_received(data)
             self._track()
 
@@ -60,6 +74,8 @@ def deadline_protocol(header_timeout_s: float, body_timeout_s: float) -> type[H1
                     self._head_timer = self.loop.call_later(header_timeout_s, self._head_late)
             elif state is h11.SEND_BODY:
                 self._cancel_head()
+                if self._body_timer is None:
+                    self._discarded = 0
                 if self._body_timer is None:
                     self._body_timer = self.loop.call_later(body_timeout_s, self._body_late)
             else:  # the whole request arrived, or the connection is ending

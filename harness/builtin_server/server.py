@@ -222,7 +222,10 @@ def _uvicorn_server(prepared: Prepared, port: int):
         log_level=cfg.log_level,
         timeout_graceful_shutdown=math.ceil(grace_s + SHUTDOWN_MARGIN_S),
         lifespan="on",
-        http=deadline_protocol(cfg.header_timeout_s, cfg.body_timeout_s),
+        # A refused body is discarded up to 4x the cap (at least 64 MiB), then the socket closes.
+        http=deadline_protocol(
+            cfg.header_timeout_s, cfg.body_timeout_s, max(4 * cfg.max_body_bytes, 64 * 2**20)
+        ),
     )
     return Server(config)
 

@@ -133,3 +133,21 @@ def test_a_client_leaving_mid_body_is_one_log_line(server):
     assert len(lines) == 1 and "/v1/completions" in lines[0], lines
     with server.client() as client:
         assert client.get("/health").status_code == 200
+
+
+def test_a_gigabyte_declared_body_is_not_discarded_for_ever(server):
+    """The 413 comes at once; the refused body is then discarded up to 64 MiB (4x this server's
+    cap, at least 64 MiB) and the connection closed: a client cannot keep the loop busy."""
+    sent = 0
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(head("POST", "/v1/completions", 1 << 30))
+        status, body = read_reply(sock)
+        assert status == 413, body
+        chunk = b"x" * (1 << 20)
+        try:
+            while sent < 512 << 20:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError:  # closed by the server
+            pass
+    assert 64 << 20 <= sent < 256 << 20, sent >> 20
