@@ -24,11 +24,14 @@ def temp_prefix(name: str) -> str:
 
 def remove_stale_temps(folder: Path) -> list[str]:
     """Delete the temporary files in `folder` (not below it) whose writer is gone; their names."""
+    from harness.results.safe_write import SafeRoot, UnsafePath  # it names temps with ours
+
     removed: list[str] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:  # no folder yet, or unreadable: nothing of ours to clean
         return removed
+    safe = SafeRoot(folder)  # never through a link: a planted one is left alone
     for entry in entries:
         match = TEMP_NAME.fullmatch(entry.name)
         if match is None:
@@ -40,8 +43,8 @@ def remove_stale_temps(folder: Path) -> list[str]:
         if not stat.S_ISREG(info.st_mode) or not writer_gone(int(match["pid"]), info.st_mtime):
             continue
         try:
-            os.unlink(entry.path)
-        except FileNotFoundError:  # another report cleaned it first
+            safe.remove(entry.path)  # gone already (another report cleaned it): no error
+        except UnsafePath:
             continue
         removed.append(entry.name)
     return removed
