@@ -47,6 +47,13 @@ from engines.real_executor import RealExecutor  # noqa: E402
 from engines.request import GenerationRequest  # noqa: E402
 from engines.sched.base import StepBudget, build_scheduler  # noqa: E402
 from engines.step_inputs import StepArrays, StepTensors, attention_metadata  # noqa: E402
+from harness.config.footprint import (  # noqa: E402
+    BOOKKEEPING_BYTES_PER_BLOCK,
+    BYTES_PER_PROMPT_TOKEN,
+    GIB,
+    LIMIT_ENV,
+    memory_limit_bytes,
+)
 
 # every registered design at its upstream page first, then the other of 1 and 16
 PAGES = {d.name: (d.block_size, 16 if d.block_size == 1 else 1) for d in designs()}
@@ -305,7 +312,47 @@ def e2e_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+MAX_BATCH = 4096
+MAX_CONTEXT = 2**20
+# Per prompt token at page 1: the prompt held as Python ints, engine sequences, and one block or
+# page record per token (harness/config/footprint.py's figures).
+BYTES_PER_TOKEN = BYTES_PER_PROMPT_TOKEN + BOOKKEEPING_BYTES_PER_BLOCK
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """The first bad argument as one line, or None; nothing has run yet."""
+    context_max = MAX_CONTEXT  # the forward never runs: the model's own context does not bound it
+    for name, values, top in (
+        ("--batches", args.batches, MAX_BATCH),
+        ("--contexts", args.contexts, context_max),
+    ):
+        bad = [v for v in values if not 1 <= v <= top]
+        if bad:
+            return f"{name}: {bad[0]} is out of range 1-{top:,}"
+    if args.steps < 3:
+        return f"--steps must be at least 3 (the first 2 are untimed), got {args.steps}"
+    for name, value in (("--repeats", args.repeats), ("--rounds", args.rounds)):
+        if value < 1:
+            return f"{name} must be at least 1, got {value}"
+    for name in ("root", "baseline"):
+        tree = getattr(args, name)
+        if tree is not None and not (Path(tree) / "harness" / "__main__.py").is_file():
+            return f"--{name} {tree}: not a prefixbench checkout (no harness/__main__.py)"
+    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
+        return f"--json {args.json}: its folder does not exist"
+    if args.mode == "steps":
+        need = max(args.batches) * max(args.contexts) * BYTES_PER_TOKEN
+        free = memory_limit_bytes()
+        if free is not None and need > free:
+            return (
+                f"--batches/--contexts: the largest point ({max(args.batches)} x "
+                f"{max(args.contexts)} tokens) needs an estimated {need / GIB:.1f} GiB but "
+                f"{free / GIB:.1f} GiB are available ({LIMIT_ENV} sets the limit)"
+            )
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mode", nargs="?", choices=("steps", "e2e"), default="steps")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 128, 256])
@@ -317,7 +364,11 @@ def main() -> None:
     parser.add_argument("--baseline", help="e2e: a second checkout, run side by side")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the rows here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    problem = check_args(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
     if args.mode == "steps":
         rows = run_steps(args)
@@ -327,7 +378,8 @@ def main() -> None:
         print(e2e_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -21,19 +21,37 @@ PY=${PYTHON:-python3}
 DRY=0
 OUT=""
 WHEELS=${GPU_CHECK_WHEELS:-wheels}
+ALL_STAGES=env,deps,ext,tests,bench_page1,bench_page16,e2e,claim1
+# Bad input is one line and exit 2, before anything is made or run.
+refuse() { echo "gpu_check.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) DRY=1 ;;
-        --out) OUT=$2; shift ;;
-        --wheels) WHEELS=$2; shift ;;
-        *) echo "gpu_check.sh: unknown argument '$1' (valid: --dry-run, --out DIR, --wheels DIR)" >&2; exit 2 ;;
+        --out|--wheels)
+            [ $# -ge 2 ] && [ -n "$2" ] && [[ "$2" != -* ]] \
+                || refuse "$1 needs a folder (usage: [--dry-run] [--out DIR] [--wheels DIR])"
+            if [ "$1" = --out ]; then OUT=$2; else WHEELS=$2; fi
+            shift ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) refuse "unknown argument '$1' (valid: --dry-run, --out DIR, --wheels DIR)" ;;
     esac
     shift
 done
-OUT=${OUT:-results/gpu_check-$(date -u +%Y%m%d-%H%M%S)}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+positive() {  # NAME VALUE: a whole number of at least 1
+    [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] || refuse "$1 must be a whole number >= 1, got '$2'"
+}
 TOTAL_S=${GPU_CHECK_TOTAL_S:-420}
+positive GPU_CHECK_TOTAL_S "$TOTAL_S"
+[ -z "${GPU_CHECK_E2E_LIMIT:-}" ] || positive GPU_CHECK_E2E_LIMIT "$GPU_CHECK_E2E_LIMIT"
+IFS=, read -r -a chosen <<< "${GPU_CHECK_STAGES:-$ALL_STAGES}"
+[ "${#chosen[@]}" -gt 0 ] || refuse "GPU_CHECK_STAGES names no stage (valid: $ALL_STAGES)"
+for stage in "${chosen[@]}"; do
+    [[ ",$ALL_STAGES," == *",$stage,"* ]] || refuse "unknown stage '$stage' in GPU_CHECK_STAGES (valid: $ALL_STAGES)"
+done
+OUT=${OUT:-results/gpu_check-$(date -u +%Y%m%d-%H%M%S)}
+if [ -e "$OUT" ] && [ ! -d "$OUT" ]; then refuse "--out $OUT exists and is not a folder"; fi
+mkdir -p "$OUT" 2>/dev/null || refuse "--out $OUT: cannot create the folder"
+OUT=$(cd "$OUT" && pwd) || refuse "--out $OUT: cannot enter the folder"
 START=$(date +%s)
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ "$DRY" = 1 ]; then
@@ -154,7 +172,7 @@ stage_claim1() {
 }
 # ---------------------------------------------------------------------------------------------
 
-STAGES=",${GPU_CHECK_STAGES:-env,deps,ext,tests,bench_page1,bench_page16,e2e,claim1},"
+STAGES=",${GPU_CHECK_STAGES:-$ALL_STAGES},"
 want() { [[ "$STAGES" == *",$1,"* ]]; }
 want env && run_stage env stage_env
 want deps && run_stage deps stage_deps

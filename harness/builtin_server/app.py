@@ -6,10 +6,11 @@ GET /step_log?since=N. Handlers never touch the engine: they post to the engine 
 their request's events. A handler that ends before its request did (the client went away, a
 shutdown cancelled it) aborts the request, which frees its KV.
 
-Client input never reaches a traceback: a body is read up to `Limits.max_body_bytes` (413) within
-`Limits.body_timeout_s` (408), decoded, checked and tokenised on a worker thread (the event loop
+Client input never reaches a traceback: a body is read up to `Limits.max_body_bytes` (413; the
+rest is discarded by the protocol, harness/builtin_server/deadlines.py, which also bounds the time
+a head and body may take), decoded, checked and tokenised on a worker thread (the event loop
 keeps answering /health), and anything malformed is HTTP 400 with vLLM's error body, as are
-unknown routes (404) and methods (405).
+unknown routes (404) and methods (405). A client that goes away mid-request is one log line.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from dataclasses import asdict, dataclass
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engines.errors import BadInput
 from engines.request import CompletionRequest
 from harness.builtin_server import protocol as api
+from harness.builtin_server.deadlines import TIMED_OUT
 from harness.builtin_server.engine_thread import EngineThread
 from harness.builtin_server.events import Accepted, Done, Failed, RequestSink, Tokens
 from harness.builtin_server.metrics import CONTENT_TYPE, render
@@ -49,7 +51,6 @@ class Limits:
     """What one request may cost the server before it is refused (conf/serve.yaml)."""
 
     max_body_bytes: int = 32 * 2**20
-    body_timeout_s: float = 60.0  # the whole body must arrive within this
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def build_app(thread: EngineThread, model: ServedModel, limits: Limits | None = 
             Route("/step_log", routes.step_log, methods=["GET"]),
         ],
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error},
+        exception_handlers={HTTPException: _http_error, ClientDisconnect: _client_gone},
     )
 
 
@@ -104,6 +105,15 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own refusals (no such route, method not allowed) in vLLM's error shape."""
     assert isinstance(exc, HTTPException)
     return _error(ApiError(str(exc.detail), status=exc.status_code), exc.headers)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """A client that closed its connection before its request was read: one line, no traceback
+    (the protocol already logged a body that timed out). The reply goes nowhere."""
+    if not request.scope.get("state", {}).get(TIMED_OUT):
+        peer = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.warning("%s disconnected before its request to %s was read", peer, request.url.path)
+    return Response(status_code=CLIENT_GONE)
 
 
 def _sse(payload: dict | str) -> str:
@@ -188,8 +198,7 @@ class _Routes:
             # Decoding, checking and tokenising a large body takes CPU: off the event loop.
             params, req = await asyncio.to_thread(self._parse, raw)
         except ApiError as exc:
-            closing = {"connection": "close"} if exc.status in (408, 413) else None
-            return _error(exc, closing)
+            return _error(exc)  # an unread rest of the body is discarded (deadlines.py)
         sink = RequestSink(asyncio.get_running_loop())
         self.thread.submit(req, sink)
         handed_over = False
@@ -211,28 +220,18 @@ class _Routes:
                 self.thread.abort(req.request_id)
 
     async def _read_body(self, request: Request) -> bytes:
-        """The whole body, at most `max_body_bytes`, arrived within `body_timeout_s`."""
+        """The whole body, at most `max_body_bytes` (its arrival time is the protocol's)."""
         limit = self.limits.max_body_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise ApiError(_too_large(limit), status=413)
         chunks: list[bytes] = []
-
-        async def read() -> None:
-            size = 0
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise ApiError(_too_large(limit), status=413)
-                chunks.append(chunk)
-
-        try:
-            await asyncio.wait_for(read(), self.limits.body_timeout_s)
-        except TimeoutError:
-            raise ApiError(
-                f"the request body did not arrive within {self.limits.body_timeout_s:g} s",
-                status=408,
-            ) from None
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(_too_large(limit), status=413)
+            chunks.append(chunk)
         return b"".join(chunks)
 
     def _parse(self, raw: bytes) -> tuple[CompletionParams, CompletionRequest]:

@@ -14,6 +14,9 @@ written for vLLM read it as they read vLLM: vllm-router's kv_aware policy
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +39,50 @@ def check_endpoint(endpoint: str) -> None:
         port = endpoint.rsplit(":", 1)[1]
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise BadInput(f"kv_events_endpoint needs a port in 1-65535, got {endpoint!r}")
+    else:
+        _check_ipc_path(endpoint[len("ipc://") :])
+
+
+IPC_PATH_MAX = 107  # sun_path holds 108 bytes with its terminating NUL (Linux)
+
+
+def _check_ipc_path(path: str) -> None:
+    """A socket path we may create: its folder exists and is writable, and nothing but a stale
+    socket is there already (ZMQ unlinks whatever the path names before binding: a file there
+    would be deleted)."""
+    where = f"kv_events_endpoint: ipc://{path}"
+    if not path:
+        raise BadInput(f"{where}: the path is empty")
+    if len(os.fsencode(path)) > IPC_PATH_MAX:
+        raise BadInput(f"{where}: a socket path holds at most {IPC_PATH_MAX} bytes")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise BadInput(f"{where}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"{where}: the folder {folder} is not writable")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise BadInput(f"{where}: {path} exists and is not a socket; binding would delete it")
+
+
+def check_endpoint_free(endpoint: str, http_port: int) -> None:
+    """A TCP endpoint's port is free and is not the server's own HTTP port (before the model is
+    built: binding it after would fail with the model already loaded)."""
+    if not endpoint.startswith("tcp://"):
+        return
+    port = int(endpoint.rsplit(":", 1)[1])
+    if port == http_port:
+        raise BadInput(f"kv_events_endpoint: port {port} is the server's own HTTP port")
+    try:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))
+    except OSError as exc:
+        raise BadInput(
+            f"kv_events_endpoint: cannot listen on 127.0.0.1:{port}: {exc.strerror}"
+        ) from None
 
 
 def event_body(event: KvEvent) -> dict[str, Any]:

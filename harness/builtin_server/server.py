@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 from engines.cache import designs_with
 from engines.cache.protocol import KvEventSource
 from harness.builtin_server.app import Limits, ServedModel, build_app
+from harness.builtin_server.deadlines import deadline_protocol
 from harness.builtin_server.engine_thread import EngineThread
 from harness.builtin_server.kv_publisher import KvEventPublisher, check_endpoint
 from harness.builtin_server.step_log import StepLog
@@ -172,7 +173,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
     thread = EngineThread(
         engine, step_log, scheduler=cfg.engine.scheduler_design, publisher=publisher
     )
-    limits = Limits(cfg.max_body_bytes, cfg.body_timeout_s)
+    limits = Limits(cfg.max_body_bytes)
     return Prepared(cfg, build_app(thread, model, limits), thread, model)
 
 
@@ -221,48 +222,12 @@ def _uvicorn_server(prepared: Prepared, port: int):
         log_level=cfg.log_level,
         timeout_graceful_shutdown=math.ceil(grace_s + SHUTDOWN_MARGIN_S),
         lifespan="on",
-        http=header_timeout_protocol(cfg.header_timeout_s),
+        # A refused body is discarded up to 4x the cap (at least 64 MiB), then the socket closes.
+        http=deadline_protocol(
+            cfg.header_timeout_s, cfg.body_timeout_s, max(4 * cfg.max_body_bytes, 64 * 2**20)
+        ),
     )
     return Server(config)
-
-
-def header_timeout_protocol(timeout_s: float):
-    """uvicorn's h11 protocol with a deadline on each request's head: a connection that has not
-    sent a whole request line and headers within `timeout_s` of opening (or of its previous
-    response) is closed. uvicorn times out idle keep-alive connections, not slow heads."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class Protocol(H11Protocol):
-        _head_timer: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            self._arm_head_timer()
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self.conn.their_state is h11.IDLE:
-                self._arm_head_timer()  # a head in progress (or the next one)
-            elif self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-            super().connection_lost(exc)
-
-        def _arm_head_timer(self) -> None:
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_later(timeout_s, self._head_timed_out)
-
-        def _head_timed_out(self) -> None:
-            self._head_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                self.transport.close()
-
-    return Protocol
 
 
 def serve(prepared: Prepared) -> None:

@@ -14,6 +14,7 @@ from harness.claims.arms import APC, H100_8B, RADIX, cross, engine
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
 from harness.claims.strength import ABOVE, BELOW, STRADDLES, describe, interval, side
+from harness.metrics.format import counted
 
 FOLDER = "13-eviction"
 POINTS = 0.02
@@ -50,7 +51,7 @@ def measure(ctx: Context) -> Finding:
     return Finding(
         setup=f"multiturn: {users} users x {rounds} rounds (256-token system prompt and history, 64-token "
         f"questions and answers), Poisson 20 req/s, 8 running; KV {', '.join(map(str, capacities))} tokens; "
-        f"{len(seeds)} seeds per cell; simulated H100 Llama-3.1-8B; decided under one scheduler (vLLM's), "
+        f"{counted(len(seeds), 'seed')} per cell; simulated H100 Llama-3.1-8B; decided under one scheduler (vLLM's), "
         "each design's own scheduler reported beside",
         measured=f"token hit rate and evictions per arm, capacity and seed; the tree's lead over {APC} per "
         f"seed ({RADIX} page 16 under vLLM's scheduler minus {APC}) with its 95% t-interval",

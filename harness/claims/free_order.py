@@ -15,6 +15,7 @@ from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
 from harness.claims.requests import reusable_tokens
 from harness.claims.strength import ABOVE, describe, interval, side
+from harness.metrics.format import counted
 from harness.report.stats import MeanCI
 
 FOLDER = "8-free_order"
@@ -62,7 +63,7 @@ def measure(ctx: Context) -> Finding:
         setup=f"multiturn: {users} users x {rounds} rounds, shared {SYSTEM_LEN}-token system prompt, 128-token "
         f"history, 32-token questions and answers; KV capacity {', '.join(map(str, CAPACITIES))} tokens, 4 running "
         f"requests; one burst (deterministic: every seed gives the same run, so one) and Poisson 20 req/s "
-        f"({_num_seeds(ctx, POISSON)} seeds); simulated H100 Llama-3.1-8B",
+        f"({counted(_num_seeds(ctx, POISSON), 'seed')}); simulated H100 Llama-3.1-8B",
         measured="share of partially-evicted requests that still hit the whole shared system prompt; hit rate "
         f"overall and per turn; {APC} v024 vs classic (reserve_full_prompt and async_scheduling pinned) and {RADIX}",
         result=". ".join(

@@ -64,3 +64,21 @@ for _module in (
 
 def ordered() -> list[Claim]:
     return sorted((CLAIMS.get(k) for k in CLAIMS.names()), key=lambda c: c.number)
+
+
+# Where each claim comes from, by number (docs/claims.md §1): the published list first, then this
+# project's own finding, then the claims of the article that its table did not test.
+PUBLISHED = range(1, 10)
+FINDINGS = range(10, 11)
+
+
+def census() -> str:
+    """How many claims run, by origin, as the README and docs/claims.md say it."""
+    numbers = [c.number for c in ordered()]
+    published = sum(n in PUBLISHED for n in numbers)
+    findings = sum(n in FINDINGS for n in numbers)
+    article = len(numbers) - published - findings
+    return (
+        f"{len(numbers)} claims: {published} published, {findings} finding of this project and "
+        f"{article} of the article's untested claims"
+    )

@@ -15,6 +15,7 @@ from harness.claims.arms import APC, ARMS, RADIX
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
 from harness.claims.strength import ABOVE, BELOW, describe, interval, side
+from harness.metrics.format import counted
 
 FOLDER = "18-ttft_benefit"
 DESIGNS = (APC, RADIX)
@@ -66,7 +67,7 @@ def measure(ctx: Context) -> Finding:
     verdict = _verdict([r["side"] for r in rows])
     result = "; ".join(
         f"{r['design']}: TTFT {r['ttft_gain']:.2f}x lower with caching, throughput {r['throughput_gain']:.2f}x, "
-        f"TPOT {r['tpot_gain']:.2f}x (geometric means over {r['seeds']} seeds); log(TTFT gain / throughput "
+        f"TPOT {r['tpot_gain']:.2f}x (geometric means over {counted(int(r['seeds']), 'seed')}); log(TTFT gain / throughput "
         f"gain) {r['lead']}"
         for r in rows
     )

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from harness.config.errors import BAD_INPUT, config_errors, describe
+from harness.config.processes import launcher_problem
 from harness.config.run_dirs import holds_results
 from harness.config.schema import CONF_DIR, RunConfig, to_schema
 
@@ -40,8 +41,29 @@ def search_dirs(argv: list[str]) -> tuple[Path, ...]:
             except HydraException:  # composing reports the syntax error as one line
                 continue
             if isinstance(values, list):
-                found += [Path(v[len("file://") :]) for v in values if str(v).startswith("file://")]
+                found += [p for p in map(_search_folder, values) if p is not None]
     return tuple(found)
+
+
+def _search_folder(entry: object) -> Path | None:
+    """A search-path entry's folder: `file://PATH` or a bare PATH (Hydra reads both as files,
+    relative to the working directory); None for `pkg://` and other schemes."""
+    text = str(entry)
+    if text.startswith("file://"):
+        return Path(text[len("file://") :])
+    return None if "://" in text else Path(text)
+
+
+def _searchpath_problem(dirs: tuple[Path, ...]) -> str | None:
+    """A search-path folder that is not there: one line instead of an unknown config later."""
+    for folder in dirs:
+        if not folder.is_dir():
+            return (
+                f"hydra.searchpath: {str(folder)!r} is no folder ({folder.absolute()} does not "
+                "exist; a relative path is taken from the working directory); it must hold "
+                f"your configs in group folders: {', '.join(f'{g}/' for g in GROUPS)}"
+            )
+    return None
 
 
 def preflight(argv: list[str]) -> str | None:
@@ -53,10 +75,12 @@ def preflight(argv: list[str]) -> str | None:
     """
     if any(a in SKIP_FLAGS for a in argv):
         return None
-    problem = output_dir_problem(argv) or _hydra_group_problem(argv)
+    problem = output_dir_problem(argv) or _hydra_group_problem(argv) or launcher_problem(argv)
     if problem:
         return problem
     dirs = search_dirs(argv)
+    if problem := _searchpath_problem(dirs):
+        return problem
     # hydra.searchpath stays: composing a user's own config needs it.
     argv = [
         a
@@ -140,8 +164,10 @@ def _hydra_group_problem(argv: list[str]) -> str | None:
 def _group_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | None:
     for arg in overrides:
         key, sep, value = arg.partition("=")
+        key = key.lstrip("+")  # `+suite=main` appends the group: the same names apply
         if sep and key in GROUPS and value not in options(key, dirs):
-            return f"unknown {key} {value!r}; valid: {', '.join(options(key, dirs))}"
+            where = f" (in conf/{key}/" + "".join(f" and {d / key}/" for d in dirs) + ")"
+            return f"unknown {key} {value!r}; valid: {', '.join(options(key, dirs))}{where}"
         if sep and key in GROUPS:
             problem = group_file_problem(key, value, dirs)
             if problem:

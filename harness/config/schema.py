@@ -118,8 +118,8 @@ class ServeConfig:
     # What one client may cost: a request body's size, and how long its head and body may take
     # to arrive (a client sending a byte at a time is cut off instead of holding a connection).
     max_body_bytes: int = 32 * 2**20
-    header_timeout_s: float = 30.0
-    body_timeout_s: float = 60.0
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 20.0
     log_level: str = "warning"  # uvicorn's
     # A fleet behind a router (docs/fleet.md §5): each reply's `system_fingerprint` carries this
     # tag, so the client learns which worker served it through any router. None: null, as vLLM.

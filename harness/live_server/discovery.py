@@ -40,8 +40,8 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
         raise bad_server(scfg, exc) from None
     except TRANSPORT_ERRORS as exc:
         raise BadInput(
-            f"server.url: cannot reach {scfg.base_url} ({why(exc)}); start a server "
-            "(bash scripts/start_vllm.sh) or pass server.url=http://HOST:PORT"
+            f"server.url: cannot reach {scfg.base_url} ({why(exc)}); start a {flavour.name} "
+            f"server ({flavour.start_hint}) or pass server.url=http://HOST:PORT"
         ) from None
     if resp.status_code != 200:
         raise BadInput(

@@ -34,6 +34,8 @@ class Flavour:
     seeded_samples: bool = True
     # GET here answers the server's KV-event publisher config (vLLM's /kv_event_sources)
     kv_events_path: str | None = None
+    # How to start one here, named when the server cannot be reached (docs/servers.md §1-§2).
+    start_hint: str = "start the OpenAI-compatible server (docs/servers.md)"
 
 
 # registry: every live-server kind (server.flavour -> its endpoints and metric names)
@@ -54,6 +56,7 @@ FLAVOURS.add(
         fixed_length_fields=("min_tokens",),
         seeded_samples=False,
         kv_events_path="/kv_event_sources",
+        start_hint="bash scripts/start_vllm.sh",
     ),
 )
 FLAVOURS.add(
@@ -66,6 +69,7 @@ FLAVOURS.add(
         query_counters=("sglang:prompt_tokens_total",),
         extra_body={"ignore_eos": True, "return_token_ids": True},
         fixed_length_fields=("min_tokens",),
+        start_hint="bash scripts/start_sglang.sh",
     ),
 )
 FLAVOURS.add("openai", Flavour(name="openai", reset_path=None, version_path=None))

@@ -87,6 +87,8 @@ def decode(parts: Sequence[bytes], recv_s: float = 0.0) -> KvBatch:
 
     if len(parts) != 3:
         raise ValueError(f"a KV event message has 3 parts (topic, seq, payload), got {len(parts)}")
+    if len(parts[1]) != 8:
+        raise ValueError(f"a KV event sequence number is 8 bytes, got {len(parts[1])}")
     seq = int.from_bytes(parts[1], "big", signed=True)
     body = msgpack.unpackb(parts[2], raw=False, strict_map_key=False)
     if not isinstance(body, (list, tuple)) or len(body) < 2:
@@ -100,16 +102,20 @@ def decode(parts: Sequence[bytes], recv_s: float = 0.0) -> KvBatch:
         if kind == "AllBlocksCleared":
             cleared, stored, removed, tokens = True, [], [], []  # what came before is gone
         elif kind == "BlockStored":
-            hashes = [
-                int(h) if not isinstance(h, bytes) else _bytes64(h) for h in ev["block_hashes"]
-            ]
+            hashes = _hashes(ev["block_hashes"])
+            size, ids = ev["block_size"], ev["token_ids"]
+            # vLLM's BlockStored carries the stored full blocks' tokens (block_pool.py; more
+            # where it skips null or masked blocks' hashes): never fewer than fill the blocks
+            if not _whole(size) or size < 1 or not isinstance(ids, (list, tuple)):
+                raise ValueError(f"a BlockStored event needs a block_size >= 1, got {size!r}")
+            if len(ids) < len(hashes) * size:
+                raise ValueError(
+                    f"a BlockStored event of {len(hashes)} blocks of {size} has {len(ids)} tokens"
+                )
             stored += hashes
-            size, ids = int(ev["block_size"]), list(ev["token_ids"])
             tokens += [tuple(ids[i * size : (i + 1) * size]) for i in range(len(hashes))]
         elif kind == "BlockRemoved":
-            removed += [
-                int(h) if not isinstance(h, bytes) else _bytes64(h) for h in ev["block_hashes"]
-            ]
+            removed += _hashes(ev["block_hashes"])
     return KvBatch(
         seq, float(body[0]), tuple(stored), tuple(removed), cleared, tuple(tokens), recv_s
     )
@@ -117,6 +123,26 @@ def decode(parts: Sequence[bytes], recv_s: float = 0.0) -> KvBatch:
 
 def _bytes64(h: bytes) -> int:
     return int.from_bytes(h, "big") & _MASK64
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _hashes(values: object) -> list[int]:
+    """Block hashes as integers (vLLM sends ints, or bytes read as their low 64 bits); anything
+    else (a float, a bool, null) is a message that lies about its blocks."""
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"block_hashes must be a list, got {type(values).__name__}")
+    out = []
+    for h in values:
+        if isinstance(h, bytes):
+            out.append(_bytes64(h))
+        elif _whole(h):
+            out.append(int(h))
+        else:
+            raise ValueError(f"a block hash must be an integer or bytes, got {h!r}"[:120])
+    return out
 
 
 @dataclass

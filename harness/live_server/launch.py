@@ -27,6 +27,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.errors import BadInput
+from harness.config.footprint import GIB
+from harness.config.processes import VLLM_CPU_BASE_BYTES, Spawn, check_spawns
+
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-vllm"
 MODEL_DIR = REPO / ".models" / "llama-rand-smollm2"
@@ -303,7 +307,10 @@ def _main(argv: list[str] | None = None) -> int:
     )
     try:
         launch.cpu_set()
-    except ValueError as exc:
+        # Before it starts: the server and its KV space must fit the memory available now.
+        need = VLLM_CPU_BASE_BYTES + args.kv_space_gib * GIB
+        check_spawns(f"--kv-space-gib {args.kv_space_gib}", [Spawn("vLLM-CPU server", 1, need)])
+    except (ValueError, BadInput) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.pid_file.exists() and _alive(_read_state(args.pid_file).get("pid")):

@@ -148,3 +148,8 @@ def _line(label: str, value: object) -> str:
     else:
         text = str(value)
     return f"{label:<40} {text:<10}".rstrip()
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 seed', '3 seeds': a count with its noun in the right number (regular plurals only)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

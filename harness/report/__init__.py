@@ -5,6 +5,7 @@ directories only and never imports an engine. `build` assembles the report, `tab
 compute, `plots*` draw (one registry of figures, `registry.FIGURES`), `figstyle` keeps colours fixed.
 """
 
-from harness.report.build import FIGURE_DIR, Report, build_report, describe, load, main
+from harness.report.build import FIGURE_DIR, Report, build_report, load, main
+from harness.report.describe import describe
 
 __all__ = ["FIGURE_DIR", "Report", "build_report", "describe", "load", "main"]

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -33,10 +34,11 @@ from typing import IO
 import pandas as pd
 
 from harness.config.errors import BAD_INPUT
-from harness.report.decomposition import CACHE_A, CACHE_B, decomposition_table
+from harness.report.decomposition import decomposition_table
 from harness.report.fleet_table import fleet_table
 from harness.report.plots import Inputs, Skip
 from harness.report.registry import FIGURES
+from harness.report.signals import Terminated, signals_raise
 from harness.report.tables import (
     overhead_pairs,
     overhead_table,
@@ -46,6 +48,7 @@ from harness.report.tables import (
 )
 from harness.results.load import load_runs
 from harness.results.safe_write import SafeRoot, UnsafePath
+from harness.results.stale_temps import remove_stale_temps
 from workloads.progress import progress
 
 log = logging.getLogger("harness.report")
@@ -104,6 +107,9 @@ def build_report(
     report.out_dir = Path(out_dir)
     safe = SafeRoot(report.out_dir)  # never through a planted link, never outside out_dir
     safe.mkdir()
+    for folder in (report.out_dir, report.out_dir / FIGURE_DIR):
+        if stale := remove_stale_temps(folder):  # a report killed by SIGKILL left them
+            log.info("removed %d temporary files a killed report left in %s", len(stale), folder)
     tables = {"summary.csv": summary, "overhead.csv": report.overhead}
     tables["projected_overhead.csv"] = report.projected
     if not report.decomposition.empty:
@@ -192,60 +198,6 @@ def write_list(folder: Path, stems: list[str]) -> None:
     SafeRoot(folder).put_text(folder / WRITTEN, "\n".join(names) + "\n")
 
 
-def describe(report: Report) -> str:
-    """A short human summary: counts, files, and the overhead ratios."""
-    runs = report.runs
-    n_ok = int(runs["ok"].sum()) if not runs.empty else 0
-    incomplete = runs[runs["status"] == "incomplete"] if not runs.empty else runs
-    num_other = len(runs) - n_ok - len(incomplete)
-    lines = [
-        f"{len(runs)} runs ({n_ok} ok, {len(incomplete)} incomplete, {num_other} failed or "
-        f"interrupted) below {report.root}"
-    ]
-    lines += [
-        f"incomplete: {row['run_dir']} ({int(row['completed'])} finished rows, no summary: killed?)"
-        for _, row in incomplete.iterrows()
-    ]
-    if report.out_dir is not None:
-        lines.append(
-            f"wrote {report.out_dir / 'summary.csv'} and {len(report.figures)} figures in "
-            f"{report.out_dir / FIGURE_DIR}"
-        )
-    tput = report.overhead[
-        report.overhead.get("metric", pd.Series(dtype=str)) == "total_token_throughput"
-    ]
-    for _, row in tput.iterrows():
-        ci = (
-            ""
-            if pd.isna(row["ci_low"])
-            else f", 95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
-        )
-        lines.append(
-            f"0%-hit throughput ratio {row['engine']} on/off: {row['ratio']:.4f}{ci} "
-            f"({row['workload']}, {row['model']}, {row['n_pairs']} pairs)"
-        )
-    for _, row in report.projected.iterrows():
-        lines.append(
-            f"projected 0%-hit overhead {row['engine']} on {row['hardware']}: "
-            f"{row['overhead_share'] * 100:.3f}% of {row['duration_s']:.2f} s ({row['n_runs']} runs)"
-        )
-    for _, row in report.decomposition[
-        report.decomposition.get("metric", pd.Series(dtype=str)) == "hit_rate"
-    ].iterrows():
-        why = "no arm differs" if row["driver"] == "none" else f"driven by the {row['driver']}"
-        lines.append(
-            f"{row['workload']}: {CACHE_A} vs {CACHE_B} hit rate differ by "
-            f"{row['shipped_difference']:+.3f}, {why}"
-        )
-    for _, row in report.fleet.iterrows():
-        lines.append(
-            f"fleet {row['workload']} x{row['replicas']} {row['engine']} {row['router']}: hit rate "
-            f"{row['fleet_hit_rate']:.4f} (ideal unbounded {row['ideal_unbounded']:.4f}), "
-            f"p90 TTFT {row['p90_ttft_ms']:.1f} ms, imbalance {row['load_imbalance']:.2f}"
-        )
-    return "\n".join(lines)
-
-
 def holds_runs(root: Path) -> bool:
     """True when a run's summary or rows file lies below `root` (what load_runs would find)."""
     from harness.results.run_dir import RunDir
@@ -288,11 +240,22 @@ def main(argv: list[str] | None = None) -> int:
 
     matplotlib.use("Agg")  # the command line draws to files only, with or without a display
     try:
-        report = build_report(root, out_dir=out)
+        with signals_raise():  # a SIGTERM mid-write removes the temporary file as it leaves
+            report = build_report(root, out_dir=out)
+    except (Terminated, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(
+            f"interrupted ({signal.Signals(signum).name}): the report in {out} is incomplete; "
+            "no temporary file was left",
+            file=sys.stderr,
+        )
+        return 128 + signum
     except BAD_INPUT + (OSError,) as exc:  # a planted link, a read-only or full results folder
         what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
         print(f"error: cannot write the report into {out}: {what}{where}", file=sys.stderr)
         return 2
+    from harness.report.describe import describe  # the report's printed lines
+
     print(describe(report))
     return 0

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.metrics.format import counted
 from harness.report.figstyle import (
     colour,
     inside,
@@ -91,7 +92,8 @@ def footnote(fig, df: pd.DataFrame, extra: str = "") -> None:
     text = (
         f"model {_values(df, 'model')} | executor {_values(df, 'executor')}{hardware}"
         f" | KV capacity {cap} tokens"
-        f" | n = {len(df)} runs ({seeds} seeds)" + (f" | {extra}" if extra else "")
+        f" | n = {counted(len(df), 'run')} ({counted(seeds, 'seed')})"
+        + (f" | {extra}" if extra else "")
     )
     # Below everything already drawn (rotated tick labels reach under the axes), never over it.
     lowest_in = fig.get_tightbbox(fig.canvas.get_renderer()).y0

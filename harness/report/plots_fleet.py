@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness.report.fleet_table import KEY, fleet_table
+from harness.report.figstyle import on_clock
+from harness.report.fleet_table import KEY, fleet_runs, fleet_table
 from harness.report.plots import Inputs, Skip, save
 
 
@@ -19,13 +20,22 @@ def fleet_routers(inputs: Inputs) -> list[str]:
     table = fleet_table(inputs.runs)
     if table.empty:
         raise Skip("no fleet run (fleet.replicas > 1)")
+    runs = fleet_runs(inputs.runs)
     stems = []
     for key, group in table.groupby(KEY, dropna=False):
-        stems.append(_sweep_figure(inputs, dict(zip(KEY, key)), group))
+        stems.append(_sweep_figure(inputs, dict(zip(KEY, key)), group, _sweep_runs(runs, key)))
     return stems
 
 
-def _sweep_figure(inputs: Inputs, key: dict, group: pd.DataFrame) -> str:
+def _sweep_runs(runs: pd.DataFrame, key: tuple) -> pd.DataFrame:
+    """The runs of one sweep (a missing value, such as a real run's hardware, matches missing)."""
+    keep = pd.Series(True, index=runs.index)
+    for column, value in zip(KEY, key):
+        keep &= runs[column].isna() if pd.isna(value) else runs[column] == value
+    return runs[keep]
+
+
+def _sweep_figure(inputs: Inputs, key: dict, group: pd.DataFrame, runs: pd.DataFrame) -> str:
     routers = sorted(group["router"].unique())
     engines = sorted(group["engine"].unique())
     x = np.arange(len(routers))
@@ -33,7 +43,8 @@ def _sweep_figure(inputs: Inputs, key: dict, group: pd.DataFrame) -> str:
     fig, axes = plt.subplots(1, 3, figsize=(max(9.0, 1.2 * len(routers) * 3), 3.8))
     panels = (
         ("fleet_hit_rate", "prompt tokens from cache (%)", 100.0),
-        ("p90_ttft_ms", "p90 TTFT (ms)", 1.0),
+        # A simulated fleet's TTFT is the cost model's virtual time: the axis says so.
+        ("p90_ttft_ms", on_clock("p90 TTFT (ms)", runs), 1.0),
         ("load_imbalance", "load imbalance (max / mean requests)", 1.0),
     )
     for ax, (col, label, scale) in zip(axes, panels):

@@ -6,7 +6,8 @@ component from the root down (the root included) may be a symbolic link, the par
 path must be the root's resolved path plus the relative parent, and the final open uses
 O_NOFOLLOW: a planted `summary.csv -> ~/.bashrc` or a `figures -> /etc` link is refused with one
 line instead of overwriting its target. Whole files are written to a temporary sibling, fsynced
-and renamed over the target, so a crash or a full disk leaves the previous file or none.
+and renamed over the target, so a crash or a full disk leaves the previous file or none (and, on
+SIGKILL, a temporary sibling that harness/results/stale_temps.py removes later).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from harness.config.errors import BadInput
+from harness.results.stale_temps import temp_prefix
 
 FILE_MODE = 0o644
 
@@ -80,7 +82,8 @@ class SafeRoot:
         """Call `write(file)` on a temporary sibling of `target`, then rename it into place."""
         path = self.check(target)
         self.mkdir(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        # The writer's PID in the name: a later report removes only the ones of a dead writer.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=".tmp")
         os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600: unreadable in a shared results folder
         try:
             mode = "wb" if binary else "w"

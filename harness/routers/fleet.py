@@ -31,6 +31,7 @@ from engines.cache import DEFAULT_DESIGN, DESIGNS, designs_with
 from engines.cache.protocol import KvEventSource
 from engines.config import EngineConfig
 from engines.errors import BadInput
+from harness.config.processes import ROUTER_BYTES, Spawn, builtin_server_bytes, check_spawns
 from harness.fleet.config import FleetConfig
 from harness.fleet.policies import (
     ROUTERS,
@@ -74,6 +75,9 @@ class Fingerprint:
 
     def after(self, reply: dict) -> int:
         return int(str(reply["system_fingerprint"]).removeprefix("w"))
+
+
+WORKER_MODEL = "smollm2-rand"  # the workers' model: a real tokenizer, random weights
 
 
 @dataclass(frozen=True)
@@ -381,7 +385,7 @@ def _teach(twin: Router, req: Routed, predicted: int, actual: int, now: float) -
 def worker_fleet(
     num_workers: int,
     out_dir: Path,
-    model: str = "smollm2-rand",
+    model: str = WORKER_MODEL,
     engine: str = DEFAULT_DESIGN,
     ready_timeout_s: float = 300.0,
 ) -> Iterator[Workers]:
@@ -482,6 +486,11 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(f"--workers must be at least 2, got {args.workers}")
         if not 1 <= args.concurrency <= 64:
             raise BadInput(f"--concurrency must be 1-64, got {args.concurrency}")
+        check_spawns(  # before any worker starts: N servers and a router must fit this machine
+            f"--workers {args.workers}",
+            [Spawn("built-in server", args.workers, builtin_server_bytes(WORKER_MODEL, args.engine)),
+             Spawn("router", 1, ROUTER_BYTES)],
+        )  # fmt: skip
         if not router_available(args.router):
             raise BadInput(
                 f"{args.router}-router is not installed in {routers_venv()}: "

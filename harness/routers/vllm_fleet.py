@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.config.errors import BadInput
+from harness.config.footprint import GIB
+from harness.config.processes import ROUTER_BYTES, VLLM_CPU_BASE_BYTES, Spawn, check_spawns
 from harness.fleet.config import FleetConfig
 from harness.live_server import prometheus
 from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
@@ -153,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(
                 f"--workers must be 2-4 (each vLLM-CPU server holds ~4 GB), got {args.workers}"
             )
+        server = VLLM_CPU_BASE_BYTES + VllmLaunch().kv_space_gib * GIB
+        check_spawns(
+            f"--workers {args.workers}",
+            [Spawn("vLLM-CPU server", args.workers, server), Spawn("router", 1, ROUTER_BYTES)],
+        )
         if not router_available(args.router):
             raise BadInput(
                 f"{args.router}-router is not installed in {routers_venv()}: run bash scripts/setup_routers.sh"
