@@ -16,7 +16,7 @@ from harness.config.errors import BadInput
 from harness.config.schema import RunConfig
 from harness.config.tokenspace import token_space_for
 from harness.run.compose import compose
-from workloads.base import generate_with_notes
+from harness.run.pipeline import workload_of
 from workloads.request import Request
 
 DEFAULT_HARDWARE = "h100_llama3_8b_bf16"
@@ -80,7 +80,7 @@ def read_traffic(given: list[str]) -> Traffic:
     base = base_overrides(user)
     # page 1 here: any whole capacity passes; the grid rounds it to its pages below
     cfg = compose([*base, "engine.block_size=1"], job_name="advise").cfg
-    requests = generate_with_notes(cfg.workload, cfg.seed, token_space_for(cfg.model)).requests
+    requests = workload_of(cfg, token_space_for(cfg.model))
     num = sum(r.n for r in requests)
     if num < 2:
         raise BadInput(

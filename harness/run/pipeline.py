@@ -43,7 +43,7 @@ from harness.run.target import D, Recorded, Session, Target
 from workloads.base import generate_with_notes
 from workloads.progress import progress
 from workloads.request import Request
-from workloads.tokens import warmup_requests
+from workloads.tokens import TokenSpace, warmup_requests
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,12 @@ def run(cfg: RunConfig, out: RunDir, rows: RowLog, target: Target[Any]) -> RunOu
             prepared.session.close()
     finally:
         gc.unfreeze()  # cycles among the set-up objects are found again from here on
+
+
+def workload_of(cfg: RunConfig, space: TokenSpace) -> list[Request]:
+    """The requests a run of `cfg` generates, before arrivals: for a caller that designs runs
+    from them (harness.advise), through the pipeline's own generation stage."""
+    return generate_with_notes(cfg.workload, cfg.seed, space).requests
 
 
 def prepare(cfg: RunConfig, target: Target[D]) -> Prepared[D]:
