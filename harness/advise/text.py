@@ -164,7 +164,7 @@ def _setup(a: Advice) -> list[str]:
     cfg = t.cfg
     where = (
         f"simulated at hardware preset {cfg.hardware.name}"
-        if cfg.executor == "simulated"
+        if cfg.executor == "simulated" and cfg.hardware is not None
         else f"executor {cfg.executor}"
     )
     out = [
