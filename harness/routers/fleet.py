@@ -41,7 +41,9 @@ from harness.fleet.policies import (
     Routed,
     Router,
 )
+from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.kv_index import KvEventIndex
+from harness.routers.room import BUILTIN_WORKER_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_KINDS = ("sglang", "vllm")
@@ -476,12 +478,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/fleet-real")
     args = parser.parse_args(argv)
     try:
+        check_fleet_args(args, TWINNED, BUILTIN_WORKER_BYTES)
+        if not 1 <= args.concurrency <= 64:
+            raise BadInput(f"--concurrency must be an integer in [1, 64], got {args.concurrency}")
         cfg = FleetConfig(replicas=args.workers, router=args.policy)
         cfg.validate()
-        if args.workers < 2:
-            raise BadInput(f"--workers must be at least 2, got {args.workers}")
-        if not 1 <= args.concurrency <= 64:
-            raise BadInput(f"--concurrency must be 1-64, got {args.concurrency}")
         if not router_available(args.router):
             raise BadInput(
                 f"{args.router}-router is not installed in {routers_venv()}: "
@@ -501,11 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(
             (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens) for d in decisions
         )
-    equal = sum(d.predicted == d.actual for d in decisions)
-    print(
-        f"{args.router}-router {args.policy}, concurrency {args.concurrency}: {equal}/"
-        f"{len(decisions)} decisions predicted; misses only in arrival order: {order_only(decisions)}"
-    )
+    title = f"{args.router}-router {args.policy}, {args.workers} workers, concurrency {args.concurrency}"
+    print("\n".join(result_lines(title, decisions, args.workers, out, ["decisions.csv", "logs/"])))
+    print(f"  misses only in arrival order: {order_only(decisions)}")
     return 0
 
 

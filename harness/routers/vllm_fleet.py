@@ -23,8 +23,10 @@ from harness.config.errors import BadInput
 from harness.fleet.config import FleetConfig
 from harness.live_server import prometheus
 from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
+from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.fleet import (
     ROUTER_KINDS,
+    TWINNED,
     Decision,
     Workers,
     route_through,
@@ -32,6 +34,7 @@ from harness.routers.fleet import (
     routers_venv,
     streams,
 )
+from harness.routers.room import VLLM_CPU_WORKER_BYTES
 
 SUCCESS = "vllm:request_success_total"
 
@@ -147,12 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/fleet-vllm")
     args = parser.parse_args(argv)
     try:
+        check_fleet_args(args, TWINNED, VLLM_CPU_WORKER_BYTES)
         cfg = FleetConfig(replicas=args.workers, router=args.policy)
         cfg.validate()
-        if not 2 <= args.workers <= 4:
-            raise BadInput(
-                f"--workers must be 2-4 (each vLLM-CPU server holds ~4 GB), got {args.workers}"
-            )
         if not router_available(args.router):
             raise BadInput(
                 f"{args.router}-router is not installed in {routers_venv()}: run bash scripts/setup_routers.sh"
@@ -165,10 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _write(out / "decisions.csv", decisions)
-    equal = sum(d.predicted == d.actual for d in decisions)
-    print(
-        f"{args.router}-router {args.policy} over vLLM-CPU: {equal}/{len(decisions)} decisions predicted"
-    )
+    title = f"{args.router}-router {args.policy} over {args.workers} vLLM-CPU workers"
+    print("\n".join(result_lines(title, decisions, args.workers, out, ["decisions.csv", "logs/"])))
     return 0
 
 

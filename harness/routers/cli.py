@@ -1,0 +1,64 @@
+"""What both real-router CLIs share (harness/routers/fleet.py, vllm_fleet.py): the checks of
+what the user typed, all made before any process starts or any folder is made, and the lines
+printed after a run (the split over workers, the twin's score, where the files are)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from harness.config.errors import BadInput
+from harness.fleet.config import MAX_REPLICAS
+from harness.routers.room import check_room
+
+
+class FleetArgs(Protocol):
+    router: str
+    policy: str
+    workers: int
+    groups: int
+    per_group: int
+
+
+def check_fleet_args(
+    args: FleetArgs, twinned: dict[str, tuple[str, ...]], worker_bytes: int
+) -> None:
+    """Raise BadInput naming the flag the user typed: too few or too many workers (more than
+    this machine's memory holds), a policy the router lacks or the twin cannot model, an empty
+    stream."""
+    if not 2 <= args.workers <= MAX_REPLICAS:
+        raise BadInput(f"--workers must be an integer in [2, {MAX_REPLICAS}], got {args.workers}")
+    valid = twinned.get(args.router, ())
+    if args.policy not in valid:
+        raise BadInput(
+            f"--policy {args.policy!r} is not a {args.router}-router policy the twin models; "
+            f"valid: {', '.join(valid)}"
+        )
+    for flag, value in (("--groups", args.groups), ("--per-group", args.per_group)):
+        if value < 1:
+            raise BadInput(f"{flag} must be at least 1 (the stream would be empty), got {value}")
+    check_room("--workers", args.workers, worker_bytes)
+
+
+class Routed(Protocol):
+    @property
+    def predicted(self) -> int: ...
+
+    @property
+    def actual(self) -> int: ...
+
+
+def result_lines(
+    title: str, decisions: Sequence[Routed], workers: int, out: Path, files: Sequence[str]
+) -> list[str]:
+    """The run in a few lines: the twin's score, requests per worker, and the files written."""
+    equal = sum(d.predicted == d.actual for d in decisions)
+    split = Counter(d.actual for d in decisions)
+    share = ", ".join(f"w{i} {split.get(i, 0)}" for i in range(workers))
+    return [
+        f"{title}: {equal}/{len(decisions)} decisions predicted by the twin",
+        f"  requests per worker: {share}",
+        f"  files: {', '.join(str(out / f) for f in files)}",
+    ]

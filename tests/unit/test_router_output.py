@@ -1,0 +1,17 @@
+"""Fleet output shows the routing: the real-router run's lines (the twin's score, the split over
+workers, where its files are)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.routers.cli import result_lines
+from harness.routers.fleet import Decision
+
+
+def test_the_real_router_lines_give_the_split_the_score_and_the_files():
+    decisions = [Decision(f"r{i}", 0, 0 if i < 5 else 2, 0) for i in range(6)]
+    lines = result_lines("sglang-router cache_aware", decisions, 3, Path("out"), ["decisions.csv"])
+    assert lines[0] == "sglang-router cache_aware: 5/6 decisions predicted by the twin"
+    assert lines[1] == "  requests per worker: w0 5, w1 0, w2 1"  # a worker that took none shows
+    assert lines[2] == f"  files: {Path('out') / 'decisions.csv'}"
