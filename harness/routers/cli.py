@@ -49,16 +49,28 @@ class Routed(Protocol):
     @property
     def actual(self) -> int: ...
 
+    @property
+    def learned(self) -> bool: ...
+
 
 def result_lines(
     title: str, decisions: Sequence[Routed], workers: int, out: Path, files: Sequence[str]
 ) -> list[str]:
-    """The run in a few lines: the twin's score, requests per worker, and the files written."""
-    equal = sum(d.predicted == d.actual for d in decisions)
+    """The run in a few lines: the twin's score over the decisions it predicted from learned
+    facts (its guesses while learning apart), requests per worker, and the files written."""
+    scored = [d for d in decisions if d.learned]
+    guesses = [d for d in decisions if not d.learned]
+    equal = sum(d.predicted == d.actual for d in scored)
     split = Counter(d.actual for d in decisions)
     share = ", ".join(f"w{i} {split.get(i, 0)}" for i in range(workers))
+    lines = [f"{title}: {equal}/{len(scored)} decisions predicted by the twin"]
+    if guesses:
+        right = sum(d.predicted == d.actual for d in guesses)
+        lines.append(
+            f"  guesses while learning the router's order (unscored): {right}/{len(guesses)}"
+        )
     return [
-        f"{title}: {equal}/{len(decisions)} decisions predicted by the twin",
+        *lines,
         f"  requests per worker: {share}",
         f"  files: {', '.join(str(out / f) for f in files)}",
     ]

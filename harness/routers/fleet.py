@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import signal
 import socket
@@ -43,6 +44,7 @@ from harness.fleet.policies import (
 )
 from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.kv_index import KvEventIndex
+from harness.routers.learned import LearnedRoundRobin, read_order
 from harness.routers.room import BUILTIN_WORKER_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,6 +159,9 @@ class Decision:
     actual: int
     cached_tokens: int
     wave: int = 0  # the requests of one wave were sent at once (concurrency > 1)
+    # False: predicted while a fact it needs was still unknown (a slot of round robin's order):
+    # a guess, reported apart from the score
+    learned: bool = True
 
 
 def order_only(decisions: Sequence[Decision]) -> int:
@@ -291,13 +296,17 @@ def drive_router(
     workers: Workers,
     index: KvEventIndex | None = None,
     concurrency: int = 1,
+    order: list[int] | None = None,
+    facts: dict[str, object] | None = None,
 ) -> list[Decision]:
     """Send the stream in waves of `concurrency` requests (all of a wave at once, the next wave
     when it is answered); the twin predicts each decision first, in send order, counting its own
     picks within the wave as the router's in-flight load. The twin then learns the actual
     decisions (teacher forcing: round robin's turn one at a time, cache_aware's tree always), so
     one miss is not counted twice. With `index`, the twin reads each
-    worker's cached prefix from its KV events (kv_aware)."""
+    worker's cached prefix from its KV events (kv_aware). Round robin's twin cycles in the
+    router's `order` when known (vllm-router's start log), else learns it from the decisions;
+    what it learned and the router's first pick (the warm-up's) go into `facts`."""
     import httpx
 
     urls = workers.urls
@@ -306,8 +315,11 @@ def drive_router(
         if twin_cfg.router == "cache_aware"
         else ConsistentHash(twin_cfg, names=urls)  # the real ring: points named by worker URL
         if twin_cfg.router == "consistent_hash"
+        else LearnedRoundRobin(len(urls), order)
+        if twin_cfg.router == "round_robin"
         else ROUTERS.get(twin_cfg.router)(twin_cfg)
     )
+    facts = {} if facts is None else facts
     warmup = Routed("warmup", "prefixbench fleet warm-up: a prompt no other request shares")
     if index is not None:  # a prompt of token ids the stream never uses
         warmup = Routed("warmup", tuple(range(40_100, 40_140)))
@@ -321,6 +333,9 @@ def drive_router(
             if index is not None:
                 index.refresh()  # the events of the previous wave's steps
             now = time.monotonic() - t0
+            learned = not isinstance(twin, LearnedRoundRobin) or (
+                twin.certain if len(wave) == 1 else twin.complete
+            )
             predicted = _predict_wave(twin, wave, len(urls), now, index)
             workers.served_by.before()
             replies = list(pool.map(lambda req: _send(client, router_url, model, req), wave))
@@ -328,8 +343,13 @@ def drive_router(
                 actual = workers.served_by.after(data)
                 if len(wave) == 1 or isinstance(twin, CacheAware):
                     _teach(twin, req, guess, actual, now)
-                if req is not warmup:  # the warm-up aligns the twin with the router's start
-                    out.append(Decision(req.request_id, guess, actual, _cached(data), w))
+                if req is warmup:  # the router's first pick: reported apart, never scored
+                    facts.update(first_pick=actual, first_pick_predicted=guess)
+                    facts.update(first_pick_learned=learned)
+                else:
+                    out.append(Decision(req.request_id, guess, actual, _cached(data), w, learned))
+    if isinstance(twin, LearnedRoundRobin):
+        facts.update(twin.facts())
     return out
 
 
@@ -375,6 +395,8 @@ def _teach(twin: Router, req: Routed, predicted: int, actual: int, now: float) -
     """The twin continues from the router's actual decision (teacher forcing)."""
     if isinstance(twin, CacheAware):
         twin.record(req, actual, now)
+    elif isinstance(twin, LearnedRoundRobin):
+        twin.learn(actual)
     elif isinstance(twin, RoundRobin):
         twin.next = actual + 1
 
@@ -428,15 +450,24 @@ def route_through(
         index = KvEventIndex(workers.kv_events, workers.block_size)
     port, metrics_port = free_port(), free_port()
     command = router_command(kind, cfg, workers, port, metrics_port, model)
+    logs = out_dir / "logs" / f"router-{kind}-{cfg.router}"
     try:
-        with processes([command], out_dir / "logs" / f"router-{kind}-{cfg.router}") as procs:
+        with processes([command], logs) as procs:
             router_url = f"http://127.0.0.1:{port}"
             wait_ready(router_url, procs, 60.0, "/health")
             wait_workers(router_url, len(workers.urls), procs, 60.0)
             with httpx.Client(timeout=120) as client:
                 for i, req in warm:
                     _send(client, workers.urls[i], model, req)
-            return drive_router(router_url, model, stream, cfg, workers, index, concurrency)
+            order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
+            facts: dict[str, object] = {"router": kind, "policy": cfg.router}
+            decisions = drive_router(
+                router_url, model, stream, cfg, workers, index, concurrency, order, facts
+            )
+            (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
+                json.dumps(facts, indent=1) + "\n"
+            )
+            return decisions
     finally:
         if index is not None:
             index.stop()
@@ -460,6 +491,9 @@ def _served_name(url: str) -> str:
     import httpx
 
     return str(httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"])
+
+
+FILES = ["decisions.csv", "learned-*.json", "logs/"]  # what a run writes under its folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -498,12 +532,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(out / "decisions.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["request_id", "wave", "predicted", "actual", "cached_tokens"])
+        writer.writerow(["request_id", "wave", "predicted", "actual", "cached_tokens", "learned"])
         writer.writerows(
-            (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens) for d in decisions
+            (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens, d.learned)
+            for d in decisions
         )
     title = f"{args.router}-router {args.policy}, {args.workers} workers, concurrency {args.concurrency}"
-    print("\n".join(result_lines(title, decisions, args.workers, out, ["decisions.csv", "logs/"])))
+    print("\n".join(result_lines(title, decisions, args.workers, out, FILES)))
     print(f"  misses only in arrival order: {order_only(decisions)}")
     return 0
 

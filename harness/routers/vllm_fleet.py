@@ -25,6 +25,7 @@ from harness.live_server import prometheus
 from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
 from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.fleet import (
+    FILES,
     ROUTER_KINDS,
     TWINNED,
     Decision,
@@ -166,15 +167,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _write(out / "decisions.csv", decisions)
     title = f"{args.router}-router {args.policy} over {args.workers} vLLM-CPU workers"
-    print("\n".join(result_lines(title, decisions, args.workers, out, ["decisions.csv", "logs/"])))
+    print("\n".join(result_lines(title, decisions, args.workers, out, FILES)))
     return 0
 
 
 def _write(path: Path, decisions: list[Decision]) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["request_id", "predicted", "actual", "cached_tokens"])
-        writer.writerows((d.request_id, d.predicted, d.actual, d.cached_tokens) for d in decisions)
+        writer.writerow(["request_id", "predicted", "actual", "cached_tokens", "learned"])
+        writer.writerows(
+            (d.request_id, d.predicted, d.actual, d.cached_tokens, d.learned) for d in decisions
+        )
 
 
 if __name__ == "__main__":
