@@ -493,7 +493,9 @@ def _served_name(url: str) -> str:
     return str(httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"])
 
 
-FILES = ["decisions.csv", "learned-*.json", "logs/"]  # what a run writes under its folder
+def run_files(router: str, policy: str) -> list[str]:
+    """What a real-router run writes under its folder."""
+    return ["decisions.csv", f"learned-{router}-{policy}.json", "logs"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -538,7 +540,11 @@ def main(argv: list[str] | None = None) -> int:
             for d in decisions
         )
     title = f"{args.router}-router {args.policy}, {args.workers} workers, concurrency {args.concurrency}"
-    print("\n".join(result_lines(title, decisions, args.workers, out, FILES)))
+    print(
+        "\n".join(
+            result_lines(title, decisions, args.workers, out, run_files(args.router, args.policy))
+        )
+    )
     print(f"  misses only in arrival order: {order_only(decisions)}")
     return 0
 

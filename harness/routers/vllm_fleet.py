@@ -25,12 +25,12 @@ from harness.live_server import prometheus
 from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
 from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.fleet import (
-    FILES,
     ROUTER_KINDS,
     TWINNED,
     Decision,
     Workers,
     route_through,
+    run_files,
     router_available,
     routers_venv,
     streams,
@@ -167,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _write(out / "decisions.csv", decisions)
     title = f"{args.router}-router {args.policy} over {args.workers} vLLM-CPU workers"
-    print("\n".join(result_lines(title, decisions, args.workers, out, FILES)))
+    print(
+        "\n".join(
+            result_lines(title, decisions, args.workers, out, run_files(args.router, args.policy))
+        )
+    )
     return 0
 
 
