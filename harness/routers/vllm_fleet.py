@@ -30,9 +30,9 @@ from harness.routers.fleet import (
     Decision,
     Workers,
     route_through,
-    run_files,
     router_available,
     routers_venv,
+    run_files,
     streams,
 )
 from harness.routers.room import VLLM_CPU_WORKER_BYTES
