@@ -287,10 +287,44 @@ def ideal_hit_rate(
     return IdealHitRates({g: b.hit_rate for g, b in bounds.items()}, bounds)
 
 
+def ceiling_hit_tokens(items: list[_Item], g: int) -> tuple[int, int]:
+    """(hit tokens, prompt tokens) no run of the stream can beat, in any order, on any number of
+    caches of any size: every hittable block (engine accounting) can hit except that each distinct
+    one must first be computed by a counted prefill, unless some request makes it for free (a
+    prompt's last full block, beyond its hittable range; a chained turn's reply; an n > 1
+    request's prompt, which a serving engine may prefill once outside the counted samples)."""
+    hittable = prompt = 0
+    needed: set[int] = set()
+    free: set[int] = set()
+    for item in items:
+        hittable += item.num_samples * int(item.hit_cum_tokens[-1])
+        prompt += item.num_samples * item.prompt_len
+        hit = set(item.hit_keys)
+        free.update(k for k in item.insert_keys if k not in hit)
+        (free if item.num_samples > 1 else needed).update(hit)
+    return max(hittable - g * len(needed - free), 0), prompt
+
+
+def ceiling_tokens(
+    source: Sequence[Request] | Iterable[Replay], granularity: int
+) -> tuple[int, int]:
+    """(hit tokens, prompt tokens) of the order-free ceiling (ceiling_hit_tokens) of a stream."""
+    return ceiling_hit_tokens(_items(source, [granularity], "engine")[granularity], granularity)
+
+
+def ceiling_hit_rate(
+    source: Sequence[Request] | Iterable[Replay], granularity: int
+) -> float | None:
+    """The order-free ceiling (ceiling_hit_tokens) as a token hit rate."""
+    hits, prompt = ceiling_tokens(source, granularity)
+    return hits / prompt if prompt else None
+
+
 @dataclass(frozen=True)
 class RunBounds:
     ideal: dict[int, float]  # g -> unbounded-cache token hit rate
     capped: dict[str, float]  # policy -> hit rate at the capacity, at `capped_granularity`
+    ceiling: float | None = None  # ceiling_hit_tokens at `ceiling_granularity`, when asked
 
 
 def run_bounds(
@@ -300,10 +334,12 @@ def run_bounds(
     capacity_blocks: int | None = None,
     policies: Sequence[str] = ("lru", "belady"),
     accounting: str = "engine",
+    ceiling_granularity: int | None = None,
 ) -> RunBounds:
     """Every reference a run reports, hashing the token streams once: the ideal at each of
     `granularities`, and each of `policies` at `capacity_blocks` blocks of `capped_granularity`
-    tokens (which must be one of `granularities`; None skips the capped references)."""
+    tokens (which must be one of `granularities`; None skips the capped references), and the
+    order-free ceiling at `ceiling_granularity` (one of `granularities`; engine accounting)."""
     gs = sorted(set(granularities))
     if any(not isinstance(g, int) or g <= 0 for g in gs):
         raise BadInput(f"granularities must be positive integers, got {list(granularities)}")
@@ -319,7 +355,11 @@ def run_bounds(
             ).hit_rate
             for p in policies
         }
-    return RunBounds(ideal, capped)
+    ceiling = None
+    if ceiling_granularity is not None and accounting == "engine":
+        hits, prompt = ceiling_hit_tokens(items[ceiling_granularity], ceiling_granularity)
+        ceiling = hits / prompt if prompt else None
+    return RunBounds(ideal, capped, ceiling)
 
 
 def capped_hit_rate(

@@ -31,7 +31,8 @@ class FleetConfig:
     # 2 : 1 of llm-d-kv-cache-manager benchmarking/37-capacity, its precise profile)
     prefix_weight: float = 2.0
     load_weight: float = 1.0
-    # ideal: only replicas with load below load_cap x the fleet's mean load, plus one, are eligible
+    # cached_now, oracle_capped: only replicas with load below load_cap x the fleet's mean load,
+    # plus one, are eligible
     load_cap: float = 1.5
 
     def validate(self) -> None:

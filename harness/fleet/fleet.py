@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from engines.cache.records import CacheStats, CacheUsage
 from engines.engine import Engine, StepOutput
 from engines.records import RequestRecord
 from engines.request import CompletionRequest, GenerationRequest
 from harness.fleet.config import FleetConfig
-from harness.fleet.policies import PRECISE, ROUTERS, FleetView, Routed
+from harness.fleet.policies import PENDING, PRECISE, ROUTERS, FleetView, Routed
 
 
 class FleetClock:
@@ -85,6 +85,8 @@ class FleetCache:
         flushed = all([e.cache.reset() for e in self.fleet.replicas])
         self.fleet.router.reset()
         self.fleet.assignment.clear()
+        for p in self.fleet.pending:
+            p.clear()
         return flushed
 
 
@@ -113,6 +115,9 @@ class Fleet:
         self.virtual = virtual
         self.router = ROUTERS.get(cfg.router)(cfg)
         self.precise = cfg.router in PRECISE
+        self.wants_pending = cfg.router in PENDING
+        # per replica: the prompts of the parents in flight there (the online oracle reads them)
+        self.pending: list[dict[str, Sequence[int]]] = [{} for _ in replicas]
         self.loads = [0] * len(replicas)  # parents in flight per replica (the router's count)
         self.assignment: dict[str, int] = {}  # parent id -> replica
         self.clock = FleetClock(self)
@@ -153,6 +158,7 @@ class Fleet:
             list(self.loads),
             self.clock.now(),
             [e.cache for e in self.replicas] if self.precise else None,
+            pending=[list(p.values()) for p in self.pending] if self.wants_pending else None,
         )
         routed = Routed(
             req.request_id, req.prompt_ids, self.sessions.get(req.request_id), req.salt, req.lora_id
@@ -160,6 +166,7 @@ class Fleet:
         i = self.router.choose(routed, view)
         self.assignment[req.request_id] = i
         self.loads[i] += 1
+        self.pending[i][req.request_id] = req.prompt_ids
         return i
 
     def submit(self, req: CompletionRequest, arrival_s: float) -> list[str]:
@@ -173,6 +180,7 @@ class Fleet:
         for req in reqs[1:]:
             self.assignment[req.request_id] = i
             self.loads[i] += 1
+            self.pending[i][req.request_id] = req.prompt_ids
         self.replicas[i].clock.wait_until(arrival_s)
         return self.replicas[i].submit_batch(reqs, arrival_s)
 
@@ -192,6 +200,7 @@ class Fleet:
         out = self.replicas[i].step(next_release_s)
         for parent in out.finished_parents:
             self.loads[self.assignment[parent]] -= 1
+            self.pending[self.assignment[parent]].pop(parent, None)
         self.records.extend(out.finished)
         if not self.replicas[i].has_work:
             self.replicas[i].idle()

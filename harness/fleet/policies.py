@@ -16,6 +16,8 @@ from collections.abc import Sequence as Ids
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from engines.cache.protocol import PrefixCache
 from engines.registry import Registry
 from harness.fleet.approx_tree import ApproxTree, pack
@@ -42,10 +44,12 @@ class FleetView:
 
     loads: list[int]  # requests in flight per replica (the router's own count)
     now_s: float = 0.0
-    caches: list[PrefixCache] | None = None  # real cache state (kv_aware, ideal only)
+    caches: list[PrefixCache] | None = None  # real cache state (PRECISE routers only)
     # Or, for workers in other processes, each one's cached prefix of this request in tokens, as
     # their KV events tell it (harness/routers/kv_index.py)
     cached: list[int] | None = None
+    # The prompts in flight at each replica (PENDING routers only)
+    pending: list[list[Ids[int]]] | None = None
 
     @property
     def num_replicas(self) -> int:
@@ -261,22 +265,31 @@ class KvAware:
         """Stateless: the caches are the state."""
 
 
-class Ideal(KvAware):
-    """The oracle: among replicas under the load cap (in flight < load_cap x the fleet's mean
-    after this request, plus one), the one truly holding the longest prefix; on a tie the less
-    loaded, then the one sent the fewest prompt tokens so far (room for a new prefix: the
-    smallest-tree rule of cache_aware, which a greedy longest-prefix rule otherwise lacks)."""
+class CachedNow(KvAware):
+    """The longest prefix cached *now* (named `ideal` before 2026-12: it is no bound): among
+    replicas under the load cap (in flight < load_cap x the fleet's mean after this request, plus
+    one), the one truly holding the longest prefix at decision time; on a tie the less loaded,
+    then the one sent the fewest prompt tokens so far (room for a new prefix: the smallest-tree
+    rule of cache_aware, which a greedy longest-prefix rule otherwise lacks). In a burst every
+    cache is still empty, so it spreads like round robin (docs/fleet.md §2)."""
+
+    capped = True
 
     def __init__(self, cfg: FleetConfig) -> None:
         super().__init__(cfg)
         self.routed_tokens: dict[int, int] = {}
 
+    def held(self, req: Routed, view: FleetView) -> list[int]:
+        return _truly_cached(req, view)
+
     def choose(self, req: Routed, view: FleetView) -> int:
-        cached = _truly_cached(req, view)
-        cap = self.cfg.load_cap * (sum(view.loads) + 1) / view.num_replicas + 1
-        eligible = [i for i, load in enumerate(view.loads) if load < cap] or [
-            least_loaded(view.loads)
-        ]
+        cached = self.held(req, view)
+        eligible: Ids[int] = range(view.num_replicas)
+        if self.capped:
+            cap = self.cfg.load_cap * (sum(view.loads) + 1) / view.num_replicas + 1
+            eligible = [i for i, load in enumerate(view.loads) if load < cap] or [
+                least_loaded(view.loads)
+            ]
         sent = self.routed_tokens
         choice = min(eligible, key=lambda i: (-cached[i], view.loads[i], sent.get(i, 0), i))
         sent[choice] = sent.get(choice, 0) + len(req.prompt)
@@ -284,6 +297,37 @@ class Ideal(KvAware):
 
     def reset(self) -> None:
         self.routed_tokens = {}
+
+
+class Oracle(CachedNow):
+    """An online oracle: what each replica will hold when this request's prefill starts, its
+    cache now plus the prompts in flight there (queued or running ahead of it, so prefilled by
+    then), the longest such prefix winning; tie-breaks as cached_now, no load cap. It knows no
+    future request: an online router with perfect knowledge of the present."""
+
+    capped = False
+
+    def held(self, req: Routed, view: FleetView) -> list[int]:
+        cached = list(_truly_cached(req, view))
+        if view.pending is None or isinstance(req.prompt, str):
+            raise ValueError("the oracle needs each replica's prompts in flight")
+        prompt = np.asarray(req.prompt)
+        for i, prompts in enumerate(view.pending):
+            for other in prompts:
+                cached[i] = max(cached[i], _common_prefix(prompt, other))
+        return cached
+
+
+class OracleCapped(Oracle):
+    """The online oracle under cached_now's load cap (`load_cap`)."""
+
+    capped = True
+
+
+def _common_prefix(a: np.ndarray, b: Ids[int]) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != np.asarray(b[:n]))
+    return int(differ[0]) if len(differ) else n
 
 
 # registry: every router policy (name -> factory taking the fleet config)
@@ -295,6 +339,9 @@ ROUTERS.add("power_of_two", PowerOfTwo)
 ROUTERS.add("consistent_hash", ConsistentHash)
 ROUTERS.add("cache_aware", CacheAware)
 ROUTERS.add("kv_aware", KvAware)
-ROUTERS.add("ideal", Ideal)
+ROUTERS.add("cached_now", CachedNow)
+ROUTERS.add("oracle", Oracle)
+ROUTERS.add("oracle_capped", OracleCapped)
 
-PRECISE = ("kv_aware", "ideal")  # routers that read the replicas' real caches
+PRECISE = ("kv_aware", "cached_now", "oracle", "oracle_capped")  # read the replicas' real caches
+PENDING = ("oracle", "oracle_capped")  # read the prompts in flight at each replica too

@@ -1,8 +1,9 @@
 """Read-only probes of a replica's cache: how many leading prompt tokens it truly holds now.
 
-`kv_aware` and `ideal` route on these. A probe must not change what it looks at, so it asks the
-cache's `PrefixPeek` capability (engines/cache/protocol.py), which each design implements its own
-way (APC: a lookup that leaves no trace; radix: a walk of the tree without splitting or stamping).
+`kv_aware`, `cached_now` and the oracles route on these. A probe must not change what it looks
+at, so it asks the cache's `PrefixPeek` capability (engines/cache/protocol.py), which each design
+implements its own way (APC: a lookup that leaves no trace; radix: a walk of the tree without
+splitting or stamping).
 """
 
 from __future__ import annotations

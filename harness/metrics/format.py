@@ -70,6 +70,7 @@ def format_summary(summary: Mapping[str, object]) -> str:
         lines.append(_line("Evictions:", summary.get("evictions")))
         lines.append(_line("Preemptions:", summary.get("num_preemptions")))
         lines.append(_line("Recomputed tokens:", summary.get("recomputed_tokens")))
+    lines += fleet_lines(summary)
     lines.append("=" * 50)
     return "\n".join(lines)
 
@@ -126,6 +127,30 @@ def _count(value: object) -> str:
 
 def _or_na(value: object) -> str:
     return "n/a" if value is None else str(value)
+
+
+def fleet_lines(summary: Mapping[str, object]) -> list[str]:
+    """A fleet run's routing: the router, the bound, the imbalance, and per replica its requests,
+    hit rate and load (its share of the prompt tokens sent); none for a single engine."""
+    per = summary.get("fleet_per_replica")
+    if not isinstance(per, list) or not per:
+        return []
+    lines = [f"{'Fleet':-^50}"]
+    lines.append(_line("Router:", f"{summary.get('fleet_router')} ({len(per)} replicas)"))
+    lines.append(_line("Fleet hit rate (%):", _percent(summary.get("fleet_hit_rate"))))
+    lines.append(_line("Bound, any router (%):", _percent(summary.get("fleet_bound_hit_rate"))))
+    lines.append(_line("Imbalance (max/mean requests):", summary.get("fleet_load_imbalance")))
+    lines.append(_line("Imbalance (max/mean tokens):", summary.get("fleet_token_imbalance")))
+    sent = sum(int(p.get("prompt_tokens", 0)) for p in per) or 1
+    lines.append(f"{'replica':>7} {'requests':>9} {'hit rate (%)':>13} {'load (%)':>9}")
+    for p in per:
+        hit = _percent(p.get("hit_rate"))
+        lines.append(
+            f"{p.get('replica'):>7} {p.get('requests'):>9} "
+            f"{'n/a' if hit is None else f'{hit:.2f}':>13} "
+            f"{100.0 * int(p.get('prompt_tokens', 0)) / sent:>9.2f}"
+        )
+    return lines
 
 
 def _virtual(label: str) -> str:

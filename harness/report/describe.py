@@ -51,8 +51,10 @@ def describe(report: Report) -> str:
         )
     for _, row in report.fleet.iterrows():
         lines.append(
-            f"fleet {row['workload']} x{row['replicas']} {row['engine']} {row['router']}: hit rate "
-            f"{row['fleet_hit_rate']:.4f} (ideal unbounded {row['ideal_unbounded']:.4f}), "
+            f"fleet {row['workload']} x{row['replicas']} {row['engine']} {row['router']} "
+            f"({row['load_mode']}, rate {row['rate']}, concurrency {row['concurrency']}): hit rate "
+            f"{row['fleet_hit_rate']:.4f} (bound {row['fleet_bound']:.4f}, router loss "
+            f"{row['router_loss']:.4f}), "
             f"p90 TTFT {row['p90_ttft_ms']:.1f} ms, imbalance {row['load_imbalance']:.2f}"
         )
     return "\n".join(lines)

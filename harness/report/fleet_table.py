@@ -1,10 +1,11 @@
-"""The fleet's decomposition (docs/fleet.md §4): per fleet run, its hit rate beside the
-single-cache bounds of the same stream, what its router loses against the `ideal` router of the
-same fleet, and what the cache design changes under the same router (apc vs radix fleets).
+"""The fleet's decomposition (docs/fleet.md §4): per fleet run, its hit rate beside the bound no
+router can beat and the single-cache references of the same stream, what its router loses against
+that bound, and what the cache design changes under the same router (apc vs radix fleets).
 
-One row per fleet run (fleet.replicas > 1), keyed by workload, hardware, replicas, engine and
-router; `router_loss` needs an `ideal` run of the same key minus the router, `design_delta` the
-other design's run of the same key minus the engine.
+One row per fleet configuration, keyed by workload, hardware, replicas, capacity, the load (mode,
+rate, concurrency: a burst and a Poisson run are never averaged), engine and router;
+`router_loss` is the bound minus the hit rate, per run, then averaged (never negative: the bound
+holds for every run), `design_delta` the other design's row of the same key minus this one's.
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ import pandas as pd
 
 from harness.report.decomposition import CACHE_A, CACHE_B
 
-KEY = ["workload", "hardware", "replicas", "kv_capacity_tokens"]
+KEY = ["workload", "hardware", "replicas", "kv_capacity_tokens", "load_mode", "rate", "concurrency"]
+LOAD = {
+    "load_mode": "config.load.mode",
+    "rate": "config.load.rate",
+    "concurrency": "config.load.max_concurrency",
+}
 COLUMNS = [
     *KEY,
     "engine",
     "router",
     "n_runs",
     "fleet_hit_rate",
+    "fleet_bound",
     "ideal_unbounded",
     "belady_fleet_capacity",
     "router_loss",
@@ -46,7 +53,19 @@ def fleet_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if "hardware" not in out:
         out["hardware"] = None
     out["hardware"] = out["hardware"].fillna("-")
+    for col, source in LOAD.items():  # "-": not set (no rate in a burst, no concurrency cap)
+        values = out[source] if source in out else pd.Series(None, index=out.index, dtype=object)
+        out[col] = [_label(v) for v in values]
     return out
+
+
+def _label(value: object) -> str:
+    """A load field as a key: a number without a trailing .0, "-" when unset."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "-"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _unbounded(row: pd.Series) -> float:
@@ -64,9 +83,14 @@ def fleet_table(runs: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=COLUMNS)
     df["ideal_unbounded"] = df.apply(_unbounded, axis=1)
-    df["belady_fleet_capacity"] = pd.to_numeric(df.get("belady_hit_rate"), errors="coerce")
+    df["belady_fleet_capacity"] = _numbers(df, "belady_hit_rate")
+    df["fleet_bound"] = _numbers(df, "fleet_bound_hit_rate")  # absent in runs before the bound
+    df["fleet_hit_rate"] = _numbers(df, "fleet_hit_rate")
+    df["router_loss"] = df["fleet_bound"] - df["fleet_hit_rate"]
     metrics = {
         "fleet_hit_rate": "fleet_hit_rate",
+        "fleet_bound": "fleet_bound",
+        "router_loss": "router_loss",
         "ideal_unbounded": "ideal_unbounded",
         "belady_fleet_capacity": "belady_fleet_capacity",
         "load_imbalance": "fleet_load_imbalance",
@@ -77,21 +101,22 @@ def fleet_table(runs: pd.DataFrame) -> pd.DataFrame:
         "total_token_throughput": "total_token_throughput",
     }
     for col in metrics.values():
-        df[col] = pd.to_numeric(df.get(col), errors="coerce")
+        df[col] = _numbers(df, col)
     grouped = df.groupby([*KEY, "engine", "router"], dropna=False)
     table = grouped.agg(**{k: (v, "mean") for k, v in metrics.items()}).reset_index()
     table["n_runs"] = grouped.size().to_numpy()
-    ideal = table[table["router"] == "ideal"].set_index([*KEY, "engine"])["fleet_hit_rate"]
-    table["router_loss"] = [
-        ideal.get(tuple(r[[*KEY, "engine"]]), np.nan) - r["fleet_hit_rate"]
-        for _, r in table.iterrows()
-    ]
     by_design = table.set_index([*KEY, "router", "engine"])["fleet_hit_rate"]
     table["design_delta"] = [
         r["fleet_hit_rate"] - by_design.get((*r[KEY], r["router"], _other(r["engine"])), np.nan)
         for _, r in table.iterrows()
     ]
     return table[COLUMNS].sort_values([*KEY, "engine", "router"]).reset_index(drop=True)
+
+
+def _numbers(df: pd.DataFrame, col: str) -> pd.Series:
+    if col not in df:
+        return pd.Series(np.nan, index=df.index)
+    return pd.to_numeric(df[col], errors="coerce")
 
 
 def _other(engine: str) -> str:

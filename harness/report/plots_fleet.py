@@ -1,8 +1,8 @@
 """Fleet figures (docs/fleet.md §4), listed in harness/report/registry.py.
 
-`fleet_routers`: one figure per fleet sweep (workload, hardware, replicas, capacity): per router
-and cache design, the fleet's hit rate against the unbounded ideal and Belady at the fleet's
-capacity of the same stream (lines), its p90 TTFT, and its load imbalance (max / mean requests).
+`fleet_routers`: one figure per fleet sweep (workload, hardware, replicas, capacity, load): per
+router and cache design, the fleet's hit rate against the bound no router can beat and Belady at
+the fleet's capacity of the same stream (lines), its p90 TTFT, and its load imbalance.
 """
 
 from __future__ import annotations
@@ -53,16 +53,16 @@ def _sweep_figure(inputs: Inputs, key: dict, group: pd.DataFrame, runs: pd.DataF
             ax.bar(x + (j - (len(engines) - 1) / 2) * width, rows[col] * scale, width, label=engine)
         ax.set_xticks(x, routers, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
-    ideal = group["ideal_unbounded"].dropna()
+    bound = group["fleet_bound"].dropna()
     belady = group["belady_fleet_capacity"].dropna()
-    if not ideal.empty:
-        axes[0].axhline(ideal.iloc[0] * 100, color="k", ls="--", lw=1, label="ideal (unbounded)")
+    if not bound.empty:
+        axes[0].axhline(bound.iloc[0] * 100, color="k", ls="--", lw=1, label="bound (any router)")
     if not belady.empty:
         axes[0].axhline(belady.iloc[0] * 100, color="grey", ls=":", lw=1, label="Belady, fleet KV")
     axes[0].legend(fontsize=7)
     fig.suptitle(
         f"{key['workload']} on {key['replicas']} replicas ({key['hardware']}, "
-        f"{int(key['kv_capacity_tokens']):,} KV tokens each): routers",
+        f"{int(key['kv_capacity_tokens']):,} KV tokens each, {_load(key)}): routers",
         fontsize=10,
     )
     fig.tight_layout()
@@ -74,4 +74,13 @@ def _sweep_figure(inputs: Inputs, key: dict, group: pd.DataFrame, runs: pd.DataF
         key["hardware"],
         f"x{key['replicas']}",
         f"kv{int(key['kv_capacity_tokens'])}",
+        key["load_mode"],
+        f"rate{key['rate']}",
+        f"c{key['concurrency']}",
     )
+
+
+def _load(key: dict) -> str:
+    rate = "" if key["rate"] == "-" else f" {key['rate']}/s"
+    cap = "" if key["concurrency"] == "-" else f", concurrency {key['concurrency']}"
+    return f"{key['load_mode']}{rate}{cap}"

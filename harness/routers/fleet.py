@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import signal
 import socket
@@ -31,7 +32,7 @@ from engines.cache import DEFAULT_DESIGN, DESIGNS, designs_with
 from engines.cache.protocol import KvEventSource
 from engines.config import EngineConfig
 from engines.errors import BadInput
-from harness.config.processes import ROUTER_BYTES, Spawn, builtin_server_bytes, check_spawns
+from harness.config.processes import builtin_server_bytes
 from harness.fleet.config import FleetConfig
 from harness.fleet.policies import (
     ROUTERS,
@@ -42,7 +43,9 @@ from harness.fleet.policies import (
     Routed,
     Router,
 )
+from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.kv_index import KvEventIndex
+from harness.routers.learned import LearnedRoundRobin, read_order
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_KINDS = ("sglang", "vllm")
@@ -159,6 +162,9 @@ class Decision:
     actual: int
     cached_tokens: int
     wave: int = 0  # the requests of one wave were sent at once (concurrency > 1)
+    # False: predicted while a fact it needs was still unknown (a slot of round robin's order):
+    # a guess, reported apart from the score
+    learned: bool = True
 
 
 def order_only(decisions: Sequence[Decision]) -> int:
@@ -293,13 +299,17 @@ def drive_router(
     workers: Workers,
     index: KvEventIndex | None = None,
     concurrency: int = 1,
+    order: list[int] | None = None,
+    facts: dict[str, object] | None = None,
 ) -> list[Decision]:
     """Send the stream in waves of `concurrency` requests (all of a wave at once, the next wave
     when it is answered); the twin predicts each decision first, in send order, counting its own
     picks within the wave as the router's in-flight load. The twin then learns the actual
     decisions (teacher forcing: round robin's turn one at a time, cache_aware's tree always), so
     one miss is not counted twice. With `index`, the twin reads each
-    worker's cached prefix from its KV events (kv_aware)."""
+    worker's cached prefix from its KV events (kv_aware). Round robin's twin cycles in the
+    router's `order` when known (vllm-router's start log), else learns it from the decisions;
+    what it learned and the router's first pick (the warm-up's) go into `facts`."""
     import httpx
 
     urls = workers.urls
@@ -308,8 +318,11 @@ def drive_router(
         if twin_cfg.router == "cache_aware"
         else ConsistentHash(twin_cfg, names=urls)  # the real ring: points named by worker URL
         if twin_cfg.router == "consistent_hash"
+        else LearnedRoundRobin(len(urls), order)
+        if twin_cfg.router == "round_robin"
         else ROUTERS.get(twin_cfg.router)(twin_cfg)
     )
+    facts = {} if facts is None else facts
     warmup = Routed("warmup", "prefixbench fleet warm-up: a prompt no other request shares")
     if index is not None:  # a prompt of token ids the stream never uses
         warmup = Routed("warmup", tuple(range(40_100, 40_140)))
@@ -323,6 +336,9 @@ def drive_router(
             if index is not None:
                 index.refresh()  # the events of the previous wave's steps
             now = time.monotonic() - t0
+            learned = not isinstance(twin, LearnedRoundRobin) or (
+                twin.certain if len(wave) == 1 else twin.complete
+            )
             predicted = _predict_wave(twin, wave, len(urls), now, index)
             workers.served_by.before()
             replies = list(pool.map(lambda req: _send(client, router_url, model, req), wave))
@@ -330,8 +346,13 @@ def drive_router(
                 actual = workers.served_by.after(data)
                 if len(wave) == 1 or isinstance(twin, CacheAware):
                     _teach(twin, req, guess, actual, now)
-                if req is not warmup:  # the warm-up aligns the twin with the router's start
-                    out.append(Decision(req.request_id, guess, actual, _cached(data), w))
+                if req is warmup:  # the router's first pick: reported apart, never scored
+                    facts.update(first_pick=actual, first_pick_predicted=guess)
+                    facts.update(first_pick_learned=learned)
+                else:
+                    out.append(Decision(req.request_id, guess, actual, _cached(data), w, learned))
+    if isinstance(twin, LearnedRoundRobin):
+        facts.update(twin.facts())
     return out
 
 
@@ -377,6 +398,8 @@ def _teach(twin: Router, req: Routed, predicted: int, actual: int, now: float) -
     """The twin continues from the router's actual decision (teacher forcing)."""
     if isinstance(twin, CacheAware):
         twin.record(req, actual, now)
+    elif isinstance(twin, LearnedRoundRobin):
+        twin.learn(actual)
     elif isinstance(twin, RoundRobin):
         twin.next = actual + 1
 
@@ -430,15 +453,24 @@ def route_through(
         index = KvEventIndex(workers.kv_events, workers.block_size)
     port, metrics_port = free_port(), free_port()
     command = router_command(kind, cfg, workers, port, metrics_port, model)
+    logs = out_dir / "logs" / f"router-{kind}-{cfg.router}"
     try:
-        with processes([command], out_dir / "logs" / f"router-{kind}-{cfg.router}") as procs:
+        with processes([command], logs) as procs:
             router_url = f"http://127.0.0.1:{port}"
             wait_ready(router_url, procs, 60.0, "/health")
             wait_workers(router_url, len(workers.urls), procs, 60.0)
             with httpx.Client(timeout=120) as client:
                 for i, req in warm:
                     _send(client, workers.urls[i], model, req)
-            return drive_router(router_url, model, stream, cfg, workers, index, concurrency)
+            order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
+            facts: dict[str, object] = {"router": kind, "policy": cfg.router}
+            decisions = drive_router(
+                router_url, model, stream, cfg, workers, index, concurrency, order, facts
+            )
+            (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
+                json.dumps(facts, indent=1) + "\n"
+            )
+            return decisions
     finally:
         if index is not None:
             index.stop()
@@ -464,6 +496,11 @@ def _served_name(url: str) -> str:
     return str(httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"])
 
 
+def run_files(router: str, policy: str) -> list[str]:
+    """What a real-router run writes under its folder."""
+    return ["decisions.csv", f"learned-{router}-{policy}.json", "logs"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m harness.routers.fleet`: one real-router run; decisions to OUT/decisions.csv."""
     import argparse
@@ -480,17 +517,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/fleet-real")
     args = parser.parse_args(argv)
     try:
+        worker_bytes = builtin_server_bytes(WORKER_MODEL, args.engine)
+        check_fleet_args(args, TWINNED, "built-in server", worker_bytes)
+        if not 1 <= args.concurrency <= 64:
+            raise BadInput(f"--concurrency must be an integer in [1, 64], got {args.concurrency}")
         cfg = FleetConfig(replicas=args.workers, router=args.policy)
         cfg.validate()
-        if args.workers < 2:
-            raise BadInput(f"--workers must be at least 2, got {args.workers}")
-        if not 1 <= args.concurrency <= 64:
-            raise BadInput(f"--concurrency must be 1-64, got {args.concurrency}")
-        check_spawns(  # before any worker starts: N servers and a router must fit this machine
-            f"--workers {args.workers}",
-            [Spawn("built-in server", args.workers, builtin_server_bytes(WORKER_MODEL, args.engine)),
-             Spawn("router", 1, ROUTER_BYTES)],
-        )  # fmt: skip
         if not router_available(args.router):
             raise BadInput(
                 f"{args.router}-router is not installed in {routers_venv()}: "
@@ -506,15 +538,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(out / "decisions.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["request_id", "wave", "predicted", "actual", "cached_tokens"])
+        writer.writerow(["request_id", "wave", "predicted", "actual", "cached_tokens", "learned"])
         writer.writerows(
-            (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens) for d in decisions
+            (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens, d.learned)
+            for d in decisions
         )
-    equal = sum(d.predicted == d.actual for d in decisions)
+    title = f"{args.router}-router {args.policy}, {args.workers} workers, concurrency {args.concurrency}"
     print(
-        f"{args.router}-router {args.policy}, concurrency {args.concurrency}: {equal}/"
-        f"{len(decisions)} decisions predicted; misses only in arrival order: {order_only(decisions)}"
+        "\n".join(
+            result_lines(title, decisions, args.workers, out, run_files(args.router, args.policy))
+        )
     )
+    print(f"  misses only in arrival order: {order_only(decisions)}")
     return 0
 
 

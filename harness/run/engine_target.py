@@ -29,7 +29,7 @@ from harness.metrics.table import itls_ms, request_row, request_table, token_row
 from harness.results.run_dir import RunDir
 from harness.run.pipeline import Prepared
 from harness.run.target import Recorded
-from workloads.bounds import run_bounds
+from workloads.bounds import ceiling_hit_rate, run_bounds
 from workloads.request import Request
 
 
@@ -208,9 +208,19 @@ def _bounds(cfg: RunConfig, workload_requests: list[Request]) -> dict:
     capped_g = g if cfg.bounds.capped and g in gs else None
     # A fleet is compared with one cache of its whole capacity (docs/fleet.md §1).
     capacity_blocks = cfg.engine.kv_capacity_tokens * cfg.fleet.replicas // g
-    found = run_bounds(workload_requests, sorted(gs), capped_g, capacity_blocks)
+    fleet = cfg.fleet.replicas > 1
+    at = g if fleet and g in gs else None
+    found = run_bounds(
+        workload_requests, sorted(gs), capped_g, capacity_blocks, ceiling_granularity=at
+    )
     ideal, lru, belady = found.ideal, found.capped.get("lru"), found.capped.get("belady")
+    # A fleet's bound (docs/fleet.md §4): what no router can beat, in any order, at any capacity
+    extra = {}
+    if fleet:
+        ceiling = found.ceiling if at is not None else ceiling_hit_rate(workload_requests, g)
+        extra["fleet_bound_hit_rate"] = ceiling
     return {
+        **extra,
         "ideal_hit_rate": ideal.get(g),
         "ideal_hit_rate_token": ideal.get(1),  # page 1: the same ceiling for every engine
         "theoretical_hit_rate_capped": lru,

@@ -52,10 +52,12 @@ def test_registry_lists_the_valid_policies():
             "consistent_hash",
             "cache_aware",
             "kv_aware",
-            "ideal",
+            "cached_now",
+            "oracle",
+            "oracle_capped",
         ]
     )
-    with pytest.raises(Exception, match="valid: cache_aware, consistent_hash"):
+    with pytest.raises(Exception, match="valid: cache_aware, cached_now, consistent_hash"):
         ROUTERS.get("nope")
 
 
