@@ -44,6 +44,7 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # The fleet twin reads workers' KV events with the live twin's subscriber (one wire reader).
     ("harness.fleet", (*HIGHER, *SERVERS, "harness.client"), ("harness.live_server.kv_events",)),
     ("harness.report", ("harness.run", "harness.claims", "harness.client", *SERVERS), ()),
+    ("harness.export", (*HIGHER, *SERVERS, "harness.client"), ()),
     ("harness.builtin_server", (*HIGHER, "harness.live_server"), ()),
     ("harness.live_server", ("harness.claims", "harness.report", "harness.builtin_server"), ()),
     ("harness.run", ("harness.claims", "harness.report.build", "harness.builtin_server"), ()),
@@ -98,6 +99,7 @@ def test_harness_top_holds_only_the_entry_points():
         "client",
         "fleet",
         "report",
+        "export",
         "claims",
         "builtin_server",
         "live_server",
