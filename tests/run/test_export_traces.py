@@ -86,3 +86,22 @@ def test_bailian_keeps_sessions_turns_and_release_times(tmp_path):
     again = pd.read_parquet(replay.run_dir / "requests.parquet").sort_values("request_index")
     sessions = again.groupby("session_id")["turn"].apply(sorted).tolist()
     assert sessions == [[0, 1, 2]] * 3
+
+
+def test_aiperf_replaying_the_exported_trace_got_the_in_process_cached_tokens(tmp_path):
+    """tests/data/aiperf holds aiperf 0.13.0's output of replaying this workload's exported trace
+    against the built-in server (apc): the trace is this run's export byte for byte, and the
+    server's cached tokens per request (imported) equal the in-process run's."""
+    from harness.export.import_aiperf import import_aiperf
+    from tests.harness_util import ROOT
+
+    data = ROOT / "tests" / "data" / "aiperf"
+    original = run_harness(merged(SMALL, WORKLOADS["system_prompt"], SIM), tmp_path / "orig")
+    assert original.returncode == 0, original.stderr
+    code, _, err = export("--format", "mooncake", str(original.run_dir), "--out", str(tmp_path))
+    assert code == 0, err
+    assert (tmp_path / "orig.mooncake.jsonl").read_text() == (
+        data / "trace.mooncake.jsonl"
+    ).read_text()
+    served = import_aiperf(data).table.sort_values("session_num")
+    assert served["cached_tokens"].tolist() == cached(original.run_dir)
