@@ -78,9 +78,10 @@ def arrivals(load: dict) -> dict[str, object]:
 
 def scenario_load(run: RunView, tool_version: str) -> dict[str, object]:
     workload, load, requests = run.group("workload"), run.group("load"), run.requests
+    client = run.manifest.get("client") if run.kind == "client" else None
     standardized: dict[str, object] = {
-        "tool": "prefixbench",
-        "tool_version": tool_version,
+        "tool": client.get("name") if isinstance(client, dict) else "prefixbench",
+        "tool_version": client.get("version") if isinstance(client, dict) else tool_version,
         "source": "sampled" if workload.get("family") in SAMPLED_FAMILIES else "random",
         "input_seq_len": sequence_length(requests["prompt_tokens"]) or _fixed(0),
         "output_seq_len": sequence_length(run.column("output_tokens")),

@@ -30,7 +30,7 @@ def accelerator(run: RunView) -> dict[str, object]:
     """The hardware that ran it: a simulated run's preset, a real run's CUDA device or CPU; a live
     server does not report its hardware (count 0, model named so)."""
     hardware, manifest = run.group("hardware"), run.manifest
-    if run.kind == "server":
+    if run.kind in ("server", "client"):
         return {"model": "not reported by the server", "count": 0, "parallelism": {}}
     if hardware:
         gpus = int(hardware.get("num_gpus") or 1)
@@ -47,6 +47,9 @@ def engine_component(run: RunView, version: str) -> dict:
         tool = f"{summary.get('server_flavour') or 'server'}-server"
         tool_version = str(summary.get("server_version") or "unknown")
         model = run.group("server").get("model") or summary.get("model_id") or "unknown"
+    elif run.kind == "client":  # an imported client's run: the server is known by its URL only
+        tool, tool_version = "server", "unknown"
+        model = summary.get("model_id") or "unknown"
     else:
         tool, tool_version = f"prefixbench-{engine.get('cache')}", version
         model = run.group("model").get("name") or summary.get("model_id") or "unknown"
@@ -62,6 +65,8 @@ def engine_component(run: RunView, version: str) -> dict:
     args = {"executor": run.config.get("executor"), "device": run.manifest.get("device")}
     if run.kind == "server":
         args["url"] = summary.get("server_url")
+    if run.kind == "client":
+        args = {"urls": (run.manifest.get("client") or {}).get("urls")}
     config = run.group("server") if run.kind == "server" else engine
     return _component(ENGINE_LABEL, standardized, config, args)
 
@@ -127,7 +132,9 @@ def router_component(run: RunView, version: str) -> dict:
 
 
 def scenario_stack(run: RunView, version: str) -> list[dict]:
-    stack = [engine_component(run, version), cache_component(run, version)]
+    stack = [engine_component(run, version)]
+    if run.kind != "client":  # a client sees no cache configuration
+        stack.append(cache_component(run, version))
     if run.kind == "server" and run.summary.get("twin_engine"):
         stack.append(twin_component(run, version))
     if run.kind == "fleet":

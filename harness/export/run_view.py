@@ -44,7 +44,10 @@ class RunView:
 
     @property
     def kind(self) -> str:
-        """Which target made the run: server, fleet, simulated or engine."""
+        """Which target made the run: server, fleet, simulated, engine, or client (a load
+        generator's output imported by harness/export/import_run.py)."""
+        if self.config.get("executor") == "client":
+            return "client"
         if self.config.get("server"):
             return "server"
         if int(self.group("fleet").get("replicas") or 1) > 1:

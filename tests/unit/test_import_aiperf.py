@@ -60,6 +60,10 @@ def test_an_imported_run_is_reported_and_exported(tmp_path):
     assert report(str(tmp_path), "--export", "br0.2", "--out", str(tmp_path / "br"))[0] == 0
     doc = json.loads((tmp_path / "br" / "aiperf-aiperf.br0.2.json").read_text())
     assert doc["results"]["request_performance"]["aggregate"]["requests"]["total"] == 12
+    load = doc["scenario"]["load"]["standardized"]
+    assert (load["tool"], load["tool_version"]) == ("aiperf", "0.13.0")
+    (engine,) = doc["scenario"]["stack"]  # a client sees the server, not its cache config
+    assert engine["standardized"]["model"]["name"] == "smollm2-rand"
 
 
 def _truncated(tmp_path) -> Path:
