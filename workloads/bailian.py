@@ -123,8 +123,8 @@ def session_roots(rows: list[BailianRow]) -> dict[int, int]:
 def generate_bailian(p: BailianParams, seed: int, space: TokenSpace) -> list[Request]:
     rows = read_bailian(p.path, p.block_size, p.max_requests)
     roots = session_roots(rows)
-    expanded = trace_requests([r.row for r in rows], Path(p.path).stem, seed, space,
-                              p.block_size, p.slowdown)  # fmt: skip
+    stem = Path(p.path).stem
+    expanded = trace_requests([r.row for r in rows], stem, seed, space, p.block_size, p.slowdown)
     return [
         dataclasses.replace(
             req,

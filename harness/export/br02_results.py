@@ -65,9 +65,7 @@ def aggregate(run: RunView) -> dict[str, object]:
     itl = {name: s.get(f"{name}_itl_ms") for name in ("mean", "p50", "p90", "p95", "p99", "max")}
     itl_stats = None
     if itl["mean"] is not None:  # per-token gaps are not stored per request: the summary's
-        itl_stats = _dropped_none({"units": "ms/token", "mean": itl["mean"], "stddev": s.get("std_itl_ms"),
-                                   "p50": itl["p50"], "p90": itl["p90"], "p95": itl["p95"],
-                                   "p99": itl["p99"], "max": itl["max"]})  # fmt: skip
+        itl_stats = _dropped_none({"units": "ms/token", "stddev": s.get("std_itl_ms"), **itl})
     return {
         "requests": _dropped_none(
             {

@@ -47,12 +47,29 @@ def aiperf_replay(url: str, trace, out) -> subprocess.CompletedProcess:
         "TRANSFORMERS_OFFLINE": "1",
     }
     args = [
-        str(AIPERF), "profile", "--model", "smollm2-rand", "--url", url,
-        "--endpoint-type", "completions", "--streaming", "--tokenizer", "prefixbench/smollm2",
-        "--input-file", str(trace), "--custom-dataset-type", "mooncake_trace",
-        "--isl-block-size", "16", "--fixed-schedule", "--output-artifact-dir", str(out),
-        "--ui-type", "none",
-    ]  # fmt: skip
+        str(AIPERF),
+        "profile",
+        "--model",
+        "smollm2-rand",
+        "--url",
+        url,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--tokenizer",
+        "prefixbench/smollm2",
+        "--input-file",
+        str(trace),
+        "--custom-dataset-type",
+        "mooncake_trace",
+        "--isl-block-size",
+        "16",
+        "--fixed-schedule",
+        "--output-artifact-dir",
+        str(out),
+        "--ui-type",
+        "none",
+    ]
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=400)
 
 
