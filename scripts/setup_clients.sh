@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The field's load generators in an environment of their own (.venv-clients; their pins are not
-# the project's): aiperf 0.13.0, and SmolLM2's tokenizer as an offline hub-cache entry for it
+# The field's load generators in environments of their own (their pins are not the project's):
+# aiperf 0.13.0 in .venv-clients, guidellm 0.8.1 in .venv-guidellm, and SmolLM2's tokenizer as an offline hub-cache entry for it
 # (.venv-clients/hf, scripts/client_tokenizer.py). Opt-in: tests/live/test_aiperf_replay.py skips
 # without it, CI too. Needs .venv (scripts/setup.sh) for the tokenizer. docs/interop.md §6.
 set -euo pipefail
@@ -9,5 +9,8 @@ PY=${PYTHON:-python3}
 [ -x .venv-clients/bin/python ] || "$PY" -m venv .venv-clients
 .venv-clients/bin/python -m pip install -q --upgrade pip
 .venv-clients/bin/python -m pip install -q "aiperf==0.13.0"
+[ -x .venv-guidellm/bin/python ] || "$PY" -m venv .venv-guidellm
+.venv-guidellm/bin/python -m pip install -q --upgrade pip
+.venv-guidellm/bin/python -m pip install -q "guidellm==0.8.1"
 .venv/bin/python scripts/client_tokenizer.py .venv-clients/hf
-echo "prefixbench: .venv-clients ready (aiperf $(.venv-clients/bin/aiperf --version))"
+echo "prefixbench: .venv-clients (aiperf $(.venv-clients/bin/aiperf --version)) and .venv-guidellm ready"

@@ -120,6 +120,19 @@ def _aggregate(folder: Path) -> dict:
     return obj if isinstance(obj, dict) else {}
 
 
+def timed_table(rows: list[dict[str, object]], per_second: float) -> tuple[pd.DataFrame, dict]:
+    """Rows with `start_ns`/`end_ns` (in 1/per_second units) and `itls` as a request table timed
+    from the first start, and the ITLs by request id."""
+    t0 = min(float(r["start_ns"]) for r in rows)  # type: ignore[arg-type]
+    table = pd.DataFrame(rows)
+    table["arrival_s"] = (table.pop("start_ns") - t0) / per_second
+    table["finish_s"] = (table.pop("end_ns") - t0) / per_second
+    table["first_token_s"] = table["arrival_s"] + table["ttft_ms"] / 1e3
+    outputs = table["output_tokens"].where(table["output_tokens"] > 1)
+    table["tpot_ms"] = (table["e2el_ms"] - table["ttft_ms"]) / (outputs - 1)
+    return table, dict(zip(table["request_id"], table.pop("itls")))
+
+
 def import_aiperf(path: Path) -> Imported:
     """PATH is aiperf's artifact folder or its profile_export.jsonl."""
     records = path / RECORDS if path.is_dir() else path
@@ -127,14 +140,7 @@ def import_aiperf(path: Path) -> Imported:
         raise BadInput(f"{path}: no aiperf {RECORDS} there")
     rows, failed = read_records(records)
     agg = _aggregate(records.parent)
-    t0 = min(float(r["start_ns"]) for r in rows)  # type: ignore[arg-type]
-    table = pd.DataFrame(rows)
-    table["arrival_s"] = (table.pop("start_ns") - t0) / 1e9
-    table["finish_s"] = (table.pop("end_ns") - t0) / 1e9
-    table["first_token_s"] = table["arrival_s"] + table["ttft_ms"] / 1e3
-    outputs = table["output_tokens"].where(table["output_tokens"] > 1)
-    table["tpot_ms"] = (table["e2el_ms"] - table["ttft_ms"]) / (outputs - 1)
-    itls = dict(zip(table["request_id"], table.pop("itls")))
+    table, itls = timed_table(rows, 1e9)
     duration = (agg.get("benchmark_duration") or {}).get("avg")
     if not isinstance(duration, (int, float)) or not np.isfinite(duration) or duration <= 0:
         duration = float(table["finish_s"].max())

@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness.config.errors import BAD_INPUT, BadInput
 from harness.export.import_aiperf import Imported, import_aiperf
+from harness.export.import_guidellm import import_guidellm
 from harness.metrics.summarize import summarize, summary_dict
 from harness.metrics.summary import RunContext
 from harness.results.run_dir import RunDir
@@ -22,6 +23,7 @@ from workloads.registry import Registry
 
 IMPORTERS: Registry[Callable[[Path], Imported]] = Registry("import client")
 IMPORTERS.add("aiperf", import_aiperf)
+IMPORTERS.add("guidellm", import_guidellm)
 
 
 def workload_name(imported: Imported) -> str:
@@ -79,6 +81,8 @@ def write_imported(imported: Imported, out: Path) -> Path:
     )
     if len(known) < len(table):  # a server that reports no cached tokens: no hit rate to claim
         summary["hit_rate"] = None
+    if not any(len(v) for v in imported.itls_ms.values()):  # the client kept no token gaps
+        summary.update({k: None for k in summary if k.endswith("_itl_ms")})
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     manifest = {
         "created_utc": created,
