@@ -16,6 +16,7 @@ import pandas as pd
 from harness.config.errors import BAD_INPUT, BadInput
 from harness.export.import_aiperf import Imported, import_aiperf
 from harness.export.import_guidellm import import_guidellm
+from harness.export.import_inference_perf import import_inference_perf
 from harness.metrics.summarize import summarize, summary_dict
 from harness.metrics.summary import RunContext
 from harness.results.run_dir import RunDir
@@ -24,6 +25,7 @@ from workloads.registry import Registry
 IMPORTERS: Registry[Callable[[Path], Imported]] = Registry("import client")
 IMPORTERS.add("aiperf", import_aiperf)
 IMPORTERS.add("guidellm", import_guidellm)
+IMPORTERS.add("inference-perf", import_inference_perf)
 
 
 def workload_name(imported: Imported) -> str:

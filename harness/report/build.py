@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs=2,
         metavar=("CLIENT", "PATH"),
         default=None,
-        help="instead of the report, write a client's per-request output (aiperf, guidellm) as a run "
+        help="instead of the report, write a client's per-request output (aiperf, guidellm, inference-perf) as a run "
         "folder: --out, default RESULTS_DIR/imported/CLIENT-<name of PATH>",
     )
     args = parser.parse_args(argv)

@@ -83,7 +83,11 @@ def _foreign(tmp_path) -> Path:
         ("aiperf", lambda p: p / "nothing", "no aiperf profile_export.jsonl there"),
         ("aiperf", _truncated, "not JSON"),
         ("aiperf", _foreign, "not an aiperf profile_export record"),
-        ("locust", lambda p: DATA, "unknown import client 'locust'; valid: aiperf, guidellm"),
+        (
+            "locust",
+            lambda p: DATA,
+            "unknown import client 'locust'; valid: aiperf, guidellm, inference-perf",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_no_run(tmp_path, client, make, needle):
