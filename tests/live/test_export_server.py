@@ -50,6 +50,7 @@ def test_a_server_run_round_trips_through_the_package(tmp_path, tokenizer):
                 "engine=apc",
                 "server.max_num_batched_tokens=256",
                 "warmup.enabled=false",
+                "load.max_concurrency=1",  # one at a time: the twin's prediction is exact
                 *WORKLOAD,
             ],
             tmp_path / "served",
