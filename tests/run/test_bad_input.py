@@ -47,7 +47,7 @@ def trace(name: str) -> list[str]:
 # (overrides, text the one error line must contain: it names the field or the file)
 CASES: list[tuple[list[str], str]] = [
     # ---- unknown names list the valid ones
-    (["workload=nope"], "unknown workload 'nope'; valid: agent, dataset_sharegpt, fewshot,"),
+    (["workload=nope"], "unknown workload 'nope'; valid: agent, bailian_sample, dataset_sharegpt,"),
     (["engine=nope"], "unknown engine 'nope'; valid: apc, apc_sglang, radix, radix_vllm"),
     (["model=nope"], "unknown model 'nope'; valid: s, smollm2-135m, smollm2-rand, tiny"),
     (["hardware=nope"], "unknown hardware 'nope'; valid:"),
@@ -420,7 +420,7 @@ def custom_workload(tmp_path):
         ("defaults:\n  - base_unique\nnum_prompts: [1, 2\n", "is not valid YAML: line 4"),
         (
             "name: custom\nfamily: unique\nnum_prompts: 2\n",
-            "needs `defaults: [<one of base_dataset,",
+            "needs `defaults: [<one of base_bailian, base_dataset,",
         ),
         (
             "defaults:\n  - base_unique\n  - _self_\nname: c\nfamily: unique\nnum_groups: 3\n",

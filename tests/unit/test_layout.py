@@ -23,6 +23,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("config",),  # the run's records and their checks, errors, the preflight, run folder names
     ("results",),  # run folders and their files: the rows' columns, identity, safe writes, loading
     ("metrics",),  # the per-request table and the summary
+    ("export",),  # the field's formats: BR0.2 documents, trace writers, client outputs imported
     ("report",),  # results/** -> tables, figures and their statistics
     ("fleet",),  # N engines behind a router policy, in this process
     ("client",),  # arrivals, releases, the in-process driver (which drives a fleet too)

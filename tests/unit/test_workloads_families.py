@@ -227,7 +227,7 @@ def test_too_many_distinct_pieces_for_the_vocabulary():
 
 def test_unknown_family_lists_valid_ones_and_mappings_work():
     with pytest.raises(
-        UnknownNameError, match="unknown workload family 'nope'; valid: dataset, fewshot"
+        UnknownNameError, match="unknown workload family 'nope'; valid: bailian, dataset, fewshot"
     ):
         generate({"family": "nope"}, 0, SPACE)
     reqs = generate(
@@ -244,6 +244,7 @@ def test_unknown_family_lists_valid_ones_and_mappings_work():
 
 def test_every_family_has_a_dataclass_schema_with_common_fields():
     assert set(FAMILIES.names()) == {
+        "bailian",
         "dataset",
         "fewshot",
         "mix",
