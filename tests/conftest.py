@@ -121,6 +121,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+@pytest.fixture(scope="session")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A word-level tokenizer.json over the tiny model's 1,024 ids, id 0 special: what a built-in
+    or fake server of model=tiny serves (server.tokenizer), and the token space an in-process run
+    of model=tiny draws from (ids 1..1023), so a served run and an in-process run generate the
+    same prompts."""
+    from tokenizers import AddedToken, Tokenizer, models
+
+    vocab = {f"t{i}": i for i in range(1, 1024)} | {"<unk>": 0}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.add_special_tokens([AddedToken("<unk>", special=True)])
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
 # KV blocks of the shared vLLM server (block 0 is its null block): 128 usable blocks of 32 tokens
 # hold one 4,096-token context, small enough that the workloads of tests/live/test_real_server.py also
 # evict, so one server start serves the matched-capacity case too. The README's own command runs

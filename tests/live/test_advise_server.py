@@ -20,20 +20,6 @@ KNOBS += ["engine.kv_capacity_tokens=16384", "engine.max_num_batched_tokens=8192
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Path:
-    """A tokenizer.json over the tiny model's 1,024 ids (id 0 special): the server's vocabulary,
-    which the live runs' token space is read from (server.tokenizer)."""
-    from tokenizers import AddedToken, Tokenizer, models
-
-    vocab = {f"t{i}": i for i in range(1, 1024)} | {"<unk>": 0}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.add_special_tokens([AddedToken("<unk>", special=True)])
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path
-
-
-@pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     served = InProcessServer(prepare(compose_config(KNOBS))).__enter__()
     yield served.url

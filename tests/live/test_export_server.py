@@ -25,19 +25,6 @@ WORKLOAD = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    """A word-level tokenizer over the tiny model's 1,024 ids (id 0 special)."""
-    from tokenizers import AddedToken, Tokenizer, models
-
-    vocab = {f"t{i}": i for i in range(1, 1024)} | {"<unk>": 0}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.add_special_tokens([AddedToken("<unk>", special=True)])
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path
-
-
 def test_a_server_run_round_trips_through_the_package(tmp_path, tokenizer):
     br_package()
     cfg = compose_config(["engine=apc", "model=tiny", "device=cpu", *KNOBS])

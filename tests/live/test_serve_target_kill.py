@@ -9,17 +9,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pandas as pd
-import pytest
 
-from harness.builtin_server.server import InProcessServer, compose_config, free_port, prepare
+from harness.builtin_server.server import free_port
 from harness.results.rowlog import count_rows
 from tests.harness_util import ROOT, run_harness
 
-VOCAB = 1024  # model=tiny
 # The same engine knobs for the server and the in-process run; the twin's scheduling limits
 # (server.max_num_seqs / max_num_batched_tokens) are set to the same values.
 KNOBS = [
@@ -29,38 +26,6 @@ KNOBS = [
     "engine.backend=torch",
 ]
 QUIET = ["warmup.enabled=false"]  # no warm-up, no probe: the step logs hold the workload only
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Path:
-    """A tokenizer.json over the tiny model's 1,024 ids, id 0 special: the token space the
-    in-process run draws from (ids 1..1023), so both runs generate the same prompts."""
-    from tokenizers import AddedToken, Tokenizer, models
-
-    vocab = {f"t{i}": i for i in range(VOCAB)}
-    vocab["<unk>"] = 0
-    del vocab["t0"]
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.add_special_tokens([AddedToken("<unk>", special=True)])
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path
-
-
-@pytest.fixture(scope="module")
-def servers():
-    """One built-in server per engine, started on first use, stopped with the module."""
-    running: dict[str, InProcessServer] = {}
-
-    def get(engine: str) -> InProcessServer:
-        if engine not in running:
-            cfg = compose_config([f"engine={engine}", "model=tiny", "device=cpu", *KNOBS])
-            running[engine] = InProcessServer(prepare(cfg)).__enter__()
-        return running[engine]
-
-    yield get
-    for server in running.values():
-        server.__exit__(None, None, None)
 
 
 def test_server_process_killed_mid_run_keeps_rows(tmp_path, tokenizer):

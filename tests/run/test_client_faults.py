@@ -33,20 +33,6 @@ WORKLOAD = [
 QUIET = ["warmup.enabled=false", "load.max_concurrency=1", "server.twin=false"]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Path:
-    """A word-level tokenizer.json over ids 0..1023 (0 special), as the fake server's model."""
-    from tokenizers import AddedToken, Tokenizer, models
-
-    vocab = {f"t{i}": i for i in range(1, VOCAB)}
-    vocab["<unk>"] = 0
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.add_special_tokens([AddedToken("<unk>", special=True)])
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path
-
-
 def drive(script: Script, tokenizer: Path, run_dir: Path, *overrides: str):
     with FakeServer(script) as url:
         args = ["server=vllm", f"server.url={url}", f"server.tokenizer={tokenizer}"]

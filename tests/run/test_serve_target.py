@@ -48,22 +48,6 @@ MULTITURN = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Path:
-    """A tokenizer.json over the tiny model's 1,024 ids, id 0 special: the token space the
-    in-process run draws from (ids 1..1023), so both runs generate the same prompts."""
-    from tokenizers import AddedToken, Tokenizer, models
-
-    vocab = {f"t{i}": i for i in range(VOCAB)}
-    vocab["<unk>"] = 0
-    del vocab["t0"]
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.add_special_tokens([AddedToken("<unk>", special=True)])
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path
-
-
-@pytest.fixture(scope="module")
 def servers():
     """One built-in server per engine, started on first use, stopped with the module."""
     running: dict[str, InProcessServer] = {}
