@@ -16,6 +16,7 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PRESET = "smollm2-rand"  # the built-in preset of this shape and tokenizer (server.model_preset)
 
 
 def build(out: pathlib.Path, layers: int, seed: int) -> None:
@@ -26,6 +27,9 @@ def build(out: pathlib.Path, layers: int, seed: int) -> None:
     gguf_dir = pathlib.Path(spec.submodule_search_locations[0])
     tok = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=GGUF_NAME)
     torch.manual_seed(seed)
+    # The smollm2-rand preset's attention and vocabulary (engines/model/presets.py): its layers,
+    # query / KV heads, head size and tokenizer, so its KV per token and token ids; the FFN (768,
+    # the preset's 688), context and norm epsilon differ: compute, not what a prefix cache keeps.
     cfg = LlamaConfig(
         vocab_size=49152,
         hidden_size=256,
@@ -44,7 +48,10 @@ def build(out: pathlib.Path, layers: int, seed: int) -> None:
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
     (out / "prefixbench_model.json").write_text(
-        json.dumps({"source": "random weights", "seed": seed, "tokenizer": GGUF_NAME}) + "\n"
+        json.dumps(
+            {"source": "random weights", "seed": seed, "tokenizer": GGUF_NAME, "preset": PRESET}
+        )
+        + "\n"
     )
 
 

@@ -3,7 +3,8 @@
 #   bash scripts/start_sglang.sh [PORT]        (default 30000, 0 picks a free one; max 600 s)
 # A port already in use is refused (one line, exit 2): it never reports another process's
 # server as its own. It serves `llama-rand-smollm2-<nonce>`; .cache/sglang.pid holds its PID and
-# .cache/sglang.state its port and nonce (pass `server.expect_nonce=<nonce>` to the harness);
+# .cache/sglang.state its port and nonce (pass `server.expect_nonce=<nonce>` to the harness,
+# and `server.model_preset=smollm2-rand`, the preset of its shape and tokenizer, for the report);
 # the log goes to .cache/sglang.log. Stop it with `kill "$(cat .cache/sglang.pid)"`. The cache is SGLang's radix tree at page size 1 with
 # SGLANG_MAX_TOTAL_TOKENS KV tokens (default 65536): the twin's `server.kv_capacity_tokens`.
 # SGLANG_USE_CPU_ENGINE=1 selects SGLang's CPU code paths; torch_native attention and the
@@ -48,7 +49,7 @@ echo $! >.cache/sglang.pid
 printf '{"pid": %s, "port": %s, "nonce": "%s"}\n' "$!" "$PORT" "$NONCE" >.cache/sglang.state
 for _ in $(seq 1 600); do
   if curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
-    echo "http://127.0.0.1:$PORT server.expect_nonce=$NONCE"; exit 0
+    echo "http://127.0.0.1:$PORT server.expect_nonce=$NONCE server.model_preset=smollm2-rand"; exit 0
   fi
   kill -0 "$(cat .cache/sglang.pid)" 2>/dev/null || { echo "error: SGLang exited; see .cache/sglang.log" >&2; exit 1; }
   sleep 1

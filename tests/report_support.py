@@ -106,6 +106,51 @@ def write_run(
     return run.path
 
 
+def write_server_run(
+    root: Path,
+    name: str,
+    nonce: str,
+    port: int,
+    *,
+    flavour: str = "vllm",
+    block: int = 32,
+    capacity: int = 1048544,
+    preset: str | None = None,
+    workload: str = "multiturn",
+    hit_rate: float = 0.5,
+) -> Path:
+    """A live server's run as harness/live_server/record.py writes it: served as
+    `llama-rand-smollm2-<nonce>` (the launchers' name), its twin `engine=`, the server's own
+    block or page size and KV capacity in summary.json; `preset` is `server.model_preset`."""
+    twin = "radix" if flavour == "sglang" else "apc"
+    server = {"flavour": flavour, "url": f"http://127.0.0.1:{port}", "expect_nonce": nonce}
+    if preset is not None:
+        server["model_preset"] = preset
+    return write_run(
+        root,
+        name,
+        engine=twin,
+        workload=workload,
+        hit_rate=hit_rate,
+        ideal=0.6,
+        belady=0.55,
+        extra={"server": server, "load": {"mode": "auto", "max_concurrency": None}},
+        summary_extra={
+            "backend": f"{flavour}-server",
+            "model_id": f"llama-rand-smollm2-{nonce}",
+            "server_flavour": flavour,
+            "server_version": "0.5.23" if flavour == "sglang" else "0.32.0",
+            "server_url": f"http://127.0.0.1:{port}",
+            "block_size_or_page_size": block,
+            "kv_capacity_tokens": capacity,
+            "load_mode": "burst",
+            "predicted_hit_rate": hit_rate,
+            "twin_matches": 48,
+            "twin_requests": 48,
+        },
+    )
+
+
 def write_failed(root: Path, name: str, engine: str = "apc", workload: str = "unique") -> Path:
     """A job that failed before measuring: only a failed summary and Hydra's resolved config."""
     path = root / name

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from engines.model.presets import PRESETS
 from harness.config.errors import BadInput
 from harness.live_server.replies import MAX_BLOCK_SIZE
 
@@ -44,11 +45,16 @@ class ServerConfig:
     # The nonce the launcher put in the served model name (scripts/start_vllm.sh prints it):
     # the run refuses a server that does not carry it. None: not checked (the manifest says so).
     expect_nonce: str | None = None
+    # The built-in model preset (engines/model/presets.py) the served model was made from, e.g.
+    # smollm2-rand for the launchers' llama-rand-smollm2: the report puts the run on that
+    # preset's platform, beside the built-in runs of `model=<preset>`. None: the served name's.
+    model_preset: str | None = None
 
     def validate(self) -> None:
         from harness.live_server.flavours import FLAVOURS
 
         FLAVOURS.get(self.flavour)
+        self._check_preset()
         parsed = urlparse(self.url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise BadInput(
@@ -77,6 +83,26 @@ class ServerConfig:
     @property
     def base_url(self) -> str:
         return self.url.rstrip("/")
+
+    def _check_preset(self) -> None:
+        """A preset the served model can have been made from: a known one that takes text in
+        the server's tokenizer (a preset of bare token ids shares no platform with a server).
+        A tokenizer given as a path is not compared: only a built-in name says which it is."""
+        if self.model_preset is None:
+            return
+        if self.model_preset not in PRESETS:
+            raise BadInput(
+                f"server.model_preset: unknown preset {self.model_preset!r}; "
+                f"valid: {', '.join(PRESETS.names())}"
+            )
+        wants = PRESETS.get(self.model_preset).tokenizer
+        named = "/" not in self.tokenizer and not self.tokenizer.endswith(".json")
+        if wants is None or (named and wants != self.tokenizer):
+            takes = "bare token ids" if wants is None else f"the {wants} tokenizer"
+            raise BadInput(
+                f"server.model_preset: preset {self.model_preset!r} takes {takes}, not the "
+                f"server's ({self.tokenizer}); name the preset the served model was made from"
+            )
 
 
 def _positive_int(name: str, value: object) -> None:

@@ -35,6 +35,10 @@ REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-vllm"
 MODEL_DIR = REPO / ".models" / "llama-rand-smollm2"
 SERVED_NAME = "llama-rand-smollm2"
+# The built-in preset of the served model's shape and tokenizer (scripts/make_rand_model.py): a run
+# that names it (`server.model_preset=`) is on that preset's report platform, beside the built-in
+# runs of `model=smollm2-rand` (docs/results.md).
+MODEL_PRESET = "smollm2-rand"
 SETUP_HINT = "run `bash scripts/setup_vllm.sh`"
 DEFAULT_PORT = 8421  # not the 8000 every other server defaults to
 KV_EVENTS_TOPIC = "kv"
@@ -327,18 +331,20 @@ def _main(argv: list[str] | None = None) -> int:
         return 2
     args.pid_file.parent.mkdir(parents=True, exist_ok=True)
     state = {"pid": started.process.pid, "port": launch.port, "url": started.url,
-             "model": started.model, "nonce": started.nonce}  # fmt: skip
+             "model": started.model, "nonce": started.nonce,
+             "model_preset": MODEL_PRESET}  # fmt: skip
     args.pid_file.write_text(json.dumps(state) + "\n")
     print(
         f"vLLM healthy at {started.url} after {started.start_s:.0f} s (pid {started.process.pid}, "
         f"log {started.log_path}); run with: server=vllm server.url={started.url} "
-        f"server.expect_nonce={started.nonce}"
+        f"server.expect_nonce={started.nonce} server.model_preset={MODEL_PRESET}"
     )
     return 0
 
 
 def _read_state(path: Path) -> dict:
-    """The launcher's state file: JSON {pid, port, url, model, nonce} (a bare PID: older)."""
+    """The launcher's state file: JSON {pid, port, url, model, nonce, model_preset} (a bare
+    PID: older)."""
     try:
         text = path.read_text().strip()
     except OSError:

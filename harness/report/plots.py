@@ -134,11 +134,21 @@ def main_config(runs: pd.DataFrame) -> pd.DataFrame:
         )
         if swept is not None and (~swept).any():
             group = group[~swept]
-        caps = group["kv_capacity_tokens"]
-        if caps.notna().any():
-            group = group[caps == caps.value_counts().idxmax()]
-        parts.append(group)
+        parts += _most_common_capacity(group)
     return pd.concat(parts) if parts else runs
+
+
+def _most_common_capacity(group: pd.DataFrame) -> list[pd.DataFrame]:
+    """The runs of the most common KV capacity: of the built-in runs together (a capacity sweep
+    shares its points across arms), and of each server arm apart (a server's pool is its own,
+    so a vLLM, an SGLang and the built-in runs beside them all keep their bars)."""
+    server = group["server"] if "server" in group else pd.Series(None, index=group.index)
+    own = group["engine"].where(server.notna(), "")
+    out = []
+    for _, sub in group.groupby(own, sort=True):
+        caps = sub["kv_capacity_tokens"]
+        out.append(sub[caps == caps.value_counts().idxmax()] if caps.notna().any() else sub)
+    return out
 
 
 def _grouped_bars(

@@ -175,15 +175,20 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _served_model(served: pd.DataFrame) -> pd.Series:
-    """The served model without the launcher's nonce (`llama-rand-smollm2-50914c48` ->
-    `llama-rand-smollm2`): two starts of one server are one platform, one figure set."""
+    """The platform model of a server run: the preset its served model was made from
+    (`server.model_preset`, e.g. smollm2-rand), which built-in runs of `model=smollm2-rand` are on
+    too; else the served name without the launcher's nonce (`llama-rand-smollm2-50914c48` ->
+    `llama-rand-smollm2`). Either way two starts of one server are one platform."""
     nonces = _coalesce(served, "config.server.expect_nonce")
+    presets = _coalesce(served, "config.server.model_preset")
     return pd.Series(
         [
-            name.removesuffix(f"-{nonce}")
+            preset
+            if isinstance(preset, str) and preset
+            else name.removesuffix(f"-{nonce}")
             if isinstance(nonce, str) and nonce
             else _NONCE.sub("", name)
-            for name, nonce in zip(served["model_id"].astype(str), nonces)
+            for name, nonce, preset in zip(served["model_id"].astype(str), nonces, presets)
         ],
         index=served.index,
         dtype=object,
@@ -222,6 +227,9 @@ IN_ARM_OR_AXIS = (
     "workload.name",
     "executor",
 )
+# and the groups the platform or a server arm's label says: a server run's `server.*` (its
+# flavour, block size, capacity) is in its legend entry, and blank on a built-in run beside it
+NOT_IN_SERIES = (*IN_ARM_OR_AXIS, "hardware.", "model.", "server.")
 
 
 def _series(df: pd.DataFrame) -> pd.Series:
@@ -236,7 +244,7 @@ def _series(df: pd.DataFrame) -> pd.Series:
             c.removeprefix("config.")
             for c in config
             if group[c].dropna().map(str).nunique() > 1  # a failed run's missing keys: no value
-            and not c.removeprefix("config.").startswith((*IN_ARM_OR_AXIS, "hardware.", "model."))
+            and not c.removeprefix("config.").startswith(NOT_IN_SERIES)
         ]
         for i, row in group.iterrows():
             out[i] = " ".join(

@@ -17,46 +17,15 @@ from harness.report.figstyle import platforms
 from harness.report.palette import ARM_COLOURS
 from harness.report.plots import arm_label
 from harness.report.plots_server import group_label
-from tests.report_support import write_run
+from tests.report_support import write_run, write_server_run
 
 HIT = {"hit_rate": 0.5, "ideal": 0.6, "belady": 0.55}
 
 
-def _server_run(root, name: str, nonce: str, port: int, flavour: str = "vllm", block: int = 32):
-    return write_run(
-        root,
-        name,
-        engine="apc",
-        workload="multiturn",
-        extra={
-            "server": {
-                "flavour": flavour,
-                "url": f"http://127.0.0.1:{port}",
-                "expect_nonce": nonce,
-            },
-            "load": {"mode": "auto", "max_concurrency": None},
-        },
-        summary_extra={
-            "backend": f"{flavour}-server",
-            "model_id": f"llama-rand-smollm2-{nonce}",
-            "server_flavour": flavour,
-            "server_version": "0.32.0",
-            "server_url": f"http://127.0.0.1:{port}",
-            "block_size_or_page_size": block,
-            "kv_capacity_tokens": 1048544,
-            "load_mode": "burst",
-            "predicted_hit_rate": 0.5,
-            "twin_matches": 48,
-            "twin_requests": 48,
-        },
-        **HIT,
-    )
-
-
 @pytest.fixture
 def report(tmp_path):
-    _server_run(tmp_path, "vllm-a", "50914c48", 8421)
-    _server_run(tmp_path, "vllm-b", "82245d50", 41733)
+    write_server_run(tmp_path, "vllm-a", "50914c48", 8421)
+    write_server_run(tmp_path, "vllm-b", "82245d50", 41733)
     write_run(tmp_path, "apc", engine="apc", workload="multiturn", **HIT)
     write_run(tmp_path, "radix", engine="radix", workload="multiturn", **HIT)
     yield build_report(tmp_path, out_dir=tmp_path, keep_figures=True)
