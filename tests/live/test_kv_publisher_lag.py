@@ -25,7 +25,7 @@ def server():
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     args = ["engine=apc", *TINY, f"kv_events_endpoint={endpoint}"]
     with ServeProcess(args) as running:
-        running.endpoint = endpoint  # type: ignore[attr-defined]
+        running.endpoint = endpoint
         yield running
     log = running.log()
     assert "Traceback" not in log and "Exception in" not in log, log

@@ -33,7 +33,9 @@ def readme_rows() -> tuple[str, dict[str, list[str]]]:
     """(the vLLM rows' server start line, row -> overrides) as README.md writes them."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("Each row, reproduced:") :]
-    start = " ".join(re.search(r"`(bash scripts/start_vllm\.sh[^`]*)`", section, re.S)[1].split())
+    found = re.search(r"`(bash scripts/start_vllm\.sh[^`]*)`", section, re.S)
+    assert found is not None, "README.md's rows name no start_vllm.sh line"
+    start = " ".join(found[1].split())
     rows = {name: shlex.split(overrides) for name, overrides in ROW.findall(section)}
     return start, rows
 
@@ -60,6 +62,14 @@ def test_a_readme_row_is_reproduced(vllm_server, tmp_path, row):
     assert_step_locked(summary, run.run_dir)
     if summary["twin_compared_with"] == "counter_delta":  # n > 1
         assert summary["twin_matches_counter"] is True
+        return
+    if not aligned(summary) and "load.mode=poisson" in VLLM_ROWS[row]:
+        # Poisson on a loaded client: the turns' send times, hence the server's steps, move from
+        # run to run (docs/servers.md §1.5); the run records its distance, as in
+        # test_real_server.py's Poisson case, and the server's own counter still equals its replies.
+        assert table["predicted_cached_tokens"].notna().all()
+        assert summary["twin_mean_abs_diff_tokens"] is not None
+        assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
         return
     if not aligned(summary):  # recorded by the run; bounded as in test_real_server.py
         off = (table["cached_tokens"] - table["predicted_cached_tokens"]).abs()

@@ -106,7 +106,14 @@ STAGES = {
 # The run's result files: the pipeline, the CLI's record of a run that did not finish, and the
 # run directory that writes them.
 FILES = {"write_summary", "write_requests"}
-FILE_OWNERS = {"harness/run/pipeline.py", "harness/run/execute.py", "harness/results/run_dir.py"}
+# The run folder's tables are written by a run, and by an import of another client's run (its rows
+# and summary, with no pipeline behind them: harness/export/import_run.py).
+FILE_OWNERS = {
+    "harness/run/pipeline.py",
+    "harness/run/execute.py",
+    "harness/results/run_dir.py",
+    "harness/export/import_run.py",
+}
 # Driving an engine or a server: a target's own part, the client layer's in-process driver, the
 # twin's replay of what a live server was sent, and the built-in server (it serves an engine to
 # HTTP clients; it runs no benchmark).

@@ -5,7 +5,7 @@ subscriber counts in `errors` instead of recording made-up blocks; well-formed o
 
 from __future__ import annotations
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from harness.live_server.kv_events import decode

@@ -8,6 +8,8 @@ and nonce and called a block-32 server "(block 16, fcfs)" (the twin config's def
 
 from __future__ import annotations
 
+from typing import Any
+
 import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
@@ -19,7 +21,7 @@ from harness.report.plots import arm_label
 from harness.report.plots_server import group_label
 from tests.report_support import write_run, write_server_run
 
-HIT = {"hit_rate": 0.5, "ideal": 0.6, "belady": 0.55}
+HIT: dict[str, Any] = {"hit_rate": 0.5, "ideal": 0.6, "belady": 0.55}
 
 
 @pytest.fixture
