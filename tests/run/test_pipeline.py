@@ -106,6 +106,9 @@ STAGES = {
 # The run's result files: the pipeline, the CLI's record of a run that did not finish, and the
 # run directory that writes them.
 FILES = {"write_summary", "write_requests"}
+# An imported client run (harness/export/import_run.py) has rows but no pipeline behind them: it
+# summarizes them with the run's own definitions, so both summaries mean the same.
+IMPORT_STAGES = {"summarize", "summary_dict"}
 # The run folder's tables are written by a run, and by an import of another client's run (its rows
 # and summary, with no pipeline behind them: harness/export/import_run.py).
 FILE_OWNERS = {
@@ -144,7 +147,8 @@ def test_only_the_pipeline_runs_the_stages_for_every_target():
     for path in sorted((ROOT / "harness").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
         calls = _calls_in(path)
-        found = (calls & STAGES if rel != "harness/run/pipeline.py" else set()) | (
+        stages = STAGES - IMPORT_STAGES if rel == "harness/export/import_run.py" else STAGES
+        found = (calls & stages if rel != "harness/run/pipeline.py" else set()) | (
             calls & FILES if rel not in FILE_OWNERS else set()
         )
         if found:
