@@ -83,11 +83,15 @@ def _collect_garbage_in_the_last_teardown() -> Iterator[None]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """The checkout's git state, which every run's manifest records, asked before any test: its
-    `git` children belong to the session, not to a fast-tier test (tests/tier_guard.py)."""
+    """The checkout's git state and the platform string, which every run's manifest records, asked
+    before any test: their children (`git`; `uname -p` on platform's first call, then cached) belong
+    to the session, not to a fast-tier test (tests/tier_guard.py)."""
+    import platform
+
     from harness.results.manifest import repo_git_state
 
     repo_git_state()
+    platform.platform()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -30,7 +30,7 @@ def quick(tmp_path_factory):  # a minute or more: the tests using it are marked 
 
 def test_every_claim_has_a_computed_verdict(quick):
     out, rows = quick
-    assert [r.number for r in rows] == list(range(1, 23))
+    assert [r.number for r in rows] == list(range(1, 24))
     for row in rows:
         assert VERDICT.match(row.verdict), (row.number, row.verdict)
         if not row.verdict.startswith("not measurable here"):
@@ -112,12 +112,17 @@ def test_round_three_rows_and_resets(quick):
     assert "Poisson" in by[8].setup and "lead (per seed)" in by[8].result
     assert "under vLLM's scheduler" in by[13].result and "3 seeds" in by[13].setup
     assert "= schedule" in by[16].result and "x tree" in by[16].result
-    assert "mean TTFT (Poisson)" in by[17].result
+    assert "mean TTFT (Poisson)" in by[17].result and "radix/apc gap" in by[17].result
     assert "log(TTFT gain / throughput gain)" in by[18].result and "real" in by[18].setup
-    assert "probes reuse" in by[19].result and "Multimodal keys: not measurable" in by[19].result
-    assert "duplicate" in by[20].result and by[20].verdict == HOLDS
+    assert "probes reuse" in by[19].result and "Multimodal keys: claim 23" in by[19].result
+    assert "multimodal" not in by[19].claim.lower()  # the verdict covers only LoRA
+    assert by[23].verdict.startswith("not measurable here")
+    # the article's sentence: duplicates eliminated when the request is freed; APC keeps them
+    assert "when the request is freed" in by[20].claim and by[20].verdict == FAILS
+    assert "duplicate tokens not eliminated" in by[20].result and "radix beside" in by[20].result
     assert "us a block" in by[21].result and "identical request by request: yes" in by[21].result
     assert "ideal at its granularity" in by[22].result
+    assert "generated tokens reused at a later level" in by[22].result
 
 
 def test_a_seeded_comparison_needs_three_seeds_and_a_clear_interval():
