@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.claims.arms import GPU_BUDGETS, GPU_PRESETS
 from harness.claims.experiment import Context
-from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
+from harness.claims.record import FAILS, HOLDS, UNSURE, Claim, Figure, Finding, sum_up, undecided
 from harness.report.tables import VLLM_OVERHEAD_CLAIM
 from harness.run import overhead
 
@@ -98,7 +98,8 @@ CLAIM = Claim(
     "statistics), and divided by each GPU preset's simulated run time of that shape. Holds when, for both "
     "designs on every preset and shape, the interval's upper end is below 1%; does not hold when every "
     "preset and shape has a design whose lower end is above 1%; undecided when every one straddles 1%; "
-    "otherwise depends on the preset and shape (each as far from the claim as its worse design). The CPU "
+    "depends on the preset and shape when one holds and another does not (each as far from the claim as its "
+    "worse design); a mix of holds (or does not hold) and straddling cells is undecided, naming each. The CPU "
     "end-to-end cost is reported beside it.",
     measure,
 )
@@ -219,19 +220,14 @@ def _verdict(projected: pd.DataFrame) -> str:
     for hardware, shape, st in zip(projected["hardware"], projected["shape"], state):
         key = f"{hardware} {shape}"
         per_preset[key] = max(per_preset.get(key, "below"), st, key=SEVERITY.index)
-    found = set(per_preset.values())
-    if found == {"below"}:
-        return HOLDS
-    if found == {"above"}:
-        return FAILS
-    if found == {"straddles"}:
+    if set(per_preset.values()) == {"straddles"}:
         return undecided("every interval straddles 1%; more seeds would decide")
-    parts = [
-        f"{LABELS[s]} on {', '.join(h for h, v in per_preset.items() if v == s)}"
-        for s in SEVERITY
-        if s in found
-    ]
-    return depends("the preset and shape: " + "; ".join(parts))
+    as_label = {"below": HOLDS, "straddles": UNSURE, "above": FAILS}
+    return sum_up(
+        "the preset and shape",
+        {k: as_label[v] for k, v in per_preset.items()},
+        unsure=LABELS["straddles"],
+    )
 
 
 def _pct(x: float | None) -> str:
