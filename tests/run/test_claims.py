@@ -114,6 +114,7 @@ def test_round_three_rows_and_resets(quick):
     assert "= schedule" in by[16].result and "x tree" in by[16].result
     assert "mean TTFT (Poisson)" in by[17].result and "radix/apc gap" in by[17].result
     assert "log(TTFT gain / throughput gain)" in by[18].result and "real" in by[18].setup
+    assert "apc burst" in by[18].result and "apc Poisson 4 req/s" in by[18].result  # both loads
     assert "probes reuse" in by[19].result and "Multimodal keys: claim 23" in by[19].result
     assert "multimodal" not in by[19].claim.lower()  # the verdict covers only LoRA
     assert by[23].verdict.startswith("not measurable here")
