@@ -81,8 +81,8 @@ def tolerance(dtype: str, floor: float, scale: float) -> float:
 def measure(ctx: Context) -> Finding:
     model = ctx.size("tiny", "smollm2-135m")
     names = ctx.size(("system_prompt",), tuple(WORKLOADS))
-    rows = [_compare(model, w, d) for w in names for d in (APC, RADIX)]
-    check = detector(model)
+    rows = [_compare(model, w, d, ctx) for w in names for d in (APC, RADIX)]
+    check = detector(model, ctx=ctx)
     wrong = sum(r["wrong_kv"] for r in rows)
     flips = sum(r["differing"] for r in rows)
     if check["smallest_caught"] is None:
@@ -109,7 +109,8 @@ def measure(ctx: Context) -> Finding:
     )
     return Finding(
         setup=f"real {model} in {DTYPE} on this CPU, greedy decoding, {OUTPUT_LEN} output tokens, burst, two "
-        f"requests running at a time; small {', '.join(names)} workloads; one seed",
+        f"requests running at a time; small {', '.join(names)} workloads; seed 0 (the workloads' tokens, "
+        "and the injected faults' noise, drawn from it)",
         measured="first-token logits and generated token ids per request, caching on against off, per design",
         result=result,
         verdict=verdict,
@@ -164,9 +165,15 @@ CLAIM = Claim(
 )
 
 
-def _run(model: str, overrides: tuple[str, ...], fault: float | None = None):
+def _run(
+    model: str,
+    overrides: tuple[str, ...],
+    fault: float | None = None,
+    ctx: Context | None = None,
+):
     """(records by id, first-token logits by id, layers) of one run through the pipeline; with
-    `fault`, cached prefixes' K/V are perturbed by that relative scale (harness/claims/fault.py)."""
+    `fault`, cached prefixes' K/V are perturbed by that relative scale (harness/claims/fault.py).
+    `ctx` counts the run in the claim's evidence."""
     from engines.real_executor import RealExecutor  # imports torch: only when claim 7 runs
     from harness.claims.fault import CachedKVFault
 
@@ -181,17 +188,21 @@ def _run(model: str, overrides: tuple[str, ...], fault: float | None = None):
     measured = measure_run(composed.cfg, prepared)
     if measured.status != "ok":
         raise RuntimeError(f"claims run ({' '.join(overrides)}): {measured.error}")
+    if ctx is not None:
+        ctx.note(f"{FOLDER}/{' '.join(overrides)} fault={fault}", composed.cfg.seed)
     records = {r.request_id: r for r in measured.items}
     logits = executor.first_logits
     return records, logits, composed.cfg.model.num_layers
 
 
-def calibrate(model: str, workload: str, design: str) -> tuple[dict, dict, float, float]:
+def calibrate(
+    model: str, workload: str, design: str, ctx: Context | None = None
+) -> tuple[dict, dict, float, float]:
     """(records, first-token logits) of the caching-off run, its rounding floor and the
     tolerance: the off run against itself with prefills chunked at CHUNK tokens."""
     arm = (*REAL, *WORKLOADS[workload], *ARMS[f"{design}-off"])
-    off, off_logits, _ = _run(model, arm)
-    _, chunked_logits, _ = _run(model, (*arm, f"engine.max_num_batched_tokens={CHUNK}"))
+    off, off_logits, _ = _run(model, arm, ctx=ctx)
+    _, chunked_logits, _ = _run(model, (*arm, f"engine.max_num_batched_tokens={CHUNK}"), ctx=ctx)
     floor = max(
         (
             float((chunked_logits[r] - off_logits[r]).abs().max())
@@ -204,13 +215,15 @@ def calibrate(model: str, workload: str, design: str) -> tuple[dict, dict, float
     return off, off_logits, floor, tolerance(DTYPE, floor, scale)
 
 
-def detector(model: str, design: str = APC, workload: str = "system_prompt") -> dict:
+def detector(
+    model: str, design: str = APC, workload: str = "system_prompt", ctx: Context | None = None
+) -> dict:
     """The smallest injected fault the tolerance catches: for each relative K/V perturbation of
     the cached prefixes (FAULT_SCALES), how many requests that reused a prefix are flagged."""
-    _, off_logits, floor, tol = calibrate(model, workload, design)
+    _, off_logits, floor, tol = calibrate(model, workload, design, ctx)
     ladder = []
     for fault in FAULT_SCALES:
-        on, on_logits, _ = _run(model, (*REAL, *WORKLOADS[workload], *ARMS[design]), fault)
+        on, on_logits, _ = _run(model, (*REAL, *WORKLOADS[workload], *ARMS[design]), fault, ctx)
         hit = [rid for rid, r in on.items() if r.cached_tokens > 0 and rid in on_logits]
         diffs = [float((on_logits[rid] - off_logits[rid]).abs().max()) for rid in hit]
         ladder.append(
@@ -232,9 +245,9 @@ def detector(model: str, design: str = APC, workload: str = "system_prompt") -> 
     }
 
 
-def _compare(model: str, workload: str, design: str) -> dict:
-    off, off_logits, floor, tol = calibrate(model, workload, design)
-    on, on_logits, _ = _run(model, (*REAL, *WORKLOADS[workload], *ARMS[design]))
+def _compare(model: str, workload: str, design: str, ctx: Context | None = None) -> dict:
+    off, off_logits, floor, tol = calibrate(model, workload, design, ctx)
+    on, on_logits, _ = _run(model, (*REAL, *WORKLOADS[workload], *ARMS[design]), ctx=ctx)
     diffs = {
         rid: float((on_logits[rid] - off_logits[rid]).abs().max())
         for rid in off_logits
