@@ -22,15 +22,20 @@ register_configs()  # the schemas Hydra composes against
 VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
 
 
+# Claim 21 times its hashes in fresh processes (its spread between invocations), which this tier
+# may not start: tests/live/test_claims_reproduce.py runs it.
+IN_PROCESS = [c.key for c in ordered() if c.key != "hash_algos"]
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):  # a minute or more: the tests using it are marked slow
     out = tmp_path_factory.mktemp("claims")
-    return out, run_claims(out, quick=True)
+    return out, run_claims(out, quick=True, only=IN_PROCESS)
 
 
 def test_every_claim_has_a_computed_verdict(quick):
     out, rows = quick
-    assert [r.number for r in rows] == list(range(1, 24))
+    assert [r.number for r in rows] == [n for n in range(1, 24) if n != 21]
     for row in rows:
         assert VERDICT.match(row.verdict), (row.number, row.verdict)
         if not row.verdict.startswith("not measurable here"):
@@ -55,7 +60,7 @@ def test_files_hold_the_table(quick):
     md = (out / "claims.md").read_text()
     assert "python -m harness.claims" in md and "--quick" in md
     for claim in ordered():
-        assert claim.threshold in md
+        assert claim.threshold in md or claim.key not in IN_PROCESS
 
 
 def test_exactness_claims_hold(quick):
@@ -121,7 +126,6 @@ def test_round_three_rows_and_resets(quick):
     # the article's sentence: duplicates eliminated when the request is freed; APC keeps them
     assert "when the request is freed" in by[20].claim and by[20].verdict == FAILS
     assert "duplicate tokens not eliminated" in by[20].result and "radix beside" in by[20].result
-    assert "us a block" in by[21].result and "identical request by request: yes" in by[21].result
     assert "ideal at its granularity" in by[22].result
     assert "generated tokens reused at a later level" in by[22].result
 
