@@ -31,6 +31,11 @@ class CachedKVFault:
         self.seen: set[str] = set()
         self.perturbed: set[int] = set()
         self.written: dict[str, list[int]] = {}  # slots each sequence computed itself
+        self.done: set[int] = set()  # slots computed in an earlier step (their K/V exists)
+        # Requests served faulted K/V: their cached prefix existed before their step. A request
+        # that hits blocks computed in its own step (vLLM's same-step sharing) reads K/V that the
+        # step writes after any injection, so no fault can reach it; it is not counted.
+        self.faulted: set[str] = set()
         self.num_slots = 0
         inner: Callable[..., dict[str, int]] = executor.execute
         self.inner = inner
@@ -41,11 +46,15 @@ class CachedKVFault:
             if it.seq.seq_id not in self.seen:
                 self.seen.add(it.seq.seq_id)
                 if it.start > 0:
-                    self._fault(it.seq.seq_id, self._slots(it.seq, 0, it.start))
+                    cached = self._slots(it.seq, 0, it.start)
+                    if all(s in self.done for s in cached):
+                        self.faulted.add(it.seq.seq_id)
+                    self._fault(it.seq.seq_id, cached)
         out = self.inner(plan)
         for it in plan.scheduled:  # after the step: these slots now hold this sequence's K/V
             computed = self._slots(it.seq, it.start, it.end)
             self.written.setdefault(it.seq.seq_id, []).extend(computed)
+            self.done.update(computed)
         return out
 
     def _slots(self, seq: Any, begin: int, end: int) -> list[int]:

@@ -160,7 +160,8 @@ def _describe_detector(detection: list[dict], tol: float) -> str:
     cells = ", ".join(f"{r['design']} seed {r['seed']}" for r in detection)
     verdict = "every fault caught in every reusing request" if complete(detection) else "incomplete"
     return (
-        f"cached prefixes' K/V faulted ({cells}), requests flagged / reusing at tolerance {tol:.3g}: "
+        f"cached prefixes' K/V faulted ({cells}), requests flagged / served faulted K/V (same-step hits "
+        f"cannot be) at tolerance {tol:.3g}: "
         f"{'; '.join(parts)}; caching off against itself (prefills chunked at {SECOND_CHUNK}) "
         f"flagged {false}; {verdict}"
     )
@@ -192,7 +193,7 @@ def _compare(model: str, workload: str, design: str, ctx: Context | None = None)
     base = (*REAL, *WORKLOADS[workload])
     calib = floor_of(model, (*base, *ARMS[f"{design}-off"]), ctx, seed=0)
     off, off_logits = calib["off"], calib["logits"]
-    on, on_logits = run_logits(model, (*base, *ARMS[design]), ctx=ctx)
+    on, on_logits, _ = run_logits(model, (*base, *ARMS[design]), ctx=ctx)
     differ = sorted(rid for rid in off if on[rid].output_ids != off[rid].output_ids)
     return {
         "workload": workload,
