@@ -31,7 +31,7 @@ FAULTS = {
     "1% noise": ("noise", 0.01),
     "10% noise": ("noise", 0.1),
 }
-RETRIES = 3  # a seed where a design reuses nothing is replaced by the next unused seed
+RETRIES = 3  # a seed where a fault reaches no request is replaced by the next unused seed
 
 
 def run_logits(
@@ -79,15 +79,16 @@ def floor_of(model: str, off_arm: tuple[str, ...], ctx, seed: int, chunk: int = 
 
 def matrix(model: str, base: tuple[str, ...], designs, seeds, ctx=None) -> dict:
     """Per design and seed: the floor, the off-against-itself differences at the second chunk size and each
-    fault's per-request differences among the requests that reused a prefix. A seed where the
-    design reuses nothing is rerun at the next unused seed (up to RETRIES times)."""
+    fault's per-request differences among the requests it reached. A seed where a fault reaches
+    no request (the design reuses nothing, or only within one step) is rerun at the next unused
+    seed (up to RETRIES times)."""
     cells = []
     for design in designs:
         spare = iter(range(max(seeds) + 1, max(seeds) + 1 + RETRIES * len(seeds)))
         for seed in seeds:
             cell = _cell(model, base, design, seed, ctx)
             for _ in range(RETRIES):
-                if cell["reused"]:
+                if all(cell["faults"].values()):  # every fault reached a request
                     break
                 cell = _cell(model, base, design, next(spare), ctx)
             cells.append(cell)
