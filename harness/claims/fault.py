@@ -73,9 +73,6 @@ class CachedKVFault:
 
     @torch.inference_mode()
     def _fault(self, seq_id: str, slots: list[int]) -> None:
-        fresh = [s for s in slots if s not in self.perturbed]
-        if not fresh:
-            return
         if self.kind == "shift":  # position p reads p - 1's K/V; position 0 has none before it
             targets, sources = slots[1:], slots[:-1]
         elif self.kind == "stale":
@@ -85,8 +82,8 @@ class CachedKVFault:
             targets, sources = slots, [donor[i % len(donor)] for i in range(len(slots))]
         else:
             targets, sources = slots, []
-        pairs = [(t, s) for t, s in zip(targets, sources)] if sources else [(t, t) for t in targets]
-        pairs = [(t, s) for t, s in pairs if t not in self.perturbed]
+        pairs = list(zip(targets, sources)) if sources else [(t, t) for t in targets]
+        pairs = [(t, s) for t, s in pairs if t not in self.perturbed]  # each slot faulted once
         if not pairs:
             return
         self.perturbed.update(t for t, _ in pairs)

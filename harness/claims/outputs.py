@@ -27,7 +27,6 @@ from harness.claims.detection import (
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
 
-FOLDER = "7-outputs"
 OUTPUT_LEN = 64
 DTYPE = "bfloat16"
 EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}  # machine epsilon
