@@ -1,10 +1,10 @@
-"""Claim 19: LoRA adapters (and multimodal inputs) get caches of their own.
+"""Claim 19: LoRA adapters get caches of their own (the multimodal half is claim 23).
 
 The same shared-system-prompt traffic served under two LoRA adapters, assigned round robin, and
 without adapters. A probe is a request whose adapter never sent its system prompt while the other
 adapter had: with adapters it must reuse nothing the other adapter computed (its ground-truth
 shared prefix, recomputed per adapter, bounds its cached tokens); without, it reuses the system
-prompt. Multimodal inputs are not measurable here: the engines take token ids only.
+prompt. The verdict covers LoRA only; multimodal inputs are claim 23 (not measurable here).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ def measure(ctx: Context) -> Finding:
             f"{r['beyond_own_adapter']}; hit rate {r['hit_rate_plain']:.1%} without, {r['hit_rate_lora']:.1%} with"
             for r in rows
         )
-        + ". Multimodal keys: not measurable here (the engines take token ids only)"
+        + ". Multimodal keys: claim 23 (not measurable here: the engines take token ids only)"
     )
     return Finding(
         setup="system_prompt with 1,024-token system prompts, two LoRA adapters round robin "
         "(workload.num_adapters=2) or none; Poisson 2 req/s; simulated H100 Llama-3.1-8B; LoRA only "
-        "(multimodal inputs are not measurable here); deterministic runs (one seed)",
+        "(multimodal inputs: claim 23); one run per arm at seed 0 (the arrivals are drawn from it)",
         measured="cached tokens of probe requests (first of their adapter in a group another adapter "
         "already sent) with and without adapters; cached tokens against each request's shared prefix "
         "computed within its adapter",
@@ -97,13 +97,12 @@ def _row(design: str, lora: pd.DataFrame, plain: pd.DataFrame) -> dict:
 CLAIM = Claim(
     19,
     "adapters",
-    "LoRA adapters and multimodal inputs key the cache: requests under another adapter, or with other "
-    "images, never reuse each other's KV.",
-    "vLLM prefix caching design (block hash extra keys: LoRA id, multimodal hashes); SGLang extra_key; the "
-    "article",
-    "Holds (for LoRA) when no request under an adapter reuses more than the prefix it shares with its own "
+    "LoRA adapters key the cache: requests under another adapter never reuse each other's KV.",
+    "vLLM prefix caching design (block hash extra keys: LoRA id); SGLang extra_key; the article (its "
+    "multimodal half is claim 23)",
+    "Holds when no request under an adapter reuses more than the prefix it shares with its own "
     "adapter's earlier prompts, for both designs, while the same probes reuse the system prompt without "
     "adapters; does not hold when one reuses across adapters; undecided when the probes reuse nothing "
-    "without adapters. Multimodal keys are not measurable here (token ids only).",
+    "without adapters.",
     measure,
 )

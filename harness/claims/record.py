@@ -25,6 +25,27 @@ def not_measurable(why: str) -> str:
     return f"not measurable here: {why}"
 
 
+UNSURE = "undecided"  # a condition whose interval straddles the threshold, in `sum_up`
+
+
+def sum_up(on: str, states: dict[str, str], unsure: str = UNSURE) -> str:
+    """One verdict from per-condition ones (condition -> HOLDS, FAILS or UNSURE): the same
+    everywhere gives that; `depends on <on>` only when one condition holds and another does not;
+    any other mix (holds or fails beside undecided) is undecided, naming each condition's label.
+    `unsure` is how an undecided condition is named in the list."""
+    found = set(states.values())
+    if len(found) == 1 and found != {UNSURE}:
+        return found.pop()
+    parts = "; ".join(
+        f"{unsure if label == UNSURE else label} on {', '.join(c for c, v in states.items() if v == label)}"
+        for label in (HOLDS, UNSURE, FAILS)
+        if label in found
+    )
+    if HOLDS in found and FAILS in found:
+        return depends(f"{on}: {parts}")
+    return undecided(parts)
+
+
 @dataclass(frozen=True)
 class Figure:
     """Grouped bars: groups -> series -> value, with an optional reference line (the threshold)."""

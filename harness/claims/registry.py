@@ -19,6 +19,7 @@ from harness.claims import (
     hash_algos,
     isolation,
     mixed,
+    multimodal,
     outputs,
     parallel_n,
     position,
@@ -58,6 +59,7 @@ for _module in (
     duplicates,
     hash_algos,
     tree_sampling,
+    multimodal,
 ):
     CLAIMS.add(_module.CLAIM.key, _module.CLAIM)
 

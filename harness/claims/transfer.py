@@ -92,8 +92,8 @@ def measure(ctx: Context) -> Finding:
     return Finding(
         setup="claim 3's runs (MMLU-5-shot-like few-shot at 32 and at MMLU's 256 questions a task, agent; "
         "burst and concurrency 64) and a pressure setting (16 few-shot tasks interleaved, 8,192 KV tokens, "
-        "concurrency 64, APC also under SGLang's lpm schedule); verdict on the simulated H100 Llama-3.1-8B "
-        "bf16 preset, this CPU reported beside it",
+        "concurrency 64, APC also under SGLang's lpm schedule; its task order shuffled by seed 0, one draw); "
+        "verdict on the simulated H100 Llama-3.1-8B bf16 preset, this CPU reported beside it",
         measured=f"total token throughput of {RADIX} with caching on over {APC} with caching on (today's "
         f"vLLM) and over {APC} with caching off (the claim's baseline); under pressure, the exact split of "
         f"{RADIX}-lpm / {APC} into schedule ({APC} under lpm / {APC}) x tree ({RADIX}-lpm / {APC} under lpm)",
@@ -146,6 +146,8 @@ CLAIM = Claim(
     f"{APC}) x ({RADIX}-lpm / {APC} under lpm) decides: the tree's part under 1.5x wherever it reaches 1.5x means "
     "'depends on the scheduler'; 3x or more with the tree's part at 1.5x or more does not hold; depends on "
     f"the workload otherwise; undecided when {RADIX} on over {APC} off stays under 2x everywhere (too little "
-    "reuse to tell). Deterministic runs (one seed).",
+    "reuse to tell). One run per arm at seed 0: claim 3's settings repeat exactly at a seed, but the "
+    "pressure setting's task order is shuffled by the seed (workload.ordered=false), so its numbers are one "
+    "draw of that order.",
     measure,
 )

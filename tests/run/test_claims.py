@@ -22,15 +22,21 @@ register_configs()  # the schemas Hydra composes against
 VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
 
 
+# Claims 1 and 21 measure CPU time in fresh processes (their spread between invocations), which
+# this tier may not start: tests/live/test_claims_reproduce.py runs them.
+IN_FRESH_PROCESSES = ("zero_hit", "hash_algos")
+IN_PROCESS = [c.key for c in ordered() if c.key not in IN_FRESH_PROCESSES]
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):  # a minute or more: the tests using it are marked slow
     out = tmp_path_factory.mktemp("claims")
-    return out, run_claims(out, quick=True)
+    return out, run_claims(out, quick=True, only=IN_PROCESS)
 
 
 def test_every_claim_has_a_computed_verdict(quick):
     out, rows = quick
-    assert [r.number for r in rows] == list(range(1, 23))
+    assert [r.number for r in rows] == [n for n in range(1, 24) if n not in (1, 21)]
     for row in rows:
         assert VERDICT.match(row.verdict), (row.number, row.verdict)
         if not row.verdict.startswith("not measurable here"):
@@ -55,7 +61,7 @@ def test_files_hold_the_table(quick):
     md = (out / "claims.md").read_text()
     assert "python -m harness.claims" in md and "--quick" in md
     for claim in ordered():
-        assert claim.threshold in md
+        assert claim.threshold in md or claim.key not in IN_PROCESS
 
 
 def test_exactness_claims_hold(quick):
@@ -66,13 +72,12 @@ def test_exactness_claims_hold(quick):
     for number in (2, 5, 9, 15):
         assert verdicts[number] == HOLDS, (number, verdicts[number])
     # claim 7: wrong K/V never; near-tie flips in bfloat16 are counted, not a failure
-    assert verdicts[7] == HOLDS or verdicts[7].startswith("depends on the numerics"), verdicts[7]
+    assert verdicts[7] != FAILS, verdicts[7]
 
 
 def test_reset_claims_carry_their_control_arms(quick):
     """The arms a review asked for are there: Poisson and page-16 tree arms with a KV-pressure arm
-    (6), the burst as its own row (10), a head-first freeing control (8), ten paired seeds (1),
-    the intra-tenant hit rate (9), and claim 4 declared not measurable."""
+    (6), the burst as its own row (10), a head-first freeing control (8), the intra-tenant hit rate (9), and claim 4 declared not measurable."""
     _, rows = quick
     by = {r.number: r for r in rows}
     assert "radix16+sglang" in by[6].result and "req/s" in by[6].result
@@ -80,7 +85,6 @@ def test_reset_claims_carry_their_control_arms(quick):
     assert pressure and any(int(ev) > 0 for _, ev in pressure)
     assert "apc+vllm lead" in by[10].result and "Poisson" not in by[10].setup
     assert "head-first" in by[8].result and "own history" in by[8].result
-    assert "10 paired" in by[1].setup and "for this implementation" in by[1].threshold.lower()
     assert "intra-tenant hit rate" in by[9].result
     assert by[4].verdict.startswith("not measurable here")
     assert "wrong K/V" in by[7].result and "bfloat16" in by[7].setup
@@ -104,20 +108,24 @@ def test_round_three_rows_and_resets(quick):
     by = {r.number: r for r in rows}
     for row in rows:
         assert re.match(r"(\d+ runs|no harness runs)", row.evidence), (row.number, row.evidence)
-    assert "decode-heavy" in by[1].result and "prefill-heavy" in by[1].result
     assert "is not alignment" in by[2].result  # parallel's SGLang prefix request, labelled apart
     assert "fewshot-mmlu h100-8b-c64" in by[3].result and "Condition:" in by[3].result
     assert "chat header" in by[5].result
-    assert "detector check" in by[7].result and "smallest caught" in by[7].result
+    assert "detector check" in by[7].result and "off-by-one position" in by[7].result
     assert "Poisson" in by[8].setup and "lead (per seed)" in by[8].result
     assert "under vLLM's scheduler" in by[13].result and "3 seeds" in by[13].setup
     assert "= schedule" in by[16].result and "x tree" in by[16].result
-    assert "mean TTFT (Poisson)" in by[17].result
+    assert "mean TTFT (Poisson)" in by[17].result and "radix/apc gap" in by[17].result
     assert "log(TTFT gain / throughput gain)" in by[18].result and "real" in by[18].setup
-    assert "probes reuse" in by[19].result and "Multimodal keys: not measurable" in by[19].result
-    assert "duplicate" in by[20].result and by[20].verdict == HOLDS
-    assert "us a block" in by[21].result and "identical request by request: yes" in by[21].result
+    assert "apc burst" in by[18].result and "apc Poisson 4 req/s" in by[18].result  # both loads
+    assert "probes reuse" in by[19].result and "Multimodal keys: claim 23" in by[19].result
+    assert "multimodal" not in by[19].claim.lower()  # the verdict covers only LoRA
+    assert by[23].verdict.startswith("not measurable here")
+    # the article's sentence: duplicates eliminated when the request is freed; APC keeps them
+    assert "when the request is freed" in by[20].claim and by[20].verdict == FAILS
+    assert "duplicate tokens not eliminated" in by[20].result and "radix beside" in by[20].result
     assert "ideal at its granularity" in by[22].result
+    assert "generated tokens reused at a later level" in by[22].result
 
 
 def test_a_seeded_comparison_needs_three_seeds_and_a_clear_interval():
@@ -130,15 +138,22 @@ def test_a_seeded_comparison_needs_three_seeds_and_a_clear_interval():
     assert side(interval([0.05, 0.06]), 0.02) == STRADDLES
 
 
-def test_injected_kv_fault_is_caught_and_no_fault_is_not():
-    """Claim 7's detector: perturbed cached K/V crosses the tolerance, unperturbed stays under it."""
-    from harness.claims.outputs import detector
+def test_injected_kv_faults_are_caught_and_no_fault_is_not():
+    """Claim 7's detector: each realistic fault in the cached K/V crosses the tolerance in every
+    reusing request; caching off against itself (two chunk sizes) stays under it."""
+    from harness.claims.arms import APC
+    from harness.claims.detection import FAULTS, complete, judge, matrix
+    from harness.claims.outputs import REAL, WORKLOADS
 
-    check = detector("tiny")
-    ladder = {r["fault"]: r for r in check["ladder"]}
-    assert check["smallest_caught"] is not None
-    assert ladder[1.0]["reused"] > 0 and ladder[1.0]["caught"] == ladder[1.0]["reused"]
-    assert ladder[0.001]["caught"] == 0  # rounding-sized noise stays under the tolerance
+    found = matrix("tiny", (*REAL, *WORKLOADS["system_prompt"]), (APC,), (0,))
+    rows = judge(found, found["floor"])
+    assert rows[0]["reused"] > 0 and rows[0]["off vs itself flagged"] == 0
+    for name in ("off-by-one position", "stale block", "10% noise"):
+        caught, served = rows[0][name].split("/")
+        assert caught == served and int(served) > 0, (name, rows[0])
+    assert set(FAULTS) <= set(rows[0])
+    # a tolerance above every fault's difference catches nothing: the matrix says incomplete
+    assert not complete(judge(found, 1e9))
 
 
 def test_rag_header_is_shared_and_counted():

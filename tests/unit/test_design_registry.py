@@ -147,6 +147,7 @@ ALLOWED: dict[str, str] = {
     ),
     "harness/claims/bookkeeping.py": "claim 11 is about APC's block free queue itself",
     "harness/claims/hash_algos.py": "the claim is about APC's block hash algorithms themselves",
+    "harness/claims/hash_timing.py": "claim 21's timing of APC's block hash algorithms, per process",
     "harness/live_server/kv_events.py": (
         "vLLM's KV-event wire format: the 64-bit hash a vLLM server publishes is an APC block "
         "key, computed by APC's hash chain (the one reader of the format, re-exported from here)"
