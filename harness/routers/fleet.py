@@ -498,9 +498,11 @@ def route_through(
                     router_url, model, stream, cfg, workers, index, concurrency, order, facts
                 )
             except (FleetFault, TimeoutError, httpx.HTTPError, KeyError, ValueError) as exc:
-                if not gone() and not isinstance(exc, (FleetFault, TimeoutError)):
-                    raise  # nothing died: a bug of ours, with its traceback
-                raise fault(f"{type(exc).__name__}: {exc}"[:300], gone()) from None
+                if isinstance(exc, (KeyError, ValueError)) and not gone():
+                    raise  # a reply we misread with every process alive: our bug, traced
+                ours = isinstance(exc, (FleetFault, TimeoutError))
+                what = str(exc) if ours else f"a request failed ({type(exc).__name__}: {exc})"
+                raise fault(what[:300], gone()) from None
             if gone():  # a router may route around a dead worker: not the fleet we measure
                 raise fault("a fleet process exited during the run", gone())
             (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
