@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 
 from harness.routers.faults import FleetFault
-from harness.routers.fleet import router_available, worker_fleet
+from harness.routers.fleet import router_available, routers_venv, worker_fleet
 
-ROUTERS_VENV = os.environ.get("PREFIXBENCH_ROUTERS_VENV", "/work/main/.venv-routers")
 MARK = "PREFIXBENCH_FAULT_TEST"
 
 
@@ -100,7 +99,9 @@ def test_an_unusable_router_is_one_line_and_starts_nothing(tmp_path, router, how
 
 def _need_sglang() -> None:
     if not router_available("sglang"):
-        problem = f"sglang-router is not installed in {ROUTERS_VENV}: run scripts/setup_routers.sh"
+        problem = (
+            f"sglang-router is not installed in {routers_venv()}: run scripts/setup_routers.sh"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(problem)
         pytest.skip(problem)
@@ -120,14 +121,13 @@ def _router_started(p: subprocess.Popen[str], mark: str, timeout_s: float) -> bo
     return False
 
 
-def test_a_worker_killed_mid_run_ends_it_in_one_line_with_no_orphan(tmp_path, monkeypatch):
-    monkeypatch.setenv("PREFIXBENCH_ROUTERS_VENV", ROUTERS_VENV)
+def test_a_worker_killed_mid_run_ends_it_in_one_line_with_no_orphan(tmp_path):
     _need_sglang()
     mark = uuid.uuid4().hex
     # 10,000 requests one at a time (a few hundred a second): still sending when the worker dies
     args = ["--router", "sglang", "--policy", "round_robin", "--workers", "2"]
     args += ["--groups", "100", "--per-group", "100", "--out", str(tmp_path / "out")]
-    p = _fleet(args, ROUTERS_VENV, mark)
+    p = _fleet(args, str(routers_venv()), mark)
     try:
         assert _router_started(p, mark, 240), p.poll()
         time.sleep(5)  # registered, warmed up, and some of the 10,000 requests answered
