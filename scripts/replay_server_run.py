@@ -77,6 +77,8 @@ def main(argv: list[str]) -> int:
     predicted = {r.request_id: r.cached_tokens for r in done.records}
     same = sum(1 for rid, c in predicted.items() if measured.get(rid) == c)
     print(f"requests matched: {same}/{len(predicted)}")
+    for note in done.notes:  # e.g. a kv_events.jsonl that is not the server's steps in order
+        print(f"note: {note}")
     print(json.dumps(steplock.compare(batches, done.twin_batches)))
     return 0
 

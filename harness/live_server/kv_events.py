@@ -13,6 +13,7 @@ of the next step's batch.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -196,6 +197,24 @@ class Subscriber:
         self._thread.join(5.0)
         self._sock.close(linger=0)
         return self.batches
+
+
+def order_problem(batches: Sequence[KvBatch]) -> str | None:
+    """Why `batches` cannot be one publisher's steps in order, or None. The publisher numbers
+    its messages one by one and stamps each at the end of its step, so a sequence number that
+    repeats, goes back or skips, or a time that is not finite or goes back, is a duplicated,
+    reordered, missing or foreign batch: pairing the twin's steps with such a stream would
+    lock onto steps the server never made in that order."""
+    for i, (a, b) in enumerate(zip(batches, batches[1:]), start=1):
+        if b.seq != a.seq + 1:
+            what = "repeats" if b.seq == a.seq else "goes back" if b.seq < a.seq else "skips"
+            return f"KV event batch {i}: sequence number {b.seq} after {a.seq} ({what})"
+    for i, b in enumerate(batches):
+        if not math.isfinite(b.ts):
+            return f"KV event batch {i}: timestamp {b.ts!r} is not a time"
+        if i and b.ts < batches[i - 1].ts:
+            return f"KV event batch {i}: timestamp {b.ts} before the previous {batches[i - 1].ts}"
+    return None
 
 
 def since_last_clear(batches: Sequence[KvBatch]) -> list[KvBatch]:

@@ -72,7 +72,11 @@ def measured_stream(
         return None, "no cache reset before the run: the server's cache state is unknown"
     if not any(b.cleared for b in got):
         return None, "the reset's AllBlocksCleared never arrived (subscribed too late?)"
-    return kv_events.since_last_clear(got), f"{len(got)} batches received"
+    measured = kv_events.since_last_clear(got)
+    problem = kv_events.order_problem(measured)  # a gap is counted above; a repeat is not
+    if problem:
+        return None, problem
+    return measured, f"{len(got)} batches received"
 
 
 def record(cfg: RunConfig, requests: list[Request], w: Window, context: RunContext) -> Recorded:
@@ -401,11 +405,17 @@ def _manifest(cfg: RunConfig, w: Window, twin: TwinResult | None) -> dict[str, o
 def _timeline_note(twin: TwinResult | None) -> str | None:
     if twin is None:
         return None
-    return {
-        STEP_LOCKED: "each request entered the twin at the server step where it arrived "
-        "(from the server's KV events); admission, eviction and hits are the twin's",
-        ONE_AT_A_TIME: "one request at a time, in the send order",
-        PREDICTED: "no KV events: open-loop requests at their send offsets on the twin's "
-        "virtual clock, follow-up turns after their predecessor finished in the twin plus the "
-        "observed think gap (a prediction, not aligned to the server's steps)",
-    }[twin.timeline]
+    refused = (twin.steplock or {}).get("refused")
+    if refused:  # the server's events were there, but not a stream to lock onto
+        return f"KV events not used ({refused}); " + _TIMELINE_NOTES[twin.timeline]
+    return _TIMELINE_NOTES[twin.timeline]
+
+
+_TIMELINE_NOTES = {
+    STEP_LOCKED: "each request entered the twin at the server step where it arrived "
+    "(from the server's KV events); admission, eviction and hits are the twin's",
+    ONE_AT_A_TIME: "one request at a time, in the send order",
+    PREDICTED: "no usable KV events: open-loop requests at their send offsets on the twin's "
+    "virtual clock, follow-up turns after their predecessor finished in the twin plus the "
+    "observed think gap (a prediction, not aligned to the server's steps)",
+}

@@ -29,7 +29,7 @@ from engines.engine import Engine
 from engines.records import RequestRecord
 from engines.snapshot import checkpoint
 from harness.client.inprocess import completion_request
-from harness.live_server.kv_events import KvBatch, published_hashes
+from harness.live_server.kv_events import KvBatch, order_problem, published_hashes
 from workloads.request import Request
 
 DEFAULT_STEP_S = 0.01  # the server's step length before two matched batches give one
@@ -230,6 +230,14 @@ def replay(
     k, step = 0, 0  # server batches paired so far; twin steps taken
     last_ts, last_step, step_s = None, 0, DEFAULT_STEP_S
     notes: list[str] = []
+    problem = order_problem(batches)
+    if problem:  # replayed all the same (an offline look), but the pairing is not to be trusted
+        notes.append(f"the server's stream is not its steps in order: {problem}")
+    if order and not anchor:
+        notes.append(
+            f"no request's own prompt block is in the server's {len(batches)} batches: "
+            "every request entered by its send time"
+        )
 
     def ready(a: Arrival) -> bool:
         after = a.request.after

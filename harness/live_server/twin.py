@@ -25,9 +25,10 @@ from engines.build import build_engine
 from engines.cache import DESIGNS
 from engines.cache.protocol import KvEventSource
 from engines.config import EngineConfig
+from engines.engine import Engine
 from harness.client.inprocess import drive
 from harness.config.schema import CONF_DIR
-from harness.live_server import steplock
+from harness.live_server import kv_events, steplock
 from harness.live_server.driver import Sent
 from harness.live_server.kv_events import KvBatch
 from harness.live_server.steplock import Arrival
@@ -150,31 +151,36 @@ def predict(
 ) -> TwinResult:
     """The twin's per-request cached tokens. `kv_batches`: the server's KV-event stream of the
     measured phase, which puts the replay on the server's steps (a KvEventSource twin only)."""
-    cfg = twin_engine_config(engine, facts)
+    base = twin_engine_config(engine, facts)
     requests = twin_requests(sent)
     # the twin pairs its steps with the server's by KV events: only a cache that keeps them
-    locked = kv_batches is not None and DESIGNS.get(cfg.cache).offers(KvEventSource)
-    if locked:
-        cfg = dataclasses.replace(cfg, decode_runs=False)  # one engine step per twin step
-    twin = build_engine(
-        cfg, _Context(facts.max_model_len), executor="simulated", hardware=twin_hardware(hardware)
-    )
+    locked = kv_batches is not None and DESIGNS.get(base.cache).offers(KvEventSource)
+    refused = kv_events.order_problem(kv_batches) if locked and kv_batches is not None else None
     kv_comparison, twin_batches, lock_info, steps = None, [], None, None
-    if locked and requests:
+    timeline = None
+    if locked and requests and refused is None:
         assert kv_batches is not None
+        cfg = dataclasses.replace(base, decode_runs=False)  # one engine step per twin step
+        twin = _build(cfg, facts, hardware)
         by_id = {s.request.request_id: s for s in sent}
         arrivals = [_arrival(r, by_id[r.request_id]) for r in requests]
         run = steplock.replay(twin, arrivals, kv_batches, cfg.block_size)
-        records = run.records
-        twin_batches = run.twin_batches
-        kv_comparison = steplock.compare(kv_batches, twin_batches)
-        lock_info = {"anchored": run.anchored, "timed": run.timed, "notes": run.notes}
-        steps = run.steps
-        timeline = STEP_LOCKED
-    else:
+        refused = _unanchored(run, len(kv_batches))
+        if refused is None:
+            records = run.records
+            twin_batches = run.twin_batches
+            kv_comparison = steplock.compare(kv_batches, twin_batches)
+            lock_info = {"anchored": run.anchored, "timed": run.timed, "notes": run.notes}
+            steps = run.steps
+            timeline = STEP_LOCKED
+    if timeline is None:
+        # no events, or events the twin cannot lock onto: the predicted timeline, and why
+        cfg = base
+        twin = _build(cfg, facts, hardware)
         cap = 1 if one_at_a_time else None
         records = drive(twin, requests, scripted=True, max_concurrency=cap) if requests else []
         timeline = ONE_AT_A_TIME if one_at_a_time else PREDICTED
+        lock_info = {"refused": refused} if refused else None
     stats = twin.cache.stats()
     knobs = {
         **cfg.design_knobs(),
@@ -196,6 +202,25 @@ def predict(
         steplock=lock_info,
         steps=steps,
         preemptions=sum(r.num_preemptions for r in records),
+    )
+
+
+def _build(cfg: EngineConfig, facts: ServerFacts, hardware) -> Engine:
+    return build_engine(
+        cfg, _Context(facts.max_model_len), executor="simulated", hardware=twin_hardware(hardware)
+    )
+
+
+def _unanchored(run: steplock.StepLockedRun, num_batches: int) -> str | None:
+    """Why a step-locked replay locked onto nothing, or None: no request's own prompt block is
+    in the server's batches (a stream of another server, or one cut short), so every request
+    entered on a made-up step clock, and calling that step-locked would claim an alignment the
+    run never had."""
+    if run.anchored:
+        return None
+    return (
+        f"none of the {run.timed} requests' own prompt blocks is in the server's "
+        f"{num_batches} KV event batches (another server's stream, or an empty or cut one)"
     )
 
 

@@ -44,6 +44,7 @@ from harness.fleet.policies import (
     Router,
 )
 from harness.routers.cli import check_fleet_args, result_lines
+from harness.routers.faults import FleetFault, exited, fault
 from harness.routers.kv_index import KvEventIndex
 from harness.routers.learned import LearnedRoundRobin, read_order
 
@@ -93,6 +94,12 @@ class Workers:
     kv_events: list[str] | None = None
     block_size: int = KV_EVENT_BLOCK
     served_by: ServedBy = field(default_factory=Fingerprint)
+    procs: tuple[subprocess.Popen[bytes], ...] = ()  # the workers' processes, when ours
+    logs: Path = Path()  # where procK.log is worker K's output
+
+    def dead(self) -> list[str]:
+        """The workers whose process has exited, each as one phrase."""
+        return exited(self.procs, [f"worker w{i}" for i in range(len(self.procs))], self.logs)
 
 
 def routers_venv() -> Path:
@@ -103,8 +110,12 @@ def router_available(kind: str) -> bool:
     venv = routers_venv()
     if kind == "sglang":
         probe = [str(venv / "bin" / "python"), "-c", "import sglang_router"]
-        return (venv / "bin" / "python").is_file() and subprocess.run(probe).returncode == 0
-    return (venv / "bin" / "vllm-router").is_file()
+        if not (venv / "bin" / "python").is_file():
+            return False
+        quiet = subprocess.DEVNULL  # a venv without the package: its traceback is not ours
+        return subprocess.run(probe, stdout=quiet, stderr=quiet).returncode == 0
+    binary = venv / "bin" / "vllm-router"
+    return binary.is_file() and os.access(binary, os.X_OK)
 
 
 def free_port() -> int:
@@ -189,7 +200,10 @@ def processes(commands: list[list[str]], logs: Path) -> Iterator[list[subprocess
     try:
         for k, cmd in enumerate(commands):
             with open(logs / f"proc{k}.log", "wb") as out:
-                procs.append(subprocess.Popen(cmd, stdout=out, stderr=out, cwd=ROOT, env=env))
+                try:
+                    procs.append(subprocess.Popen(cmd, stdout=out, stderr=out, cwd=ROOT, env=env))
+                except OSError as exc:  # not executable, not a program: the ones started stop
+                    raise FleetFault(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
         yield procs
     finally:
         for p in procs:
@@ -213,7 +227,7 @@ def wait_ready(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"a process exited before {url} was ready")
+            raise FleetFault(f"a process exited before {url} was ready")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
                 return
@@ -233,7 +247,7 @@ def wait_workers(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"the router at {url} exited before its workers were registered")
+            raise FleetFault(f"a process exited before the router at {url} held its workers")
         with contextlib.suppress(httpx.HTTPError, ValueError):
             body = httpx.get(f"{url}/readiness", timeout=2).json()
             if body.get("healthy_workers") == body.get("total_workers") == num_workers:
@@ -351,6 +365,8 @@ def drive_router(
                     facts.update(first_pick_learned=learned)
                 else:
                     out.append(Decision(req.request_id, guess, actual, _cached(data), w, learned))
+            if workers.dead():  # the router may route around it; the run is no longer ours
+                raise FleetFault("a worker exited during the run")
     if isinstance(twin, LearnedRoundRobin):
         facts.update(twin.facts())
     return out
@@ -411,11 +427,14 @@ def worker_fleet(
     model: str = WORKER_MODEL,
     engine: str = DEFAULT_DESIGN,
     ready_timeout_s: float = 300.0,
+    ports: Sequence[int] | None = None,
 ) -> Iterator[Workers]:
     """N built-in servers on free loopback ports, tagged w0..wN-1 (worker i is the i-th URL in
     string order, the order a router is given them in); workers whose cache is a
-    KvEventSource publish their KV events."""
-    ports = sorted((free_port() for _ in range(num_workers)), key=str)
+    KvEventSource publish their KV events. `ports`: the workers' ports instead of free ones
+    (a port found free can be taken before the worker binds it; that worker then exits, and the
+    run ends naming it)."""
+    ports = sorted(ports or [free_port() for _ in range(num_workers)], key=str)
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     publish = engine in designs_with(KvEventSource)  # the designs that keep vLLM's KV events
     events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if publish else None
@@ -423,10 +442,15 @@ def worker_fleet(
         worker_command(i, p, model, engine, events[i] if events else None)
         for i, p in enumerate(ports)
     ]
-    with processes(workers, out_dir / "logs" / "workers") as procs:
-        for url in urls:
-            wait_ready(url, procs, ready_timeout_s)
-        yield Workers(urls, events)
+    logs = out_dir / "logs" / "workers"
+    with processes(workers, logs) as procs:
+        names = [f"worker w{i} (port {p})" for i, p in enumerate(ports)]
+        try:
+            for url in urls:
+                wait_ready(url, procs, ready_timeout_s)
+        except (FleetFault, TimeoutError) as exc:
+            raise fault(str(exc), exited(procs, names, logs)) from None
+        yield Workers(urls, events, procs=tuple(procs), logs=logs)
 
 
 def route_through(
@@ -457,16 +481,30 @@ def route_through(
     try:
         with processes([command], logs) as procs:
             router_url = f"http://127.0.0.1:{port}"
-            wait_ready(router_url, procs, 60.0, "/health")
-            wait_workers(router_url, len(workers.urls), procs, 60.0)
-            with httpx.Client(timeout=120) as client:
-                for i, req in warm:
-                    _send(client, workers.urls[i], model, req)
-            order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
+            watched = procs + list(workers.procs)  # a worker dying stops the waits too
+
+            def gone() -> list[str]:
+                return exited(procs, [f"{kind}-router (port {port})"], logs) + workers.dead()
+
             facts: dict[str, object] = {"router": kind, "policy": cfg.router}
-            decisions = drive_router(
-                router_url, model, stream, cfg, workers, index, concurrency, order, facts
-            )
+            try:
+                wait_ready(router_url, watched, 60.0, "/health")
+                wait_workers(router_url, len(workers.urls), watched, 60.0)
+                with httpx.Client(timeout=120) as client:
+                    for i, req in warm:
+                        _send(client, workers.urls[i], model, req)
+                order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
+                decisions = drive_router(
+                    router_url, model, stream, cfg, workers, index, concurrency, order, facts
+                )
+            except (FleetFault, TimeoutError, httpx.HTTPError, KeyError, ValueError) as exc:
+                if isinstance(exc, (KeyError, ValueError)) and not gone():
+                    raise  # a reply we misread with every process alive: our bug, traced
+                ours = isinstance(exc, (FleetFault, TimeoutError))
+                what = str(exc) if ours else f"a request failed ({type(exc).__name__}: {exc})"
+                raise fault(what[:300], gone()) from None
+            if gone():  # a router may route around a dead worker: not the fleet we measure
+                raise fault("a fleet process exited during the run", gone())
             (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
                 json.dumps(facts, indent=1) + "\n"
             )
@@ -536,6 +574,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (FleetFault, TimeoutError) as exc:  # every process it started is stopped by now
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     with open(out / "decisions.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["request_id", "wave", "predicted", "actual", "cached_tokens", "learned"])

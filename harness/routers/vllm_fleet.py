@@ -26,6 +26,7 @@ from harness.fleet.config import FleetConfig
 from harness.live_server import prometheus
 from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
 from harness.routers.cli import check_fleet_args, result_lines
+from harness.routers.faults import FleetFault
 from harness.routers.fleet import (
     ROUTER_KINDS,
     TWINNED,
@@ -167,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (FleetFault, TimeoutError) as exc:  # the router's process failed; all are stopped
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     _write(out / "decisions.csv", decisions)
     title = f"{args.router}-router {args.policy} over {args.workers} vLLM-CPU workers"
     print(
