@@ -97,9 +97,11 @@ def _sent(case: dict) -> list[Sent]:
     """The recorded run as the client saw it (times on the server's wall clock: t0 = wall0 = 0)."""
     out = []
     for a in arrivals(case):
-        choice = ChoiceOut(token_ids=list(a.request.output_ids), token_times_s=list(a.token_wall_s))
+        output_ids = a.request.output_ids or ()
+        choice = ChoiceOut(token_ids=list(output_ids), token_times_s=list(a.token_wall_s))
         reply = Reply("ok", 200, None, a.send_wall_s, a.end_wall_s, (choice,))
-        out.append(Sent(a.request, a.request.prompt_ids, SCRIPTED, 0.0, reply, 0.0, 0.0))
+        prompt = tuple(a.request.prompt_ids)
+        out.append(Sent(a.request, prompt, SCRIPTED, 0.0, reply, 0.0, 0.0))
     return out
 
 
