@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from harness.routers.faults import FleetFault
-from harness.routers.fleet import router_available, routers_venv, worker_fleet
+from harness.routers.fleet import routers_venv, worker_fleet
+from tests.router_util import need_router
 
 MARK = "PREFIXBENCH_FAULT_TEST"
 
@@ -97,16 +98,6 @@ def test_an_unusable_router_is_one_line_and_starts_nothing(tmp_path, router, how
     assert not out.exists() and _marked(mark) == []
 
 
-def _need_sglang() -> None:
-    if not router_available("sglang"):
-        problem = (
-            f"sglang-router is not installed in {routers_venv()}: run scripts/setup_routers.sh"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-
-
 def _router_started(p: subprocess.Popen[str], mark: str, timeout_s: float) -> bool:
     """Wait until the launcher has started its router (sglang-router renames its process
     `sglang::router`; the launcher's import probe before the workers is not it)."""
@@ -122,7 +113,7 @@ def _router_started(p: subprocess.Popen[str], mark: str, timeout_s: float) -> bo
 
 
 def test_a_worker_killed_mid_run_ends_it_in_one_line_with_no_orphan(tmp_path):
-    _need_sglang()
+    need_router("sglang")
     mark = uuid.uuid4().hex
     # 10,000 requests one at a time (a few hundred a second): still sending when the worker dies
     args = ["--router", "sglang", "--policy", "round_robin", "--workers", "2"]

@@ -10,36 +10,24 @@ Bounded: 3 built-in workers started once, each case's router started and stopped
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from harness.fleet.config import FleetConfig
-from harness.routers.fleet import route_through, router_available, streams, worker_fleet
+from harness.routers.fleet import route_through, streams
+from tests.router_util import module_workers, need_router
 
 WORKERS = 3
 
 
-def _need(kind: str) -> None:
-    if not router_available(kind):
-        problem = f"{kind}-router is not installed: run bash scripts/setup_routers.sh"
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-
-
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
-    if not any(router_available(kind) for kind in ("sglang", "vllm")):
-        _need("sglang")
-    out = tmp_path_factory.mktemp("fleet-learned")
-    with worker_fleet(WORKERS, out) as fleet:
-        yield fleet, out
+    yield from module_workers(tmp_path_factory, "fleet-learned", WORKERS)
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_round_robin_in_the_routers_own_order_at_3_workers(kind, workers):
-    _need(kind)
+    need_router(kind)
     fleet, out = workers
     stream, warm = streams("round_robin", num_groups=3, per_group=4, num_workers=WORKERS)
     cfg = FleetConfig(replicas=WORKERS, router="round_robin")

@@ -7,12 +7,11 @@ else a skip. The two workers start once for all cases; each case starts and stop
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from harness.fleet.config import FleetConfig
-from harness.routers.fleet import order_only, route_through, router_available, streams, worker_fleet
+from harness.routers.fleet import order_only, route_through, streams
+from tests.router_util import module_workers, need_router
 
 CASES = [
     ("sglang", "round_robin"),
@@ -24,26 +23,14 @@ CASES = [
 ]
 
 
-def _need(kind: str) -> None:
-    if not router_available(kind):
-        problem = f"{kind}-router is not installed: run bash scripts/setup_routers.sh"
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-
-
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
-    if not any(router_available(kind) for kind in ("sglang", "vllm")):
-        _need("sglang")
-    out = tmp_path_factory.mktemp("fleet-real")
-    with worker_fleet(2, out) as fleet:
-        yield fleet, out
+    yield from module_workers(tmp_path_factory, "fleet-real", 2)
 
 
 @pytest.mark.parametrize("kind, policy", CASES)
 def test_the_routing_twin_predicts_the_real_router(kind, policy, workers):
-    _need(kind)
+    need_router(kind)
     fleet, out = workers
     stream, warm = streams(policy, num_groups=3, per_group=5, num_workers=2)
     cfg = FleetConfig(replicas=2, router=policy)
@@ -68,7 +55,7 @@ def test_under_concurrency_the_distance_has_its_cause(kind, policy, workers):
     the order the requests reached it, so every miss is one of arrival order. consistent_hash
     keys each request by its session alone: no order or load can move it. (kv_aware is measured,
     not asserted: its router also weighs in-flight load, docs/fleet.md §5.)"""
-    _need(kind)
+    need_router(kind)
     fleet, out = workers
     stream, warm = streams(policy, num_groups=3, per_group=4, num_workers=2)
     cfg = FleetConfig(replicas=2, router=policy)
