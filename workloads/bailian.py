@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workloads.base import (
-    WorkloadParams,
-    check_non_negative_number,
-    fail,
     json_object,
     resolve_data_path,
 )
@@ -28,34 +25,21 @@ from workloads.errors import BadInput
 from workloads.readers import iter_lines
 from workloads.request import Request
 from workloads.tokens import TokenSpace
-from workloads.trace import MAX_HASH_ID, TraceRow, parse_fields, trace_requests
+from workloads.trace import MAX_HASH_ID, TraceFileParams, TraceRow, parse_fields, trace_requests
 
 BAILIAN_BLOCK = 16
 TYPES = frozenset({"text", "search", "image", "file"})
 
 
 @dataclass
-class BailianParams(WorkloadParams):
+class BailianParams(TraceFileParams):
     """A Qwen-Bailian-format trace (a user's own file; the published ones are Git LFS objects)."""
 
-    name: str = ""  # empty: the trace file's stem
     family: str = "bailian"
-    path: str = "bailian_sample.jsonl"  # relative: package data dir, then cwd
-    block_size: int = BAILIAN_BLOCK  # tokens per hash id (the published traces: 16)
-    max_requests: int | None = None  # the first N lines; None = all
-    slowdown: float = 1.0  # arrival_s = timestamp_s * slowdown
+    path: str = "bailian_sample.jsonl"
+    block_size: int = BAILIAN_BLOCK  # tokens per hash id (the published traces: 16); times in s
 
-    positive = ("block_size",)
-    optional_positive = ("max_requests",)
-
-    def __post_init__(self) -> None:
-        if not self.name and isinstance(self.path, str):
-            self.name = Path(self.path).stem
-
-    def check(self) -> None:
-        check_non_negative_number(self, "slowdown", positive=True)
-        if not isinstance(self.path, str) or not self.path:
-            raise fail("path", "a Qwen-Bailian trace file path", self.path)
+    path_is = "a Qwen-Bailian trace file path"
 
 
 @dataclass(frozen=True)

@@ -41,19 +41,20 @@ SHIPPED = {
 
 
 @dataclass
-class TraceParams(WorkloadParams):
-    """A Mooncake-format trace. A user's own trace is a YAML of its own (workloads/README.md):
-    its runs carry its name (default: the file's stem) and replay the whole file by default."""
+class TraceFileParams(WorkloadParams):
+    """What every trace-file family shares (Mooncake's here, Qwen-Bailian's in bailian.py): the
+    file, how much of it, how fast; the runs carry its name (default: the file's stem)."""
 
     name: str = ""  # empty: the trace file's stem
-    family: str = "trace"
-    path: str = "mooncake/conversation_trace.jsonl"  # relative: package data dir, then cwd
-    block_size: int = 512  # tokens per hash_id
+    family: str = ""
+    path: str = ""  # relative: package data dir, then cwd
+    block_size: int = 1  # tokens per hash id
     max_requests: int | None = None  # the first N lines; None = all
-    slowdown: float = 1.0  # arrival_s = timestamp_ms / 1000 * slowdown
+    slowdown: float = 1.0  # arrival_s = the line's time in seconds * slowdown
 
     positive = ("block_size",)
     optional_positive = ("max_requests",)
+    path_is = "a trace file path"  # what `path` must be, as the error says it
 
     def __post_init__(self) -> None:
         if not self.name and isinstance(self.path, str):
@@ -62,7 +63,20 @@ class TraceParams(WorkloadParams):
     def check(self) -> None:
         check_non_negative_number(self, "slowdown", positive=True)
         if not isinstance(self.path, str) or not self.path:
-            raise fail("path", "a trace file path", self.path)
+            raise fail("path", self.path_is, self.path)
+
+
+@dataclass
+class TraceParams(TraceFileParams):
+    """A Mooncake-format trace. A user's own trace is a YAML of its own (workloads/README.md):
+    its runs carry its name (default: the file's stem) and replay the whole file by default."""
+
+    family: str = "trace"
+    path: str = "mooncake/conversation_trace.jsonl"
+    block_size: int = 512  # tokens per hash_id; timestamps in ms
+
+    def check(self) -> None:
+        super().check()
         shipped = SHIPPED.get(self.name)
         if shipped is not None and Path(self.path) != Path(shipped):
             # Results would carry the shipped trace's name (and its max_requests) for other data.
