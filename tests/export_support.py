@@ -15,6 +15,18 @@ import pytest
 
 from harness.export.cli import main as export_main
 
+# The workload of the committed aiperf trace (tests/data/aiperf/trace.mooncake.jsonl): its
+# in-process export must equal that file, and aiperf's replay of it the in-process run.
+ZIPF_SYSTEM_PROMPT = [
+    "workload=system_prompt",
+    "workload.num_groups=3",
+    "workload.prompts_per_group=4",
+    "workload.system_prompt_len=40",
+    "workload.question_len=8",
+    "workload.output_len=4",
+    "workload.group_distribution=zipf",
+]
+
 
 def br_package() -> ModuleType:
     try:

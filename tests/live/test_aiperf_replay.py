@@ -14,20 +14,11 @@ import pytest
 
 from harness.builtin_server.server import InProcessServer, compose_config, prepare
 from harness.export.import_aiperf import import_aiperf
-from tests.export_support import export
+from tests.export_support import ZIPF_SYSTEM_PROMPT, export
 from tests.harness_util import ROOT, SMALL, merged, run_harness
 
 AIPERF = ROOT / ".venv-clients" / "bin" / "aiperf"
 HF_HOME = ROOT / ".venv-clients" / "hf"
-WORKLOAD = [
-    "workload=system_prompt",
-    "workload.num_groups=3",
-    "workload.prompts_per_group=4",
-    "workload.system_prompt_len=40",
-    "workload.question_len=8",
-    "workload.output_len=4",
-    "workload.group_distribution=zipf",
-]
 SIM = ["executor=simulated", "hardware=h100_llama3_8b_bf16"]
 
 pytestmark = [
@@ -81,7 +72,7 @@ def test_aiperf_replay_of_an_exported_trace_matches_the_in_process_run(tmp_path)
     arrivals into steps decides which request of a group hits, so the comparison would be of
     timing, not of prefix structure."""
     one = ["load.max_concurrency=1"]
-    original = run_harness(merged(SMALL, WORKLOAD, SIM, one), tmp_path / "orig")
+    original = run_harness(merged(SMALL, ZIPF_SYSTEM_PROMPT, SIM, one), tmp_path / "orig")
     assert original.returncode == 0, original.stderr
     code, _, err = export("--format", "mooncake", str(original.run_dir), "--out", str(tmp_path))
     assert code == 0, err

@@ -12,17 +12,9 @@ import pytest
 
 from harness.builtin_server.server import InProcessServer, compose_config, prepare
 from tests.export_support import br_package, export, load_back
-from tests.harness_util import run_harness
+from tests.harness_util import SYSTEM_PROMPT_SMALL, run_harness
 
 KNOBS = ["engine.kv_capacity_tokens=4096", "engine.max_num_batched_tokens=256"]
-WORKLOAD = [
-    "workload=system_prompt",
-    "workload.num_groups=2",
-    "workload.prompts_per_group=3",
-    "workload.system_prompt_len=48",
-    "workload.question_len=8",
-    "workload.output_len=4",
-]
 
 
 def test_a_server_run_round_trips_through_the_package(tmp_path, tokenizer):
@@ -38,7 +30,7 @@ def test_a_server_run_round_trips_through_the_package(tmp_path, tokenizer):
                 "server.max_num_batched_tokens=256",
                 "warmup.enabled=false",
                 "load.max_concurrency=1",  # one at a time: the twin's prediction is exact
-                *WORKLOAD,
+                *SYSTEM_PROMPT_SMALL,
             ],
             tmp_path / "served",
         )

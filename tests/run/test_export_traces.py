@@ -9,20 +9,12 @@ import json
 import pandas as pd
 import pytest
 
-from tests.export_support import export
+from tests.export_support import ZIPF_SYSTEM_PROMPT, export
 from tests.harness_util import SMALL, merged, run_harness
 
 SIM = ["executor=simulated", "hardware=h100_llama3_8b_bf16"]
 WORKLOADS = {
-    "system_prompt": [
-        "workload=system_prompt",
-        "workload.num_groups=3",
-        "workload.prompts_per_group=4",
-        "workload.system_prompt_len=40",
-        "workload.question_len=8",
-        "workload.output_len=4",
-        "workload.group_distribution=zipf",
-    ],
+    "system_prompt": ZIPF_SYSTEM_PROMPT,
     "rag": ["workload=rag", "workload.num_prompts=12"],
 }
 READERS = {"mooncake": "base_trace", "bailian": "base_bailian"}
