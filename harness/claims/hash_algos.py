@@ -24,15 +24,18 @@ from harness.claims.record import FAILS, HOLDS, UNSURE, Claim, Figure, Finding, 
 from harness.claims.strength import ABOVE, BELOW, STRADDLES, describe, interval, side
 
 FOLDER = "21-hash_algos"
-FASTER = 1.2  # xxhash must hash a block at least this much faster than its sha256 counterpart
+# The article states a direction ("xxhash is faster"), no factor: the rule is the log speed-up's
+# interval against 0. A factor of our own (1.2x, until this round) sat inside the CBOR pair's spread
+# between machines and invocations (1.13x-1.29x), so its label could not reproduce (issue 47).
+FASTER = 1.0
 PAIRS = (("xxhash", "sha256"), ("xxhash_cbor", "sha256_cbor"))
 CACHE_BLOCKS = 10**7  # a large cache's blocks, for the collision bound (~160M tokens at 16)
 NONE_HASH_SEED = "claim21"  # every run's chain root from a seed (docs/apc.md §1.5)
-STATE = {ABOVE: HOLDS, BELOW: FAILS, STRADDLES: UNSURE}  # a pair's interval against 1.2x
+STATE = {ABOVE: HOLDS, BELOW: FAILS, STRADDLES: UNSURE}  # a pair's interval against log(FASTER)
 
 
 def measure(ctx: Context) -> Finding:
-    num_blocks, repeats, processes = ctx.size(2_000, 20_000), ctx.size(3, 5), ctx.size(3, 5)
+    num_blocks, repeats, processes = ctx.size(2_000, 20_000), ctx.size(3, 5), 5
     timings = [_in_fresh_process(num_blocks, repeats) for _ in range(processes)]
     rows = []
     cached = {}
@@ -78,7 +81,7 @@ def measure(ctx: Context) -> Finding:
         + f"; cached tokens identical request by request: {'yes' if same_hits else 'no'}"
     )
     return Finding(
-        setup=f"{num_blocks:,} chained 16-token blocks hashed per algorithm, median of {repeats} repeats of "
+        setup=f"{num_blocks:,} chained 16-token blocks hashed per algorithm, median of {repeats} interleaved repeats of "
         f"process time in each of {processes} fresh processes on this shared CPU, the Python per-block path "
         f"(hash_block_tokens); one multiturn run per algorithm ({APC}, simulated H100 Llama-3.1-8B) for the "
         "hits; collision safety from the digest width (computed, not measured)",
@@ -92,7 +95,7 @@ def measure(ctx: Context) -> Finding:
         ),
         details=rows,
         interval="; ".join(
-            f"log({k} speed-up) {describe(ci)} against log(1.2) = {math.log(FASTER):.3f}"
+            f"log({k} speed-up) {describe(ci)} against log({FASTER:g}) = {math.log(FASTER):.3f}"
             for k, ci in logs.items()
         ),
     )
@@ -125,12 +128,13 @@ CLAIM = Claim(
     "faster than sha256, and the choice does not change what is reused.",
     "vLLM --prefix-caching-hash-algo (sha256 default since v0.10.2; xxhash since v0.13.0, PR #29163); the "
     "article",
-    "Holds when, for each xxhash variant, the 95% t-interval over fresh processes (each the median of "
-    "repeats, process time) of log(sha256 time / xxhash time) with the same serialisation lies wholly at or "
-    "above log(1.2), and every algorithm gives the same cached tokens request by request; does not hold when "
-    "the hits differ or both intervals lie below log(1.2); depends on the serialisation when one pair holds "
-    "and the other does not; undecided when an interval straddles log(1.2) (the spread between invocations "
-    "on this shared machine, named). Collision safety is not measured: the birthday bound from the digest "
-    "width is reported beside.",
+    "As the article states it (faster, no factor): holds when, for each xxhash variant, the 95% t-interval "
+    "over fresh processes (each the median of interleaved repeats, process time) of log(sha256 time / "
+    "xxhash time) with the same serialisation lies wholly above log(1) = 0, and every algorithm gives the "
+    "same cached tokens request by request; does not hold when the hits differ or both intervals lie below "
+    "0; depends on the serialisation when one pair holds and the other does not; undecided when an interval "
+    "straddles 0 (the spread between invocations on this shared machine, named). The size of the speed-up "
+    "is reported, not judged. Collision safety is not measured: the birthday bound from the digest width is "
+    "reported beside.",
     measure,
 )

@@ -42,7 +42,7 @@ def test_cpu_measured_claims_give_the_same_label_twice(tmp_path):
     row = pd.read_csv(tmp_path / "a" / "claims.csv").set_index("number").loc[21]
     assert "fresh processes" in row["result"] and "fresh processes" in row["setup"]
     assert "identical request by request: yes" in row["result"]
-    assert "against log(1.2)" in row["evidence"]
+    assert "against log(1) = 0.000" in row["evidence"]
     zero_hit = pd.read_csv(tmp_path / "a" / "claims.csv").set_index("number").loc[1]
     assert "10 paired seeds spread over 5 fresh processes" in zero_hit["setup"]
     assert "decode-heavy" in zero_hit["result"] and "prefill-heavy" in zero_hit["result"]
