@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,13 +156,20 @@ def router_command(
 
 
 def worker_command(
-    i: int, port: int, model: str, engine: str, kv_events: str | None = None
+    i: int,
+    port: int,
+    model: str,
+    engine: str,
+    kv_events: str | None = None,
+    overrides: Sequence[str] = (),
 ) -> list[str]:
-    """A built-in server tagged w<i>; with `kv_events`, publishing vLLM's KV-cache events there."""
+    """A built-in server tagged w<i>; with `kv_events`, publishing vLLM's KV-cache events there;
+    `overrides`: more of its config (`engine.block_size=32`)."""
     events = [f"kv_events_endpoint={kv_events}"] if kv_events else []
     return [
         sys.executable, "-m", "harness.builtin_server", f"model={model}", f"engine={engine}",
         f"port={port}", f"worker_tag=w{i}", "threads=1", "log_level=warning", *events,
+        *overrides,
     ]  # fmt: skip
 
 
@@ -176,6 +183,11 @@ class Decision:
     # False: predicted while a fact it needs was still unknown (a slot of round robin's order):
     # a guess, reported apart from the score
     learned: bool = True
+    # the reply's usage and its times (seconds from the first wave's send), for a run's rows
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    sent_s: float = 0.0
+    done_s: float = 0.0
 
 
 def order_only(decisions: Sequence[Decision]) -> int:
@@ -315,9 +327,13 @@ def drive_router(
     concurrency: int = 1,
     order: list[int] | None = None,
     facts: dict[str, object] | None = None,
+    waves: Sequence[Sequence[Routed]] | None = None,
+    deliver: Callable[[Decision], None] | None = None,
+    max_tokens: Mapping[str, int] | None = None,
 ) -> list[Decision]:
     """Send the stream in waves of `concurrency` requests (all of a wave at once, the next wave
-    when it is answered); the twin predicts each decision first, in send order, counting its own
+    when it is answered; `waves`: the waves themselves instead, `max_tokens`: each request's
+    output length, else 2; `deliver`: each decision as its wave ends); the twin predicts each decision first, in send order, counting its own
     picks within the wave as the router's in-flight load. The twin then learns the actual
     decisions (teacher forcing: round robin's turn one at a time, cache_aware's tree always), so
     one miss is not counted twice. With `index`, the twin reads each
@@ -342,29 +358,45 @@ def drive_router(
         warmup = Routed("warmup", tuple(range(40_100, 40_140)))
     if concurrency > 1 and workers.served_by.one_at_a_time:
         raise BadInput("these workers tell who served a request one request at a time only")
-    waves = [[warmup]] + [stream[i : i + concurrency] for i in range(0, len(stream), concurrency)]
+    if waves is None:
+        waves = [stream[i : i + concurrency] for i in range(0, len(stream), concurrency)]
+    tokens = {} if max_tokens is None else max_tokens
     out = []
     t0 = time.monotonic()
-    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(concurrency) as pool:
-        for w, wave in enumerate(waves):
+
+    def timed(req: Routed) -> tuple[dict, float]:
+        data = send_completion(client, router_url, model, req, tokens.get(req.request_id, 2))
+        return data, time.monotonic() - t0
+
+    width = max([concurrency, *(len(wave) for wave in waves)])
+    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(width) as pool:
+        for w, wave in enumerate([[warmup], *waves]):
             if index is not None:
                 index.refresh()  # the events of the previous wave's steps
             now = time.monotonic() - t0
             learned = not isinstance(twin, LearnedRoundRobin) or (
                 twin.certain if len(wave) == 1 else twin.complete
             )
-            predicted = _predict_wave(twin, wave, len(urls), now, index)
+            predicted = _predict_wave(twin, list(wave), len(urls), now, index)
             workers.served_by.before()
-            replies = list(pool.map(lambda req: _send(client, router_url, model, req), wave))
-            for req, guess, data in zip(wave, predicted, replies):
+            replies = list(pool.map(timed, wave))
+            for req, guess, (data, done_s) in zip(wave, predicted, replies):
                 actual = workers.served_by.after(data)
                 if len(wave) == 1 or isinstance(twin, CacheAware):
                     _teach(twin, req, guess, actual, now)
                 if req is warmup:  # the router's first pick: reported apart, never scored
                     facts.update(first_pick=actual, first_pick_predicted=guess)
                     facts.update(first_pick_learned=learned)
-                else:
-                    out.append(Decision(req.request_id, guess, actual, _cached(data), w, learned))
+                    continue
+                usage = data.get("usage") or {}
+                decision = Decision(
+                    req.request_id, guess, actual, _cached(data), w, learned,
+                    int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                    now, done_s,
+                )  # fmt: skip
+                out.append(decision)
+                if deliver is not None:
+                    deliver(decision)
             if workers.dead():  # the router may route around it; the run is no longer ours
                 raise FleetFault("a worker exited during the run")
     if isinstance(twin, LearnedRoundRobin):
@@ -394,12 +426,15 @@ def _predict_wave(
     return out
 
 
-def _send(client: object, router_url: str, model: str, req: Routed) -> dict:
+def send_completion(
+    client: object, router_url: str, model: str, req: Routed, max_tokens: int = 2
+) -> dict:
     import httpx
 
     assert isinstance(client, httpx.Client)
     headers = {"X-Session-ID": req.session_id} if req.session_id else {}
-    body = {"model": model, "prompt": req.prompt, "max_tokens": 2, "temperature": 0.0}
+    prompt = req.prompt if isinstance(req.prompt, str) else list(req.prompt)
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
     reply = client.post(f"{router_url}/v1/completions", json=body, headers=headers)
     reply.raise_for_status()
     return dict(reply.json())
@@ -428,6 +463,7 @@ def worker_fleet(
     engine: str = DEFAULT_DESIGN,
     ready_timeout_s: float = 300.0,
     ports: Sequence[int] | None = None,
+    overrides: Sequence[str] = (),
 ) -> Iterator[Workers]:
     """N built-in servers on free loopback ports, tagged w0..wN-1 (worker i is the i-th URL in
     string order, the order a router is given them in); workers whose cache is a
@@ -439,7 +475,7 @@ def worker_fleet(
     publish = engine in designs_with(KvEventSource)  # the designs that keep vLLM's KV events
     events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if publish else None
     workers = [
-        worker_command(i, p, model, engine, events[i] if events else None)
+        worker_command(i, p, model, engine, events[i] if events else None, overrides)
         for i, p in enumerate(ports)
     ]
     logs = out_dir / "logs" / "workers"
@@ -453,17 +489,29 @@ def worker_fleet(
         yield Workers(urls, events, procs=tuple(procs), logs=logs)
 
 
-def route_through(
+@dataclass(frozen=True)
+class RouterUp:
+    """A started router over its workers: where to send, the served model name, the twin's KV
+    index (kv_aware), the worker order the router logged (vllm-router) and the learned facts."""
+
+    url: str
+    model: str
+    index: KvEventIndex | None
+    order: list[int] | None
+    facts: dict[str, object]
+
+
+@contextlib.contextmanager
+def router_up(
     kind: str,
     cfg: FleetConfig,
     workers: Workers,
-    stream: list[Routed],
     out_dir: Path,
     warm: Sequence[tuple[int, Routed]] = (),
-    concurrency: int = 1,
-) -> list[Decision]:
+) -> Iterator[RouterUp]:
     """Start the router over the workers (caches flushed first, then each `warm` request sent
-    straight to its worker), drive `stream` through it in waves of `concurrency`, stop it."""
+    straight to its worker) and stop it on exit; a failure inside, of any fleet process, is one
+    FleetFault naming the processes that exited."""
     import httpx
 
     if cfg.router not in TWINNED.get(kind, ()):
@@ -492,11 +540,9 @@ def route_through(
                 wait_workers(router_url, len(workers.urls), watched, 60.0)
                 with httpx.Client(timeout=120) as client:
                     for i, req in warm:
-                        _send(client, workers.urls[i], model, req)
+                        send_completion(client, workers.urls[i], model, req)
                 order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
-                decisions = drive_router(
-                    router_url, model, stream, cfg, workers, index, concurrency, order, facts
-                )
+                yield RouterUp(router_url, model, index, order, facts)
             except (FleetFault, TimeoutError, httpx.HTTPError, KeyError, ValueError) as exc:
                 if isinstance(exc, (KeyError, ValueError)) and not gone():
                     raise  # a reply we misread with every process alive: our bug, traced
@@ -505,13 +551,30 @@ def route_through(
                 raise fault(what[:300], gone()) from None
             if gone():  # a router may route around a dead worker: not the fleet we measure
                 raise fault("a fleet process exited during the run", gone())
-            (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
-                json.dumps(facts, indent=1) + "\n"
-            )
-            return decisions
     finally:
         if index is not None:
             index.stop()
+
+
+def route_through(
+    kind: str,
+    cfg: FleetConfig,
+    workers: Workers,
+    stream: list[Routed],
+    out_dir: Path,
+    warm: Sequence[tuple[int, Routed]] = (),
+    concurrency: int = 1,
+) -> list[Decision]:
+    """Start the router over the workers (router_up), drive `stream` through it in waves of
+    `concurrency`, stop it; what the twin learned goes to learned-<router>-<policy>.json."""
+    with router_up(kind, cfg, workers, out_dir, warm) as up:
+        decisions = drive_router(
+            up.url, up.model, stream, cfg, workers, up.index, concurrency, up.order, up.facts
+        )
+    (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
+        json.dumps(up.facts, indent=1) + "\n"
+    )
+    return decisions
 
 
 def run_real_fleet(
