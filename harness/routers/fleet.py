@@ -344,7 +344,7 @@ def drive_router(
 
     urls = workers.urls
     twin: Router = (
-        CacheAware(twin_cfg, all_tenants=False, cold_least_load=True)
+        CacheAware(twin_cfg, all_tenants=False, cold_least_load=True, order=order)
         if twin_cfg.router == "cache_aware"
         else ConsistentHash(twin_cfg, names=urls)  # the real ring: points named by worker URL
         if twin_cfg.router == "consistent_hash"
@@ -377,20 +377,26 @@ def drive_router(
             learned = not isinstance(twin, LearnedRoundRobin) or (
                 twin.certain if len(wave) == 1 else twin.complete
             )
+            known = list(twin.order) if isinstance(twin, CacheAware) else []
             predicted = _predict_wave(twin, list(wave), len(urls), now, index)
             workers.served_by.before()
             replies = list(pool.map(timed, wave))
-            for req, guess, (data, done_s) in zip(wave, predicted, replies):
+            for req, (guess, ties), (data, done_s) in zip(wave, predicted, replies):
                 actual = workers.served_by.after(data)
                 if len(wave) == 1 or isinstance(twin, CacheAware):
                     _teach(twin, req, guess, actual, now)
+                sure = learned
+                if isinstance(twin, CacheAware) and ties is not None:
+                    # a tie broken by an order not known yet when the wave was predicted: a guess
+                    sure = len(ties) < 2 or guess in known
+                    twin.learn_tie(ties, actual)
                 if req is warmup:  # the router's first pick: reported apart, never scored
                     facts.update(first_pick=actual, first_pick_predicted=guess)
-                    facts.update(first_pick_learned=learned)
+                    facts.update(first_pick_learned=sure)
                     continue
                 usage = data.get("usage") or {}
                 decision = Decision(
-                    req.request_id, guess, actual, _cached(data), w, learned,
+                    req.request_id, guess, actual, _cached(data), w, sure,
                     int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
                     now, done_s,
                 )  # fmt: skip
@@ -401,15 +407,18 @@ def drive_router(
                 raise FleetFault("a worker exited during the run")
     if isinstance(twin, LearnedRoundRobin):
         facts.update(twin.facts())
+    if isinstance(twin, CacheAware):
+        facts.update(worker_order=list(twin.order), order_source="tie decisions")
     return out
 
 
 def _predict_wave(
     twin: Router, wave: list[Routed], num_workers: int, now: float, index: KvEventIndex | None
-) -> list[int]:
+) -> list[tuple[int, list[int] | None]]:
     """The twin's decisions for a wave in send order, each seeing the ones before it in flight
     (and, for cache_aware, in its tree: the router inserts a request as it routes it; the twin
-    does so on a copy, its own tree then taking the actual decisions)."""
+    does so on a copy, its own tree then taking the actual decisions), each with the workers
+    it found tied (cache_aware's cold prompts; None otherwise)."""
     loads = [0] * num_workers
     out = []
     if isinstance(twin, CacheAware) and len(wave) > 1:
@@ -418,11 +427,15 @@ def _predict_wave(
         view = FleetView(list(loads), now)
         if index is not None:
             view.cached = index.cached_tokens(req.prompt)  # type: ignore[arg-type]
-        guess = twin.decide(req, view) if isinstance(twin, CacheAware) else twin.choose(req, view)
-        if isinstance(twin, CacheAware) and len(wave) > 1:
-            twin.record(req, guess, now)
+        ties = None
+        if isinstance(twin, CacheAware):
+            guess, ties = twin.decide(req, view), twin.ties
+            if len(wave) > 1:
+                twin.record(req, guess, now)
+        else:
+            guess = twin.choose(req, view)
         loads[guess] += 1
-        out.append(guess)
+        out.append((guess, ties))
     return out
 
 
