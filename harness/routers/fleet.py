@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.faults import FleetFault, exited, fault
 from harness.routers.kv_index import KvEventIndex
 from harness.routers.learned import LearnedRoundRobin, read_order
+from harness.routers.replay import OTHER, replay
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_KINDS = ("sglang", "vllm")
@@ -188,6 +190,9 @@ class Decision:
     output_tokens: int = 0
     sent_s: float = 0.0
     done_s: float = 0.0
+    # a miss's cause (harness/routers/replay.py: tie, arrival, other); "" for a hit, or a policy
+    # whose misses are not replayed
+    cause: str = ""
 
 
 def order_only(decisions: Sequence[Decision]) -> int:
@@ -381,15 +386,19 @@ def drive_router(
             predicted = _predict_wave(twin, list(wave), len(urls), now, index)
             workers.served_by.before()
             replies = list(pool.map(timed, wave))
-            for req, (guess, ties), (data, done_s) in zip(wave, predicted, replies):
-                actual = workers.served_by.after(data)
+            actuals = [workers.served_by.after(data) for data, _ in replies]
+            causes = _causes(twin, wave, predicted, actuals, len(urls), now)
+            for req, (guess, ties), (data, done_s), actual, cause in zip(
+                wave, predicted, replies, actuals, causes
+            ):
                 if len(wave) == 1 or isinstance(twin, CacheAware):
                     _teach(twin, req, guess, actual, now)
                 sure = learned
                 if isinstance(twin, CacheAware) and ties is not None:
                     # a tie broken by an order not known yet when the wave was predicted: a guess
                     sure = len(ties) < 2 or guess in known
-                    twin.learn_tie(ties, actual)
+                    if len(wave) == 1:  # a wave of more is learned from by its replay
+                        twin.learn_tie(ties, actual)
                 if req is warmup:  # the router's first pick: reported apart, never scored
                     facts.update(first_pick=actual, first_pick_predicted=guess)
                     facts.update(first_pick_learned=sure)
@@ -398,7 +407,7 @@ def drive_router(
                 decision = Decision(
                     req.request_id, guess, actual, _cached(data), w, sure,
                     int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                    now, done_s,
+                    now, done_s, cause,
                 )  # fmt: skip
                 out.append(decision)
                 if deliver is not None:
@@ -408,8 +417,30 @@ def drive_router(
     if isinstance(twin, LearnedRoundRobin):
         facts.update(twin.facts())
     if isinstance(twin, CacheAware):
-        facts.update(worker_order=list(twin.order), order_source="tie decisions")
+        source = "tie decisions" if order is None else "start log, tie decisions"
+        facts.update(worker_order=list(twin.order), order_source=source)
     return out
+
+
+def _causes(
+    twin: Router,
+    wave: Sequence[Routed],
+    predicted: Sequence[tuple[int, list[int] | None]],
+    actuals: Sequence[int],
+    num_workers: int,
+    now: float,
+) -> list[str]:
+    """Each decision's miss cause ("" for a hit): cache_aware's waves of more than one request
+    replayed in every arrival order (harness/routers/replay.py), the worker order the replay
+    settled then the twin's."""
+    missed = [guess != actual for (guess, _), actual in zip(predicted, actuals)]
+    if not isinstance(twin, CacheAware) or len(wave) < 2 or not any(missed):
+        return [""] * len(wave)
+    found = replay(twin, wave, actuals, num_workers, now)
+    if found is not None:
+        twin.order = found[1]
+    cause = OTHER if found is None else found[0]
+    return [cause if m else "" for m in missed]
 
 
 def _predict_wave(
@@ -667,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(f"  misses only in arrival order: {order_only(decisions)}")
+    causes = Counter(d.cause for d in decisions if d.cause)
+    if causes:
+        print(f"  misses by cause (replayed): {dict(sorted(causes.items()))}")
     return 0
 
 

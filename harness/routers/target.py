@@ -22,6 +22,7 @@ import json
 import logging
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -314,6 +315,7 @@ def twin_figures(decisions: Sequence[Decision], facts: Mapping[str, object]) -> 
         "score": equal / len(scored) if scored else None,
         "guesses": len(decisions) - len(scored),
         "misses_arrival_order": order_only(decisions),
+        "misses_by_cause": dict(sorted(Counter(d.cause for d in decisions if d.cause).items())),
         **{k: v for k, v in facts.items() if k not in ("router", "policy")},
     }
 

@@ -48,3 +48,16 @@ def test_the_simulated_cache_aware_keeps_the_smallest_tree():
     sim.record(_cold(2), 1, 0.0)
     assert sim.decide(_cold(3), FleetView([0, 0, 0], 0.0)) == 2  # the empty tree
     assert sim.ties is None
+
+
+def test_a_missed_wave_is_replayed_for_its_cause():
+    """Two cold prompts sent at once, the router's first worker known (0): the second reaching
+    the router first is arrival order, an unknown tie-break is a tie, neither is other."""
+    from harness.routers.replay import ARRIVAL, TIE, replay
+
+    twin = _twin(order=[0])
+    wave = [_cold(0), _cold(1)]
+    assert replay(twin, wave, [0, 2], 3, 0.0) == (TIE, [0, 2])  # 2 before 1: learned
+    assert replay(twin, wave, [2, 0], 3, 0.0) == (ARRIVAL, [0, 2])  # the second came first
+    assert replay(twin, wave, [1, 1], 3, 0.0) is None  # no order makes both go to worker 1
+    assert twin.order == [0]  # the replays leave the twin as it was
