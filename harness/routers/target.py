@@ -39,17 +39,14 @@ from harness.metrics.summary import RunContext
 from harness.metrics.table import request_row, request_table
 from harness.results.run_dir import RunDir
 from harness.routers.cli import result_lines
+from harness.routers.drive import Decision, drive_router, order_only, send_completion
 from harness.routers.fleet import (
     TWINNED,
-    Decision,
     RouterUp,
     Workers,
-    drive_router,
-    order_only,
     router_available,
     router_up,
     routers_venv,
-    send_completion,
     worker_fleet,
 )
 from harness.run.target import Recorded
