@@ -53,6 +53,12 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.server is not None:
         cfg.server.validate()
     cfg.fleet.validate()
+    if cfg.fleet.real is not None and cfg.server is not None:
+        raise BadInput(
+            "fleet.real starts its own workers behind the router; it cannot drive server=..."
+        )
+    if cfg.fleet.real is not None and cfg.executor != "real":
+        raise BadInput(f"fleet.real runs real servers; executor must be real, got {cfg.executor!r}")
     if cfg.fleet.replicas > 1 and cfg.server is not None:
         raise BadInput("fleet.replicas > 1 runs in-process engines; it cannot drive server=...")
     require_name("workload.name", cfg.workload.name)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from engines.errors import BadInput
 
 MAX_REPLICAS = 1024
+# fleet.real: the real routers a run can put in front of built-in workers (harness/routers/)
+REAL_ROUTERS = ("sglang-router", "vllm-router")
 
 
 @dataclass
@@ -34,6 +36,10 @@ class FleetConfig:
     # cached_now, oracle_capped: only replicas with load below load_cap x the fleet's mean load,
     # plus one, are eligible
     load_cap: float = 1.5
+    # A real router (one of REAL_ROUTERS) in front of `replicas` built-in servers instead of the
+    # in-process fleet: `router` is then its policy, the twin predicts each of its decisions
+    # (docs/fleet.md §5). None: the fleet of engines in this process.
+    real: str | None = None
 
     def validate(self) -> None:
         from harness.fleet.policies import ROUTERS
@@ -50,6 +56,11 @@ class FleetConfig:
         _real("fleet.prefix_weight", self.prefix_weight, 0.0, 1e6)
         _real("fleet.load_weight", self.load_weight, 0.0, 1e6)
         _real("fleet.load_cap", self.load_cap, 1.0, 1e6)
+        if self.real is not None:
+            if self.real not in REAL_ROUTERS:
+                valid = ", ".join(REAL_ROUTERS)
+                raise BadInput(f"fleet.real must be one of {valid} (or null), got {self.real!r}")
+            _int("fleet.replicas (with fleet.real)", self.replicas, 2, MAX_REPLICAS)
 
 
 def _int(name: str, value: object, lo: int, hi: int) -> None:

@@ -179,7 +179,11 @@ class CacheAware:
     to max_tree_size per worker every eviction_interval_s."""
 
     def __init__(
-        self, cfg: FleetConfig, all_tenants: bool = True, cold_least_load: bool = False
+        self,
+        cfg: FleetConfig,
+        all_tenants: bool = True,
+        cold_least_load: bool = False,
+        order: Ids[int] | None = None,
     ) -> None:
         self.cfg = cfg
         self.tree = ApproxTree()
@@ -187,10 +191,14 @@ class CacheAware:
         # False: a worker enters the tree only when a request is routed to it, as observed of
         # both real routers behind workers registered at start-up (docs/fleet.md §5)
         self.all_tenants = all_tenants
-        # True: a prompt below the cache threshold goes to the least loaded worker, the smallest
-        # tree only breaking ties, as both real routers were observed to do under concurrency
-        # (docs/fleet.md §5); False: the smallest tree, as upstream's code reads
+        # True: a prompt below the cache threshold goes to the least loaded worker, a tie to the
+        # first of them in the router's own worker order (`order`), as both real routers were
+        # observed to do (docs/fleet.md §5); False: the smallest tree, as upstream's code reads
         self.cold_least_load = cold_least_load
+        # the router's worker order as far as it is known (a real router's start log, or learned
+        # from its tie decisions: `learn_tie`); workers not in it come after, by index
+        self.order: list[int] = list(order or [])
+        self.ties: list[int] | None = None  # the tied workers of the last cold decision
 
     def choose(self, req: Routed, view: FleetView) -> int:
         choice = self.decide(req, view)
@@ -201,6 +209,7 @@ class CacheAware:
         """The worker for `req`, the tree left as it is (the routing twin records the worker
         the real router chose instead)."""
         cfg, loads = self.cfg, view.loads
+        self.ties = None
         if self.all_tenants:
             for i in range(view.num_replicas):
                 self.tree.add_tenant(i)
@@ -212,12 +221,28 @@ class CacheAware:
         matched, tenant = self.tree.match(key, view.now_s)
         if tenant is not None and matched / max(len(key) // 4, 1) > cfg.cache_threshold:
             return tenant
-        sizes = self.tree.tenant_size
-        candidates = list(sizes or range(view.num_replicas))
         if self.cold_least_load:
-            candidates = [i for i in range(view.num_replicas) if loads[i] == lo]
-            candidates = [i for i in candidates if i in sizes] or candidates
-        return min(candidates, key=lambda i: (sizes.get(i, 0), i))
+            self.ties = [i for i in range(view.num_replicas) if loads[i] == lo]
+            return min(self.ties, key=self._rank)
+        sizes = self.tree.tenant_size
+        return min(list(sizes or range(view.num_replicas)), key=lambda i: (sizes.get(i, 0), i))
+
+    def _rank(self, worker: int) -> tuple[int, int]:
+        known = self.order.index(worker) if worker in self.order else len(self.order)
+        return (known, worker)
+
+    def learn_tie(self, ties: Ids[int], actual: int) -> None:
+        """The router broke a tie among `ties` for `actual`: it comes before the others in its
+        order (moved there when the order held it later, as a guess may have placed it)."""
+        if actual not in ties:
+            return  # the router saw other loads (arrival order): nothing about its order
+        others = [self.order.index(i) for i in ties if i != actual and i in self.order]
+        if actual in self.order:
+            if not others or self.order.index(actual) < min(others):
+                return
+            self.order.remove(actual)
+            others = [self.order.index(i) for i in ties if i != actual and i in self.order]
+        self.order.insert(min(others) if others else len(self.order), actual)
 
     def record(self, req: Routed, choice: int, now_s: float) -> None:
         """The prompt goes into the tree under the worker that took it."""

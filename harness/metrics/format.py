@@ -136,7 +136,14 @@ def fleet_lines(summary: Mapping[str, object]) -> list[str]:
     if not isinstance(per, list) or not per:
         return []
     lines = [f"{'Fleet':-^50}"]
-    lines.append(_line("Router:", f"{summary.get('fleet_router')} ({len(per)} replicas)"))
+    real = summary.get("fleet_real")  # a real router (harness/routers/target.py)
+    router = f"{real} {summary.get('fleet_router')}" if real else summary.get("fleet_router")
+    lines.append(_line("Router:", f"{router} ({len(per)} replicas)"))
+    twin = summary.get("fleet_twin")
+    if isinstance(twin, Mapping):
+        said = f"{twin.get('predicted')}/{twin.get('scored')}"
+        lines.append(_line("Twin predicted (decisions):", said))
+        lines.append(_line("Router's first pick (unscored):", f"w{twin.get('first_pick')}"))
     lines.append(_line("Fleet hit rate (%):", _percent(summary.get("fleet_hit_rate"))))
     lines.append(_line("Bound, any router (%):", _percent(summary.get("fleet_bound_hit_rate"))))
     lines.append(_line("Imbalance (max/mean requests):", summary.get("fleet_load_imbalance")))

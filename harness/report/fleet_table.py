@@ -49,7 +49,7 @@ def fleet_runs(runs: pd.DataFrame) -> pd.DataFrame:
     ok = runs["ok"] if "ok" in runs else pd.Series(True, index=runs.index)
     out = runs[(replicas > 1) & ok.astype(bool)].copy()
     out["replicas"] = replicas[out.index].astype(int)
-    out["router"] = out["config.fleet.router"].astype(str)
+    out["router"] = [_router(row) for _, row in out.iterrows()]
     if "hardware" not in out:
         out["hardware"] = None
     out["hardware"] = out["hardware"].fillna("-")
@@ -57,6 +57,14 @@ def fleet_runs(runs: pd.DataFrame) -> pd.DataFrame:
         values = out[source] if source in out else pd.Series(None, index=out.index, dtype=object)
         out[col] = [_label(v) for v in values]
     return out
+
+
+def _router(row: pd.Series) -> str:
+    """The policy, behind the real router that ran it (`sglang-router/cache_aware`) when one did:
+    a real router's run and the in-process fleet's are never averaged."""
+    real = row.get("config.fleet.real")
+    policy = str(row["config.fleet.router"])
+    return f"{real}/{policy}" if isinstance(real, str) and real else policy
 
 
 def _label(value: object) -> str:

@@ -14,7 +14,6 @@ works on characters, which the twin's tree then holds too.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import signal
@@ -22,8 +21,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -34,19 +33,13 @@ from engines.config import EngineConfig
 from engines.errors import BadInput
 from harness.config.processes import builtin_server_bytes
 from harness.fleet.config import FleetConfig
-from harness.fleet.policies import (
-    ROUTERS,
-    CacheAware,
-    ConsistentHash,
-    FleetView,
-    RoundRobin,
-    Routed,
-    Router,
-)
+from harness.fleet.policies import Routed
 from harness.routers.cli import check_fleet_args, result_lines
+from harness.routers.drive import Decision, drive_router, order_only, send_completion
 from harness.routers.faults import FleetFault, exited, fault
 from harness.routers.kv_index import KvEventIndex
-from harness.routers.learned import LearnedRoundRobin, read_order
+from harness.routers.learned import read_order
+from harness.routers.streams import streams
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_KINDS = ("sglang", "vllm")
@@ -156,39 +149,21 @@ def router_command(
 
 
 def worker_command(
-    i: int, port: int, model: str, engine: str, kv_events: str | None = None
+    i: int,
+    port: int,
+    model: str,
+    engine: str,
+    kv_events: str | None = None,
+    overrides: Sequence[str] = (),
 ) -> list[str]:
-    """A built-in server tagged w<i>; with `kv_events`, publishing vLLM's KV-cache events there."""
+    """A built-in server tagged w<i>; with `kv_events`, publishing vLLM's KV-cache events there;
+    `overrides`: more of its config (`engine.block_size=32`)."""
     events = [f"kv_events_endpoint={kv_events}"] if kv_events else []
     return [
         sys.executable, "-m", "harness.builtin_server", f"model={model}", f"engine={engine}",
         f"port={port}", f"worker_tag=w{i}", "threads=1", "log_level=warning", *events,
+        *overrides,
     ]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Decision:
-    request_id: str
-    predicted: int
-    actual: int
-    cached_tokens: int
-    wave: int = 0  # the requests of one wave were sent at once (concurrency > 1)
-    # False: predicted while a fact it needs was still unknown (a slot of round robin's order):
-    # a guess, reported apart from the score
-    learned: bool = True
-
-
-def order_only(decisions: Sequence[Decision]) -> int:
-    """Misses in waves whose predicted workers, as a multiset, are the actual ones: the router
-    made the twin's decisions, in the order the requests reached it rather than the send order."""
-    waves: dict[int, list[Decision]] = {}
-    for d in decisions:
-        waves.setdefault(d.wave, []).append(d)
-    return sum(
-        sum(d.predicted != d.actual for d in wave)
-        for wave in waves.values()
-        if sorted(d.predicted for d in wave) == sorted(d.actual for d in wave)
-    )
 
 
 @contextlib.contextmanager
@@ -258,168 +233,6 @@ def wait_workers(
     )
 
 
-def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
-    """Text prompts: groups sharing a long prefix of words, each with its own question; the
-    groups interleaved (g0 g1 ... g0 g1 ...) so prefix-aware routing has work to do."""
-    import random
-
-    rng = random.Random(seed)
-    words = [f"w{k}" for k in range(500)]
-    prefixes = [" ".join(rng.choices(words, k=60)) for _ in range(num_groups)]
-    out = []
-    for i in range(per_group):
-        for g in range(num_groups):
-            question = " ".join(rng.choices(words, k=8))
-            out.append(Routed(f"g{g}-q{i}", f"{prefixes[g]} Q: {question}", session_id=f"s{g}"))
-    return out
-
-
-def token_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
-    """Token-id prompts (vllm-router's kv_aware scores token ids and nothing else): groups
-    sharing a 64-token prefix, each with its own 8-token question, interleaved like text_stream."""
-    import random
-
-    rng = random.Random(seed)
-    prefixes = [[rng.randrange(100, 40_000) for _ in range(64)] for _ in range(num_groups)]
-    out = []
-    for i in range(per_group):
-        for g in range(num_groups):
-            question = [rng.randrange(100, 40_000) for _ in range(8)]
-            out.append(Routed(f"g{g}-q{i}", (*prefixes[g], *question), session_id=f"s{g}"))
-    return out
-
-
-def streams(
-    policy: str, num_groups: int, per_group: int, num_workers: int
-) -> tuple[list[Routed], list[tuple[int, Routed]]]:
-    """The stream a policy is checked on, and the requests sent straight to a worker first.
-    kv_aware gets token ids, and each group's prefix placed on worker g mod N beforehand: only a
-    router that reads the workers' real caches sends every group where its prefix already is."""
-    if policy != "kv_aware":
-        return text_stream(num_groups, per_group), []
-    stream = token_stream(num_groups, per_group)
-    warm = [
-        (g % num_workers, Routed(f"warm-g{g}", (*stream[g].prompt[:64], 1, 2, 3)))
-        for g in range(num_groups)
-    ]
-    return stream, warm
-
-
-def drive_router(
-    router_url: str,
-    model: str,
-    stream: list[Routed],
-    twin_cfg: FleetConfig,
-    workers: Workers,
-    index: KvEventIndex | None = None,
-    concurrency: int = 1,
-    order: list[int] | None = None,
-    facts: dict[str, object] | None = None,
-) -> list[Decision]:
-    """Send the stream in waves of `concurrency` requests (all of a wave at once, the next wave
-    when it is answered); the twin predicts each decision first, in send order, counting its own
-    picks within the wave as the router's in-flight load. The twin then learns the actual
-    decisions (teacher forcing: round robin's turn one at a time, cache_aware's tree always), so
-    one miss is not counted twice. With `index`, the twin reads each
-    worker's cached prefix from its KV events (kv_aware). Round robin's twin cycles in the
-    router's `order` when known (vllm-router's start log), else learns it from the decisions;
-    what it learned and the router's first pick (the warm-up's) go into `facts`."""
-    import httpx
-
-    urls = workers.urls
-    twin: Router = (
-        CacheAware(twin_cfg, all_tenants=False, cold_least_load=True)
-        if twin_cfg.router == "cache_aware"
-        else ConsistentHash(twin_cfg, names=urls)  # the real ring: points named by worker URL
-        if twin_cfg.router == "consistent_hash"
-        else LearnedRoundRobin(len(urls), order)
-        if twin_cfg.router == "round_robin"
-        else ROUTERS.get(twin_cfg.router)(twin_cfg)
-    )
-    facts = {} if facts is None else facts
-    warmup = Routed("warmup", "prefixbench fleet warm-up: a prompt no other request shares")
-    if index is not None:  # a prompt of token ids the stream never uses
-        warmup = Routed("warmup", tuple(range(40_100, 40_140)))
-    if concurrency > 1 and workers.served_by.one_at_a_time:
-        raise BadInput("these workers tell who served a request one request at a time only")
-    waves = [[warmup]] + [stream[i : i + concurrency] for i in range(0, len(stream), concurrency)]
-    out = []
-    t0 = time.monotonic()
-    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(concurrency) as pool:
-        for w, wave in enumerate(waves):
-            if index is not None:
-                index.refresh()  # the events of the previous wave's steps
-            now = time.monotonic() - t0
-            learned = not isinstance(twin, LearnedRoundRobin) or (
-                twin.certain if len(wave) == 1 else twin.complete
-            )
-            predicted = _predict_wave(twin, wave, len(urls), now, index)
-            workers.served_by.before()
-            replies = list(pool.map(lambda req: _send(client, router_url, model, req), wave))
-            for req, guess, data in zip(wave, predicted, replies):
-                actual = workers.served_by.after(data)
-                if len(wave) == 1 or isinstance(twin, CacheAware):
-                    _teach(twin, req, guess, actual, now)
-                if req is warmup:  # the router's first pick: reported apart, never scored
-                    facts.update(first_pick=actual, first_pick_predicted=guess)
-                    facts.update(first_pick_learned=learned)
-                else:
-                    out.append(Decision(req.request_id, guess, actual, _cached(data), w, learned))
-            if workers.dead():  # the router may route around it; the run is no longer ours
-                raise FleetFault("a worker exited during the run")
-    if isinstance(twin, LearnedRoundRobin):
-        facts.update(twin.facts())
-    return out
-
-
-def _predict_wave(
-    twin: Router, wave: list[Routed], num_workers: int, now: float, index: KvEventIndex | None
-) -> list[int]:
-    """The twin's decisions for a wave in send order, each seeing the ones before it in flight
-    (and, for cache_aware, in its tree: the router inserts a request as it routes it; the twin
-    does so on a copy, its own tree then taking the actual decisions)."""
-    loads = [0] * num_workers
-    out = []
-    if isinstance(twin, CacheAware) and len(wave) > 1:
-        twin = copy.deepcopy(twin)
-    for req in wave:
-        view = FleetView(list(loads), now)
-        if index is not None:
-            view.cached = index.cached_tokens(req.prompt)  # type: ignore[arg-type]
-        guess = twin.decide(req, view) if isinstance(twin, CacheAware) else twin.choose(req, view)
-        if isinstance(twin, CacheAware) and len(wave) > 1:
-            twin.record(req, guess, now)
-        loads[guess] += 1
-        out.append(guess)
-    return out
-
-
-def _send(client: object, router_url: str, model: str, req: Routed) -> dict:
-    import httpx
-
-    assert isinstance(client, httpx.Client)
-    headers = {"X-Session-ID": req.session_id} if req.session_id else {}
-    body = {"model": model, "prompt": req.prompt, "max_tokens": 2, "temperature": 0.0}
-    reply = client.post(f"{router_url}/v1/completions", json=body, headers=headers)
-    reply.raise_for_status()
-    return dict(reply.json())
-
-
-def _cached(data: dict) -> int:
-    details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
-    return int(details.get("cached_tokens") or 0)
-
-
-def _teach(twin: Router, req: Routed, predicted: int, actual: int, now: float) -> None:
-    """The twin continues from the router's actual decision (teacher forcing)."""
-    if isinstance(twin, CacheAware):
-        twin.record(req, actual, now)
-    elif isinstance(twin, LearnedRoundRobin):
-        twin.learn(actual)
-    elif isinstance(twin, RoundRobin):
-        twin.next = actual + 1
-
-
 @contextlib.contextmanager
 def worker_fleet(
     num_workers: int,
@@ -428,6 +241,7 @@ def worker_fleet(
     engine: str = DEFAULT_DESIGN,
     ready_timeout_s: float = 300.0,
     ports: Sequence[int] | None = None,
+    overrides: Sequence[str] = (),
 ) -> Iterator[Workers]:
     """N built-in servers on free loopback ports, tagged w0..wN-1 (worker i is the i-th URL in
     string order, the order a router is given them in); workers whose cache is a
@@ -439,7 +253,7 @@ def worker_fleet(
     publish = engine in designs_with(KvEventSource)  # the designs that keep vLLM's KV events
     events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if publish else None
     workers = [
-        worker_command(i, p, model, engine, events[i] if events else None)
+        worker_command(i, p, model, engine, events[i] if events else None, overrides)
         for i, p in enumerate(ports)
     ]
     logs = out_dir / "logs" / "workers"
@@ -453,17 +267,29 @@ def worker_fleet(
         yield Workers(urls, events, procs=tuple(procs), logs=logs)
 
 
-def route_through(
+@dataclass(frozen=True)
+class RouterUp:
+    """A started router over its workers: where to send, the served model name, the twin's KV
+    index (kv_aware), the worker order the router logged (vllm-router) and the learned facts."""
+
+    url: str
+    model: str
+    index: KvEventIndex | None
+    order: list[int] | None
+    facts: dict[str, object]
+
+
+@contextlib.contextmanager
+def router_up(
     kind: str,
     cfg: FleetConfig,
     workers: Workers,
-    stream: list[Routed],
     out_dir: Path,
     warm: Sequence[tuple[int, Routed]] = (),
-    concurrency: int = 1,
-) -> list[Decision]:
+) -> Iterator[RouterUp]:
     """Start the router over the workers (caches flushed first, then each `warm` request sent
-    straight to its worker), drive `stream` through it in waves of `concurrency`, stop it."""
+    straight to its worker) and stop it on exit; a failure inside, of any fleet process, is one
+    FleetFault naming the processes that exited."""
     import httpx
 
     if cfg.router not in TWINNED.get(kind, ()):
@@ -492,11 +318,9 @@ def route_through(
                 wait_workers(router_url, len(workers.urls), watched, 60.0)
                 with httpx.Client(timeout=120) as client:
                     for i, req in warm:
-                        _send(client, workers.urls[i], model, req)
+                        send_completion(client, workers.urls[i], model, req)
                 order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
-                decisions = drive_router(
-                    router_url, model, stream, cfg, workers, index, concurrency, order, facts
-                )
+                yield RouterUp(router_url, model, index, order, facts)
             except (FleetFault, TimeoutError, httpx.HTTPError, KeyError, ValueError) as exc:
                 if isinstance(exc, (KeyError, ValueError)) and not gone():
                     raise  # a reply we misread with every process alive: our bug, traced
@@ -505,13 +329,30 @@ def route_through(
                 raise fault(what[:300], gone()) from None
             if gone():  # a router may route around a dead worker: not the fleet we measure
                 raise fault("a fleet process exited during the run", gone())
-            (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
-                json.dumps(facts, indent=1) + "\n"
-            )
-            return decisions
     finally:
         if index is not None:
             index.stop()
+
+
+def route_through(
+    kind: str,
+    cfg: FleetConfig,
+    workers: Workers,
+    stream: list[Routed],
+    out_dir: Path,
+    warm: Sequence[tuple[int, Routed]] = (),
+    concurrency: int = 1,
+) -> list[Decision]:
+    """Start the router over the workers (router_up), drive `stream` through it in waves of
+    `concurrency`, stop it; what the twin learned goes to learned-<router>-<policy>.json."""
+    with router_up(kind, cfg, workers, out_dir, warm) as up:
+        decisions = drive_router(
+            up.url, up.model, stream, cfg, workers, up.index, concurrency, up.order, up.facts
+        )
+    (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
+        json.dumps(up.facts, indent=1) + "\n"
+    )
+    return decisions
 
 
 def run_real_fleet(
@@ -591,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(f"  misses only in arrival order: {order_only(decisions)}")
+    causes = Counter(d.cause for d in decisions if d.cause)
+    if causes:
+        print(f"  misses by cause (replayed): {dict(sorted(causes.items()))}")
     return 0
 
 

@@ -45,3 +45,21 @@ def test_round_robin_in_the_routers_own_order_at_3_workers(kind, workers):
     else:  # one slot of the cycle is unknown after the first pick; the last follows
         assert facts["order_source"] == "decisions" and len(guesses) <= 1
     assert len(scored) >= len(stream) - 1
+
+
+def test_cache_aware_ties_go_the_routers_way_and_every_miss_has_its_cause(workers):
+    """sglang-router's cache_aware at 3 workers, waves of 4 (one at a time it sends every cold
+    prompt to its first worker, so only waves spread a stream): two router starts, each with its
+    own worker order. The first pick teaches the twin the router's first worker; a miss is
+    replayed in every arrival order (harness/routers/replay.py) and named for its cause."""
+    need_router("sglang")
+    fleet, out = workers
+    stream, warm = streams("cache_aware", num_groups=6, per_group=2, num_workers=WORKERS)
+    cfg = FleetConfig(replicas=WORKERS, router="cache_aware")
+    for start in range(2):
+        decisions = route_through("sglang", cfg, fleet, stream, out / f"s{start}", warm, 4)
+        assert len({d.actual for d in decisions}) >= 2  # the stream spread
+        facts = json.loads((out / f"s{start}" / "learned-sglang-cache_aware.json").read_text())
+        assert facts["worker_order"][0] in range(WORKERS)
+        assert all((d.cause == "") == (d.predicted == d.actual) for d in decisions)
+        assert sum(d.cause == "other" for d in decisions) <= 1, decisions

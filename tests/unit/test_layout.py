@@ -42,6 +42,9 @@ UPWARD: dict[tuple[str, str], str] = {
     ("harness.run.targets", "harness.live_server.target"): (
         "the targets are registered in one visible place, beside the seam they implement"
     ),
+    ("harness.run.targets", "harness.routers.target"): (
+        "the real-router fleet is one more target of the same registry (fleet.real)"
+    ),
 }
 MAX_UPWARD = 2
 MAX_TOP_MODULES = 6  # harness/'s top holds the CLI entry; everything else lives on a floor

@@ -1,0 +1,243 @@
+"""Driving a stream through a started real router, the routing twin predicting each decision
+first: waves of requests sent at once, each reply's worker read back, the twin taught the actual
+decisions, and each miss's cause (harness/routers/replay.py). harness/routers/fleet.py starts the
+workers and the router; this module only sends and predicts.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engines.errors import BadInput
+from harness.fleet.config import FleetConfig
+from harness.fleet.policies import (
+    ROUTERS,
+    CacheAware,
+    ConsistentHash,
+    FleetView,
+    RoundRobin,
+    Routed,
+    Router,
+)
+from harness.routers.faults import FleetFault
+from harness.routers.kv_index import KvEventIndex
+from harness.routers.learned import LearnedRoundRobin
+from harness.routers.replay import OTHER, replay
+
+if TYPE_CHECKING:
+    from harness.routers.fleet import Workers
+
+
+@dataclass(frozen=True)
+class Decision:
+    request_id: str
+    predicted: int
+    actual: int
+    cached_tokens: int
+    wave: int = 0  # the requests of one wave were sent at once (concurrency > 1)
+    # False: predicted while a fact it needs was still unknown (a slot of round robin's order):
+    # a guess, reported apart from the score
+    learned: bool = True
+    # the reply's usage and its times (seconds from the first wave's send), for a run's rows
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    sent_s: float = 0.0
+    done_s: float = 0.0
+    # a miss's cause (harness/routers/replay.py: tie, arrival, other); "" for a hit, or a policy
+    # whose misses are not replayed
+    cause: str = ""
+
+
+def order_only(decisions: Sequence[Decision]) -> int:
+    """Misses in waves whose predicted workers, as a multiset, are the actual ones: the router
+    made the twin's decisions, in the order the requests reached it rather than the send order."""
+    waves: dict[int, list[Decision]] = {}
+    for d in decisions:
+        waves.setdefault(d.wave, []).append(d)
+    return sum(
+        sum(d.predicted != d.actual for d in wave)
+        for wave in waves.values()
+        if sorted(d.predicted for d in wave) == sorted(d.actual for d in wave)
+    )
+
+
+def drive_router(
+    router_url: str,
+    model: str,
+    stream: list[Routed],
+    twin_cfg: FleetConfig,
+    workers: Workers,
+    index: KvEventIndex | None = None,
+    concurrency: int = 1,
+    order: list[int] | None = None,
+    facts: dict[str, object] | None = None,
+    waves: Sequence[Sequence[Routed]] | None = None,
+    deliver: Callable[[Decision], None] | None = None,
+    max_tokens: Mapping[str, int] | None = None,
+) -> list[Decision]:
+    """Send the stream in waves of `concurrency` requests (all of a wave at once, the next wave
+    when it is answered; `waves`: the waves themselves instead, `max_tokens`: each request's
+    output length, else 2; `deliver`: each decision as its wave ends); the twin predicts each decision first, in send order, counting its own
+    picks within the wave as the router's in-flight load. The twin then learns the actual
+    decisions (teacher forcing: round robin's turn one at a time, cache_aware's tree always), so
+    one miss is not counted twice. With `index`, the twin reads each
+    worker's cached prefix from its KV events (kv_aware). Round robin's twin cycles in the
+    router's `order` when known (vllm-router's start log), else learns it from the decisions;
+    what it learned and the router's first pick (the warm-up's) go into `facts`."""
+    import httpx
+
+    urls = workers.urls
+    twin: Router = (
+        CacheAware(twin_cfg, all_tenants=False, cold_least_load=True, order=order)
+        if twin_cfg.router == "cache_aware"
+        else ConsistentHash(twin_cfg, names=urls)  # the real ring: points named by worker URL
+        if twin_cfg.router == "consistent_hash"
+        else LearnedRoundRobin(len(urls), order)
+        if twin_cfg.router == "round_robin"
+        else ROUTERS.get(twin_cfg.router)(twin_cfg)
+    )
+    facts = {} if facts is None else facts
+    warmup = Routed("warmup", "prefixbench fleet warm-up: a prompt no other request shares")
+    if index is not None:  # a prompt of token ids the stream never uses
+        warmup = Routed("warmup", tuple(range(40_100, 40_140)))
+    if concurrency > 1 and workers.served_by.one_at_a_time:
+        raise BadInput("these workers tell who served a request one request at a time only")
+    if waves is None:
+        waves = [stream[i : i + concurrency] for i in range(0, len(stream), concurrency)]
+    tokens = {} if max_tokens is None else max_tokens
+    out = []
+    t0 = time.monotonic()
+
+    def timed(req: Routed) -> tuple[dict, float]:
+        data = send_completion(client, router_url, model, req, tokens.get(req.request_id, 2))
+        return data, time.monotonic() - t0
+
+    width = max([concurrency, *(len(wave) for wave in waves)])
+    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(width) as pool:
+        for w, wave in enumerate([[warmup], *waves]):
+            if index is not None:
+                index.refresh()  # the events of the previous wave's steps
+            now = time.monotonic() - t0
+            learned = not isinstance(twin, LearnedRoundRobin) or (
+                twin.certain if len(wave) == 1 else twin.complete
+            )
+            known = list(twin.order) if isinstance(twin, CacheAware) else []
+            predicted = _predict_wave(twin, list(wave), len(urls), now, index)
+            workers.served_by.before()
+            replies = list(pool.map(timed, wave))
+            actuals = [workers.served_by.after(data) for data, _ in replies]
+            causes = _causes(twin, wave, predicted, actuals, len(urls), now)
+            for req, (guess, ties), (data, done_s), actual, cause in zip(
+                wave, predicted, replies, actuals, causes
+            ):
+                if len(wave) == 1 or isinstance(twin, CacheAware):
+                    _teach(twin, req, guess, actual, now)
+                sure = learned
+                if isinstance(twin, CacheAware) and ties is not None:
+                    # a tie broken by an order not known yet when the wave was predicted: a guess
+                    sure = len(ties) < 2 or guess in known
+                    if len(wave) == 1:  # a wave of more is learned from by its replay
+                        twin.learn_tie(ties, actual)
+                if req is warmup:  # the router's first pick: reported apart, never scored
+                    facts.update(first_pick=actual, first_pick_predicted=guess)
+                    facts.update(first_pick_learned=sure)
+                    continue
+                usage = data.get("usage") or {}
+                decision = Decision(
+                    req.request_id, guess, actual, _cached(data), w, sure,
+                    int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                    now, done_s, cause,
+                )  # fmt: skip
+                out.append(decision)
+                if deliver is not None:
+                    deliver(decision)
+            if workers.dead():  # the router may route around it; the run is no longer ours
+                raise FleetFault("a worker exited during the run")
+    if isinstance(twin, LearnedRoundRobin):
+        facts.update(twin.facts())
+    if isinstance(twin, CacheAware):
+        source = "tie decisions" if order is None else "start log, tie decisions"
+        facts.update(worker_order=list(twin.order), order_source=source)
+    return out
+
+
+def _causes(
+    twin: Router,
+    wave: Sequence[Routed],
+    predicted: Sequence[tuple[int, list[int] | None]],
+    actuals: Sequence[int],
+    num_workers: int,
+    now: float,
+) -> list[str]:
+    """Each decision's miss cause ("" for a hit): cache_aware's waves of more than one request
+    replayed in every arrival order (harness/routers/replay.py), the worker order the replay
+    settled then the twin's."""
+    missed = [guess != actual for (guess, _), actual in zip(predicted, actuals)]
+    if not isinstance(twin, CacheAware) or len(wave) < 2 or not any(missed):
+        return [""] * len(wave)
+    found = replay(twin, wave, actuals, num_workers, now)
+    if found is not None:
+        twin.order = found[1]
+    cause = OTHER if found is None else found[0]
+    return [cause if m else "" for m in missed]
+
+
+def _predict_wave(
+    twin: Router, wave: list[Routed], num_workers: int, now: float, index: KvEventIndex | None
+) -> list[tuple[int, list[int] | None]]:
+    """The twin's decisions for a wave in send order, each seeing the ones before it in flight
+    (and, for cache_aware, in its tree: the router inserts a request as it routes it; the twin
+    does so on a copy, its own tree then taking the actual decisions), each with the workers
+    it found tied (cache_aware's cold prompts; None otherwise)."""
+    loads = [0] * num_workers
+    out = []
+    if isinstance(twin, CacheAware) and len(wave) > 1:
+        twin = copy.deepcopy(twin)
+    for req in wave:
+        view = FleetView(list(loads), now)
+        if index is not None:
+            view.cached = index.cached_tokens(req.prompt)  # type: ignore[arg-type]
+        ties = None
+        if isinstance(twin, CacheAware):
+            guess, ties = twin.decide(req, view), twin.ties
+            if len(wave) > 1:
+                twin.record(req, guess, now)
+        else:
+            guess = twin.choose(req, view)
+        loads[guess] += 1
+        out.append((guess, ties))
+    return out
+
+
+def send_completion(
+    client: object, router_url: str, model: str, req: Routed, max_tokens: int = 2
+) -> dict:
+    import httpx
+
+    assert isinstance(client, httpx.Client)
+    headers = {"X-Session-ID": req.session_id} if req.session_id else {}
+    prompt = req.prompt if isinstance(req.prompt, str) else list(req.prompt)
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
+    reply = client.post(f"{router_url}/v1/completions", json=body, headers=headers)
+    reply.raise_for_status()
+    return dict(reply.json())
+
+
+def _cached(data: dict) -> int:
+    details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
+    return int(details.get("cached_tokens") or 0)
+
+
+def _teach(twin: Router, req: Routed, predicted: int, actual: int, now: float) -> None:
+    """The twin continues from the router's actual decision (teacher forcing)."""
+    if isinstance(twin, CacheAware):
+        twin.record(req, actual, now)
+    elif isinstance(twin, LearnedRoundRobin):
+        twin.learn(actual)
+    elif isinstance(twin, RoundRobin):
+        twin.next = actual + 1

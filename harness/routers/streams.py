@@ -1,0 +1,55 @@
+"""The fixed streams the real-router checks use (`python -m harness.routers.fleet`, the live
+tests): groups of prompts sharing a prefix, interleaved, as text or token ids, and for kv_aware the
+prefixes placed on their workers beforehand. A run of the pipeline routes its workload instead.
+"""
+
+from __future__ import annotations
+
+from harness.fleet.policies import Routed
+
+
+def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
+    """Text prompts: groups sharing a long prefix of words, each with its own question; the
+    groups interleaved (g0 g1 ... g0 g1 ...) so prefix-aware routing has work to do."""
+    import random
+
+    rng = random.Random(seed)
+    words = [f"w{k}" for k in range(500)]
+    prefixes = [" ".join(rng.choices(words, k=60)) for _ in range(num_groups)]
+    out = []
+    for i in range(per_group):
+        for g in range(num_groups):
+            question = " ".join(rng.choices(words, k=8))
+            out.append(Routed(f"g{g}-q{i}", f"{prefixes[g]} Q: {question}", session_id=f"s{g}"))
+    return out
+
+
+def token_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
+    """Token-id prompts (vllm-router's kv_aware scores token ids and nothing else): groups
+    sharing a 64-token prefix, each with its own 8-token question, interleaved like text_stream."""
+    import random
+
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(100, 40_000) for _ in range(64)] for _ in range(num_groups)]
+    out = []
+    for i in range(per_group):
+        for g in range(num_groups):
+            question = [rng.randrange(100, 40_000) for _ in range(8)]
+            out.append(Routed(f"g{g}-q{i}", (*prefixes[g], *question), session_id=f"s{g}"))
+    return out
+
+
+def streams(
+    policy: str, num_groups: int, per_group: int, num_workers: int
+) -> tuple[list[Routed], list[tuple[int, Routed]]]:
+    """The stream a policy is checked on, and the requests sent straight to a worker first.
+    kv_aware gets token ids, and each group's prefix placed on worker g mod N beforehand: only a
+    router that reads the workers' real caches sends every group where its prefix already is."""
+    if policy != "kv_aware":
+        return text_stream(num_groups, per_group), []
+    stream = token_stream(num_groups, per_group)
+    warm = [
+        (g % num_workers, Routed(f"warm-g{g}", (*stream[g].prompt[:64], 1, 2, 3)))
+        for g in range(num_groups)
+    ]
+    return stream, warm

@@ -1,0 +1,88 @@
+"""A real router inside the one pipeline: `python -m harness ... fleet.real=sglang-router` runs a
+workload through sglang-router over 3 built-in workers into one run folder (rows with the replica
+and the twin's predicted replica, the fleet's figures, the router's files), and `harness.report`
+puts it in fleet.csv; bad input is one line, exit 2, nothing started and no folder left."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from harness.run.execute import EXIT_BAD_INPUT
+from tests.cli_util import harness
+from tests.harness_util import ROOT
+from tests.router_util import need_router
+
+# 3 groups x 4 prompts sharing a 96-token system prompt, shuffled: cache_aware has work to do
+STREAM = [
+    "workload=system_prompt",
+    "workload.num_groups=3",
+    "workload.prompts_per_group=4",
+    "workload.system_prompt_len=96",
+    "workload.question_len=8",
+    "workload.output_len=2",
+    "model=smollm2-rand",
+    "warmup.num_requests=1",
+    "warmup.prompt_len=16",
+    "warmup.output_len=2",
+]
+FLEET = ["fleet.replicas=3", "fleet.router=cache_aware", "fleet.real=sglang-router"]
+
+
+def test_a_workload_runs_through_the_real_router_and_into_the_report(tmp_path):
+    need_router("sglang")
+    run_dir = tmp_path / "runs" / "fleet"
+    proc = harness([*STREAM, *FLEET], run_dir, timeout=480)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sglang-router cache_aware (3 replicas)" in proc.stdout + proc.stderr  # the routing
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["fleet_real"] == "sglang-router"
+    twin = summary["fleet_twin"]
+    assert twin["scored"] + twin["guesses"] == 12 and 0 <= twin["first_pick"] < 3
+    table = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(table) == 12 and table["replica"].between(0, 2).all()
+    assert table["predicted_replica"].between(0, 2).all()
+    per = {p["replica"]: p["requests"] for p in summary["fleet_per_replica"]}
+    assert per == table["replica"].value_counts().reindex(range(3), fill_value=0).to_dict()
+    decisions = pd.read_csv(run_dir / "fleet" / "decisions.csv")
+    assert sorted(decisions["request_id"]) == sorted(table["request_id"])
+    assert (
+        decisions.set_index("request_id")["actual"] == table.set_index("request_id")["replica"]
+    ).all()
+    assert summary["fleet_hit_rate"] <= summary["fleet_bound_hit_rate"] + 1e-12
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["config"]["fleet"]["real"] == "sglang-router"
+
+    report = subprocess.run(
+        [sys.executable, "-m", "harness.report", str(run_dir.parent)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-3000:]
+    fleet = pd.read_csv(run_dir.parent / "fleet.csv")
+    row = fleet[fleet["router"] == "sglang-router/cache_aware"].iloc[0]
+    assert row["replicas"] == 3 and row["n_runs"] == 1 and row["router_loss"] >= 0
+    assert any((run_dir.parent / "figures").glob("*.png"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["fleet.router=kv_aware"], "not a sglang-router policy; valid: round_robin"),
+        (["fleet.replicas=1000"], "fleet.replicas=1000: would start 1001 processes"),
+        (["fleet.real=nope"], "fleet.real must be one of sglang-router, vllm-router"),
+        (["fleet.replicas=1"], "fleet.replicas (with fleet.real) must be an integer in [2,"),
+        (["workload=unique", "workload.num_prompts=0"], "num_prompts"),
+    ],
+)
+def test_a_refused_real_fleet_is_one_line_and_leaves_nothing(tmp_path, overrides, needle):
+    need_router("sglang")
+    run_dir = tmp_path / "bad"
+    proc = harness([*STREAM, *FLEET, *overrides], run_dir, timeout=120)
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
+    assert not run_dir.exists()
