@@ -26,6 +26,7 @@ from harness.metrics.summary import RunContext
 from harness.results.run_dir import RunDir
 from workloads.registry import Registry
 
+# registry: every client whose output imports as a run (harness.report --import CLIENT PATH)
 IMPORTERS: Registry[Callable[[Path], Imported]] = Registry("import client")
 IMPORTERS.add("aiperf", import_aiperf)
 IMPORTERS.add("guidellm", import_guidellm)
