@@ -8,7 +8,6 @@ inference-perf)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,7 +17,6 @@ from harness.config.errors import BadInput
 from harness.export.import_aiperf import READ_LIMIT, Imported
 
 SERVER_COLUMNS = ("server_request_id", "server_prompt_tokens", "server_cached_tokens")
-INDEXED = re.compile(r"(.*?)([0-9]+)")
 
 
 class ServerRow(NamedTuple):
@@ -65,16 +63,24 @@ def read_server_log(path: Path) -> list[ServerRow]:
     return rows
 
 
+def _splits(client_id: str) -> list[tuple[str, int]]:
+    """Every (prefix, index) reading of an id ending in digits: a prefix may end in digits too
+    ("run1" + "0" and "run" + "10" are both "run10")."""
+    digits = len(client_id) - len(client_id.rstrip("0123456789"))
+    return [
+        (client_id[:k], int(client_id[k:])) for k in range(len(client_id) - digits, len(client_id))
+    ]
+
+
 def _indexed(rows: list[ServerRow], wanted: set[int]) -> dict[str, ServerRow]:
     """Index -> row under the one prefix whose ids cover `wanted` (the latest such prefix in the
     log when several runs left one)."""
-    by_prefix: dict[str, dict[str, ServerRow]] = {}
+    by_prefix: dict[str, dict[int, ServerRow]] = {}
     for row in rows:
-        match = INDEXED.fullmatch(row.client_request_id or "")
-        if match:
-            by_prefix.setdefault(match[1], {})[str(int(match[2]))] = row
-    covering = [p for p, found in by_prefix.items() if wanted <= {int(i) for i in found}]
-    return by_prefix[covering[-1]] if covering else {}
+        for prefix, index in _splits(row.client_request_id or ""):
+            by_prefix.setdefault(prefix, {})[index] = row
+    covering = [p for p, found in by_prefix.items() if wanted <= found.keys()]
+    return {str(i): r for i, r in by_prefix[covering[-1]].items()} if covering else {}
 
 
 def server_rows_for(imported: Imported, rows: list[ServerRow]) -> dict[str, ServerRow]:

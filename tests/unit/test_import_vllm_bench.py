@@ -88,3 +88,14 @@ def test_a_log_without_the_runs_requests_is_one_line_and_no_run(tmp_path):
     code, _, stderr = report(*args)
     assert code == 2 and "none of the 8 vllm-bench requests" in stderr
     assert not out.exists()
+
+
+def test_a_request_id_prefix_that_ends_in_a_digit_still_joins(tmp_path):
+    """`--request-id-prefix run1` sends run10 ... run17: position 0 is not position 10."""
+    prefix = json.loads(SERVER_LOG.read_text().splitlines()[0])["client_request_id"][:-1]
+    log = tmp_path / "log.jsonl"
+    log.write_text(SERVER_LOG.read_text().replace(prefix, "run1"))
+    out = tmp_path / "out"
+    args = ["--import", "vllm-bench", str(RESULT), "--out", str(out), "--server-log", str(log)]
+    assert report(*args)[0] == 0
+    assert pd.read_parquet(out / "requests.parquet")["cached_tokens"].tolist() == [0] + [64] * 7
