@@ -24,11 +24,12 @@ OFFLINE = {
 }
 
 
-def need(executable: Path, setup: str = "scripts/setup_clients.sh", in_ci: bool = True) -> Path:
-    """`executable`, or fail (under CI=true, when CI builds it) or skip with the setup to run."""
-    if executable.exists() and CLIENTS_HF_HOME.is_dir():
-        return executable
-    problem = f"needs {executable.relative_to(ROOT)} and .venv-clients/hf: run bash {setup}"
+def need(path: Path, setup: str = "scripts/setup_clients.sh", in_ci: bool = True) -> Path:
+    """`path` (a client, or the tokenizer entry CLIENTS_HF_HOME), or fail (under CI=true, where
+    CI builds it) or skip, naming the setup to run."""
+    if path.exists():
+        return path
+    problem = f"needs {path.relative_to(ROOT)}: run bash {setup}"
     if in_ci and os.environ.get("CI") == "true":
         pytest.fail(problem)
     pytest.skip(problem)

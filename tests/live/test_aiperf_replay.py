@@ -14,7 +14,7 @@ import pytest
 
 from harness.export.import_aiperf import import_aiperf
 from harness.export.join import join_server_log
-from tests.client_util import client_env, need, serving
+from tests.client_util import CLIENTS_HF_HOME, client_env, need, serving
 from tests.export_support import ZIPF_SYSTEM_PROMPT, export
 from tests.harness_util import ROOT, SMALL, merged, run_harness
 
@@ -59,7 +59,7 @@ def test_aiperf_replay_of_an_exported_trace_matches_the_in_process_run(tmp_path)
     """One request at a time on both sides: under a burst, how a loaded machine splits the
     arrivals into steps decides which request of a group hits, so the comparison would be of
     timing, not of prefix structure."""
-    need(AIPERF)
+    need(AIPERF), need(CLIENTS_HF_HOME)
     one = ["load.max_concurrency=1"]
     original = run_harness(merged(SMALL, ZIPF_SYSTEM_PROMPT, SIM, one), tmp_path / "orig")
     assert original.returncode == 0, original.stderr

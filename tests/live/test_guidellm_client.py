@@ -9,7 +9,7 @@ import subprocess
 
 import pandas as pd
 
-from tests.client_util import TOKENIZER_REPO, client_env, need, serving
+from tests.client_util import CLIENTS_HF_HOME, TOKENIZER_REPO, client_env, need, serving
 from tests.export_support import report
 from tests.harness_util import ROOT
 
@@ -18,7 +18,7 @@ COUNT = 6
 
 
 def test_guidellm_drives_the_builtin_server_and_joins_its_log(tmp_path):
-    guidellm = need(GUIDELLM)
+    guidellm, _ = need(GUIDELLM), need(CLIENTS_HF_HOME)
     log, out = tmp_path / "server_requests.jsonl", tmp_path / "guidellm"
     with serving(log) as server:
         backend = f"kind=openai_http,target={server.url},model={TOKENIZER_REPO}"

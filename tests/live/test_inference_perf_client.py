@@ -41,7 +41,7 @@ def config(url: str, storage) -> dict:
 
 
 def test_inference_perf_drives_the_builtin_server_and_joins_its_log(tmp_path):
-    client = need(INFERENCE_PERF)
+    client, _ = need(INFERENCE_PERF), need(CLIENTS_HF_HOME)
     log, out = tmp_path / "server_requests.jsonl", tmp_path / "inference-perf"
     with serving(log) as server:
         (tmp_path / "config.yml").write_text(yaml.safe_dump(config(server.url, out)))

@@ -25,7 +25,7 @@ def test_sglang_bench_serving_drives_the_builtin_server(tmp_path):
     has = subprocess.run([str(python), "-c", "import datasets"], capture_output=True, timeout=120)
     if has.returncode != 0:  # sglang.benchmark.serving imports it; the --no-deps setup lacks it
         pytest.skip(".venv-sglang lacks the `datasets` package that sglang.bench_serving imports")
-    need(ROOT / ".venv-clients" / "bin" / "python")  # the tokenizer entry
+    need(CLIENTS_HF_HOME)  # the tokenizer entry
     log, out = tmp_path / "server_requests.jsonl", tmp_path / "bench.jsonl"
     with serving(log) as server:
         args = [
