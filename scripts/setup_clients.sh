@@ -2,8 +2,9 @@
 # The field's load generators in environments of their own (their pins are not the project's):
 # aiperf 0.13.0 in .venv-clients, guidellm 0.8.1 in .venv-guidellm, inference-perf 0.7.0 in
 # .venv-inference-perf (Python 3.12), and SmolLM2's tokenizer as an offline hub-cache entry for it
-# (.venv-clients/hf, scripts/client_tokenizer.py). Opt-in: tests/live/test_aiperf_replay.py skips
-# without it, CI too. Needs .venv (scripts/setup.sh) for the tokenizer. docs/interop.md §6.
+# (.venv-clients/hf, scripts/client_tokenizer.py). .ci/run builds them; their live tests
+# (tests/live/test_*_client*.py, test_aiperf_replay.py) skip without them, and fail under CI=true.
+# Needs .venv (scripts/setup.sh) for the tokenizer. docs/interop.md §6.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,10 +13,25 @@ PY=${PYTHON:-python3}
 .venv-clients/bin/python -m pip install -q "aiperf==0.13.0"
 [ -x .venv-guidellm/bin/python ] || "$PY" -m venv .venv-guidellm
 .venv-guidellm/bin/python -m pip install -q --upgrade pip
+# guidellm requires torch (unpinned): without a CUDA device its CPU build first, as setup.sh does,
+# instead of the default CUDA build's ~6 GB of nvidia-* packages.
+VPY=.venv-guidellm/bin/python VPIP=".venv-guidellm/bin/python -m pip" LABEL=setup_clients
+TORCH="torch==2.13.0" CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+# shellcheck source=scripts/torch_build.sh
+source scripts/torch_build.sh
+if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
+    "$VPY" -c "import torch" 2>/dev/null || install_cpu_torch
+fi
 .venv-guidellm/bin/python -m pip install -q "guidellm==0.8.1"
-# inference-perf 0.7.0 requires Python >= 3.12
+# inference-perf 0.7.0 requires Python >= 3.12. A pyenv shim is on the PATH even where it cannot
+# run the version it names, so the interpreter is asked to run, not just looked up.
 IP_PY=${INFERENCE_PERF_PYTHON:-python3.12}
-if command -v "$IP_PY" >/dev/null 2>&1; then
+if ! "$IP_PY" -c "" >/dev/null 2>&1 && command -v pyenv >/dev/null 2>&1; then
+    for v in "$(pyenv root)"/versions/3.1[2-9]*/bin/python3; do
+        if "$v" -c "" >/dev/null 2>&1; then IP_PY=$v; break; fi
+    done
+fi
+if "$IP_PY" -c "" >/dev/null 2>&1; then
     [ -x .venv-inference-perf/bin/python ] || "$IP_PY" -m venv .venv-inference-perf
     .venv-inference-perf/bin/python -m pip install -q --upgrade pip
     .venv-inference-perf/bin/python -m pip install -q "inference-perf==0.7.0"

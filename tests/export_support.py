@@ -60,3 +60,13 @@ def export(*args: str) -> tuple[int, str, str]:
         except SystemExit as exc:  # argparse's own exits
             code = int(exc.code or 0)
     return code, out.getvalue(), err.getvalue()
+
+
+def report(*args: str) -> tuple[int, str, str]:
+    """`python -m harness.report ARGS` in this process: (exit code, stdout, stderr)."""
+    from harness.report.build import main as report_main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = report_main(list(args))
+    return code, out.getvalue(), err.getvalue()

@@ -2,8 +2,8 @@
 
 POST /v1/completions (JSON or SSE stream), GET /v1/models, GET /health, GET /version, GET /metrics
 (Prometheus text), POST /reset_prefix_cache (vLLM's name) and GET|POST /flush_cache (SGLang's),
-GET /step_log?since=N. Handlers never touch the engine: they post to the engine thread and await
-their request's events. A handler that ends before its request did (the client went away, a
+GET /step_log?since=N; `request_log` keeps a line per finished completion (request_log.py).
+Handlers never touch the engine: they post to the engine thread and await their request's events. A handler that ends before its request did (the client went away, a
 shutdown cancelled it) aborts the request, which frees its KV.
 
 Client input never reaches a traceback: a body is read up to `Limits.max_body_bytes` (413; the
@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -39,6 +40,7 @@ from harness.builtin_server.events import Accepted, Done, Failed, RequestSink, T
 from harness.builtin_server.metrics import CONTENT_TYPE, render
 from harness.builtin_server.protocol import ApiError, CompletionParams
 from harness.builtin_server.reply import Reply
+from harness.builtin_server.request_log import CLIENT_ID_HEADER, RequestLog
 from harness.builtin_server.text import TextCodec
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,13 @@ class ServedModel:
     worker_tag: str | None = None  # each reply's system_fingerprint (docs/fleet.md §5)
 
 
-def build_app(thread: EngineThread, model: ServedModel, limits: Limits | None = None) -> Starlette:
-    routes = _Routes(thread, model, limits or Limits())
+def build_app(
+    thread: EngineThread,
+    model: ServedModel,
+    limits: Limits | None = None,
+    request_log: RequestLog | None = None,
+) -> Starlette:
+    routes = _Routes(thread, model, limits or Limits(), request_log)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -77,6 +84,8 @@ def build_app(thread: EngineThread, model: ServedModel, limits: Limits | None = 
             yield
         finally:
             thread.stop()
+            if request_log is not None:
+                request_log.close()
 
     return Starlette(
         routes=[
@@ -122,8 +131,19 @@ def _sse(payload: dict | str) -> str:
 
 
 class _Routes:
-    def __init__(self, thread: EngineThread, model: ServedModel, limits: Limits) -> None:
+    def __init__(
+        self,
+        thread: EngineThread,
+        model: ServedModel,
+        limits: Limits,
+        request_log: RequestLog | None = None,
+    ) -> None:
         self.thread, self.model, self.limits = thread, model, limits
+        self.request_log = request_log
+
+    def _finished(self, reply: Reply) -> None:
+        if self.request_log is not None:
+            self.request_log.append(reply.record())
 
     # ---------------------------------------------------------------- small routes
     async def model_info(self, request: Request) -> Response:
@@ -193,6 +213,7 @@ class _Routes:
 
     # ---------------------------------------------------------------- completions
     async def completions(self, request: Request) -> Response:
+        arrival = time.time()
         try:
             raw = await self._read_body(request)
             # Decoding, checking and tokenising a large body takes CPU: off the event loop.
@@ -208,7 +229,8 @@ class _Routes:
                 handed_over = True  # the engine never took it
                 return _error(ApiError(first.message, status=first.status))
             assert isinstance(first, Accepted)
-            reply = Reply(self.model, req, params)
+            client_id = request.headers.get(CLIENT_ID_HEADER)
+            reply = Reply(self.model, req, params, client_id, arrival)
             if params.stream:
                 handed_over = True
                 stream = self._stream(request, sink, reply)
@@ -324,6 +346,7 @@ class _Routes:
                     reply.add(event)
                 elif isinstance(event, Done):
                     finished = True
+                    self._finished(reply)
                     return JSONResponse(reply.whole())
                 elif isinstance(event, Failed):
                     finished = event.status != CLIENT_GONE
@@ -345,6 +368,7 @@ class _Routes:
                     yield _sse(reply.chunk(event))
                 elif isinstance(event, Done):
                     finished = True
+                    self._finished(reply)
                     if reply.params.include_usage:
                         yield _sse(reply.usage_chunk())
                     yield _sse("[DONE]")

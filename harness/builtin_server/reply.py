@@ -13,6 +13,7 @@ from engines.request import CompletionRequest
 from harness.builtin_server import protocol as api
 from harness.builtin_server.events import Tokens
 from harness.builtin_server.protocol import CompletionParams
+from harness.builtin_server.request_log import RequestRecord
 from harness.builtin_server.text import Detokenizer
 
 if TYPE_CHECKING:
@@ -22,9 +23,19 @@ if TYPE_CHECKING:
 class Reply:
     """One request's reply as it is built: per-sample text and ids, usage at the end."""
 
-    def __init__(self, model: ServedModel, req: CompletionRequest, params: CompletionParams):
+    def __init__(
+        self,
+        model: ServedModel,
+        req: CompletionRequest,
+        params: CompletionParams,
+        client_request_id: str | None = None,
+        arrival_unix_s: float | None = None,
+    ):
         self.model, self.req, self.params = model, req, params
-        self.created = int(time.time())
+        now = time.time()
+        self.created = int(now)
+        self.client_request_id = client_request_id
+        self.arrival_unix_s = now if arrival_unix_s is None else arrival_unix_s
         self.samples = [Detokenizer(model.codec) for _ in range(req.n)]
         self.texts = [""] * req.n
         self.started = [False] * req.n
@@ -85,6 +96,21 @@ class Reply:
             for i, d in enumerate(self.samples)
         ]
         return self._envelope(choices, self.usage(self.last_finished))
+
+    def record(self) -> RequestRecord:
+        """The finished request as the server's request log keeps it: the cached tokens of the
+        usage this reply sent (a stream's first sample, a whole reply's last)."""
+        first = self.first_sample if self.first_sample is not None else 0
+        sample = first if self.params.stream else self.last_finished
+        return RequestRecord(
+            request_id=self.req.request_id,
+            client_request_id=self.client_request_id,
+            arrival_unix_s=self.arrival_unix_s,
+            finish_unix_s=time.time(),
+            prompt_tokens=len(self.req.prompt_ids),
+            cached_tokens=self.cached[sample],
+            output_tokens=sum(self.outputs),
+        )
 
     def _envelope(self, choices: list[dict], usage: dict | None) -> dict:
         out = api.completion(self.req.request_id, self.created, self.model.name, choices, usage)

@@ -30,6 +30,7 @@ from harness.builtin_server.app import Limits, ServedModel, build_app
 from harness.builtin_server.deadlines import deadline_protocol
 from harness.builtin_server.engine_thread import EngineThread
 from harness.builtin_server.kv_publisher import KvEventPublisher, check_endpoint
+from harness.builtin_server.request_log import RequestLog
 from harness.builtin_server.step_log import StepLog
 from harness.builtin_server.text import load_codec
 from harness.config.checks import check_device, require_int, require_number
@@ -92,7 +93,8 @@ def check_serve_config(cfg: ServeConfig) -> None:
     if cfg.log_level not in LOG_LEVELS:
         raise BadInput(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {cfg.log_level!r}")
     check_device(cfg.device)
-    _check_step_log_path(cfg.step_log)
+    _check_log_path("step_log", cfg.step_log)
+    _check_log_path("request_log", cfg.request_log)
     if cfg.kv_events_endpoint is not None:
         check_endpoint(cfg.kv_events_endpoint)
         sources = designs_with(KvEventSource)
@@ -106,23 +108,23 @@ def check_serve_config(cfg: ServeConfig) -> None:
     check_model_and_engine(cfg.model, cfg.engine)
 
 
-def _check_step_log_path(path: str | None) -> None:
+def _check_log_path(key: str, path: str | None) -> None:
     """A file we can append to: its folder exists, it is no folder, pipe or socket."""
     if path is None:
         return
     if not isinstance(path, str) or not path:
-        raise BadInput(f"step_log must be a file path or null, got {path!r}")
+        raise BadInput(f"{key} must be a file path or null, got {path!r}")
     target = Path(path)
     if not target.parent.is_dir():
-        raise BadInput(f"step_log: the folder {str(target.parent)!r} does not exist")
+        raise BadInput(f"{key}: the folder {str(target.parent)!r} does not exist")
     try:
         mode = target.stat().st_mode
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise BadInput(f"step_log: cannot use {path!r}: {exc.strerror}") from None
+        raise BadInput(f"{key}: cannot use {path!r}: {exc.strerror}") from None
     if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):  # a file, or /dev/null and the like
-        raise BadInput(f"step_log: {path!r} is not a file")
+        raise BadInput(f"{key}: {path!r} is not a file")
 
 
 def check_bindable(host: str, port: int) -> None:
@@ -174,7 +176,11 @@ def prepare(cfg: ServeConfig) -> Prepared:
         engine, step_log, scheduler=cfg.engine.scheduler_design, publisher=publisher
     )
     limits = Limits(cfg.max_body_bytes)
-    return Prepared(cfg, build_app(thread, model, limits), thread, model)
+    try:
+        request_log = RequestLog(cfg.request_log) if cfg.request_log else None
+    except OSError as exc:
+        raise BadInput(f"request_log: cannot open {cfg.request_log!r}: {exc.strerror}") from None
+    return Prepared(cfg, build_app(thread, model, limits, request_log), thread, model)
 
 
 SHUTDOWN_MARGIN_S = 5.0  # uvicorn's own deadline, after ours: it cancels handlers (tracebacks)

@@ -102,6 +102,8 @@ class ServeConfig:
     served_model_name: the name clients send as `model` (None: the model preset's name).
     step_log: a JSON-lines file of every step (step index, requests with their new tokens);
     None keeps the last `step_log_size` steps in memory only (GET /step_log serves both).
+    request_log: a JSON-lines file, a line per finished completion with the client's
+    X-Request-Id (harness/builtin_server/request_log.py); None keeps none.
     """
 
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -112,6 +114,7 @@ class ServeConfig:
     max_tokens_default: int = 16  # `max_tokens` of a request that sends none (OpenAI's default)
     step_log: str | None = None
     step_log_size: int = 100_000
+    request_log: str | None = None
     device: str = "auto"
     threads: int = 1  # torch CPU threads of the engine thread
     timeout_graceful_shutdown_s: float = 10.0  # SIGTERM: in-flight requests get this long

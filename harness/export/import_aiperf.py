@@ -31,6 +31,10 @@ class Imported(NamedTuple):
     duration_s: float
     failed: int
     facts: dict[str, object]  # model, URL, dataset, start time: into the manifest
+    # What `request_id` is, for the join to the server's log (harness/export/join.py): "sent"
+    # (the X-Request-Id the client sent), "server" (the reply's id, column `response_id`), "index" (appended to a
+    # prefix the client does not save), "none" (the client names no request).
+    ids: str = "none"
 
 
 def _metric(metrics: dict, name: str, where: str, required: bool = True) -> object:
@@ -156,4 +160,4 @@ def import_aiperf(path: Path) -> Imported:
         "records": str(records),
     }
     version = str(agg.get("aiperf_version") or "unknown")
-    return Imported("aiperf", version, table, itls, float(duration), failed, facts)
+    return Imported("aiperf", version, table, itls, float(duration), failed, facts, "sent")

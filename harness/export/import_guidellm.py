@@ -29,6 +29,7 @@ def request_row(req: object, where: str) -> dict[str, object]:
     cached = req.get("cached_tokens")
     return {
         "request_id": str(req.get("request_id")),
+        "response_id": req.get("response_id"),  # the reply's id: the server's log names it
         "session_id": info.get("conversation_id"),
         "turn": int(info.get("turn_index") or 0),
         "start_ns": _number(req, "request_start_time", where),
@@ -91,4 +92,4 @@ def import_guidellm(path: Path) -> Imported:
         "records": str(report),
     }
     version = str(obj["metadata"]["guidellm_version"])
-    return Imported("guidellm", version, table, itls, float(duration), failed, facts)
+    return Imported("guidellm", version, table, itls, float(duration), failed, facts, "server")

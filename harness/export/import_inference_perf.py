@@ -56,8 +56,10 @@ def request_row(req: object, index: int, where: str) -> dict[str, object] | None
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     prompt = usage.get("prompt_tokens") if usage else info.get("input_tokens")
+    reply_id = _completion_id(metrics, index)
     return {
-        "request_id": _completion_id(metrics, index),
+        "request_id": reply_id,
+        "response_id": reply_id,  # the server's log names the reply's id
         "session_id": None,
         "turn": 0,
         "start_ns": start,
@@ -121,4 +123,4 @@ def import_inference_perf(path: Path) -> Imported:
     duration = float(table["finish_s"].max())  # from the first start: the report has no window
     failed = len(parsed) - len(rows)
     # the report does not name inference-perf's version (tested here with 0.7.0)
-    return Imported("inference-perf", "unknown", table, itls, duration, failed, facts)
+    return Imported("inference-perf", "unknown", table, itls, duration, failed, facts, "server")

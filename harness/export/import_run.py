@@ -1,8 +1,9 @@
 """A client's per-request output written as a prefixbench run folder (requests.parquet,
 summary.json with the same definitions as the harness's own runs, manifest.json naming the
 client), so `python -m harness.report` sets it beside the built-in designs' runs and the twin's.
-`python -m harness.report --import CLIENT PATH [RESULTS_DIR] [--out RUN_DIR]`; the importers are
-registered here, one per client whose output was produced and read on this machine."""
+`python -m harness.report --import CLIENT PATH [RESULTS_DIR] [--out RUN_DIR] [--server-log FILE]`;
+the importers are registered here, one per client whose output was produced and read on this
+machine; `--server-log` joins the rows to the built-in server's request log (join.py)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,21 @@ from harness.config.errors import BAD_INPUT, BadInput
 from harness.export.import_aiperf import Imported, import_aiperf
 from harness.export.import_guidellm import import_guidellm
 from harness.export.import_inference_perf import import_inference_perf
+from harness.export.import_sglang_bench import import_sglang_bench
+from harness.export.import_vllm_bench import import_vllm_bench
+from harness.export.join import join_server_log
 from harness.metrics.summarize import summarize, summary_dict
 from harness.metrics.summary import RunContext
 from harness.results.run_dir import RunDir
 from workloads.registry import Registry
 
+# registry: every client whose output imports as a run (harness.report --import CLIENT PATH)
 IMPORTERS: Registry[Callable[[Path], Imported]] = Registry("import client")
 IMPORTERS.add("aiperf", import_aiperf)
 IMPORTERS.add("guidellm", import_guidellm)
 IMPORTERS.add("inference-perf", import_inference_perf)
+IMPORTERS.add("vllm-bench", import_vllm_bench)  # vllm bench serve --save-result --save-detailed
+IMPORTERS.add("sglang-bench", import_sglang_bench)  # sglang.bench_serving --output-details
 
 
 def workload_name(imported: Imported) -> str:
@@ -51,7 +58,7 @@ def run_table(imported: Imported, context: RunContext) -> pd.DataFrame:
     )
 
 
-def write_imported(imported: Imported, out: Path) -> Path:
+def write_imported(imported: Imported, out: Path, joined: dict[str, object] | None = None) -> Path:
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"{out}: already holds files; an import writes a new run folder")
     name = workload_name(imported)
@@ -85,6 +92,8 @@ def write_imported(imported: Imported, out: Path) -> Path:
         summary["hit_rate"] = None
     if not any(len(v) for v in imported.itls_ms.values()):  # the client kept no token gaps
         summary.update({k: None for k in summary if k.endswith("_itl_ms")})
+    if not table["arrival_s"].notna().all():  # no start times (SGLang's bench): no overlap
+        summary.update(max_concurrent_requests=None, max_overlapping_requests=None)
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     manifest = {
         "created_utc": created,
@@ -96,7 +105,12 @@ def write_imported(imported: Imported, out: Path) -> Path:
             "executor": "client",
             "label": f"{imported.client} import",
         },
-        "client": {"name": imported.client, "version": imported.client_version, **imported.facts},
+        "client": {
+            "name": imported.client,
+            "version": imported.client_version,
+            **imported.facts,
+            **({"server": joined} if joined else {}),
+        },
         "packages": {imported.client: imported.client_version},
     }
     run = RunDir(out)
@@ -106,11 +120,14 @@ def write_imported(imported: Imported, out: Path) -> Path:
     return out
 
 
-def import_main(client: str, path: Path, out: Path) -> int:
+def import_main(client: str, path: Path, out: Path, server_log: Path | None = None) -> int:
     """`harness.report --import`: one line and exit 2 on bad input, nothing written."""
     try:
         imported = IMPORTERS.get(client)(path)
-        written = write_imported(imported, out)
+        joined = None
+        if server_log is not None:
+            imported, joined = join_server_log(imported, server_log)
+        written = write_imported(imported, out, joined)
     except BAD_INPUT + (OSError,) as exc:
         print(
             f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",

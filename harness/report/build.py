@@ -235,8 +235,16 @@ def main(argv: list[str] | None = None) -> int:
         nargs=2,
         metavar=("CLIENT", "PATH"),
         default=None,
-        help="instead of the report, write a client's per-request output (aiperf, guidellm, inference-perf) as a run "
-        "folder: --out, default RESULTS_DIR/imported/CLIENT-<name of PATH>",
+        help="instead of the report, write a client's per-request output (aiperf, guidellm, "
+        "inference-perf, vllm-bench, sglang-bench) as a run folder: --out, default "
+        "RESULTS_DIR/imported/CLIENT-<name of PATH>",
+    )
+    parser.add_argument(
+        "--server-log",
+        metavar="FILE",
+        default=None,
+        help="with --import: join the client's rows by request id to the built-in server's "
+        "request log (its request_log=FILE), adding the server's cached tokens",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -246,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
 
         client, source = args.import_[0], Path(args.import_[1])
         return import_main(
-            client, source, Path(args.out or root / "imported" / f"{client}-{source.stem}")
+            client,
+            source,
+            Path(args.out or root / "imported" / f"{client}-{source.stem}"),
+            Path(args.server_log) if args.server_log else None,
         )
     if not root.is_dir():
         print(f"error: results directory {root} does not exist", file=sys.stderr)

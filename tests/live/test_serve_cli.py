@@ -40,6 +40,11 @@ SERVE_CASES = {
         "step_log: the folder '/nonexistent-prefixbench' does not exist",
     ),
     "step_log_is_a_folder": (["step_log=/tmp"], "step_log: '/tmp' is not a file"),
+    "request_log_missing_folder": (
+        ["request_log=/nonexistent-prefixbench/requests.jsonl"],
+        "request_log: the folder '/nonexistent-prefixbench' does not exist",
+    ),
+    "request_log_is_a_folder": (["request_log=/tmp"], "request_log: '/tmp' is not a file"),
     "kv_capacity": (["engine.kv_capacity_tokens=1000000000"], "engine.kv_capacity_tokens: "),
     "block_size": (
         ["engine.block_size=1073741824", "engine.kv_capacity_tokens=1073741824"],

@@ -3,6 +3,9 @@
 Needs the vLLM environment `.venv-vllm` (scripts/setup_vllm.sh): skipped without it, a failure
 under CI=true once the tree has that script. The prompts share a 256-token prefix; the client's result file must show every
 request completed at its length, and the server's /metrics a hit delta that the prefix explains.
+The detailed result, imported (`harness.report --import vllm-bench`) and joined to the server's
+request log by the request ids the client sent, carries per request the cached tokens that sum
+to that delta.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import time
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 
 from harness.builtin_server.metrics import parse as parse_metrics
 from harness.builtin_server.server import free_port
+from harness.report.build import main as report_main
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -48,8 +53,9 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _start(engine: str, port: int) -> subprocess.Popen:
+def _start(engine: str, port: int, request_log: Path) -> subprocess.Popen:
     args = [f"engine={engine}", "model=smollm2-rand", "engine.kv_capacity_tokens=16384"]
+    args.append(f"request_log={request_log}")
     cmd = [sys.executable, "-m", "harness.builtin_server", *args, "device=cpu", f"port={port}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
@@ -71,7 +77,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
 def test_vllm_bench_serve_measures_the_builtin_engine(engine, tokenizer_dir, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = _start(engine, port)
+    proc = _start(engine, port, tmp_path / "server_requests.jsonl")
     try:
         _wait_healthy(url, proc)
         before = parse_metrics(httpx.get(f"{url}/metrics").text)
@@ -81,7 +87,7 @@ def test_vllm_bench_serve_measures_the_builtin_engine(engine, tokenizer_dir, tmp
             "--tokenizer", str(tokenizer_dir), "--dataset-name", "random",
             "--random-prefix-len", str(PREFIX), "--random-input-len", str(INPUT),
             "--random-output-len", str(OUTPUT), "--num-prompts", str(NUM_PROMPTS),
-            "--ignore-eos", "--save-result", "--result-dir", str(tmp_path),
+            "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", str(tmp_path),
             "--result-filename", "result.json",
         ]  # fmt: skip
         done = subprocess.run(
@@ -103,3 +109,13 @@ def test_vllm_bench_serve_measures_the_builtin_engine(engine, tokenizer_dir, tmp
     # Every prompt but the first can reuse the shared prefix (apc: whole blocks of it); the
     # burst lets a few arrive before the first one's prefix is cached.
     assert PREFIX <= hits <= (NUM_PROMPTS - 1) * PREFIX
+    run = tmp_path / "imported"
+    code = report_main(
+        ["--import", "vllm-bench", str(tmp_path / "result.json"), "--out", str(run),
+         "--server-log", str(tmp_path / "server_requests.jsonl")]
+    )  # fmt: skip
+    assert code == 0
+    table = pd.read_parquet(run / "requests.parquet")
+    assert len(table) == NUM_PROMPTS and table["server_request_id"].notna().all()
+    assert table["prompt_tokens"].tolist() == table["server_prompt_tokens"].tolist()
+    assert int(table["cached_tokens"].sum()) == hits
