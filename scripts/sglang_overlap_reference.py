@@ -99,7 +99,9 @@ def tokenized(spec: dict):
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    params = SamplingParams(max_new_tokens=len(spec["output"]), ignore_eos=True)
+    # eos not ignored, as the twin's default (its budget then uses the new-token ratio); no
+    # scripted token is an end-of-sequence id
+    params = SamplingParams(max_new_tokens=len(spec["output"]), ignore_eos=False)
     params.normalize(None)  # the tokenizer manager's step (no stop strings here)
     return TokenizedGenerateReqInput(
         rid=spec["rid"],

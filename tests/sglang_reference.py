@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engines.engine import Engine
 from engines.request import CompletionRequest, GenerationRequest
 from tests.harness_util import ROOT
 from tests.stepwise import step_engine
@@ -105,6 +106,20 @@ STREAMS = {"system_prompt": system_prompt, "multiturn": multiturn, "agent": agen
 STREAMS["parallel_n4"] = parallel
 
 
+def issue_cases() -> dict[str, list[dict]]:
+    """The hand-made cases of tests/unit/test_sglang_overlap.py at chunk 8,192: a 512-token
+    prefix, 32 prompts of it and a 64-token suffix whose first token differs per request."""
+    rng = np.random.default_rng(51)
+    prefix = rng.integers(100, 1000, 512).tolist()
+    out = list(range(900, 904))
+    shared = [prefix + [1 + i] + rng.integers(100, 1000, 63).tolist() for i in range(32)]
+    return {
+        "twin_one_iteration_later": [_spec("a", prefix, out, 0), _spec("b", prefix, out, 1)],
+        "burst_of_32": [_spec(f"r{i:02d}", p, out, 0) for i, p in enumerate(shared)],
+        "one_per_iteration_32": [_spec(f"r{i:02d}", p, out, i) for i, p in enumerate(shared)],
+    }
+
+
 def run_upstream(config: Config, overlap: bool, cases: dict[str, list[dict]]) -> dict:
     """Every case on one upstream Scheduler (flushed between cases)."""
     payload = {
@@ -133,9 +148,9 @@ def run_prefixbench(config: Config, overlap: bool, specs: list[dict]) -> dict:
     Requests received by iteration i join when step i - 1 started; one released by a finish joins
     when the step reporting it ended, as the n samples of a prompt the engine's own front stage
     holds. Under overlap a formation that launches nothing is followed at once by the next one
-    inside `Engine.step` (upstream's loop spins): that step is counted as two iterations, so the
-    requests due by the second are handed over with the late ones, received after the step in
-    flight started (they are kept out of the first formation either way)."""
+    inside `Engine.step` (upstream's loop spins): each formation is an iteration (counted at the
+    scheduler's `schedule`), so the requests due by the next iteration are handed over with the
+    late ones, received after the step in flight started (kept out of one formation either way)."""
     engine = step_engine(
         cache="radix",
         block_size=config.page_size,
@@ -146,29 +161,26 @@ def run_prefixbench(config: Config, overlap: bool, specs: list[dict]) -> dict:
         decode_runs=False,
     )
     stream = _Stream(specs)
+    formations = _count_formations(engine)
     steps: list[dict] = []
-    i, launched, late, started = 0, False, set(), engine.clock.now()
+    i, launched, started = 0, False, engine.clock.now()
     while not stream.all_sent() or engine.has_work:
         stream.send(engine, i, started)  # received when the step in flight started
         if overlap and launched:  # the next iteration's arrivals, late for this formation
-            late |= stream.send(engine, i + 1, engine.clock.now())
+            stream.send(engine, i + 1, engine.clock.now())
         if not engine.has_work:
             engine.idle()
-            launched, late, i, started = False, set(), i + 1, engine.clock.now()
+            launched, i, started = False, i + 1, engine.clock.now()
             continue
-        before, heads = len(engine.loop.step_log or []), len(engine.frontend_records)
-        started = engine.clock.now()
+        before = len(engine.loop.step_log or [])
+        started, formed = engine.clock.now(), formations[0]
         out = engine.step()
-        logged = (engine.loop.step_log or [])[before:]
-        spun = overlap and any(rid in late for rec in logged for rid, _ in rec.scheduled)
-        for rec in logged:
+        spun = formations[0] - formed - 1  # 1 when a formation launched nothing, then the next
+        for rec in (engine.loop.step_log or [])[before:]:
             rows = [[rid, n] for rid, n in rec.scheduled]
             steps.append({"iteration": i + spun, "kind": rec.kind, "rows": rows})
-        late = set()
         for record in out.finished:
-            late |= stream.release(engine, record.request_id, out.end_s)
-        for head in engine.frontend_records[heads:]:
-            late |= stream.samples_of(head.request_id)
+            stream.release(engine, record.request_id, out.end_s)
         launched, i = out.progressed, i + 1 + spun
     engine.idle()
     records = list(engine.records) + list(engine.frontend_records)
@@ -213,27 +225,34 @@ class _Stream:
     def all_sent(self) -> bool:
         return len(self.sent) == len(self.timed)
 
-    def send(self, engine, i: int, at_s: float) -> set[str]:
-        """Hand over the timed requests due by iteration i; their ids."""
-        ids = set()
+    def send(self, engine: Engine, i: int, at_s: float) -> None:
+        """Hand over the timed requests due by iteration i."""
         for k, (due, req) in enumerate(self.timed):
             if due <= i and k not in self.sent:
                 self.sent.add(k)
                 if isinstance(req, CompletionRequest):
                     engine.submit(req, at_s)
-                    ids.add(f"prefix_{req.request_id}")
                 else:
                     engine.add_request(req, at_s)
-                    ids.add(req.request_id)
-        return ids
 
-    def release(self, engine, rid: str, at_s: float) -> set[str]:
+    def release(self, engine: Engine, rid: str, at_s: float) -> None:
+        """`rid` finished: hand over the requests that waited for it."""
         for s in self.dependents.get(rid, []):
             engine.add_request(_request(s), at_s)
-        return {s["rid"] for s in self.dependents.get(rid, [])}
 
-    def samples_of(self, head_id: str) -> set[str]:
-        return {s["rid"] for s in self.samples.get(head_id.removeprefix("prefix_"), [])}
+
+def _count_formations(engine: Engine) -> list[int]:
+    """A counter of the scheduler's formations (`schedule` calls), passed through unchanged."""
+    scheduler = engine.loop.scheduler
+    schedule = scheduler.schedule
+    count = [0]
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return schedule(*args, **kwargs)
+
+    scheduler.schedule = counted  # type: ignore[method-assign]
+    return count
 
 
 def _request(spec: dict) -> GenerationRequest:

@@ -16,6 +16,7 @@ from tests.sglang_reference import (
     STREAMS,
     VENV_PYTHON,
     Config,
+    issue_cases,
     run_prefixbench,
     run_upstream,
     upstream_rows,
@@ -23,15 +24,18 @@ from tests.sglang_reference import (
 
 pytestmark = pytest.mark.sglang
 
-CONFIGS = {
-    "roomy": Config(),  # 65,536 KV tokens, chunk 1,024, 64 seats
-    "tight": Config(chunk=256, kv_tokens=1500, max_running=16),  # retractions, chunked prompts
-}
-CASES = {
+STREAM_CASES = {
     f"{name}_{'poisson' if poisson else 'burst'}": make(7, poisson)
     for name, make in STREAMS.items()
     for poisson in (False, True)
 }
+# capacity -> its config and cases
+SETUPS = {
+    "roomy": (Config(), STREAM_CASES),  # 65,536 KV tokens, chunk 1,024, 64 seats
+    "tight": (Config(chunk=256, kv_tokens=1500, max_running=16), STREAM_CASES),  # chunked, full
+    "issue": (Config(chunk=8192), issue_cases()),  # the hand-made counts
+}
+PARAMS = [(capacity, case) for capacity, (_, cases) in SETUPS.items() for case in sorted(cases)]
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +48,17 @@ def upstream():
 def _upstream(cache: dict, capacity: str, overlap: bool) -> dict:
     key = (capacity, overlap)
     if key not in cache:
-        cache[key] = run_upstream(CONFIGS[capacity], overlap, CASES)
+        config, cases = SETUPS[capacity]
+        cache[key] = run_upstream(config, overlap, cases)
     return cache[key]
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
-@pytest.mark.parametrize("capacity", sorted(CONFIGS))
-def test_twin_equals_sglangs_own_loop(upstream, capacity, overlap, case):
+@pytest.mark.parametrize(("capacity", "case"), PARAMS)
+def test_twin_equals_sglangs_own_loop(upstream, capacity, case, overlap):
+    config, cases = SETUPS[capacity]
     theirs = _upstream(upstream, capacity, overlap)[case]
-    ours = run_prefixbench(CONFIGS[capacity], overlap, CASES[case])
+    ours = run_prefixbench(config, overlap, cases[case])
     want = theirs["requests"]
     got = ours["requests"]
     assert sorted(got) == sorted(want)
