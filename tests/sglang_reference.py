@@ -106,6 +106,23 @@ STREAMS = {"system_prompt": system_prompt, "multiturn": multiturn, "agent": agen
 STREAMS["parallel_n4"] = parallel
 
 
+def pressure(seed: int, poisson: bool) -> list[dict]:
+    """24 requests on three system prompts (20 to 200 tokens) with outputs of 1 to 99 tokens:
+    in 512 KV tokens the decode memory check fails and requests are retracted."""
+    rng = np.random.default_rng(seed)
+    systems = [_ids(rng, int(rng.integers(20, 200))) for _ in range(3)]
+    at = _arrivals(rng, 24, poisson)
+    return [
+        _spec(
+            f"q{i:02d}",
+            systems[int(rng.integers(0, 3))] + _ids(rng, 40),
+            _ids(rng, int(rng.integers(1, 100))),
+            at[i],
+        )
+        for i in range(24)
+    ]
+
+
 def issue_cases() -> dict[str, list[dict]]:
     """The hand-made cases of tests/unit/test_sglang_overlap.py at chunk 8,192: a 512-token
     prefix, 32 prompts of it and a 64-token suffix whose first token differs per request."""

@@ -17,6 +17,7 @@ from tests.sglang_reference import (
     VENV_PYTHON,
     Config,
     issue_cases,
+    pressure,
     run_prefixbench,
     run_upstream,
     upstream_rows,
@@ -29,11 +30,18 @@ STREAM_CASES = {
     for name, make in STREAMS.items()
     for poisson in (False, True)
 }
+# seeds whose streams retract in at least one loop
+PRESSURE_CASES = {
+    f"pressure{seed}_{'poisson' if poisson else 'burst'}": pressure(seed, poisson)
+    for seed in (1, 3, 4, 8)
+    for poisson in (False, True)
+}
 # capacity -> its config and cases
 SETUPS = {
     "roomy": (Config(), STREAM_CASES),  # 65,536 KV tokens, chunk 1,024, 64 seats
     "tight": (Config(chunk=256, kv_tokens=1500, max_running=16), STREAM_CASES),  # chunked, full
     "issue": (Config(chunk=8192), issue_cases()),  # the hand-made counts
+    "pressure": (Config(chunk=256, kv_tokens=512, max_running=16), PRESSURE_CASES),  # retractions
 }
 PARAMS = [(capacity, case) for capacity, (_, cases) in SETUPS.items() for case in sorted(cases)]
 
