@@ -262,10 +262,21 @@ class SglangScheduler(Scheduler):
     def _decode_round(self, waiting: deque[Sequence], running: list[Sequence]) -> StepPlan:
         """`update_running_batch` on a batch `schedule` has filtered already."""
         initial_bs = len(self.batch)
+        # Overlap: requests whose in-flight token finishes them leave the batch unrun
+        # (`_reqs_finishing_inflight`); their release waits for the kept result. Without overlap
+        # none is in the batch.
+        finishing = [seq for seq in self.batch if seq.is_finished]
+        if finishing:
+            self.batch = [seq for seq in self.batch if not seq.is_finished]
         if not self.batch:
+            if initial_bs:
+                self.batch_is_full = False
             return StepPlan()
         retracted: list[Sequence] = []
         if not self._check_decode_mem(self.batch):
+            if finishing:  # their release frees KV this iteration: decode the rest next one
+                self.batch_is_full = False
+                return StepPlan()
             retracted = self._retract(waiting, running)
         else:
             self._decay_new_token_ratio()
@@ -274,15 +285,8 @@ class SglangScheduler(Scheduler):
         allocate = self.budgeted.allocate_decode if self.budgeted else self.cache.allocate
         if not allocate([Allocation(seq, 1) for seq in self.batch]):
             raise CacheIntegrityError("Decode out of memory: the memory check did not hold")
-        # Overlap: a request whose finish is still in flight takes its slot (upstream decodes it
-        # and discards the token) but is not run here; without overlap none is in the batch.
         return StepPlan(
-            [
-                ScheduledSeq(seq, seq.num_computed_tokens, 1)
-                for seq in self.batch
-                if not seq.is_finished
-            ],
-            retracted,
+            [ScheduledSeq(seq, seq.num_computed_tokens, 1) for seq in self.batch], retracted
         )
 
     # ------------------------------------------------------------- decode runs
@@ -375,9 +379,8 @@ class SglangScheduler(Scheduler):
         """§7.3: victims (fewest outputs, longest input) from the back until the step fits.
         Returns the victims in retraction order.
 
-        Under overlap the outputs are counted as upstream sees them (an in-flight token not yet),
-        and a request whose finish is in flight is never a victim: here it has finished already
-        (upstream could retract it and run it again; docs/scheduler_x_cache.md)."""
+        Under overlap the outputs are counted as upstream sees them (an in-flight token not yet);
+        a request whose finish is in flight has left the batch before (`_decode_round`)."""
         batch, cache = self.batch, self.cache
         in_flight = self.in_flight
         outputs = [seq.num_output_tokens - (seq.seq_id in in_flight) for seq in batch]

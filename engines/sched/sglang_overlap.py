@@ -6,8 +6,8 @@ does happens after the next batch was formed (docs/scheduler_x_cache.md, "the ov
 * a prefilled prompt's `cache_unfinished_req` (the radix insert): matchable from step N+2, not N+1;
   the in-flight chunk of a chunked prompt is still committed when step N+1 is formed (that is
   `get_next_batch_to_run`, not result processing), so only a prompt's last chunk is late;
-* a finished request's release: it stays in the running batch for step N+1 (a decode step gives
-  it one more KV slot, whose token upstream discards), and its output is inserted then;
+* a finished request's release: it stays in the running batch for a prefill round of step N+1,
+  a decode step N+1 leaves it out (`_reqs_finishing_inflight`), and it is released after that;
 * a request retracted while forming step N+1 is skipped when batch N is processed.
 
 `PendingResult` is the batch upstream keeps (`batch.copy()`) for that processing; `process`
