@@ -9,6 +9,7 @@ ideal hit rate (an unbounded cache, every repeat of a group reusing its system p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from engines.config import UPSTREAM_SCHEDULER
@@ -96,7 +97,8 @@ def measure_cell(ctx: Context, stream: Stream, load: Load, seeds: range) -> Cell
     theory = []
     for seed in seeds:
         for arm, engine_overrides in ARMS.items():
-            name = f"{stream.label}-{load.label}-{arm}-seed{seed}".replace(" ", "_")
+            # a folder name: no spaces, and no "/" (Poisson labels say req/s)
+            name = re.sub(r"[^\w=.+-]", "_", f"{stream.label}-{load.label}-{arm}-seed{seed}")
             overrides = (
                 *H100_8B,
                 *stream.overrides,
