@@ -21,6 +21,7 @@ from harness.claims import (
     mixed,
     multimodal,
     outputs,
+    overlap,
     parallel_n,
     position,
     prefix_weight,
@@ -60,6 +61,7 @@ for _module in (
     hash_algos,
     tree_sampling,
     multimodal,
+    overlap,
 ):
     CLAIMS.add(_module.CLAIM.key, _module.CLAIM)
 
@@ -69,9 +71,11 @@ def ordered() -> list[Claim]:
 
 
 # Where each claim comes from, by number (docs/claims.md §1): the published list first, then this
-# project's own finding, then the claims of the article that its table did not test.
+# project's own finding, then the claims of the article that its table did not test, then those an
+# upstream pull request published (24: SGLang PR #26378).
 PUBLISHED = range(1, 10)
 FINDINGS = range(10, 11)
+UPSTREAM = range(24, 25)
 
 
 def census() -> str:
@@ -79,8 +83,9 @@ def census() -> str:
     numbers = [c.number for c in ordered()]
     published = sum(n in PUBLISHED for n in numbers)
     findings = sum(n in FINDINGS for n in numbers)
-    article = len(numbers) - published - findings
+    upstream = sum(n in UPSTREAM for n in numbers)
+    article = len(numbers) - published - findings - upstream
     return (
-        f"{len(numbers)} claims: {published} published, {findings} finding of this project and "
-        f"{article} of the article's untested claims"
+        f"{len(numbers)} claims: {published} published, {findings} finding of this project, "
+        f"{article} of the article's untested claims and {upstream} from an upstream pull request"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.claims.registry import FINDINGS, PUBLISHED, census, ordered
+from harness.claims.registry import FINDINGS, PUBLISHED, UPSTREAM, census, ordered
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,12 +23,18 @@ def test_every_index_of_the_docs_counts_them_alike():
     numbers = [c.number for c in ordered()]
     published = sum(n in PUBLISHED for n in numbers)
     findings = sum(n in FINDINGS for n in numbers)
+    upstream = [n for n in numbers if n in UPSTREAM]
+    article = [n for n in numbers if n not in (*PUBLISHED, *FINDINGS, *UPSTREAM)]
     line = f"the {len(numbers)} claims"
-    parts = f"{published} published, {findings} finding, {len(numbers) - published - findings}"
+    parts = (
+        f"{published} published, {findings} finding, {len(article)} from the article, "
+        f"{len(upstream)} from an upstream pull request"
+    )
     for doc in ("README.md", "docs/README.md"):
-        assert f"{line} " in flat(doc) and f"({parts} from the article)" in flat(doc), doc
-    # docs/claims.md §1 names the article's claims by their numbers
-    assert f"(11-{max(numbers)})" in flat("docs/claims.md")
+        assert f"{line} " in flat(doc) and f"({parts})" in flat(doc), doc
+    # docs/claims.md §1 names the article's claims and the upstream ones by their numbers
+    assert f"(11-{max(article)})" in flat("docs/claims.md")
+    assert all(f"({n})" in flat("docs/claims.md") for n in upstream)
 
 
 def test_the_numbers_run_one_to_n_without_gaps():
