@@ -1,25 +1,28 @@
 """Claim 7's wrong-K/V detector and its detection matrix.
 
-A run here keeps each request's first-token logits (the real executor), optionally with a fault
-injected into the cached prefixes' K/V (harness/claims/fault.py). The rounding floor is the
-largest first-token logit difference between a caching-off run and the same run with prefills
-chunked (a prompt's tail computed over K/V an earlier forward wrote: a cache hit's rounding path
-with no cache); the matrix runs every fault at several seeds and designs, so the tolerance is derived from the
-floors (the largest caching-off-against-itself difference, at two chunk sizes, every seed and
-design: never flagged on the paths sampled, by construction) and checked against the faults.
+The detector compares what the cache serves with what computing it gives: the K/V a request is
+served for its cached prefix against the K/V a caching-off run of the same request computed for
+those positions (harness/claims/kv_tap.py), relative, block by block. The rounding floor is that
+difference between a caching-off run and the same run with prefills chunked (a prompt's tail
+computed over K/V an earlier forward wrote, a cache hit's rounding path with no cache). The matrix
+injects each realistic fault (harness/claims/fault.py) at several seeds and both designs, and
+checks the tolerance catches each in every request it reached with no false positive.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from harness.claims.arms import ARMS
+from harness.claims.kv_tap import kv_diffs
 from harness.run.compose import compose
 from harness.run.engine_target import ENGINE, engine_of
 from harness.run.pipeline import measure as measure_run
 from harness.run.pipeline import prepare
 
 if TYPE_CHECKING:
+    import torch
+
     from harness.claims.experiment import Context
 
 FOLDER = "7-outputs"
@@ -34,18 +37,30 @@ FAULTS = {
 RETRIES = 3  # a seed where a fault reaches no request is replaced by the next unused seed
 
 
-def run_logits(
+class Run(NamedTuple):
+    """One real-model run: records and first-token logits by request id, the K/V each request
+    was served for its cached prefix and computed for its prompt, and the requests served
+    faulted K/V (None without a fault)."""
+
+    records: dict
+    logits: dict[str, torch.Tensor]
+    served: dict[str, torch.Tensor]
+    fresh: dict[str, torch.Tensor]
+    faulted: set[str] | None
+
+
+def run_kv(
     model: str,
     overrides: tuple[str, ...],
     fault: tuple[str, float] | None = None,
     ctx: Context | None = None,
     seed: int = 0,
-) -> tuple[dict, dict, set[str] | None]:
-    """(records by id, first-token logits by id, ids of the requests served faulted K/V or None
-    without a fault) of one run through the pipeline at `seed`; with `fault` (kind, scale),
-    cached prefixes' K/V are faulted. `ctx` counts the run as evidence."""
+) -> Run:
+    """One run through the pipeline at `seed`; with `fault` (kind, scale), cached prefixes' K/V
+    are faulted before the tap reads what they serve. `ctx` counts the run as evidence."""
     from engines.real_executor import RealExecutor  # imports torch: only when claim 7 runs
     from harness.claims.fault import CachedKVFault
+    from harness.claims.kv_tap import KVTap
 
     composed = compose([f"model={model}", *overrides, f"seed={seed}"], job_name="claims")
     prepared = prepare(composed.cfg, ENGINE)
@@ -54,34 +69,45 @@ def run_logits(
         raise RuntimeError(f"claim 7 needs the real executor, got {type(executor).__name__}")
     executor.first_logits = {}
     injector = None if fault is None else CachedKVFault(executor, fault[0], fault[1], seed)
+    tap = KVTap(executor)  # wraps the injector: reads the prefix as faulted
     measured = measure_run(composed.cfg, prepared)
     if measured.status != "ok":
         raise RuntimeError(f"claims run ({' '.join(overrides)}): {measured.error}")
     if ctx is not None:
         ctx.note(f"{FOLDER}/{' '.join(overrides)} fault={fault} seed={seed}", seed)
-    faulted = None if injector is None else injector.faulted
-    return {r.request_id: r for r in measured.items}, executor.first_logits, faulted
+    return Run(
+        {r.request_id: r for r in measured.items},
+        executor.first_logits,
+        tap.served,
+        tap.fresh(),
+        None if injector is None else injector.faulted,
+    )
 
 
 def max_diff(a: dict, b: dict, ids) -> list[float]:
+    """Largest absolute first-token logit difference per request in `ids`."""
     return [float((a[r] - b[r]).abs().max()) for r in ids if r in a and r in b]
 
 
 def floor_of(model: str, off_arm: tuple[str, ...], ctx, seed: int, chunk: int = CHUNK) -> dict:
-    """The caching-off run and its rounding floor against itself chunked at `chunk` tokens."""
-    off, off_logits, _ = run_logits(model, off_arm, ctx=ctx, seed=seed)
-    over = (*off_arm, f"engine.max_num_batched_tokens={chunk}")
-    _, chunked, _ = run_logits(model, over, ctx=ctx, seed=seed)
-    diffs = max_diff(chunked, off_logits, off_logits)
-    scale = max(float(t.abs().max()) for t in off_logits.values())
-    return {"off": off, "logits": off_logits, "floor": max(diffs, default=0.0), "scale": scale}
+    """The caching-off run and its rounding floors against itself chunked at `chunk` tokens: the
+    K/V one (`floor`) and the first-token logits one (`logit_floor`, reported beside)."""
+    off = run_kv(model, off_arm, ctx=ctx, seed=seed)
+    chunked = run_kv(
+        model, (*off_arm, f"engine.max_num_batched_tokens={chunk}"), ctx=ctx, seed=seed
+    )
+    return {
+        "off": off,
+        "floor": max(kv_diffs(chunked.fresh, off.fresh, off.fresh), default=0.0),
+        "logit_floor": max(max_diff(chunked.logits, off.logits, off.logits), default=0.0),
+    }
 
 
 def matrix(model: str, base: tuple[str, ...], designs, seeds, ctx=None) -> dict:
-    """Per design and seed: the floor, the off-against-itself differences at the second chunk size and each
-    fault's per-request differences among the requests it reached. A seed where a fault reaches
-    no request (the design reuses nothing, or only within one step) is rerun at the next unused
-    seed (up to RETRIES times)."""
+    """Per design and seed: the floor, the off-against-itself differences at the second chunk
+    size, caching on (no fault) against off, and each fault's per-request differences among the
+    requests it reached. A seed where a fault reaches no request (the design reuses nothing, or
+    only within one step) is rerun at the next unused seed (up to RETRIES times)."""
     cells = []
     for design in designs:
         spare = iter(range(max(seeds) + 1, max(seeds) + 1 + RETRIES * len(seeds)))
@@ -99,34 +125,38 @@ def matrix(model: str, base: tuple[str, ...], designs, seeds, ctx=None) -> dict:
 def _cell(model: str, base: tuple[str, ...], design: str, seed: int, ctx) -> dict:
     off_arm = (*base, *ARMS[f"{design}-off"])
     calib = floor_of(model, off_arm, ctx, seed)
-    _, second, _ = run_logits(
+    fresh = calib["off"].fresh
+    second = run_kv(
         model, (*off_arm, f"engine.max_num_batched_tokens={SECOND_CHUNK}"), ctx=ctx, seed=seed
     )
-    faults, reused = {}, 0
+    on = run_kv(model, (*base, *ARMS[design]), ctx=ctx, seed=seed)
+    faults = {}
     for name, fault in FAULTS.items():
-        on, on_logits, faulted = run_logits(model, (*base, *ARMS[design]), fault, ctx, seed)
-        reused = sum(rec.cached_tokens > 0 for rec in on.values())
+        hurt = run_kv(model, (*base, *ARMS[design]), fault, ctx, seed)
         # the requests served faulted K/V: same-step hits (no K/V yet to fault) are not among them
-        hit = sorted(faulted or ())
-        faults[name] = max_diff(on_logits, calib["logits"], hit)
+        faults[name] = kv_diffs(hurt.served, fresh, sorted(hurt.faulted or ()))
     return {
         "design": design,
         "seed": seed,
         "floor": calib["floor"],
-        "scale": calib["scale"],
-        "self": max_diff(second, calib["logits"], calib["logits"]),
-        "reused": reused,
+        "self": kv_diffs(second.fresh, fresh, fresh),
+        "on": kv_diffs(on.served, fresh, on.served),
+        "reused": sum(rec.cached_tokens > 0 for rec in on.records.values()),
         "faults": faults,
     }
 
 
 def judge(found: dict, tolerance: float) -> list[dict]:
     """The detection matrix under one tolerance: per design, seed and fault, requests flagged
-    of those reusing; and caching off against itself (prefills chunked at 48 tokens) flagged."""
+    of those it reached; caching off against itself (prefills chunked at 48 tokens) and caching
+    on without a fault against off, flagged."""
     rows = []
     for c in found["cells"]:
         row = {"design": c["design"], "seed": c["seed"], "reused": c["reused"]}
         row["off vs itself flagged"] = sum(d > tolerance for d in c["self"])
+        row["off vs itself max diff"] = max(c["self"], default=0.0)
+        row["on vs off flagged"] = sum(d > tolerance for d in c["on"])
+        row["on vs off max diff"] = max(c["on"], default=0.0)
         for name, diffs in c["faults"].items():
             row[name] = f"{sum(d > tolerance for d in diffs)}/{len(diffs)}"
             row[f"{name} min diff"] = min(diffs, default=0.0)
@@ -138,7 +168,9 @@ def complete(rows: list[dict]) -> bool:
     """Every fault caught in every request it reached, some request reached in every cell, and
     no false positive."""
     return all(
-        r["off vs itself flagged"] == 0 and all(_caught_all(r[name]) for name in FAULTS)
+        r["off vs itself flagged"] == 0
+        and r["on vs off flagged"] == 0
+        and all(_caught_all(r[name]) for name in FAULTS)
         for r in rows
     )
 
@@ -151,10 +183,11 @@ def _caught_all(cell: str) -> bool:
 def table(rows: list[dict]) -> str:
     """The matrix as markdown (the claim's details and docs/claims.md)."""
     head = ["design", "seed", "reusing", *(f"{n} (flagged / served it)" for n in FAULTS)]
-    head.append("off vs itself flagged")
+    head += ["off vs itself flagged", "on vs off flagged"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["design"], str(r["seed"]), str(r["reused"])]
-        cells += [r[name] for name in FAULTS] + [str(r["off vs itself flagged"])]
+        cells += [r[name] for name in FAULTS]
+        cells += [str(r["off vs itself flagged"]), str(r["on vs off flagged"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

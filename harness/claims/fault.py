@@ -2,8 +2,8 @@
 
 `CachedKVFault` wraps the real executor's step: the first time a sequence is scheduled with a
 cached prefix (its first chunk starts past position 0), every slot of that prefix gets, in every
-layer, one realistic fault (`KINDS`): `noise` adds `scale` x the layer's K/V RMS x unit Gaussian
-noise (seeded); `shift` serves each position the K/V of the position before it (an off-by-one in
+layer, one realistic fault (`KINDS`): `noise` adds `scale` x the RMS of the faulted slots' K/V (per
+layer, K and V apart) x unit Gaussian noise (seeded); `shift` serves each position the K/V of the position before it (an off-by-one in
 the slot mapping); `stale` serves K/V another request wrote at other positions (a block the cache
 should have dropped). Each slot is faulted once, so a block reused by several requests stays
 wrong by the same amount. That is what a cache serving wrong K/V looks like to the model.
@@ -95,8 +95,8 @@ class CachedKVFault:
             for cache in pool.layer(layer):
                 flat = cache.view(-1, *cache.shape[2:])  # [slots, kv heads, head dim]
                 index, src = to.to(flat.device), source.to(flat.device)
-                if self.kind == "noise":
-                    rms = float(flat.float().pow(2).mean().sqrt())
+                if self.kind == "noise":  # relative to the K/V it perturbs, not the whole pool's
+                    rms = float(flat[index].float().pow(2).mean().sqrt())
                     noise = torch.randn(
                         (len(pairs), *flat.shape[1:]), generator=self.generator, dtype=torch.float32
                     )
