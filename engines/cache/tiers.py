@@ -8,8 +8,8 @@ HostTier)` and drives the tier through the protocol only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from engines.errors import BadInput
 from engines.sequence import Sequence
@@ -110,6 +110,43 @@ class TierStats:
     evicted: int = 0
 
 
+# How a design's upstream overlaps a host-tier load with the forward (the executor prices it):
+# vLLM's connector loads before the request is scheduled, so its step waits for the whole load;
+# HiCache loads layer by layer, each layer's attention waiting only for that layer's KV.
+LOAD_BEFORE_STEP = "before_step"
+LOAD_LAYERWISE = "layerwise"
+
+
+class Transfers(NamedTuple):
+    """Tier transfers made since the last `host_take_transfers`, in tokens: loads into the device
+    (the request that loads) and stores to the host (the request whose KV it is; None: a write-back
+    of evicted device pages, no request's)."""
+
+    loads: list[tuple[Sequence, int]]
+    stores: list[tuple[Sequence | None, int]]
+
+
+@dataclass
+class TransferLog:
+    """The transfers a tier made since they were last taken (a tiered cache owns one)."""
+
+    loads: list[tuple[Sequence, int]] = field(default_factory=list)
+    stores: list[tuple[Sequence | None, int]] = field(default_factory=list)
+
+    def load(self, seq: Sequence, tokens: int) -> None:
+        self.loads.append((seq, tokens))
+
+    def store(self, seq: Sequence | None, tokens: int) -> None:
+        if seq is not None:
+            seq.num_host_stored_tokens += tokens
+        self.stores.append((seq, tokens))
+
+    def take(self) -> Transfers:
+        out = Transfers(self.loads, self.stores)
+        self.loads, self.stores = [], []
+        return out
+
+
 @runtime_checkable
 class HostTier(Protocol):
     """Capability: a host tier behind the device cache (engines/cache/<design>/ implements it with
@@ -139,3 +176,12 @@ class HostTier(Protocol):
         ...
 
     def host_stats(self) -> TierStats: ...
+
+    def host_take_transfers(self) -> Transfers:
+        """The loads and stores made since the last call (the executor prices them)."""
+        ...
+
+    @property
+    def host_load_overlap(self) -> str:
+        """LOAD_BEFORE_STEP or LOAD_LAYERWISE: how upstream overlaps a load with the forward."""
+        ...

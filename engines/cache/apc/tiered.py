@@ -13,7 +13,14 @@ from __future__ import annotations
 from engines.cache.apc.cache import ApcCache
 from engines.cache.apc.host_store import HostChunkStore
 from engines.cache.apc.offload_policy import Key
-from engines.cache.tiers import HostTier, HostTierConfig, TierStats
+from engines.cache.tiers import (
+    LOAD_BEFORE_STEP,
+    HostTier,
+    HostTierConfig,
+    TierStats,
+    TransferLog,
+    Transfers,
+)
 from engines.sequence import Sequence
 
 
@@ -23,6 +30,8 @@ def cdiv(a: int, b: int) -> int:
 
 class TieredApcCache(ApcCache, HostTier):
     """ApcCache plus a host chunk store driven by the connector's scheduler-side rules."""
+
+    host_load_overlap = LOAD_BEFORE_STEP  # the request waits for its load (docs/tiers.md §7)
 
     def __init__(self, num_blocks: int, block_size: int, *, tier: HostTierConfig, **kw: object):
         super().__init__(num_blocks, block_size, **kw)  # type: ignore[arg-type]
@@ -39,6 +48,7 @@ class TieredApcCache(ApcCache, HostTier):
         # next plan (the keys are taken before release drops the request's hashes)
         self.finished_last_step: list[tuple[Sequence, list[Key], int]] = []
         self.queries = self.hits = self.stored_chunks = 0
+        self.log = TransferLog()
 
     # ---- lookup and load ------------------------------------------------------------------
     def chunk_keys(self, seq: Sequence) -> list[Key]:
@@ -71,6 +81,7 @@ class TieredApcCache(ApcCache, HostTier):
         unit = self.chunk_tokens
         end = cdiv(device_tokens + host_tokens, unit)
         self.store.load(seq.seq_id, self.chunk_keys(seq)[device_tokens // unit : end])
+        self.log.load(seq, host_tokens)
         self.next_chunk[seq.seq_id] = end  # loaded chunks are not offered again
 
     # ---- stores -----------------------------------------------------------------------------
@@ -100,6 +111,7 @@ class TieredApcCache(ApcCache, HostTier):
         if stored:
             self.jobs_planned.append(stored)
             self.stored_chunks += len(stored)
+            self.log.store(seq, len(stored) * self.chunk_tokens)
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         if finished:
@@ -129,6 +141,9 @@ class TieredApcCache(ApcCache, HostTier):
             loaded=self.hits,
             evicted=self.store.num_evicted * unit,
         )
+
+    def host_take_transfers(self) -> Transfers:
+        return self.log.take()
 
     def reset(self) -> bool:
         """A prefix-cache reset clears the host tier too (the connector's reset_cache)."""

@@ -18,7 +18,14 @@ from engines.cache.radix.cache import RadixCache
 from engines.cache.radix.hooks import extra_key_of
 from engines.cache.radix.key import unpack
 from engines.cache.radix.node import TreeNode
-from engines.cache.tiers import HostTier, HostTierConfig, TierStats
+from engines.cache.tiers import (
+    LOAD_LAYERWISE,
+    HostTier,
+    HostTierConfig,
+    TierStats,
+    TransferLog,
+    Transfers,
+)
 from engines.sequence import Sequence
 
 # write policy -> inserts of a page before its host copy is written (None: on eviction only)
@@ -42,6 +49,8 @@ def page_keys(tokens: list[int], extra: object, page: int, num_pages: int) -> li
 class TieredRadixCache(RadixCache, HostTier):
     """RadixCache plus HiCache's host pages, write policy and load-back."""
 
+    host_load_overlap = LOAD_LAYERWISE  # each layer waits for its own KV (docs/tiers.md §7)
+
     def __init__(self, *, tier: HostTierConfig, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.host_pages = tier.tokens // self.page_size
@@ -51,6 +60,7 @@ class TieredRadixCache(RadixCache, HostTier):
         self.inserts: dict[int, int] = {}  # device pages' insert counts (upstream node.hit_count)
         self.tree.on_evict = self._on_device_evict
         self.queries = self.hits = self.stored = self.evicted_pages = 0
+        self.log = TransferLog()
 
     # ---- keys -------------------------------------------------------------------------------
     def _seq_keys(self, seq: Sequence, num_tokens: int) -> list[int]:
@@ -72,9 +82,11 @@ class TieredRadixCache(RadixCache, HostTier):
         return keys, (len(tokens) - len(leaf.value)) // p
 
     # ---- writes -----------------------------------------------------------------------------
-    def _write(self, keys: list[int]) -> None:
+    def _write(self, keys: list[int], seq: Sequence | None) -> None:
         """Host copies of `keys` (a prefix run), dropping least recently used pages; the run's
-        head ends most recent, so a full pool drops tails before the heads they hang from."""
+        head ends most recent, so a full pool drops tails before the heads they hang from.
+        `seq`: the request whose insert wrote them (None: a write-back of evicted pages)."""
+        before = self.stored
         for key in reversed(keys):
             if key in self.host:
                 self.host.move_to_end(key)
@@ -84,6 +96,8 @@ class TieredRadixCache(RadixCache, HostTier):
                 self.evicted_pages += 1
             self.host[key] = None
             self.stored += 1
+        if self.stored > before:
+            self.log.store(seq, (self.stored - before) * self.page_size)
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.get(seq.seq_id)
@@ -96,7 +110,7 @@ class TieredRadixCache(RadixCache, HostTier):
                 self.inserts[key] = count
                 if count >= self.threshold:
                     due.append(key)
-            self._write(due)
+            self._write(due, seq)
         super().release(seq, finished=finished)
 
     def _on_device_evict(self, leaf: TreeNode) -> None:
@@ -104,7 +118,7 @@ class TieredRadixCache(RadixCache, HostTier):
         for key in keys[first:]:
             self.inserts.pop(key, None)
         if self.threshold is None:  # write_back: written as the device lets it go
-            self._write(keys[first:])
+            self._write(keys[first:], None)
 
     # ---- lookup and load-back ---------------------------------------------------------------
     def host_lookup(self, seq: Sequence, device_tokens: int) -> int | None:
@@ -129,6 +143,7 @@ class TieredRadixCache(RadixCache, HostTier):
             keys = self._seq_keys(seq, device_tokens + host_tokens)[device_tokens // p :]
             for key in reversed(keys):  # the head ends most recent
                 self.host.move_to_end(key)
+            self.log.load(seq, host_tokens)
 
     def host_after_schedule(self, scheduled: list[tuple[Sequence, int]]) -> None:
         """Nothing: HiCache writes from the tree's inserts and evictions."""
@@ -148,6 +163,9 @@ class TieredRadixCache(RadixCache, HostTier):
             loaded=self.hits,
             evicted=self.evicted_pages * p,
         )
+
+    def host_take_transfers(self) -> Transfers:
+        return self.log.take()
 
     def reset(self) -> bool:
         """A flush clears the host pool too (upstream's reset clears the host pool)."""
