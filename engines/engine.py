@@ -31,6 +31,7 @@ from engines.errors import BadInput
 from engines.executor import Executor
 from engines.fits import admission_problem
 from engines.frontend import Frontend
+from engines.host_link import CarriesHostLink
 from engines.loop import StepLoop
 from engines.records import RequestRecord
 from engines.request import CompletionRequest, GenerationRequest
@@ -76,6 +77,9 @@ class Engine:
     ) -> None:
         self.loop = loop
         self.executor = executor
+        # a host tier's stored tokens in bytes (the executor's host link knows the model's KV)
+        link = executor.host_link if isinstance(executor, CarriesHostLink) else None
+        self._kv_bytes_per_token = link.bytes_per_token if link is not None else 0.0
         self.frontend = frontend
         self.cache: AnyPrefixCache = loop.cache
         self.max_model_len = max_model_len
@@ -283,7 +287,7 @@ class Engine:
             if tl.aborted:
                 continue
             # Drop finished state: a whole-trace replay holds ~10^8 tokens otherwise.
-            record = _record(seq, tl)
+            record = _record(seq, tl, self._kv_bytes_per_token)
             if tl.request.prefill_only:
                 self.frontend_records.append(record)
                 continue
@@ -336,7 +340,7 @@ def _token_ids(prompt_ids: Ids[int]) -> list[int] | array[int]:
     return list(prompt_ids)
 
 
-def _record(seq: Sequence, tl: _Timeline) -> RequestRecord:
+def _record(seq: Sequence, tl: _Timeline, kv_bytes_per_token: float) -> RequestRecord:
     req, times = tl.request, tl.token_times_s
     return RequestRecord(
         request_id=req.request_id,
@@ -354,4 +358,7 @@ def _record(seq: Sequence, tl: _Timeline) -> RequestRecord:
         token_times_s=times,
         output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]),
         host_cached_tokens=seq.num_host_cached_tokens,
+        host_load_bytes=seq.host_load_bytes,
+        host_store_bytes=int(seq.num_host_stored_tokens * kv_bytes_per_token),
+        host_load_s=seq.host_load_s,
     )

@@ -19,10 +19,13 @@ import torch
 
 from engines.attention.backend import AttentionBackend
 from engines.cache.protocol import BlockTables
+from engines.cache.tiers import HostTier
 from engines.clock import RunClock
 from engines.cuda_graphs import DecodeGraphs
 from engines.device_tables import DeviceBlockTable
 from engines.executor import DecodeRunResult
+from engines.host_link import HostLinkPricing
+from engines.host_pool import HostKVPool
 from engines.kv_pool import KVPool
 from engines.model.llama import LlamaModel
 from engines.sched.base import DecodeRun, ScheduledSeq, StepPlan
@@ -62,6 +65,9 @@ class RealExecutor:
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     tables: DeviceBlockTable = field(init=False)
     graphs: DecodeGraphs | None = field(init=False, default=None)
+    # A host tier's real copies (engines/host_pool.py) and its byte counts; None without a tier
+    host_pool: HostKVPool | None = field(init=False, default=None)
+    host_link: HostLinkPricing | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.cache.table_journal.enable()
@@ -70,6 +76,14 @@ class RealExecutor:
         width = -(-self.max_len // bs)
         self.tables = DeviceBlockTable(self.max_num_seqs, width, self.device)
         self.packer = Packer(self.device)
+        tier = self.cache
+        if isinstance(tier, HostTier):
+            units, unit_tokens = tier.host_keep_events()
+            self.host_pool = HostKVPool(self.kv_pool, units, unit_tokens)
+            # bytes only: the copies' own wall time is the price (the step runs them)
+            self.host_link = HostLinkPricing(
+                None, self.kv_pool.bytes_per_token, tier.host_load_overlap, self.kv_pool.num_layers
+            )
         if self.cuda_graphs:
             capture = self.device.type == "cuda" and self.attn.name in GRAPH_SAFE_BACKENDS
             self.graphs = DecodeGraphs(
@@ -144,7 +158,14 @@ class RealExecutor:
         if not items:
             return {}
         step, sampled = self.prepare(items)
+        if self.host_pool is not None:  # loads land before the forward that reads them
+            tier = self.cache
+            assert isinstance(tier, HostTier) and self.host_link is not None
+            self.host_pool.before_forward(tier.host_take_events())
+            self.host_link.step(self.clock.now(), 0.0, tier.host_take_transfers())
         hidden, logits_index = self.forward(step)
+        if self.host_pool is not None:
+            self.host_pool.after_forward()
         greedy_tokens: dict[int, int] = {}  # item index -> argmax
         if len(step.logits_index):
             logits = self.model.logits_at(hidden, logits_index)

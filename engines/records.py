@@ -27,3 +27,6 @@ class RequestRecord:
     token_times_s: Sequence[float]  # emission time of every output token (ITL source), array('d')
     output_ids: tuple[int, ...]
     host_cached_tokens: int = 0  # of cached_tokens, those a host tier supplied (device: the rest)
+    host_load_bytes: int = 0  # KV bytes loaded from the host tier (host link, host -> device)
+    host_store_bytes: int = 0  # its KV bytes stored to the host tier until it finished
+    host_load_s: float = 0.0  # seconds its loads took on the host link, queueing included

@@ -47,6 +47,12 @@ class Sequence:
     # Of those, the tokens a host tier supplied (engines/cache/tiers.py; vLLM's
     # external_cached_tokens, SGLang's cached_tokens_details.host).
     num_host_cached_tokens: int = 0
+    # Tokens of its KV a host tier stored (counted by the tier as it stores them), and its loads
+    # as the executor priced them: bytes into the device and seconds on the host link (queueing
+    # included).
+    num_host_stored_tokens: int = 0
+    host_load_bytes: int = 0
+    host_load_s: float = 0.0
     num_preemptions: int = 0
     # Tokens recomputed after a preemption (not part of the hit rate, docs/benchmarking.md §5.1).
     num_recomputed_tokens: int = 0

@@ -18,9 +18,15 @@ from engines.simulate.cost_model import HardwareConfig
 TICKS = HardwareConfig(name="ticks", kind="fitted", step_overhead_s=0.01)
 
 
-def tier_engine(cache: str = "apc", kv_tokens: int = 640, step_log: bool = False, **tier: Any):
+def tier_engine(
+    cache: str = "apc",
+    kv_tokens: int = 640,
+    step_log: bool = False,
+    hardware: HardwareConfig = TICKS,
+    **tier: Any,
+):
     """An engine of `kv_tokens` device tokens and a host tier configured by `tier` (with
-    `step_log`, the loop keeps each step's scheduled tokens per request)."""
+    `step_log`, the loop keeps each step's scheduled tokens per request), priced by `hardware`."""
     block = 16 if cache == "apc" else 1
     cfg = EngineConfig(
         cache=cache,
@@ -33,7 +39,7 @@ def tier_engine(cache: str = "apc", kv_tokens: int = 640, step_log: bool = False
     )
     cfg.validate()
     return build_engine(
-        cfg, PRESETS.get("tiny"), executor="simulated", device="cpu", hardware=TICKS
+        cfg, PRESETS.get("tiny"), executor="simulated", device="cpu", hardware=hardware
     )
 
 

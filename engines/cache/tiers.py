@@ -8,8 +8,11 @@ HostTier)` and drives the tier through the protocol only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
 
 from engines.errors import BadInput
 from engines.sequence import Sequence
@@ -110,6 +113,93 @@ class TierStats:
     evicted: int = 0
 
 
+# How a design's upstream overlaps a host-tier load with the forward (the executor prices it):
+# vLLM's connector loads before the request is scheduled, so its step waits for the whole load;
+# HiCache loads layer by layer, each layer's attention waiting only for that layer's KV.
+LOAD_BEFORE_STEP = "before_step"
+LOAD_LAYERWISE = "layerwise"
+
+
+class Transfers(NamedTuple):
+    """Tier transfers made since the last `host_take_transfers`, in tokens: loads into the device
+    (the request that loads) and stores to the host (the request whose KV it is; None: a write-back
+    of evicted device pages, no request's)."""
+
+    loads: list[tuple[Sequence, int]]
+    stores: list[tuple[Sequence | None, int]]
+
+
+# What a real executor needs to move real K/V (TransferLog.events; engines/host_pool.py). Slots
+# are device token slots (block id * block size + offset), taken when the tier decides, since a
+# finished request's or an evicted page's blocks may be handed out again before the copy.
+class HostStore(NamedTuple):
+    """Copy the K/V at `slots` (unit tokens per key, in key order) to host copies of `keys`;
+    `ready`: the K/V is computed already (copy before the next forward, which may overwrite
+    freed slots), else the step being planned computes it (copy after its forward)."""
+
+    keys: tuple[Hashable, ...]
+    slots: np.ndarray
+    ready: bool
+
+
+class HostLoad(NamedTuple):
+    """Copy host copies of `keys` into device `slots`, starting `offset` tokens into the first
+    key's unit, for `seq` (before the forward that reads them)."""
+
+    seq: Sequence
+    keys: tuple[Hashable, ...]
+    offset: int
+    slots: np.ndarray
+
+
+class HostEvict(NamedTuple):
+    """The tier dropped these host copies (their host room is free)."""
+
+    keys: tuple[Hashable, ...]
+
+
+class HostReset(NamedTuple):
+    """The tier was cleared."""
+
+
+HostEvent = HostStore | HostLoad | HostEvict | HostReset
+
+
+def token_slots(table: list[int], block_size: int, start: int, end: int) -> np.ndarray:
+    """Device token slots of tokens [start, end) of a request whose block table is `table`."""
+    t = np.arange(start, end, dtype=np.int64)
+    return np.asarray(table, dtype=np.int64)[t // block_size] * block_size + t % block_size
+
+
+@dataclass
+class TransferLog:
+    """The transfers a tier made since they were last taken (a tiered cache owns one); with
+    `events` kept (a real executor asks), also what to copy, in the order it was decided."""
+
+    loads: list[tuple[Sequence, int]] = field(default_factory=list)
+    stores: list[tuple[Sequence | None, int]] = field(default_factory=list)
+    events: list[HostEvent] | None = None  # None: nobody copies real K/V
+
+    def take_events(self) -> list[HostEvent]:
+        if self.events is None:
+            return []
+        out, self.events = self.events, []
+        return out
+
+    def load(self, seq: Sequence, tokens: int) -> None:
+        self.loads.append((seq, tokens))
+
+    def store(self, seq: Sequence | None, tokens: int) -> None:
+        if seq is not None:
+            seq.num_host_stored_tokens += tokens
+        self.stores.append((seq, tokens))
+
+    def take(self) -> Transfers:
+        out = Transfers(self.loads, self.stores)
+        self.loads, self.stores = [], []
+        return out
+
+
 @runtime_checkable
 class HostTier(Protocol):
     """Capability: a host tier behind the device cache (engines/cache/<design>/ implements it with
@@ -139,3 +229,21 @@ class HostTier(Protocol):
         ...
 
     def host_stats(self) -> TierStats: ...
+
+    def host_take_transfers(self) -> Transfers:
+        """The loads and stores made since the last call (the executor prices them)."""
+        ...
+
+    def host_keep_events(self) -> tuple[int, int]:
+        """From now on log copy events (`host_take_events`); returns the tier's (units, tokens a
+        unit): the host pool a real executor allocates."""
+        ...
+
+    def host_take_events(self) -> list[HostEvent]:
+        """The copy events since the last call, in order."""
+        ...
+
+    @property
+    def host_load_overlap(self) -> str:
+        """LOAD_BEFORE_STEP or LOAD_LAYERWISE: how upstream overlaps a load with the forward."""
+        ...

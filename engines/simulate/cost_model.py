@@ -38,6 +38,10 @@ class HardwareConfig:
     interconnect_bandwidth: float | None = None  # all-reduce bus bytes/s per GPU (TP > 1 only)
     allreduce_latency_s: float = 0.0  # fixed cost of one all-reduce (TP > 1 only)
     activation_bytes: float = 2.0  # bytes per activation element crossing the interconnect
+    # --- host link: KV tier transfers between GPU and host memory, bytes/s one way per GPU (the
+    # link is full duplex: loads and stores each get this; with TP each GPU moves its own shard,
+    # so the engine's link is num_gpus times it). None: a tier's transfers are not priced ---
+    host_link_bandwidth: float | None = None
     # --- model shape ---
     num_params: float | None = None
     num_layers: int | None = None

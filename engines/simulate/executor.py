@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 
 from engines.cache.protocol import AnyPrefixCache
+from engines.cache.tiers import HostTier
 from engines.clock import VirtualClock
 from engines.errors import BadInput
 from engines.executor import DecodeRunResult, ExecutorContext
+from engines.host_link import HostLinkPricing
 from engines.sched.base import DecodeRun, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import CostModel, DecodeRunShape, HardwareConfig, build_cost_model
@@ -59,6 +61,8 @@ class SimulatedExecutor:
     # SGLang's overlap loop (engine.overlap): each step's CPU part hidden behind the previous
     # step's GPU part (engines/simulate/overlap.py); None prices every step whole
     overlap: OverlapPricing | None = None
+    # A host tier's transfers on the preset's host link (engines/host_link.py); None: no tier
+    host_link: HostLinkPricing | None = None
 
     @property
     def device(self) -> str:
@@ -81,6 +85,10 @@ class SimulatedExecutor:
                 continue  # a prefill chunk that has not reached the last known token
             out[seq.seq_id] = _script(seq)[num_tokens - seq.num_prompt_tokens]
         dt_s = self.cost_model.step_time_s(plan)
+        if self.host_link is not None:
+            tier = self.cache
+            assert isinstance(tier, HostTier)
+            dt_s = self.host_link.step(self.clock.now(), dt_s, tier.host_take_transfers())
         if self.overlap is not None:
             dt_s = self.overlap.step(self.clock.now(), dt_s)
         self.clock.advance(dt_s)
@@ -95,6 +103,10 @@ class SimulatedExecutor:
         """Steps of `run` until its max_steps or the first that ends at or after `until_s`, each
         priced and clocked exactly as `execute` prices and clocks that step's plan."""
         end_times = self._clock_decode_steps(run, until_s)
+        if self.host_link is not None and end_times:  # a run loads nothing; stores queue after it
+            tier = self.cache
+            assert isinstance(tier, HostTier)
+            self.host_link.stores(end_times[0], tier.host_take_transfers())
         num_steps = len(end_times)
         tokens = {}
         for seq in run.seqs:
@@ -168,5 +180,26 @@ def build_simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
     hides = config.overlap and config.scheduler_design == "sglang" and hardware.kind == "roofline"
     overlap = OverlapPricing(hardware.step_overhead_s) if hides else None
     return SimulatedExecutor(
-        build_cost_model(hardware, ctx.cache.block_size), ctx.cache, runs, overlap=overlap
+        build_cost_model(hardware, ctx.cache.block_size),
+        ctx.cache,
+        runs,
+        overlap=overlap,
+        host_link=simulated_host_link(hardware, ctx.cache),
+    )
+
+
+def simulated_host_link(hardware: HardwareConfig, cache: AnyPrefixCache) -> HostLinkPricing | None:
+    """The preset's host link for a cache with a host tier (None without one). A preset without
+    `host_link_bandwidth` counts the bytes and prices no time; one without the model's KV shape
+    counts nothing."""
+    if not isinstance(cache, HostTier):
+        return None
+    names = ("num_layers", "num_kv_heads", "head_dim", "kv_bytes_per_element")
+    known = all(getattr(hardware, name) for name in names)
+    link = hardware.host_link_bandwidth
+    return HostLinkPricing(
+        link * hardware.num_gpus if known and link else None,
+        hardware.kv_bytes_per_token if known else 0.0,
+        cache.host_load_overlap,
+        hardware.num_layers or 1,
     )

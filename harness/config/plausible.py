@@ -38,6 +38,7 @@ HARDWARE: dict[str, Bound] = {
     "gpu_memory_bytes": Bound(2**27, 1e14, "bytes", "141 GB is 1.41e11"),
     "memory_fraction": Bound(0, 1, "(a fraction of gpu_memory_bytes)"),
     "interconnect_bandwidth": Bound(1e8, 1e15, "bytes/s", "450 GB/s is 4.5e11"),
+    "host_link_bandwidth": Bound(1e8, 1e13, "bytes/s", "PCIe Gen5's ~50 GB/s is 5e10"),
     "allreduce_latency_s": Bound(0, 1, "seconds", "8 us is 8e-06"),
     "activation_bytes": Bound(0, 16, "bytes per element"),
     "num_params": Bound(1, 1e14, "parameters"),

@@ -63,6 +63,13 @@ def format_summary(summary: Mapping[str, object]) -> str:
     if summary.get("prompt_tokens_cached_host"):  # a host tier supplied some (docs/tiers.md)
         lines.append(_line("Device tier hit rate (%):", _percent(summary.get("device_hit_rate"))))
         lines.append(_line("Host tier hit rate (%):", _percent(summary.get("host_hit_rate"))))
+        belady = summary.get("belady_hit_rate_device_host")
+        if belady is not None:  # one cache of both tiers' tokens (docs/tiers.md §8)
+            lines.append(_line("Belady, device + host (%):", _percent(belady)))
+        link = summary.get("host_link")
+        if isinstance(link, dict) and link.get("bandwidth_bytes_per_s"):  # priced (§7)
+            lines.append(_line("Host loads (GB):", round(link["load_bytes"] / 1e9, 2)))
+            lines.append(_line("Host load stall (s):", round(link["load_stall_s"], 3)))
     lines.append(_line("Cache bookkeeping (ms):", summary.get("cache_bookkeeping_ms")))
     if "server_flavour" in summary:  # a live server: its counters and the twin's, apart
         lines += _server_lines(summary)

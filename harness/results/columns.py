@@ -29,6 +29,9 @@ COLUMNS: dict[str, object] = {
     "prompt_tokens": _INT,
     "cached_tokens": _INT,
     "host_cached_tokens": _INT,  # of cached_tokens, from a host tier (0 without one)
+    "host_load_bytes": _INT,  # KV bytes loaded host -> device for it (0 without a tier)
+    "host_store_bytes": _INT,  # its KV bytes stored device -> host until it finished
+    "host_load_ms": _FLOAT,  # its loads' time on the host link, queueing included
     "output_tokens": _INT,
     "recomputed_tokens": _INT,
     "num_preemptions": _INT,

@@ -17,6 +17,7 @@ from engines.build import build_engine
 from engines.cache.records import CacheIntegrityError
 from engines.cache.tiers import HostTier
 from engines.engine import Engine
+from engines.host_link import CarriesHostLink
 from engines.records import RequestRecord
 from harness.client.inprocess import completion_request, drive
 from harness.client.programs import runs_as_program
@@ -124,6 +125,9 @@ class EngineSession:
         }
         if isinstance(engine.cache, HostTier):  # tokens looked up, hit, stored, loaded, evicted
             figures["host_tier"] = asdict(engine.cache.host_stats())
+            link = engine.executor if isinstance(engine, Engine) else None
+            if isinstance(link, CarriesHostLink) and link.host_link is not None:  # bytes, time
+                figures["host_link"] = asdict(link.host_link.figures())
         if isinstance(engine, Fleet):
             block = getattr(cfg.workload, "block_size", None)  # a trace's own (Mooncake: 512)
             prompts = [r.prompt_ids for r in requests for _ in range(r.n)]
@@ -197,7 +201,9 @@ def _policy_profile(cfg: RunConfig, engine: Engine | Fleet) -> dict:
 
 
 def _bounds(cfg: RunConfig, workload_requests: list[Request]) -> dict:
-    """Ideal, LRU-capped and Belady hit rates from the token streams (see BoundsConfig)."""
+    """Ideal, LRU-capped and Belady hit rates from the token streams (see BoundsConfig); with a
+    host tier, LRU and Belady also at device + host capacity: one cache of both tiers' tokens that
+    loads for free, which no two-tier cache of those sizes can beat (Belady) (docs/tiers.md §8)."""
     g = cfg.engine.block_size
     gs = set(cfg.bounds.granularities) | ({g} if cfg.bounds.include_engine_granularity else set())
     prompt_tokens = sum(len(r.prompt_ids) * r.n for r in workload_requests)
@@ -219,6 +225,12 @@ def _bounds(cfg: RunConfig, workload_requests: list[Request]) -> dict:
     if fleet:
         ceiling = found.ceiling if at is not None else ceiling_hit_rate(workload_requests, g)
         extra["fleet_bound_hit_rate"] = ceiling
+    tier = cfg.engine.host_tier
+    if tier.enabled and capped_g is not None:  # the same references at device + host capacity
+        total_blocks = (cfg.engine.kv_capacity_tokens + tier.tokens) * cfg.fleet.replicas // g
+        both = run_bounds(workload_requests, [g], g, total_blocks).capped
+        extra["theoretical_hit_rate_capped_device_host"] = both.get("lru")
+        extra["belady_hit_rate_device_host"] = both.get("belady")
     return {
         **extra,
         "ideal_hit_rate": ideal.get(g),

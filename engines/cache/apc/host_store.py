@@ -51,6 +51,7 @@ class HostChunkStore:
         self.counts: OrderedDict[Key, int] | None = OrderedDict() if store_threshold >= 2 else None
         self.requests: dict[str, RequestAccess] = {}
         self.num_evicted = 0
+        self.evicted_keys: list[Key] = []  # victims since the owner last took them (copies)
 
     def __len__(self) -> int:
         return len(self.ready) + len(self.pending)
@@ -101,6 +102,7 @@ class HostChunkStore:
                 return None
             self.ready.difference_update(victims)
             self.num_evicted += len(victims)
+            self.evicted_keys += victims
         for key in new:
             self.policy.insert(key)
             self.pending.add(key)

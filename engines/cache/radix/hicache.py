@@ -14,11 +14,26 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
+
 from engines.cache.radix.cache import RadixCache
 from engines.cache.radix.hooks import extra_key_of
 from engines.cache.radix.key import unpack
 from engines.cache.radix.node import TreeNode
-from engines.cache.tiers import HostTier, HostTierConfig, TierStats
+from engines.cache.tiers import (
+    LOAD_LAYERWISE,
+    HostEvent,
+    HostEvict,
+    HostLoad,
+    HostReset,
+    HostStore,
+    HostTier,
+    HostTierConfig,
+    TierStats,
+    TransferLog,
+    Transfers,
+    token_slots,
+)
 from engines.sequence import Sequence
 
 # write policy -> inserts of a page before its host copy is written (None: on eviction only)
@@ -42,6 +57,8 @@ def page_keys(tokens: list[int], extra: object, page: int, num_pages: int) -> li
 class TieredRadixCache(RadixCache, HostTier):
     """RadixCache plus HiCache's host pages, write policy and load-back."""
 
+    host_load_overlap = LOAD_LAYERWISE  # each layer waits for its own KV (docs/tiers.md §7)
+
     def __init__(self, *, tier: HostTierConfig, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.host_pages = tier.tokens // self.page_size
@@ -51,6 +68,7 @@ class TieredRadixCache(RadixCache, HostTier):
         self.inserts: dict[int, int] = {}  # device pages' insert counts (upstream node.hit_count)
         self.tree.on_evict = self._on_device_evict
         self.queries = self.hits = self.stored = self.evicted_pages = 0
+        self.log = TransferLog()
 
     # ---- keys -------------------------------------------------------------------------------
     def _seq_keys(self, seq: Sequence, num_tokens: int) -> list[int]:
@@ -72,31 +90,46 @@ class TieredRadixCache(RadixCache, HostTier):
         return keys, (len(tokens) - len(leaf.value)) // p
 
     # ---- writes -----------------------------------------------------------------------------
-    def _write(self, keys: list[int]) -> None:
+    def _write(self, keys: list[int], seq: Sequence | None, slots: list[np.ndarray]) -> None:
         """Host copies of `keys` (a prefix run), dropping least recently used pages; the run's
-        head ends most recent, so a full pool drops tails before the heads they hang from."""
-        for key in reversed(keys):
+        head ends most recent, so a full pool drops tails before the heads they hang from.
+        `seq`: the request whose insert wrote them (None: a write-back of evicted pages);
+        `slots`: each key's device token slots (empty unless copy events are kept)."""
+        before = self.stored
+        events = self.log.events
+        for i in reversed(range(len(keys))):
+            key = keys[i]
             if key in self.host:
                 self.host.move_to_end(key)
                 continue
             if len(self.host) >= self.host_pages:
-                self.host.popitem(last=False)
+                dropped, _ = self.host.popitem(last=False)
                 self.evicted_pages += 1
+                if events is not None:
+                    events.append(HostEvict((dropped,)))
             self.host[key] = None
             self.stored += 1
+            if events is not None:  # one event a page: a later page's write may drop it
+                events.append(HostStore((key,), slots[i], True))
+        if self.stored > before:
+            self.log.store(seq, (self.stored - before) * self.page_size)
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.get(seq.seq_id)
         if finished and st is not None and self.threshold is not None and not self.tree.disable:
-            n = st.kv_committed_len // self.page_size * self.page_size
+            p = self.page_size
+            n = st.kv_committed_len // p * p
             keys = self._seq_keys(seq, n)
-            due = []
-            for key in keys:  # a finished request's insert counts once per page it covers
+            due, slots = [], []
+            table = self.block_table(seq) if self.log.events is not None else None
+            for i, key in enumerate(keys):  # a finished request's insert counts once per page
                 count = self.inserts.get(key, 0) + 1
                 self.inserts[key] = count
                 if count >= self.threshold:
                     due.append(key)
-            self._write(due)
+                    if table is not None:
+                        slots.append(token_slots(table, p, i * p, (i + 1) * p))
+            self._write(due, seq, slots)
         super().release(seq, finished=finished)
 
     def _on_device_evict(self, leaf: TreeNode) -> None:
@@ -104,7 +137,10 @@ class TieredRadixCache(RadixCache, HostTier):
         for key in keys[first:]:
             self.inserts.pop(key, None)
         if self.threshold is None:  # write_back: written as the device lets it go
-            self._write(keys[first:])
+            p = self.page_size
+            value = np.asarray(leaf.value, dtype=np.int64)
+            slots = [value[j * p : (j + 1) * p] for j in range(len(keys) - first)]
+            self._write(keys[first:], None, slots if self.log.events is not None else [])
 
     # ---- lookup and load-back ---------------------------------------------------------------
     def host_lookup(self, seq: Sequence, device_tokens: int) -> int | None:
@@ -129,6 +165,11 @@ class TieredRadixCache(RadixCache, HostTier):
             keys = self._seq_keys(seq, device_tokens + host_tokens)[device_tokens // p :]
             for key in reversed(keys):  # the head ends most recent
                 self.host.move_to_end(key)
+            self.log.load(seq, host_tokens)
+            if self.log.events is not None:
+                end = device_tokens + host_tokens
+                slots = token_slots(self.block_table(seq), p, device_tokens, end)
+                self.log.events.append(HostLoad(seq, tuple(keys), 0, slots))
 
     def host_after_schedule(self, scheduled: list[tuple[Sequence, int]]) -> None:
         """Nothing: HiCache writes from the tree's inserts and evictions."""
@@ -149,6 +190,16 @@ class TieredRadixCache(RadixCache, HostTier):
             evicted=self.evicted_pages * p,
         )
 
+    def host_take_transfers(self) -> Transfers:
+        return self.log.take()
+
+    def host_keep_events(self) -> tuple[int, int]:
+        self.log.events = []
+        return self.host_pages, self.page_size
+
+    def host_take_events(self) -> list[HostEvent]:
+        return self.log.take_events()
+
     def reset(self) -> bool:
         """A flush clears the host pool too (upstream's reset clears the host pool)."""
         if not super().reset():
@@ -156,4 +207,6 @@ class TieredRadixCache(RadixCache, HostTier):
         self.host.clear()
         self.inserts.clear()
         self.queries = self.hits = self.stored = self.evicted_pages = 0
+        if self.log.events is not None:
+            self.log.events.append(HostReset())
         return True
