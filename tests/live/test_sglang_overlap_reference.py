@@ -5,7 +5,8 @@ sglang_overlap_reference.py); the twin runs the same streams stated in loop iter
 (tests/sglang_reference.py). Every request's cached tokens, output and retractions and every
 step's iteration, kind and rows ([rid, new tokens]) must be equal. Opt-in: skipped where
 `bash scripts/setup_sglang.sh` has not made .venv-sglang (CI too: it is not part of CI). One
-upstream process per (capacity, loop); about a minute each on two shared cores.
+upstream process per (setup, loop), eight in all, one to three minutes each on two busy cores;
+the measured table is in docs/scheduler_x_cache.md. Known differences are strict xfails.
 """
 
 from __future__ import annotations
@@ -43,7 +44,32 @@ SETUPS = {
     "issue": (Config(chunk=8192), issue_cases()),  # the hand-made counts
     "pressure": (Config(chunk=256, kv_tokens=512, max_running=16), PRESSURE_CASES),  # retractions
 }
-PARAMS = [(capacity, case) for capacity, (_, cases) in SETUPS.items() for case in sorted(cases)]
+# Known differences (docs/scheduler_x_cache.md, the overlap section), each strict:
+KNOWN = {
+    # the step log calls a one-token step of a running request a decode: here the
+    # last, one-token chunk of a re-prefill, which upstream runs as an extend batch
+    ("pressure", "pressure3_burst", False): "a one-token last chunk is labelled decode",
+    # a request retracted with its last token in flight keeps it here; upstream samples it again
+    **{
+        ("pressure", f"pressure{case}", True): "a retracted request keeps its in-flight token"
+        for case in ("1_burst", "3_burst", "3_poisson", "4_burst", "8_burst")
+    },
+}
+PARAMS = [
+    pytest.param(
+        capacity,
+        case,
+        overlap,
+        marks=pytest.mark.xfail(
+            (capacity, case, overlap) in KNOWN,
+            reason=KNOWN.get((capacity, case, overlap), ""),
+            strict=True,
+        ),
+    )
+    for capacity, (_, cases) in SETUPS.items()
+    for case in sorted(cases)
+    for overlap in (False, True)
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +87,7 @@ def _upstream(cache: dict, capacity: str, overlap: bool) -> dict:
     return cache[key]
 
 
-@pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
-@pytest.mark.parametrize(("capacity", "case"), PARAMS)
+@pytest.mark.parametrize(("capacity", "case", "overlap"), PARAMS)
 def test_twin_equals_sglangs_own_loop(upstream, capacity, case, overlap):
     config, cases = SETUPS[capacity]
     theirs = _upstream(upstream, capacity, overlap)[case]
