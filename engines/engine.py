@@ -130,12 +130,16 @@ class Engine:
         """Nothing is waiting or running: a scheduler design may reset state here (SGLang resets
         its new-token ratio on an idle iteration). Drivers call it whenever the engine idles."""
         self.loop.idle()
+        if isinstance(self.executor, CarriesHostLink):  # a tier stores what finished last
+            self.executor.host_idle()
         self._launched_s = None  # an idle loop receives every request before its next formation
 
     def reset_counters(self) -> None:
         """Zero the step count and the cache-bookkeeping time: a measured window after a flush
         counts its own steps only (the step log, if on, keeps every step since the build)."""
         self.loop.reset_counters()
+        if isinstance(self.executor, CarriesHostLink) and self.executor.host_link is not None:
+            self.executor.host_link.reset()  # and its host-tier transfers
 
     def restart(self) -> None:
         """A new run from an idle engine: the clock from zero, no records."""

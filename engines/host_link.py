@@ -55,6 +55,11 @@ class HostLinkPricing:
         self.load_s = self.load_stall_s = self.max_backlog_s = 0.0
         self._store_free_s = 0.0  # when the store direction has sent everything queued
 
+    def reset(self) -> None:
+        """A new measured window: zero the totals (the clock restarts with the run)."""
+        self.load_bytes = self.store_bytes = 0
+        self.load_s = self.load_stall_s = self.max_backlog_s = self._store_free_s = 0.0
+
     def _seconds(self, num_bytes: int) -> float:
         return num_bytes / self.bandwidth if self.bandwidth else 0.0
 
@@ -103,3 +108,8 @@ class CarriesHostLink(Protocol):
     """An executor that prices or counts a host tier's transfers (None: the cache has no tier)."""
 
     host_link: HostLinkPricing | None
+
+    def host_idle(self) -> None:
+        """Nothing runs: carry out the stores the tier made since the last step (a request that
+        finished in the last step is stored after it)."""
+        ...

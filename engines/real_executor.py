@@ -99,6 +99,15 @@ class RealExecutor:
             )
             self.graphs.capture_all()
 
+    @torch.inference_mode()
+    def host_idle(self) -> None:
+        if self.host_pool is not None:
+            tier = self.cache
+            assert isinstance(tier, HostTier) and self.host_link is not None
+            self.host_pool.before_forward(tier.host_take_events())
+            self.host_pool.after_forward()  # nothing runs: every K/V offered is computed
+            self.host_link.stores(self.clock.now(), tier.host_take_transfers())
+
     def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
         """Never called: `decode_runs` is False, so the engine steps every decode."""
         raise NotImplementedError("the real executor runs every step (decode_runs is False)")

@@ -1,4 +1,5 @@
-"""A host-memory KV tier behind a design's device cache: its config, its counters, the capability.
+"""A host-memory KV tier behind a design's device cache: its config, its counters, the capability,
+and the log of its transfers (tokens for pricing, copy events for a real executor; docs/tiers.md §7).
 
 `engine.host_tier.tokens` sizes the tier (0: off, the cache is exactly the tier-less class). Each
 design brings its own upstream policy (docs/tiers.md): apc follows vLLM's OffloadingConnector and

@@ -99,6 +99,12 @@ class SimulatedExecutor:
             self.clock.host_mark_s = time.thread_time()
         return out
 
+    def host_idle(self) -> None:
+        if self.host_link is not None:
+            tier = self.cache
+            assert isinstance(tier, HostTier)
+            self.host_link.stores(self.clock.now(), tier.host_take_transfers())
+
     def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
         """Steps of `run` until its max_steps or the first that ends at or after `until_s`, each
         priced and clocked exactly as `execute` prices and clocks that step's plan."""

@@ -1,0 +1,81 @@
+"""vLLM's offloading-blog shape in simulation: one request's TTFT computed cold against loaded from
+the host tier, Llama-3.1-8B on one H100 (docs/tiers.md §8.3).
+
+    python scripts/tiers_single_request.py [--hardware h100_llama3_8b_bf16]
+
+For each prompt length and design: send a fresh prompt (computed), push it out of a device cache
+only a little larger than it with a second prompt, send it again (a host-tier hit, loaded over the
+preset's host link) and print both TTFTs and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import numpy as np
+from hydra import compose, initialize_config_dir
+
+from engines.build import build_engine
+from engines.cache.tiers import HostTierConfig
+from engines.config import EngineConfig
+from engines.engine import Engine
+from engines.model.presets import PRESETS
+from engines.records import RequestRecord
+from engines.request import GenerationRequest
+from engines.simulate.cost_model import HardwareConfig
+from harness.config.schema import CONF_DIR, register_configs, to_schema
+
+LENGTHS = (1024, 4096, 16384, 65536)
+DESIGNS = (("apc", 16), ("radix", 1))
+
+
+def preset(name: str) -> HardwareConfig:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return to_schema(compose(f"hardware/{name}")["hardware"], HardwareConfig)
+
+
+def send(engine: Engine, rid: str, prompt: tuple[int, ...]) -> RequestRecord:
+    req = GenerationRequest(
+        request_id=rid, prompt_ids=prompt, max_new_tokens=1, scripted_output_ids=(7,)
+    )
+    engine.add_request(req, engine.clock.now())
+    while engine.has_work:
+        engine.step()
+    engine.idle()
+    return next(r for r in engine.records if r.request_id == rid)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hardware", default="h100_llama3_8b_bf16")
+    hw = preset(parser.parse_args().hardware)
+    model = dataclasses.replace(PRESETS.get("tiny"), max_position_embeddings=1 << 18)
+    rng = np.random.default_rng(0)
+    for cache, block in DESIGNS:
+        for n in LENGTHS:
+            cfg = EngineConfig(
+                cache=cache,
+                block_size=block,
+                kv_capacity_tokens=n + 64,
+                max_num_batched_tokens=8192,
+                backend="torch",
+                host_tier=HostTierConfig(tokens=4 * n),
+            )
+            cfg.validate()
+            engine = build_engine(cfg, model, executor="simulated", device="cpu", hardware=hw)
+            a, other = (tuple(rng.integers(1, 30000, n).tolist()) for _ in range(2))
+            cold = send(engine, "cold", a)
+            send(engine, "other", other)
+            hit = send(engine, "hit", a)
+            cold_s, hit_s = (r.first_token_s - r.arrival_s for r in (cold, hit))
+            print(
+                f"{cache:5s} {n:6d} tokens: computed {cold_s * 1e3:8.1f} ms, host hit "
+                f"{hit.host_cached_tokens:6d} tokens {hit_s * 1e3:7.1f} ms (load "
+                f"{hit.host_load_s * 1e3:6.1f} ms): {cold_s / hit_s:5.1f}x lower"
+            )
+
+
+if __name__ == "__main__":
+    main()
