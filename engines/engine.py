@@ -35,6 +35,7 @@ from engines.host_link import CarriesHostLink
 from engines.loop import StepLoop
 from engines.records import RequestRecord
 from engines.request import CompletionRequest, GenerationRequest
+from engines.sched.base import PendingTransfers
 from engines.sequence import Sequence
 
 # A decode run shorter than this is stepped normally (same result; planning one costs a little).
@@ -254,6 +255,9 @@ class Engine:
 
     def _no_progress(self, next_release_s: float) -> StepOutput:
         """Nothing could be scheduled: fine while a release is due, a stuck engine otherwise."""
+        scheduler = self.loop.scheduler
+        if isinstance(scheduler, PendingTransfers) and scheduler.transfers_pending():
+            return StepOutput(self.clock.now(), False)  # a transfer in flight will unblock it
         self._idle_steps += 1
         if self._idle_steps > 2 and next_release_s == math.inf and self.has_work:
             stuck = (self.loop.waiting or self.loop.running)[0]

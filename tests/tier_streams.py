@@ -74,3 +74,24 @@ def send(engine, rid: str, prompt: tuple[int, ...], output: tuple[int, ...]) -> 
 def tiers(rec: RequestRecord) -> tuple[int, int]:
     """(device, host) cached tokens of a record."""
     return rec.cached_tokens - rec.host_cached_tokens, rec.host_cached_tokens
+
+
+def send_together(
+    engine, requests: list[tuple[str, tuple[int, ...], tuple[int, ...]]]
+) -> list[RequestRecord]:
+    """Queue `requests` at once (a burst, in order), run them all to their finish, then idle the
+    engine; their records in that order."""
+    now = engine.clock.now()
+    for rid, prompt, output in requests:
+        req = GenerationRequest(
+            request_id=rid,
+            prompt_ids=prompt,
+            max_new_tokens=len(output),
+            scripted_output_ids=output,
+        )
+        engine.add_request(req, now)
+    while engine.has_work:
+        engine.step()
+    engine.idle()
+    by_id = {r.request_id: r for r in engine.records}
+    return [by_id[rid] for rid, _, _ in requests]

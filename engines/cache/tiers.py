@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from engines.cache.records import PrefixMatch
 from engines.errors import BadInput
 from engines.sequence import Sequence
 
@@ -247,4 +248,29 @@ class HostTier(Protocol):
     @property
     def host_load_overlap(self) -> str:
         """LOAD_BEFORE_STEP or LOAD_LAYERWISE: how upstream overlaps a load with the forward."""
+        ...
+
+
+@runtime_checkable
+class AsyncHostLoad(Protocol):
+    """Capability: a host tier whose loads run between steps (vLLM's OffloadingConnector): a
+    request with a host hit is admitted holding its blocks but computes nothing until its load is
+    done, and the admission keeps free the blocks other prefills in flight still need."""
+
+    def host_admit(
+        self,
+        seq: Sequence,
+        match: PrefixMatch[Any] | None,
+        device_tokens: int,
+        host_tokens: int,
+        whole_sequence_must_fit: bool,
+        in_flight: list[Sequence],
+    ) -> bool:
+        """Adopt `match` (the device hit) and allocate uncached blocks for the `host_tokens` the
+        load will write, keeping free what the `in_flight` prefills still need to finish; False
+        (nothing changed) when it does not fit. On success the load is started."""
+        ...
+
+    def host_load_done(self, seq: Sequence) -> bool:
+        """Whether `seq`'s load has completed (its loaded blocks can then be cached)."""
         ...

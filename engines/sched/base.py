@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from engines.cache import build_cache
 from engines.cache.protocol import AnyPrefixCache
@@ -119,6 +119,14 @@ class Scheduler(Protocol):
         """The engine's iteration found nothing waiting or running (SGLang resets its
         `new_token_ratio`; vLLM keeps no such state)."""
         ...
+
+
+@runtime_checkable
+class PendingTransfers(Protocol):
+    """Capability of a scheduler whose steps can schedule nothing while KV transfers it waits for
+    are in flight (vLLM's asynchronous host loads): such a step is progress, not a stuck engine."""
+
+    def transfers_pending(self) -> bool: ...
 
 
 # name -> factory(PrefixCache, EngineConfig) -> Scheduler; filled in engines/sched/__init__.py.

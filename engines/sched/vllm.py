@@ -11,9 +11,12 @@ On a cache that is matchable at allocation (APC) that is all; on one that is not
 step's computed tokens are committed after the step, the earliest point they can be matched.
 
 A cache with a `HostTier` (vLLM's OffloadingConnector, engines/cache/apc/tiered.py) is asked past
-the device hit at admission; a request whose chunks are still being written waits (skipped, its
-place kept); a hit that covers the whole request computes its last token again. Its stores follow
-every planned step, so such a run plans every step (no decode runs).
+the device hit at admission; a request whose chunks are still being written or loaded waits
+(skipped, its place kept). With `AsyncHostLoad` a host hit is admitted holding its blocks but
+computes nothing until its load is done (engines/sched/vllm_loads.py); a hit that covers the whole
+request computes its last token again. Its stores follow every planned step, so such a run plans
+every step (no decode runs), and a finished request is released after the next step is planned,
+as vLLM's engine core processes a step's output only after it scheduled the next one.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from collections import deque
 
 from engines.cache.protocol import AnyAllocation, AnyPrefixCache, DecodeRunAllocation
 from engines.cache.records import Allocation
-from engines.cache.tiers import HostTier
+from engines.cache.tiers import AsyncHostLoad, HostTier
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.policies import POLICIES, is_active, uncapped_matches
+from engines.sched.vllm_loads import HostLoads
 from engines.sequence import SeqStatus, Sequence
 
 
@@ -46,6 +50,7 @@ class VllmScheduler(Scheduler):
         # decode runs need the cache's DecodeRunAllocation; without it every step is planned
         self.runs = cache if isinstance(cache, DecodeRunAllocation) else None
         self.tier = cache if isinstance(cache, HostTier) else None
+        self.loads = HostLoads(cache) if isinstance(cache, AsyncHostLoad) else None
         self.policy = POLICIES.get(policy)
         self.reserve_full_prompt = reserve_full_prompt
         self.async_scheduling = async_scheduling
@@ -67,12 +72,17 @@ class VllmScheduler(Scheduler):
         self._order(waiting)
         token_budget = self._schedule_running(plan, waiting, running, budget.max_num_batched_tokens)
         if not plan.preempted:
-            self._schedule_waiting(plan, waiting, running, budget, token_budget)
+            if self.loads is not None:
+                self.loads.schedule_waiting(self, plan, waiting, running, budget, token_budget)
+            else:
+                self._schedule_waiting(plan, waiting, running, budget, token_budget)
         if self.tier is not None:  # the connector builds its store jobs from the step's plan,
             limits = self._step_limits  # capped at the tokens known (async: not the last sample)
             self.tier.host_after_schedule(
                 [(it.seq, min(it.end, limits.get(it.seq.seq_id, it.end))) for it in plan.scheduled]
             )
+        if self.loads is not None:
+            self.loads.after_plan(self, plan, running)
         return plan
 
     def _order(self, waiting: deque[Sequence]) -> None:
@@ -104,6 +114,8 @@ class VllmScheduler(Scheduler):
             if self.tier is not None and item.matchable_limit is not None:
                 self._step_limits[seq.seq_id] = item.matchable_limit
             while not (ok := self.cache.allocate([item])):
+                if self.loads is not None and self.loads.victim_busy(running):
+                    break  # its blocks are freed only after the step in flight: no help now
                 victim = running.pop()  # FCFS: the lowest priority is the last running request
                 self._preempt(victim, waiting)
                 plan.preempted.append(victim)
@@ -228,9 +240,15 @@ class VllmScheduler(Scheduler):
             for seq in run.seqs:
                 self._known_tokens[seq.seq_id] = seq.num_computed_tokens + num_steps
 
+    def transfers_pending(self) -> bool:
+        """A host load or a finished request's release is still to come (`PendingTransfers`)."""
+        return self.loads is not None and self.loads.pending()
+
     def on_idle(self) -> None:
         """Nothing but a host tier's transfers in flight completing: vLLM's scheduler keeps no
         state that an idle iteration resets."""
+        if self.loads is not None:
+            self.loads.release_finished(self)
         if self.tier is not None:
             self.tier.host_idle()
 
@@ -249,11 +267,18 @@ class VllmScheduler(Scheduler):
             for item in plan.scheduled:
                 if not item.seq.is_finished:
                     cache.commit(item.seq, item.seq.num_computed_tokens)
+        if self.loads is not None:  # processed after the next plan (HostLoads.after_plan)
+            self.loads.finished.extend(finished)
+            return
         for seq in finished:
-            self._known_tokens.pop(seq.seq_id, None)
-            self._computed_at_preemption.pop(seq.seq_id, None)
-            if self.async_scheduling and cache.matchable_at_allocation:
-                cache.commit(seq, seq.num_computed_tokens)
-            cache.release(seq, finished=True)
+            self.release_finished(seq)
         if self.tier is not None:
             self.tier.host_after_step(finished)
+
+    def release_finished(self, seq: Sequence) -> None:
+        """Catch up the finished request's cached blocks (async) and release its KV."""
+        self._known_tokens.pop(seq.seq_id, None)
+        self._computed_at_preemption.pop(seq.seq_id, None)
+        if self.async_scheduling and self.cache.matchable_at_allocation:
+            self.cache.commit(seq, seq.num_computed_tokens)
+        self.cache.release(seq, finished=True)

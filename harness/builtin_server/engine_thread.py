@@ -327,7 +327,7 @@ class EngineThread:
             if rec.request_id not in self._children:
                 continue  # its request was failed (the step log) or has gone
             finishes[rec.request_id] = SampleFinish(
-                rec.prompt_tokens, rec.cached_tokens, rec.output_tokens
+                rec.prompt_tokens, rec.cached_tokens, rec.output_tokens, rec.host_cached_tokens
             )
             counters.prompt_tokens_cached += rec.cached_tokens
             counters.preemptions += rec.num_preemptions

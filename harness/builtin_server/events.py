@@ -22,6 +22,7 @@ class SampleFinish:
     prompt_tokens: int
     cached_tokens: int
     output_tokens: int
+    host_cached_tokens: int = 0  # of cached_tokens, those a host tier supplied
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ protocol.py `CompletionRequest`, `CompletionResponse`, `CompletionStreamResponse
 `prompt_tokens_details.cached_tokens`, `return_token_ids` adding `token_ids` and
 `prompt_token_ids` to each choice, errors as `{"error": {"message", "type", "param", "code"}}`.
 Unknown fields are ignored, as vLLM does; fields this server cannot honour are refused by name.
+SGLang's `return_cached_tokens_details` adds its `sglext.cached_tokens_details` {device, host}
+(sglang/srt/entrypoints/openai/protocol.py `SglExt`, 0.5.23) when anything was cached.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class CompletionParams:
     return_token_ids: bool
     cache_salt: str | None
     priority: int
+    return_cached_tokens_details: bool = False  # SGLang's: cached tokens per tier in `sglext`
 
 
 def parse_completion(body: object) -> CompletionParams:
@@ -107,6 +110,7 @@ def parse_completion(body: object) -> CompletionParams:
         return_token_ids=_bool(body, "return_token_ids", False),
         cache_salt=salt,
         priority=_int(body, "priority", 0, -(2**31), 2**31 - 1),
+        return_cached_tokens_details=_bool(body, "return_cached_tokens_details", False),
     )
 
 
@@ -204,6 +208,15 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+
+
+def cached_tokens_details(cached_tokens: int, host_cached_tokens: int) -> dict | None:
+    """SGLang's `sglext` with the cached tokens per tier; None when nothing was cached (SGLang
+    then leaves it out)."""
+    if not cached_tokens:
+        return None
+    device = cached_tokens - host_cached_tokens
+    return {"cached_tokens_details": {"device": device, "host": host_cached_tokens}}
 
 
 def choice(

@@ -41,6 +41,7 @@ class Reply:
         self.started = [False] * req.n
         self.outputs = [0] * req.n
         self.cached = [0] * req.n
+        self.host_cached = [0] * req.n  # of `cached`, what a host tier supplied
         self.first_sample: int | None = None  # the sample that emitted first
         self.last_finished = 0  # the sample that finished last
 
@@ -55,6 +56,7 @@ class Reply:
             text += detok.flush()
             self.outputs[event.sample] = event.finish.output_tokens
             self.cached[event.sample] = event.finish.cached_tokens
+            self.host_cached[event.sample] = event.finish.host_cached_tokens
         self.texts[event.sample] += text
         return text
 
@@ -80,7 +82,7 @@ class Reply:
         # vLLM 0.32 (entrypoints/openai/completion/serving.py) streams the cached tokens of the
         # first output it received, and answers a whole reply with the final output's.
         first = self.first_sample if self.first_sample is not None else 0
-        return self._envelope([], self.usage(first))
+        return self._tiers(self._envelope([], self.usage(first)), first)
 
     def whole(self) -> dict:
         ids = self.params.return_token_ids
@@ -95,7 +97,18 @@ class Reply:
             )
             for i, d in enumerate(self.samples)
         ]
-        return self._envelope(choices, self.usage(self.last_finished))
+        return self._tiers(
+            self._envelope(choices, self.usage(self.last_finished)), self.last_finished
+        )
+
+    def _tiers(self, out: dict, sample: int) -> dict:
+        """With SGLang's `return_cached_tokens_details`, the cached tokens of the sample whose
+        usage is reported, per tier (device, host)."""
+        if self.params.return_cached_tokens_details:
+            ext = api.cached_tokens_details(self.cached[sample], self.host_cached[sample])
+            if ext is not None:
+                out["sglext"] = ext
+        return out
 
     def record(self) -> RequestRecord:
         """The finished request as the server's request log keeps it: the cached tokens of the

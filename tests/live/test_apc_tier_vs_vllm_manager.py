@@ -73,8 +73,9 @@ def run_ours(ops: list[Op], num_chunks: int, policy: str, threshold: int) -> lis
     for op, rid, keys, _ in ops:
         if op == "lookup":
             out.append(store.lookup(keys))
-        elif op == "load":
+        elif op == "load":  # started and completed, as the driver does upstream's
             store.load(rid, keys)
+            store.complete_load(keys)
             out.append(None)
         elif op == "offer":
             stored = store.offer(rid, keys)
@@ -113,6 +114,7 @@ def with_loads_and_writes(ops: list[Op], num_chunks: int, policy: str, threshold
             if hits:
                 full.append(("load", rid, keys[:hits], first))
                 store.load(rid, keys[:hits])
+                store.complete_load(keys[:hits])
                 loaded_to[rid] = first + hits
         elif op == "offer":
             stored = store.offer(rid, keys)

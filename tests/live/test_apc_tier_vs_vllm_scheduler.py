@@ -1,8 +1,9 @@
 """apc with a host tier against vLLM's own async Scheduler with the OffloadingConnector, driven in
 the vLLM venv (tests/live/vllm_offload_scheduler_driver.py; only the transfer engine is a stub):
-the same request streams, one request at a time, must give every request the same device and host
-cached tokens (docs/tiers.md §2). The streams are the hand-made ones of
-tests/unit/test_apc_tiers.py and generated ones of prompts sharing prefixes.
+the same request streams must give every request the same device and host cached tokens
+(docs/tiers.md §2). The streams are the hand-made ones of tests/unit/test_apc_tiers.py and
+generated ones of prompts sharing prefixes, one request at a time, and generated bursts (requests
+sent together, so loads wait, preemptions and releases interleave with other requests' steps).
 
 Needs .venv-vllm (scripts/setup_vllm.sh): skipped without it, a failure under CI=true.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 from engines.cache.tiers import HostTierConfig
-from tests.tier_streams import Prompts, send, tier_engine, tiers
+from tests.tier_streams import Prompts, send, send_together, tier_engine, tiers
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -28,6 +29,8 @@ MODEL = ROOT / ".models" / "llama-rand-smollm2"  # only its config is read (no w
 OUT = (101, 102, 103, 104)
 
 Stream = list[tuple[str, tuple[int, ...], tuple[int, ...]]]
+# a burst stream: each request with its wave; a wave's requests are sent together
+Bursts = list[tuple[str, tuple[int, ...], tuple[int, ...], int]]
 
 
 def resend_after_eviction(n_fill: int = 3, length: int = 300) -> Stream:
@@ -72,8 +75,13 @@ def generated(seed: int, num: int = 40) -> Stream:
     return out
 
 
+def bursts(seed: int, num: int, size: int) -> Bursts:
+    """`generated(seed, num)` sent in waves of `size` requests at once."""
+    return [(rid, p, o, k // size) for k, (rid, p, o) in enumerate(generated(seed, num))]
+
+
 # (name, stream, tier knobs, device tokens)
-CASES = [
+CASES: list[tuple[str, Stream | Bursts, HostTierConfig, int]] = [
     ("resend", resend_after_eviction(), HostTierConfig(tokens=4096), 640),
     ("chunk4", resend_after_eviction(), HostTierConfig(tokens=4096, blocks_per_chunk=4), 640),
     ("threshold2", seen_three_times(), HostTierConfig(tokens=4096, store_threshold=2), 640),
@@ -92,11 +100,47 @@ CASES = [
     ),
     ("gen-output", generated(3), HostTierConfig(tokens=960, offload_prompt_only=False), 800),
 ]
+# three seeds of each burst shape
+for seed in range(3):
+    CASES += [
+        (f"burst16-lru-{seed}", bursts(seed, 48, 16), HostTierConfig(tokens=960), 800),
+        (
+            f"burst16-arc-{seed}",
+            bursts(seed + 10, 48, 16),
+            HostTierConfig(tokens=960, policy="arc"),
+            800,
+        ),
+        (
+            f"burst8-chunk2-t2-{seed}",
+            bursts(seed + 20, 48, 8),
+            HostTierConfig(tokens=1280, blocks_per_chunk=2, store_threshold=2),
+            800,
+        ),
+        (
+            f"burst24-output-{seed}",
+            bursts(seed + 30, 48, 24),
+            HostTierConfig(tokens=960, offload_prompt_only=False),
+            800,
+        ),
+        (f"burst32-small-{seed}", bursts(seed + 40, 64, 32), HostTierConfig(tokens=640), 480),
+    ]
 
 
-def ours(stream: Stream, tier: HostTierConfig, device_tokens: int) -> dict[str, list[int]]:
+def ours(stream: Stream | Bursts, tier: HostTierConfig, device_tokens: int) -> dict[str, list[int]]:
     engine = tier_engine("apc", kv_tokens=device_tokens, **dataclasses.asdict(tier))
-    return {rid: list(tiers(send(engine, rid, prompt, out))) for rid, prompt, out in stream}
+    out: dict[str, list[int]] = {}
+    k = 0
+    while k < len(stream):
+        if len(stream[k]) == 3:  # one request alone
+            rid, prompt, output = stream[k][:3]
+            out[rid] = list(tiers(send(engine, rid, prompt, output)))
+            k += 1
+            continue
+        wave = [entry for entry in stream[k:] if entry[3] == stream[k][3]]
+        for rec in send_together(engine, [(rid, p, o) for rid, p, o, _ in wave]):
+            out[rec.request_id] = list(tiers(rec))
+        k += len(wave)
+    return out
 
 
 def upstream_runs() -> list[dict]:
@@ -113,7 +157,7 @@ def upstream_runs() -> list[dict]:
                 "store_threshold": tier.store_threshold,
                 "offload_prompt_only": tier.offload_prompt_only,
                 "model": str(MODEL),
-                "requests": [[rid, list(p), list(o)] for rid, p, o in stream],
+                "requests": [[rid, list(p), list(o), *wave] for rid, p, o, *wave in stream],
             }
         )
     return runs
@@ -136,6 +180,7 @@ def test_per_request_tiers_equal_vllms_scheduler_with_the_offloading_connector(t
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
     upstream = json.loads(result.read_text())
     host_total = 0
+    assert len(upstream) == len(CASES)
     for (name, stream, tier, device), theirs in zip(CASES, upstream):
         mine = ours(stream, tier, device)
         assert mine == theirs, f"{name}: " + ", ".join(
@@ -143,5 +188,6 @@ def test_per_request_tiers_equal_vllms_scheduler_with_the_offloading_connector(t
             for rid in mine
             if mine[rid] != theirs.get(rid)
         )
-        host_total += sum(h for _, h in mine.values())
-    assert host_total > 0
+        if name.startswith("burst"):
+            host_total += sum(h for _, h in mine.values())
+    assert host_total > 0  # the bursts loaded from the host tier

@@ -29,7 +29,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
 
@@ -110,9 +110,28 @@ def build(run: dict) -> tuple[AsyncScheduler, OffloadingConnector]:
         block_size=bs,
         log_stats=True,
     )
+    # vLLM's CPU platform turns async scheduling off in the config (the scheduler class above is
+    # async all the same); on CUDA it stays on, and with a connector that consumes KV the
+    # scheduler then returns a preempted request's blocks only once the step that last ran it
+    # has been processed (Scheduler.defer_block_free), as here.
+    sched.defer_block_free = True
     worker = OffloadingConnector(cfg, KVConnectorRole.WORKER, kv)
     worker.connector_worker.worker = StubTransfers()  # the transfer engine, nothing else
     return sched, worker
+
+
+def waves(requests: list) -> list[list]:
+    """Consecutive requests with the same wave number (a 4th field, default: each its own) are
+    added together, before one scheduling step."""
+    out: list[list] = []
+    last = None
+    for k, entry in enumerate(requests):
+        wave = entry[3] if len(entry) > 3 else ("solo", k)
+        if not out or wave != last:
+            out.append([])
+        out[-1].append(entry)
+        last = wave
+    return out
 
 
 def run_one(run: dict) -> dict[str, list[int]]:
@@ -122,22 +141,24 @@ def run_one(run: dict) -> dict[str, list[int]]:
     tiers: dict[str, list[int]] = {}
     scripts: dict[str, list[int]] = {}
     emitted: dict[str, int] = {}
+    admitted: set[str] = set()
     prev = None
-    for rid, prompt, output in run["requests"]:
-        params = SamplingParams(max_tokens=len(output), ignore_eos=True)
-        req = Request(rid, prompt, params, None, block_hasher=hasher)
-        scripts[rid] = list(output)
-        sched.add_request(req)
+    for wave in waves(run["requests"]):
+        for rid, prompt, output, *_ in wave:
+            params = SamplingParams(max_tokens=len(output), ignore_eos=True)
+            req = Request(rid, prompt, params, None, block_hasher=hasher)
+            scripts[rid] = list(output)
+            sched.add_request(req)
         idle = 0
-        while idle < 4:  # until it finished and the connector's transfers settled
+        while idle < 4:  # until the wave finished and the connector's transfers settled
             out = sched.schedule()
-            for r in sched.requests.values():
-                st = r.prefill_stats
-                if r.request_id not in tiers and st is not None and st.num_prompt_tokens:
-                    tiers[r.request_id] = [
-                        st.num_local_cached_tokens,
-                        st.num_external_cached_tokens,
-                    ]
+            for r in sched.requests.values():  # the stats of the lookup that admitted it
+                st = r.prefill_stats  # (a lookup whose allocation failed sets them too)
+                if r.request_id in admitted or st is None or not st.num_prompt_tokens:
+                    continue
+                tiers[r.request_id] = [st.num_local_cached_tokens, st.num_external_cached_tokens]
+                if r.status in (RequestStatus.RUNNING, RequestStatus.WAITING_FOR_REMOTE_KVS):
+                    admitted.add(r.request_id)
             meta = out.kv_connector_metadata
             worker.handle_preemptions(meta)
             worker.bind_connector_metadata(meta)

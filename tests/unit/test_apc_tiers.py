@@ -102,18 +102,24 @@ def test_the_host_lookup_starts_past_the_device_hit():
     assert 0 < device < 288 and device + host == 288
 
 
-def test_stores_are_written_one_step_late():
+def test_stores_are_written_a_step_late_and_readable_two_plans_after_that():
+    """vLLM's worker starts a step's stores with the next step, and the scheduler learns they are
+    done when that step's output is processed, after it planned the step after: a chunk computed
+    in step k is readable from step k + 3 (each `host_after_step` follows the next plan)."""
     engine = tier_engine(tokens=4096)
     cache = engine.loop.scheduler.cache
     assert isinstance(cache, TieredApcCache)
     seq = Sequence("s", list(range(1, 65)), num_prompt_tokens=64, max_new_tokens=1)
+    again = Sequence("t", list(range(1, 65)), num_prompt_tokens=64, max_new_tokens=1)
     assert cache.allocate([Allocation(seq, 64)])
-    cache.host_after_schedule([(seq, 64)])  # the step that computes the prompt: stores planned
-    assert cache.host_lookup(seq, 0) is None  # being written: the request would wait
-    cache.host_after_step([])  # that step ran; the worker writes them during the next
-    assert cache.host_lookup(seq, 0) is None
-    cache.host_after_step([])
-    assert cache.host_lookup(seq, 0) == 64
+    cache.host_after_schedule([(seq, 64)])  # step k computes the prompt: its stores planned
+    assert cache.host_lookup(again, 0) is None  # being written: a request would wait
+    assert cache.host_lookup(seq, 0) is None  # its own transfers in flight: it waits too
+    cache.host_after_step([])  # step k + 1 planned; step k - 1's output processed
+    cache.host_after_step([])  # step k + 2 planned; step k's output: the worker now writes them
+    assert cache.host_lookup(again, 0) is None
+    cache.host_after_step([])  # step k + 3 planned after step k + 1's output: written
+    assert cache.host_lookup(again, 0) == 64
 
 
 def test_a_reset_clears_the_host_tier():

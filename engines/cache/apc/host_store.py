@@ -3,7 +3,8 @@ docs/tiers.md §2.2): a fixed number of chunk slots, each chunk keyed by the blo
 device block, written (not yet readable) then ready, and a policy that picks victims.
 
 A store offer is filtered (already held; with `store_threshold` >= 2, seen that often), evicts what
-the new chunks need (never a chunk of the offer itself, never one being written) or fails whole.
+the new chunks need (never a chunk of the offer itself, never one being written or read by a load
+in flight) or fails whole.
 Per request it keeps the keys it saw, stored and reused, and hands them to the policy when the
 request finishes.
 """
@@ -47,6 +48,7 @@ class HostChunkStore:
         self.policy: Policy = POLICIES.get(policy)(num_chunks)
         self.ready: set[Key] = set()
         self.pending: set[Key] = set()  # stored, not yet written
+        self.loading: dict[Key, int] = {}  # loads in flight reading each chunk (upstream ref_cnt)
         self.store_threshold = store_threshold
         self.counts: OrderedDict[Key, int] | None = OrderedDict() if store_threshold >= 2 else None
         self.requests: dict[str, RequestAccess] = {}
@@ -72,8 +74,23 @@ class HostChunkStore:
         return hits
 
     def load(self, seq_id: str, keys: list[Key]) -> None:
-        """A load of ready chunks (upstream prepare_load then complete_load): a reuse."""
+        """A load of ready chunks (upstream prepare_load): a reuse; the chunks cannot be evicted
+        until `complete_load`."""
         self.access(seq_id).observe(keys, reused=keys)
+        for key in keys:
+            self.loading[key] = self.loading.get(key, 0) + 1
+
+    def complete_load(self, keys: list[Key]) -> None:
+        """A load finished reading its chunks (upstream complete_load)."""
+        for key in keys:
+            left = self.loading.pop(key) - 1
+            if left:
+                self.loading[key] = left
+
+    def being_loaded(self, keys: list[Key]) -> bool:
+        """Whether a load in flight reads one of `keys` (the connector then delays a request
+        that would load them too)."""
+        return bool(self.loading) and any(key in self.loading for key in keys)
 
     def offer(self, seq_id: str, keys: list[Key]) -> list[Key] | None:
         """Upstream `prepare_store`: the keys newly stored (written later, `complete`), or None
@@ -95,9 +112,10 @@ class HostChunkStore:
             return []
         shortfall = len(new) - (self.num_chunks - len(self))
         if shortfall > 0:
-            if shortfall > len(self.ready):
+            evictable = self.ready - self.loading.keys() if self.loading else self.ready
+            if shortfall > len(evictable):
                 return None
-            victims = self.policy.evict(shortfall, self.ready, set(keys))
+            victims = self.policy.evict(shortfall, evictable, set(keys))
             if victims is None:
                 return None
             self.ready.difference_update(victims)
@@ -128,6 +146,7 @@ class HostChunkStore:
         self.policy.clear()
         self.ready.clear()
         self.pending.clear()
+        self.loading.clear()
         self.requests.clear()
 
     def _count(self, keys: list[Key]) -> None:

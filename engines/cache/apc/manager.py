@@ -198,11 +198,13 @@ class KVCacheManager:
         *,
         full_sequence_must_fit: bool = False,
         num_known_tokens: int | None = None,
+        reserved_blocks: int = 0,
     ) -> list[KVCacheBlock] | None:
         """Adopt hits and allocate blocks for `num_new_tokens` more tokens, atomically: on
         failure (None) queue order and ref counts are unchanged. `num_known_tokens` caps what is
         cached (default seq.num_tokens; the async scheduler passes the count before the last
-        sampled token, §5.3)."""
+        sampled token, §5.3). `reserved_blocks` must stay free after the new blocks (vLLM gates an
+        async KV load's admission with it; the full-sequence check ignores it, as upstream's)."""
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be greater than 0")
         hits = new_computed_blocks or []
@@ -221,6 +223,10 @@ class KVCacheManager:
         if num_check + len(hits) > num_free:
             num_free_hits = sum(1 for blk in hits if blk.ref_cnt == 0)
             if num_check + num_free_hits > num_free:
+                return None
+        if reserved_blocks:
+            num_free_hits = sum(1 for blk in hits if blk.ref_cnt == 0)
+            if num_new_blocks + num_free_hits > num_free - reserved_blocks:
                 return None
 
         if table is None:

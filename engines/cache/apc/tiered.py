@@ -3,19 +3,25 @@ OffloadingConnector (`vllm/distributed/kv_transfer/kv_connector/v1/offloading_co
 `.../offloading/scheduler.py`; docs/tiers.md §2).
 
 The device cache is `ApcCache` unchanged. The tier adds: a lookup past the device hit in whole
-chunks (the incomplete last chunk is never stored, so never hit), a load of the hit, and stores
-built when a step is planned for the chunks that step completes (prompt chunks only by default),
-written one step later and readable only after the step that writes them.
+chunks (the incomplete last chunk is never stored, so never hit), a load of the hit into uncached
+blocks that runs between steps (the request waits for it; `AsyncHostLoad`), and stores built when
+a step is planned for the chunks that step completes (prompt chunks only by default), written one
+step later and readable only after the step that writes them.
 """
 
 from __future__ import annotations
+
+from collections import Counter
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from engines.cache.apc.cache import ApcCache
 from engines.cache.apc.host_store import HostChunkStore
 from engines.cache.apc.offload_policy import Key
+from engines.cache.records import PrefixMatch
 from engines.cache.tiers import (
+    AsyncHostLoad,
     LOAD_BEFORE_STEP,
     HostEvent,
     HostEvict,
@@ -36,7 +42,15 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class TieredApcCache(ApcCache, HostTier):
+class Job(NamedTuple):
+    """One transfer for a request: a store of its new chunks or a load of its host hit."""
+
+    keys: list[Key]
+    seq_id: str
+    is_load: bool = False
+
+
+class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
     """ApcCache plus a host chunk store driven by the connector's scheduler-side rules."""
 
     host_load_overlap = LOAD_BEFORE_STEP  # the request waits for its load (docs/tiers.md §7)
@@ -50,8 +64,13 @@ class TieredApcCache(ApcCache, HostTier):
             tier.tokens // self.chunk_tokens, tier.policy, tier.store_threshold
         )
         self.next_chunk: dict[str, int] = {}  # upstream next_stored_chunk_idx per request
-        self.jobs_planned: list[list[Key]] = []  # stores of the step being planned
-        self.jobs_running: list[list[Key]] = []  # stores the worker writes during this step
+        # Transfers by the step that planned them: the worker starts a step's loads in that
+        # step and its stores at the start of the next (offloading/worker.py), and each is done
+        # when the output of the step that ran it is processed, after the next step is planned.
+        self.jobs_planned: list[Job] = []  # the plan being made
+        self.jobs_last_step: list[Job] = []  # the step before it
+        self.stores_deferred: list[Job] = []  # stores the worker ran with the last step
+        self.jobs_of: Counter[str] = Counter()  # transfers not done, per request
         # finished requests with their chunk keys, blocks held and block table (copy events
         # only): their last stores go with the next plan (taken before release drops them)
         self.finished_last_step: list[tuple[Sequence, list[Key], int, list[int]]] = []
@@ -69,6 +88,8 @@ class TieredApcCache(ApcCache, HostTier):
     def host_lookup(self, seq: Sequence, device_tokens: int) -> int | None:
         if seq.skip_cache_read:
             return 0
+        if self.jobs_of[seq.seq_id]:
+            return None  # a preempted request whose stores are still in flight waits for them
         unit = self.chunk_tokens
         keys = self.chunk_keys(seq)
         limit = min(seq.num_tokens, len(keys) * unit)
@@ -79,7 +100,11 @@ class TieredApcCache(ApcCache, HostTier):
         if hits is None:
             return None
         host = min(limit, unit * (start + hits)) - device_tokens
-        return host if host >= unit else 0
+        if host < unit:
+            return 0
+        if self.store.being_loaded(keys[start : cdiv(device_tokens + host, unit)]):
+            return None  # a load in flight reads these chunks: the request waits for it
+        return host
 
     def host_load(self, seq: Sequence, device_tokens: int, host_tokens: int) -> None:
         self.queries += seq.num_tokens - device_tokens
@@ -96,7 +121,49 @@ class TieredApcCache(ApcCache, HostTier):
                 self.block_table(seq), self.block_size, device_tokens, device_tokens + host_tokens
             )
             self.log.events.append(HostLoad(seq, tuple(keys), device_tokens % unit, slots))
+        self._plan(Job(keys, seq.seq_id, is_load=True))
         self.next_chunk[seq.seq_id] = end  # loaded chunks are not offered again
+
+    def host_admit(
+        self,
+        seq: Sequence,
+        match: PrefixMatch[Any] | None,
+        device_tokens: int,
+        host_tokens: int,
+        whole_sequence_must_fit: bool,
+        in_flight: list[Sequence],
+    ) -> bool:
+        """vLLM admits a request with a host hit as `allocate_slots` with the external tokens, no
+        new ones, caching delayed until the load is done, and the blocks the in-flight prefills
+        still need reserved (`_inflight_prefill_reserved_blocks`)."""
+        held = self.manager.req_to_blocks
+        reserved = sum(
+            max(cdiv(s.num_tokens, self.block_size) - len(held.get(s.seq_id, ())), 0)
+            for s in in_flight
+        )
+        hits = list(match.handle) if match is not None else []
+        num_held = len(self.manager.get_blocks(seq))
+        blocks = self.manager.allocate_slots(
+            seq,
+            host_tokens,
+            len(hits) * self.block_size,
+            hits,
+            delay_cache_blocks=True,
+            full_sequence_must_fit=whole_sequence_must_fit,
+            reserved_blocks=reserved,
+        )
+        if blocks is None:
+            return False
+        self.table_journal.write(seq.seq_id, num_held)
+        self.host_load(seq, device_tokens, host_tokens)
+        return True
+
+    def host_load_done(self, seq: Sequence) -> bool:
+        return not self.jobs_of[seq.seq_id]
+
+    def _plan(self, job: Job) -> None:
+        self.jobs_planned.append(job)
+        self.jobs_of[job.seq_id] += 1
 
     # ---- stores -----------------------------------------------------------------------------
     def host_after_schedule(self, scheduled: list[tuple[Sequence, int]]) -> None:
@@ -132,7 +199,7 @@ class TieredApcCache(ApcCache, HostTier):
             return
         self.next_chunk[seq.seq_id] = num_chunks
         if stored:
-            self.jobs_planned.append(stored)
+            self._plan(Job(stored, seq.seq_id))
             self.stored_chunks += len(stored)
             self.log.store(seq, len(stored) * self.chunk_tokens)
         if self.log.events is not None:
@@ -168,17 +235,35 @@ class TieredApcCache(ApcCache, HostTier):
         super().release(seq, finished=finished)
 
     def host_after_step(self, finished: list[Sequence]) -> None:
-        """The worker wrote the stores planned a step earlier; `finished` were taken at release."""
-        for keys in self.jobs_running:
-            self.store.complete(keys)
-        self.jobs_running, self.jobs_planned = self.jobs_planned, []
+        """A step was planned after the last one ran: the last step's output is processed (the
+        worker ran its loads and the stores planned a step before it), then the new plan's
+        transfers wait for their step's output (`finished` were taken at release)."""
+        for job in self.stores_deferred:
+            self._complete(job)
+        self.stores_deferred = []
+        for job in self.jobs_last_step:
+            if job.is_load:
+                self._complete(job)
+            else:
+                self.stores_deferred.append(job)
+        self.jobs_last_step, self.jobs_planned = self.jobs_planned, []
+
+    def _complete(self, job: Job) -> None:
+        if job.is_load:
+            self.store.complete_load(job.keys)
+        else:
+            self.store.complete(job.keys)
+        self.jobs_of[job.seq_id] -= 1
+        if not self.jobs_of[job.seq_id]:
+            del self.jobs_of[job.seq_id]
+
 
     def host_idle(self) -> None:
         if self.finished_last_step:
             self.host_after_schedule([])
-        for keys in (*self.jobs_running, *self.jobs_planned):
-            self.store.complete(keys)
-        self.jobs_running, self.jobs_planned = [], []
+        for job in (*self.stores_deferred, *self.jobs_last_step, *self.jobs_planned):
+            self._complete(job)
+        self.stores_deferred, self.jobs_last_step, self.jobs_planned = [], [], []
 
     def host_stats(self) -> TierStats:
         unit = self.chunk_tokens
@@ -206,7 +291,9 @@ class TieredApcCache(ApcCache, HostTier):
             return False
         self.store.reset()
         self.next_chunk.clear()
-        self.jobs_planned, self.jobs_running, self.finished_last_step = [], [], []
+        self.jobs_planned, self.stores_deferred, self.finished_last_step = [], [], []
+        self.jobs_last_step = []
+        self.jobs_of.clear()
         self.queries = self.hits = self.stored_chunks = 0
         self.store.num_evicted = 0
         self.store.evicted_keys = []

@@ -1,0 +1,84 @@
+"""radix with a host tier against SGLang 0.5.23's own HiCache (its scheduler, unified radix tree,
+host pool and cache controller, run as a server with three stubs: tests/live/sglang_hicache.py):
+the same requests, one at a time, must give every request the same device and host cached tokens
+(docs/tiers.md §3.5), under each write policy. Streams: a prompt re-sent after device eviction,
+one seen twice before eviction (what write_through_selective needs), a prompt under the load-back
+threshold, a conversation's second turn, and generated prompts sharing prefixes.
+
+Opt-in, like tests/live/test_sglang_server.py: skipped without .venv-sglang (its CPU setup uses
+placeholder kernel packages and is not part of CI). One server per write policy (a few minutes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tests.live.sglang_hicache import VENV_PYTHON, generate, hicache_server, host_pool_tokens
+from tests.tier_streams import Prompts, send, tier_engine, tiers
+
+pytestmark = pytest.mark.sglang
+
+KV_TOKENS = 640  # device tokens on both sides (--max-total-tokens; engine.kv_capacity_tokens)
+OUT = 4
+
+Send = Callable[[str, tuple[int, ...], int], tuple[int, ...]]
+
+
+def streams(p: Prompts, rng: np.random.Generator, send_one: Send) -> None:
+    """Every stream, one request at a time; `send_one` returns the request's output ids."""
+
+    def fill(tag: str, n: int = 3) -> None:
+        for i in range(n):
+            send_one(f"{tag}-f{i}", p.tokens(300), OUT)
+
+    a = p.tokens(300)  # re-sent after device eviction
+    send_one("a1", a, OUT)
+    fill("a")
+    send_one("a2", a, OUT)
+    b = p.tokens(300)  # seen twice while cached, then evicted
+    send_one("b1", b, OUT)
+    send_one("b2", b, OUT)
+    fill("b")
+    send_one("b3", b, OUT)
+    c = p.tokens(8)  # a host hit under the load-back threshold
+    send_one("c1", c, OUT)
+    fill("c")
+    send_one("c2", c, OUT)
+    t1 = p.tokens(300)  # a conversation's second turn, after eviction
+    reply = send_one("t1", t1, 24)
+    fill("t")
+    send_one("t2", t1 + reply + p.tokens(30), OUT)
+    heads = [p.tokens(int(rng.integers(40, 200))) for _ in range(5)]
+    for i in range(30):  # generated: five families sharing heads
+        head = heads[int(rng.integers(0, 5))]
+        tail = tuple(rng.integers(1, 30000, int(rng.integers(10, 200))).tolist())
+        send_one(f"g{i}", head + tail, int(rng.integers(2, 9)))
+
+
+@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
+def test_per_request_tiers_equal_sglangs_hicache(write_policy, tmp_path):
+    if not VENV_PYTHON.exists():
+        pytest.skip("SGLang is opt-in: run `bash scripts/setup_sglang.sh` to make .venv-sglang")
+    log = tmp_path / "sglang.log"
+    served: list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, int]]] = []
+    with hicache_server(KV_TOKENS, write_policy, log) as url:
+
+        def send_one(rid: str, prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
+            reply = generate(url, prompt, n)
+            served.append((rid, prompt, reply.output_ids, (reply.device, reply.host)))
+            return reply.output_ids
+
+        streams(Prompts(7), np.random.default_rng(7), send_one)
+    host_tokens = host_pool_tokens(log)
+    engine = tier_engine(
+        "radix", kv_tokens=KV_TOKENS, tokens=host_tokens, write_policy=write_policy
+    )
+    ours = {rid: tiers(send(engine, rid, prompt, out)) for rid, prompt, out, _ in served}
+    theirs = {rid: split for rid, _, _, split in served}
+    assert ours == theirs, ", ".join(
+        f"{rid} ours {ours[rid]} sglang {theirs[rid]}" for rid in ours if ours[rid] != theirs[rid]
+    )
+    assert any(host for _, host in theirs.values())  # the streams reached the host tier
