@@ -21,8 +21,8 @@ from engines.cache.apc.host_store import HostChunkStore
 from engines.cache.apc.offload_policy import Key
 from engines.cache.records import PrefixMatch
 from engines.cache.tiers import (
-    AsyncHostLoad,
     LOAD_BEFORE_STEP,
+    AsyncHostLoad,
     HostEvent,
     HostEvict,
     HostLoad,
@@ -256,7 +256,6 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         self.jobs_of[job.seq_id] -= 1
         if not self.jobs_of[job.seq_id]:
             del self.jobs_of[job.seq_id]
-
 
     def host_idle(self) -> None:
         if self.finished_last_step:
