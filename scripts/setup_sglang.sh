@@ -17,13 +17,14 @@ VPIP="$VENV/bin/python -m pip"
 $VPIP install -q --upgrade pip
 $VPIP install -q "torch==2.13.0"
 $VPIP install -q --no-deps "sglang==0.5.23"
-# What the HTTP server, tokenizer manager and scheduler import, with sglang's own pins.
+# What the HTTP server, tokenizer manager and scheduler import, with sglang's own pins (datasets:
+# for its bench_serving client, tests/live/test_sglang_bench_client.py).
 $VPIP install -q "transformers==5.19.0" "tokenizers==0.23.2" "sentencepiece==0.2.1" \
   "openai==2.8.0" "openai-harmony==0.0.4" "uvicorn>=0.51" fastapi uvloop orjson msgspec \
   "pyzmq>=25.1.2" pybase64 psutil setproctitle "prometheus-client>=0.20.0" pydantic \
   python-multipart requests numpy pillow packaging regex tqdm tiktoken einops interegular \
   partial_json_parser anthropic xxhash zstandard watchfiles distro easydict gguf scipy \
-  IPython blobfile aiohttp "python-dateutil<3" nvidia-ml-py dill loguru jsonschema soundfile \
+  IPython blobfile aiohttp "python-dateutil<3" nvidia-ml-py dill loguru jsonschema soundfile datasets \
   "triton==3.9.0" "apache-tvm-ffi==0.1.11"
 $VPIP install -q --no-deps "compressed-tensors==0.18.0" "xgrammar==0.2.7" "llguidance>=1.7.6,<2"
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
