@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -130,13 +131,14 @@ def ours(stream: Stream | Bursts, tier: HostTierConfig, device_tokens: int) -> d
     engine = tier_engine("apc", kv_tokens=device_tokens, **dataclasses.asdict(tier))
     out: dict[str, list[int]] = {}
     k = 0
-    while k < len(stream):
-        if len(stream[k]) == 3:  # one request alone
-            rid, prompt, output = stream[k][:3]
+    entries: list[tuple[Any, ...]] = list(stream)
+    while k < len(entries):
+        if len(entries[k]) == 3:  # one request alone
+            rid, prompt, output = entries[k]
             out[rid] = list(tiers(send(engine, rid, prompt, output)))
             k += 1
             continue
-        wave = [entry for entry in stream[k:] if entry[3] == stream[k][3]]
+        wave = [entry for entry in entries[k:] if entry[3] == entries[k][3]]
         for rec in send_together(engine, [(rid, p, o) for rid, p, o, _ in wave]):
             out[rec.request_id] = list(tiers(rec))
         k += len(wave)
