@@ -17,6 +17,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from engines.build import build_engine
+from engines.cache import designs
 from engines.cache.tiers import HostTierConfig
 from engines.config import EngineConfig
 from engines.engine import Engine
@@ -27,7 +28,6 @@ from engines.simulate.cost_model import HardwareConfig
 from harness.config.schema import CONF_DIR, register_configs, to_schema
 
 LENGTHS = (1024, 4096, 16384, 65536)
-DESIGNS = (("apc", 16), ("radix", 1))
 
 
 def preset(name: str) -> HardwareConfig:
@@ -53,7 +53,7 @@ def main() -> None:
     hw = preset(parser.parse_args().hardware)
     model = dataclasses.replace(PRESETS.get("tiny"), max_position_embeddings=1 << 18)
     rng = np.random.default_rng(0)
-    for cache, block in DESIGNS:
+    for cache, block in ((d.name, d.block_size) for d in designs()):  # each at its upstream size
         for n in LENGTHS:
             cfg = EngineConfig(
                 cache=cache,
