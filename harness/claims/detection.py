@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from harness.claims.arms import ARMS
-from harness.claims.kv_tap import kv_diffs
+from harness.claims.kv_tap import envelope, kv_diffs, score
 from harness.run.compose import compose
 from harness.run.engine_target import ENGINE, engine_of
 from harness.run.pipeline import measure as measure_run
@@ -91,14 +91,14 @@ def max_diff(a: dict, b: dict, ids) -> list[float]:
 
 def floor_of(model: str, off_arm: tuple[str, ...], ctx, seed: int, chunk: int = CHUNK) -> dict:
     """The caching-off run and its rounding floors against itself chunked at `chunk` tokens: the
-    K/V one (`floor`) and the first-token logits one (`logit_floor`, reported beside)."""
+    K/V one per layer, K and V (`floor`) and the first-token logits one (`logit_floor`, beside)."""
     off = run_kv(model, off_arm, ctx=ctx, seed=seed)
     chunked = run_kv(
         model, (*off_arm, f"engine.max_num_batched_tokens={chunk}"), ctx=ctx, seed=seed
     )
     return {
         "off": off,
-        "floor": max(kv_diffs(chunked.fresh, off.fresh, off.fresh), default=0.0),
+        "floor": envelope(kv_diffs(chunked.fresh, off.fresh, off.fresh)),
         "logit_floor": max(max_diff(chunked.logits, off.logits, off.logits), default=0.0),
     }
 
@@ -118,8 +118,8 @@ def matrix(model: str, base: tuple[str, ...], designs, seeds, ctx=None) -> dict:
                     break
                 cell = _cell(model, base, design, next(spare), ctx)
             cells.append(cell)
-    # the floor: the largest off-against-itself difference of any cell, at either chunk size
-    return {"cells": cells, "floor": max(max(c["floor"], *c["self"]) for c in cells)}
+    # the floor: per layer, the largest off-against-itself difference of any cell, either chunk size
+    return {"cells": cells, "floor": envelope([d for c in cells for d in (c["floor"], *c["self"])])}
 
 
 def _cell(model: str, base: tuple[str, ...], design: str, seed: int, ctx) -> dict:
@@ -146,20 +146,22 @@ def _cell(model: str, base: tuple[str, ...], design: str, seed: int, ctx) -> dic
     }
 
 
-def judge(found: dict, tolerance: float) -> list[dict]:
-    """The detection matrix under one tolerance: per design, seed and fault, requests flagged
-    of those it reached; caching off against itself (prefills chunked at 48 tokens) and caching
-    on without a fault against off, flagged."""
+def judge(found: dict, tolerance: torch.Tensor) -> list[dict]:
+    """The detection matrix under one per-layer tolerance: per design, seed and fault, requests
+    flagged of those it reached, and the smallest score (difference over tolerance, flagged above
+    1); caching off against itself (prefills chunked at 48 tokens) and caching on without a fault
+    against off, flagged and their largest score."""
     rows = []
     for c in found["cells"]:
         row = {"design": c["design"], "seed": c["seed"], "reused": c["reused"]}
-        row["off vs itself flagged"] = sum(d > tolerance for d in c["self"])
-        row["off vs itself max diff"] = max(c["self"], default=0.0)
-        row["on vs off flagged"] = sum(d > tolerance for d in c["on"])
-        row["on vs off max diff"] = max(c["on"], default=0.0)
+        for key, diffs in (("off vs itself", c["self"]), ("on vs off", c["on"])):
+            scores = [score(d, tolerance) for d in diffs]
+            row[f"{key} flagged"] = sum(x > 1 for x in scores)
+            row[f"{key} max score"] = max(scores, default=0.0)
         for name, diffs in c["faults"].items():
-            row[name] = f"{sum(d > tolerance for d in diffs)}/{len(diffs)}"
-            row[f"{name} min diff"] = min(diffs, default=0.0)
+            scores = [score(d, tolerance) for d in diffs]
+            row[name] = f"{sum(x > 1 for x in scores)}/{len(scores)}"
+            row[f"{name} min score"] = min(scores, default=0.0)
         rows.append(row)
     return rows
 

@@ -57,19 +57,34 @@ class KVTap:
         return torch.stack(layers).float().cpu()
 
 
-def kv_diff(served: torch.Tensor, fresh: torch.Tensor) -> float:
-    """The largest relative difference (Frobenius norm of the difference over the fresh K/V's)
-    of any BLOCK positions in any layer, K or V, over the served prefix's positions."""
+def kv_diff(served: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+    """Per layer, K and V (`[layers, 2]`): the largest relative difference (Frobenius norm of the
+    difference over the fresh K/V's) of any BLOCK positions of the served prefix. Per layer,
+    because rounding differences grow with depth (layer 0's K/V depend only on the token and its
+    position) while a wrong K/V is wrong in every layer."""
     fresh = fresh[:, :, : served.shape[2]]
-    worst = 0.0
+    worst = torch.zeros(served.shape[:2])
     for begin in range(0, served.shape[2], BLOCK):
         a, b = served[:, :, begin : begin + BLOCK], fresh[:, :, begin : begin + BLOCK]
         num = (a - b).pow(2).sum(dim=(2, 3, 4)).sqrt()
         den = b.pow(2).sum(dim=(2, 3, 4)).sqrt().clamp_min(1e-30)
-        worst = max(worst, float((num / den).max()))
+        worst = torch.maximum(worst, num / den)
     return worst
 
 
-def kv_diffs(served: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor], ids) -> list[float]:
+def kv_diffs(
+    served: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor], ids
+) -> list[torch.Tensor]:
     """kv_diff of each request in `ids` served a prefix and computed fresh."""
     return [kv_diff(served[r], fresh[r]) for r in ids if r in served and r in fresh]
+
+
+def envelope(diffs: list[torch.Tensor]) -> torch.Tensor | None:
+    """The per-layer maximum of several kv_diff results (None for none)."""
+    return torch.stack(diffs).amax(dim=0) if diffs else None
+
+
+def score(diff: torch.Tensor, tolerance: torch.Tensor) -> float:
+    """How far a request's K/V is off, in tolerances: the largest layer's difference over that
+    layer's tolerance (above 1: flagged)."""
+    return float((diff / tolerance).max())

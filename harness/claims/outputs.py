@@ -11,6 +11,8 @@ pipeline's own prepare and measure, with the real executor's K/V read back (harn
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.claims.arms import APC, ARMS, RADIX
 from harness.claims.detection import (
     FAULTS,
@@ -23,18 +25,21 @@ from harness.claims.detection import (
     run_kv,
 )
 from harness.claims.experiment import Context
-from harness.claims.kv_tap import BLOCK, kv_diffs
+from harness.claims.kv_tap import BLOCK, envelope, kv_diffs, score
 from harness.claims.record import FAILS, HOLDS, Claim, Figure, Finding, depends, undecided
+
+if TYPE_CHECKING:
+    import torch
 
 OUTPUT_LEN = 64
 DTYPE = "bfloat16"
 ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}  # unit roundoff
-# The tolerance on the served K/V's relative difference: MARGIN x the rounding floor, the largest
-# relative K/V difference between a caching-off run and the same run with its prefills chunked
-# (harness/claims/detection.py), over every workload, design and seed run. A chunked prompt's tail
-# is computed over K/V an earlier forward wrote, the numerical path of a cache hit, with no cache
-# involved; so the floor is what a different rounding path alone moves the K/V by. MARGIN 2 puts
-# the tolerance between that floor and the smallest fault, 1% relative noise, measured apart from it.
+# The tolerance on the served K/V's relative difference, per layer, K and V: MARGIN x the rounding
+# floor, that layer's largest relative K/V difference between a caching-off run and the same run
+# with its prefills chunked (harness/claims/detection.py), over every workload, design and seed run.
+# A chunked prompt's tail is computed over K/V an earlier forward wrote, the numerical path of a
+# cache hit, with no cache involved; so the floor is what a different rounding path alone moves
+# the K/V by. It grows with depth (0 at layer 0 on this CPU), hence per layer.
 MARGIN = 2.0
 REAL = (
     "decode=greedy",
@@ -71,11 +76,11 @@ WORKLOADS = {
 }
 
 
-def tolerance(dtype: str, floor: float) -> float:
-    """The largest relative K/V difference a different rounding path explains: MARGIN x the
-    measured rounding floor, and at least MARGIN x `dtype`'s unit roundoff (one rounding of every
-    element, below which two roundings cannot be told apart)."""
-    return MARGIN * max(floor, ROUNDOFF[dtype])
+def tolerance(dtype: str, floor: torch.Tensor) -> torch.Tensor:
+    """Per layer, K and V: the largest relative K/V difference a different rounding path
+    explains, MARGIN x the measured rounding floor, and at least `dtype`'s unit roundoff (every
+    element rounded once more, below which two roundings cannot be told apart)."""
+    return (MARGIN * floor).clamp_min(ROUNDOFF[dtype])
 
 
 def measure(ctx: Context) -> Finding:
@@ -84,13 +89,16 @@ def measure(ctx: Context) -> Finding:
     rows = [_compare(model, w, d, ctx) for w in names for d in (APC, RADIX)]
     seeds = ctx.size((0, 1), (0, 1, 2))
     found = matrix(model, (*REAL, *WORKLOADS["system_prompt"]), (APC, RADIX), seeds, ctx)
-    floor = max(found["floor"], *(r["floor"] for r in rows))
+    floor = envelope([found["floor"], *(r["floor"] for r in rows)])
+    assert floor is not None  # the matrix has cells
     tol = tolerance(DTYPE, floor)
     detection = judge(found, tol)
     for r in rows:
-        r["tolerance"] = tol
-        r["wrong_kv"] = sum(d > tol for d in r["kv_diffs"])
-        r["max_kv_diff"] = max(r["kv_diffs"], default=0.0)
+        scores = [score(d, tol) for d in r["kv_diffs"]]
+        r["wrong_kv"] = sum(x > 1 for x in scores)
+        r["max_kv_score"] = max(scores, default=0.0)
+        r["max_kv_diff"] = max((float(d.max()) for d in r["kv_diffs"]), default=0.0)
+        r["floor"] = float(r["floor"].max())
         r["max_logit_diff"] = max(r["logit_diffs"], default=0.0)
     wrong = sum(r["wrong_kv"] for r in rows)
     flips = sum(r["differing"] for r in rows)
@@ -112,14 +120,15 @@ def measure(ctx: Context) -> Finding:
     result = (
         "; ".join(
             f"{r['workload']}/{r['design']}: {r['requests'] - r['differing']}/{r['requests']} identical, "
-            f"{r['wrong_kv']} wrong K/V (largest served-K/V difference {r['max_kv_diff']:.3g}, rounding "
-            f"floor {r['floor']:.3g}), max first-token logit diff {r['max_logit_diff']:.3g} (its rounding "
+            f"{r['wrong_kv']} wrong K/V (largest served-K/V difference {r['max_kv_diff']:.3g}, "
+            f"{r['max_kv_score']:.3g} x its layer's tolerance; largest rounding floor {r['floor']:.3g}), max first-token logit diff {r['max_logit_diff']:.3g} (its rounding "
             f"floor {r['logit_floor']:.3g}), {r['cached_tokens']} cached tokens"
             for r in rows
         )
-        + f"; tolerance {tol:.3g} ({MARGIN:g} x the larger of the largest rounding floor {floor:.3g} "
-        f"and {DTYPE}'s unit roundoff {ROUNDOFF[DTYPE]:.3g}); detector check: "
-        + _describe_detector(detection, tol)
+        + f"; tolerance per layer, K and V: {MARGIN:g} x that layer's rounding floor, at least "
+        f"{DTYPE}'s unit roundoff {ROUNDOFF[DTYPE]:.3g} ({float(tol[0].max()):.3g} at layer 0, up to "
+        f"{float(tol.max()):.3g}; floors {float(floor[0].max()):.3g} at layer 0, up to "
+        f"{float(floor.max()):.3g}); detector check: " + _describe_detector(detection)
     )
     return Finding(
         setup=f"real {model} in {DTYPE} on this CPU, greedy decoding, {OUTPUT_LEN} output tokens, burst, two "
@@ -149,30 +158,27 @@ def measure(ctx: Context) -> Finding:
     )
 
 
-def _describe_detector(detection: list[dict], tol: float) -> str:
+def _describe_detector(detection: list[dict]) -> str:
     """The detection matrix in one line: per design and seed, requests flagged / served each
-    fault; then the smallest fault difference and the false positives against the tolerance."""
+    fault; then the smallest fault score and the false positives (scores: a request's largest
+    layer difference over that layer's tolerance, flagged above 1)."""
     cells = "; ".join(
         f"{r['design']} seed {r['seed']}: " + ", ".join(f"{r[name]}" for name in FAULTS)
         for r in detection
     )
     smallest = ", ".join(
-        f"{name} {min(r[f'{name} min diff'] for r in detection):.3g}" for name in FAULTS
+        f"{name} {min(r[f'{name} min score'] for r in detection):.3g}" for name in FAULTS
     )
     self_flagged = sum(r["off vs itself flagged"] for r in detection)
     on_flagged = sum(r["on vs off flagged"] for r in detection)
-    on_max = max(r["on vs off max diff"] for r in detection)
+    clean = max(max(r["on vs off max score"], r["off vs itself max score"]) for r in detection)
     verdict = "every fault caught in every reusing request" if complete(detection) else "incomplete"
-    weakest = min(r[f"{name} min diff"] for r in detection for name in FAULTS)
-    clean = max(on_max, *(r["off vs itself max diff"] for r in detection))
     return (
         f"cached prefixes' K/V faulted, requests flagged / served faulted K/V (same-step hits cannot "
-        f"be) at tolerance {tol:.3g}, in the order {', '.join(FAULTS)}: {cells}; smallest fault "
-        f"difference: {smallest}; caching off against itself (prefills chunked at {SECOND_CHUNK}) "
-        f"flagged {self_flagged}; caching on without a fault against off flagged {on_flagged} "
-        f"(largest difference {on_max:.3g}); margins: the smallest fault difference is "
-        f"{weakest / tol:.3g} x the tolerance, the largest correct-run difference {clean / tol:.3g} x "
-        f"it; {verdict}"
+        f"be), in the order {', '.join(FAULTS)}: {cells}; smallest fault score (x the tolerance): "
+        f"{smallest}; caching off against itself (prefills chunked at {SECOND_CHUNK}) flagged "
+        f"{self_flagged}, caching on without a fault against off flagged {on_flagged}, largest "
+        f"correct-run score {clean:.3g}; {verdict}"
     )
 
 
@@ -183,21 +189,20 @@ CLAIM = Claim(
     "vLLM and SGLang documentation (prefix caching is an exact optimisation)",
     "Real model in bfloat16, greedy, 64 output tokens, caching on vs off, both designs. Wrong K/V: a "
     "request served K/V for its cached prefix that differs from the K/V a caching-off run computes for "
-    f"those positions (relative Frobenius difference per {BLOCK} positions, layer, K or V) by more than "
-    "the tolerance, must never happen. The tolerance is 2 x the largest rounding floor seen (that "
-    "difference between a caching-off run and the same run with prefills chunked at 32 or 48 tokens: a "
-    "prompt's tail computed over K/V an earlier forward wrote, a cache hit's rounding path without a "
-    "cache; over every workload, design and seed run), and at least 2 x bfloat16's unit roundoff. It is "
-    "validated by a detection matrix before it decides: cached prefixes served an off-by-one position's "
-    "K/V, a stale block (another request's K/V), 1% and 10% relative noise, at three seeds (two in a "
-    "quick run) and both designs (a seed where a design reuses nothing rerun at the next), each must "
-    "be flagged in every "
-    "request it reached, while caching off against itself and caching on without a fault against off "
-    "are never flagged. Holds when no request has wrong K/V, every output is identical and the cached "
-    "runs reused tokens; does not hold on any wrong K/V; depends on the numerics when outputs differ "
-    "only through near-tie flips (served K/V within the tolerance; first-token logit differences "
-    "shown), which are counted; undecided when a cached run reused nothing or the detection matrix is "
-    "incomplete.",
+    f"those positions (relative Frobenius difference per {BLOCK} positions) by more than the tolerance in "
+    "any layer, K or V, must never happen. The tolerance is per layer, K and V: 2 x that layer's largest "
+    "rounding floor seen (the same difference between a caching-off run and the same run with prefills "
+    "chunked at 32 or 48 tokens: a prompt's tail computed over K/V an earlier forward wrote, a cache "
+    "hit's rounding path without a cache; over every workload, design and seed run), and at least "
+    "bfloat16's unit roundoff. It is validated by a detection matrix before it decides: cached prefixes "
+    "served an off-by-one position's K/V, a stale block (another request's K/V), 1% and 10% relative "
+    "noise, at three seeds (two in a quick run) and both designs (a seed where a design reuses nothing "
+    "rerun at the next), each must be flagged in every request it reached, while caching off against "
+    "itself and caching on without a fault against off are never flagged. Holds when no request has "
+    "wrong K/V, every output is identical and the cached runs reused tokens; does not hold on any wrong "
+    "K/V; depends on the numerics when outputs differ only through near-tie flips (served K/V within the "
+    "tolerance; first-token logit differences shown), which are counted; undecided when a cached run "
+    "reused nothing or the detection matrix is incomplete.",
     measure,
 )
 
