@@ -55,8 +55,8 @@ class RealExecutor:
     cache: BlockTables  # a cache, or calibrate.py's stand-in layout
     clock: RunClock
     device: torch.device
-    # When a dict: each sequence's first-token logits (float32, CPU), keyed by id, for checks
-    # that a cached prefix gave the same K/V as computing it (claim 7). None: not kept.
+    # When a dict: each sequence's first-token logits (float32, CPU), keyed by id, reported
+    # beside claim 7's served-K/V check (harness/claims/kv_tap.py decides it). None: not kept.
     first_logits: dict[str, torch.Tensor] | None = None
     max_num_seqs: int = 64  # rows of the device table (it grows if more hold KV at once)
     # Decode steps through padded static buffers: captured as CUDA graphs on CUDA with a
