@@ -24,12 +24,12 @@ SIM = ["executor=simulated", "hardware=h100_llama3_8b_bf16"]
 pytestmark = [pytest.mark.slow]
 
 
-def aiperf_replay(url: str, trace, out) -> subprocess.CompletedProcess:
+def aiperf_replay(url: str, trace, out, model: str = "smollm2-rand") -> subprocess.CompletedProcess:
     args = [
         str(AIPERF),
         "profile",
         "--model",
-        "smollm2-rand",
+        model,
         "--url",
         url,
         "--endpoint-type",

@@ -19,7 +19,7 @@ INFERENCE_PERF = ROOT / ".venv-inference-perf" / "bin" / "inference-perf"
 SNAPSHOT = "hub/models--prefixbench--smollm2/snapshots/" + "0" * 40
 
 
-def config(url: str, storage) -> dict:
+def config(url: str, storage, model: str = TOKENIZER_REPO) -> dict:
     groups = {"num_groups": 2, "num_prompts_per_group": 4, "system_prompt_len": 32}
     return {
         "api": {"type": "completion", "streaming": True},
@@ -30,7 +30,7 @@ def config(url: str, storage) -> dict:
         "load": {"type": "constant", "num_workers": 1, "stages": [{"rate": 4, "duration": 2}]},
         "server": {
             "type": "vllm",
-            "model_name": TOKENIZER_REPO,
+            "model_name": model,
             "base_url": url,
             "ignore_eos": True,
         },
