@@ -44,6 +44,17 @@ DEFAULT_PORT = 8421  # not the 8000 every other server defaults to
 KV_EVENTS_TOPIC = "kv"
 
 
+def new_nonce() -> str:
+    """A fresh nonce that a Hydra override keeps as the same string.
+
+    A bare hex nonce is read by Hydra's override grammar as a number whenever it looks like one:
+    "8e984212" became the float inf and "12345e12" 1.2345e16, so `server.expect_nonce=<nonce>`
+    checked a different name and the README's run refused its own server (1 start in 80).
+    A leading "n" keeps every nonce a string (tests/unit/test_launch_nonce.py parses 5,000).
+    """
+    return "n" + secrets.token_hex(4)
+
+
 @dataclass(frozen=True)
 class VllmLaunch:
     """The flags a local vLLM server is started with; the twin's scheduling limits come from
@@ -52,7 +63,7 @@ class VllmLaunch:
     port: int = DEFAULT_PORT
     model_dir: Path = MODEL_DIR
     served_name: str = SERVED_NAME  # the launcher appends "-<nonce>" (served_model_name)
-    nonce: str = field(default_factory=lambda: secrets.token_hex(4))
+    nonce: str = field(default_factory=lambda: new_nonce())
     block_size: int = 32  # the CPU attention backend needs a multiple of 32 (its default: 128)
     max_model_len: int = 4096
     max_num_seqs: int = 64
