@@ -151,8 +151,9 @@ def test_burst_step_log_beside_the_in_process_run(servers, tokenizer, tmp_path, 
     """Every request at t = 0. In-process, all eight are waiting before the first step; the
     server's engine thread plans a step with whatever has arrived over HTTP by then, so the
     first step may hold fewer of them (docs/servers.md §3). The distance is measured: equal
-    step logs mean equal cached tokens; when they differ, the server's first step holds fewer
-    requests and a later arrival is what changes a request's cached tokens."""
+    step logs mean the same cached tokens (one multiset: the server's log does not name the
+    workload's requests); when they differ, the server's first step holds fewer requests and a
+    later arrival is what changes a request's cached tokens."""
     server = servers(engine)
     with httpx.Client(base_url=server.url, timeout=30) as http:
         first = len(http.get("/step_log").json()["steps"])
@@ -174,7 +175,10 @@ def test_burst_step_log_beside_the_in_process_run(servers, tokenizer, tmp_path, 
         f"requests on the server, {len(steps[0]['requests'])} in process"
     )
     if step_shapes(remote) == step_shapes(steps):
-        assert diff.sum() == 0
+        # Equal shapes, names unseen: requests of one length may sit in one step in another
+        # order (HTTP arrival order on the server: seen in CI, g0-q1 before g0-q0, 64 tokens
+        # each way), so the cached tokens agree as a multiset, and in total.
+        assert sorted(table["cached_tokens"]) == sorted(local["cached_tokens"])
     elif diff.sum():
         assert len(remote[0]["requests"]) < len(steps[0]["requests"])
     assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
