@@ -163,13 +163,19 @@ def _entering(
     batch: KvBatch,
     lag: int,
     chains: dict[str, list[int]],
+    partner_unfinished: bool = False,
 ) -> list[Arrival]:
     """Who enters before this step, given that `must` (anchored at the next batch) are due.
     While the twin's running requests are behind the server's progress at the batch's time,
     nobody: the server's step that stored their blocks is still ahead. Then admission is first
     come first served, so the requests that reached the server by that step are a prefix of
     the send order: the shortest prefix of those sent by the batch's time, holding every
-    `must`, whose trial step changes the cache exactly as the batch did, else `must`."""
+    `must`, whose trial step changes the cache exactly as the batch did. When none does and
+    `partner_unfinished` (a turn anchored at the same batch still waits for its predecessor
+    to finish in the twin), nobody yet if the step changes nothing without them: the server
+    took them in one step (measured under load: a turn reached the engine one step after its
+    send and was admitted with the next user's turn), so they enter together once the
+    predecessor is done. Else `must`."""
     if lag > 0 and engine.has_work:
         return []
     sent = [a for a in pending if ready(a) and a.send_wall_s <= batch.ts][:MAX_TRIALS]
@@ -180,6 +186,8 @@ def _entering(
     for j in range(first, len(sent) + 1):
         if _trial(engine, [a.request for a in sent[:j]]) == batch.changes:
             return _as_stored(engine, sent[:j], batch, chains)
+    if partner_unfinished and _trial(engine, []) is None:
+        return []
     return _as_stored(engine, must, batch, chains)
 
 
@@ -273,7 +281,8 @@ def replay(
         submit(late)
         if trial:
             lag = _lag(engine, progress, batches[k].ts)
-            submit(_entering(engine, trial, pending, ready, batches[k], lag, chains))
+            partner = any(not ready(a) and anchor.get(a.request.request_id) == k for a in pending)
+            submit(_entering(engine, trial, pending, ready, batches[k], lag, chains, partner))
         if not engine.has_work:
             nxt = next((a for a in pending if ready(a)), None)
             if nxt is None:
