@@ -87,6 +87,8 @@ class Engine:
         self.records: list[RequestRecord] = []
         self._timelines: dict[str, _Timeline] = {}  # children in flight
         self._unscheduled: set[str] = set()  # in flight, never scheduled yet
+        # retracted with a token already emitted that their re-prefill samples again
+        self._resampled: set[str] = set()
         self._children_left: dict[str, int] = {}  # parent id -> children not finished
         self._held: dict[str, list[tuple[GenerationRequest, float]]] = {}  # wait_for -> children
         self.frontend_records: list[RequestRecord] = []  # the front stage's prefill-only children
@@ -237,6 +239,8 @@ class Engine:
         self._launched_s = now if plan.scheduled else None
         if not plan.scheduled:
             return self._no_progress(next_release_s)
+        if plan.preempted:
+            self._note_unsampled(plan.preempted)
         self._idle_steps = 0
         sampled = self.executor.execute(plan)
         end = self.clock.now()
@@ -248,10 +252,21 @@ class Engine:
                     self._timelines[rid].scheduled_s = now
         tokens: dict[str, list[int]] = {}
         for rid, token in sampled.items():
+            if self._resampled and rid in self._resampled:
+                self._resampled.discard(rid)  # emitted when first sampled: a stream never repeats
+                continue
             self._timelines[rid].token_times_s.append(end)
             tokens[rid] = [token]
         finished, parents = self._finish(self.loop.complete(plan, sampled))
         return StepOutput(end, True, 1, tokens, finished, parents)
+
+    def _note_unsampled(self, retracted: list[Sequence]) -> None:
+        """Retracted requests that lost an emitted token (SGLang's overlap loop drops a retracted
+        request's in-flight token, engines/sched/sglang_overlap.py `unsample`): the token their
+        re-prefill samples again is not emitted twice, and keeps its first time."""
+        for seq in retracted:
+            if len(self._timelines[seq.seq_id].token_times_s) > seq.num_output_tokens:
+                self._resampled.add(seq.seq_id)
 
     def _no_progress(self, next_release_s: float) -> StepOutput:
         """Nothing could be scheduled: fine while a release is due, a stuck engine otherwise."""
@@ -323,6 +338,7 @@ class Engine:
 
     def _forget(self, request_id: str) -> _Timeline:
         self._unscheduled.discard(request_id)
+        self._resampled.discard(request_id)
         return self._timelines.pop(request_id)
 
 

@@ -42,7 +42,8 @@ def is_decode(seq: Sequence, start: int, num_new_tokens: int, was_running: bool)
 def record_step(index: int, plan: StepPlan, running_before: set[str]) -> StepRecord:
     """The record of one planned step; `running_before` holds the ids running before planning."""
     decodes = [
-        is_decode(item.seq, item.start, item.num_new_tokens, item.seq.seq_id in running_before)
+        not plan.extend  # an extend batch runs every row as a prefill
+        and is_decode(item.seq, item.start, item.num_new_tokens, item.seq.seq_id in running_before)
         for item in plan.scheduled
     ]
     kind = DECODE if all(decodes) else PREFILL if not any(decodes) else MIXED

@@ -53,6 +53,9 @@ class StepPlan:
 
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    # an extend batch by construction (SGLang never mixes prefill and decode): the step log calls
+    # it a prefill even where a row looks like a decode (a re-prefill's one-token last chunk)
+    extend: bool = False
 
     @property
     def num_tokens(self) -> int:

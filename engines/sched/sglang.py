@@ -32,6 +32,7 @@ from engines.cache.protocol import (
 )
 from engines.cache.records import Allocation, CacheIntegrityError
 from engines.cache.tiers import HostTier
+from engines.sched import sglang_overlap
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
 from engines.sched.prefill_adder import AddReqResult, PrefillAdder
@@ -248,9 +249,8 @@ class SglangScheduler(Scheduler):
                     0, min(a.prefix_len + a.extend_len, until) - a.prefix_len
                 )
         self.last_prefill = record_prefill(self.cache, adder.can_run_list, self._recompute_until)
-        return StepPlan(
-            [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
-        )
+        rows = [ScheduledSeq(a.seq, a.prefix_len, a.extend_len) for a in adder.can_run_list]
+        return StepPlan(rows, extend=True)
 
     def lone_admission_need(self, prompt_len: int, max_new_tokens: int) -> int:
         """Free KV tokens the prefill adder needs to admit one request into an idle engine: its
@@ -379,8 +379,8 @@ class SglangScheduler(Scheduler):
         """§7.3: victims (fewest outputs, longest input) from the back until the step fits.
         Returns the victims in retraction order.
 
-        Under overlap the outputs are counted as upstream sees them (an in-flight token not yet);
-        a request whose finish is in flight has left the batch before (`_decode_round`)."""
+        Under overlap outputs count as upstream sees them (an in-flight token not yet; a victim
+        loses it); a request whose finish is in flight left the batch before (`_decode_round`)."""
         batch, cache = self.batch, self.cache
         in_flight = self.in_flight
         outputs = [seq.num_output_tokens - (seq.seq_id in in_flight) for seq in batch]
@@ -398,6 +398,8 @@ class SglangScheduler(Scheduler):
             seq = batch[order.pop()]
             computed = seq.num_computed_tokens
             cache.release(seq, finished=False)
+            if seq.seq_id in in_flight:
+                sglang_overlap.unsample(seq)  # upstream samples it again after the re-prefill
             cache.evict(len(order) * RETRACT_DECODE_STEPS)
             self._recompute_until[seq.seq_id] = max(
                 self._recompute_until.get(seq.seq_id, 0), computed

@@ -8,7 +8,8 @@ does happens after the next batch was formed (docs/scheduler_x_cache.md, "the ov
   `get_next_batch_to_run`, not result processing), so only a prompt's last chunk is late;
 * a finished request's release: it stays in the running batch for a prefill round of step N+1,
   a decode step N+1 leaves it out (`_reqs_finishing_inflight`), and it is released after that;
-* a request retracted while forming step N+1 is skipped when batch N is processed.
+* a request retracted while forming step N+1 is skipped when batch N is processed, so the token
+  batch N sampled for it never joins its output: its re-prefill samples that position again.
 
 `PendingResult` is the batch upstream keeps (`batch.copy()`) for that processing; `process`
 applies it. With overlap off the scheduler processes each result at once and this is unused.
@@ -62,6 +63,15 @@ def process(cache: AnyPrefixCache, pending: PendingResult, retracted: set[str]) 
         if item.seq.is_finished and item.seq.seq_id not in retracted
     ]
     release_finished(cache, done)
+
+
+def unsample(seq: Sequence) -> None:
+    """Drop the token a retracted request's in-flight batch sampled. Upstream's result processing
+    skips a request marked retracted (`is_retracted`, set by `reset_for_retract` in
+    `managers/schedule_batch.py`; the skip is in `scheduler_components/batch_result_processor.py`
+    for prefill and decode results), so that token never reaches `output_ids`; the re-prefill
+    covers one token less and its last position samples it again."""
+    del seq.token_ids[-1]
 
 
 def release_finished(cache: AnyPrefixCache, done: list[Sequence]) -> None:

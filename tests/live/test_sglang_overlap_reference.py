@@ -44,17 +44,9 @@ SETUPS = {
     "issue": (Config(chunk=8192), issue_cases()),  # the hand-made counts
     "pressure": (Config(chunk=256, kv_tokens=512, max_running=16), PRESSURE_CASES),  # retractions
 }
-# Known differences (docs/scheduler_x_cache.md, the overlap section), each strict:
-KNOWN = {
-    # the step log calls a one-token step of a running request a decode: here the
-    # last, one-token chunk of a re-prefill, which upstream runs as an extend batch
-    ("pressure", "pressure3_burst", False): "a one-token last chunk is labelled decode",
-    # a request retracted with its last token in flight keeps it here; upstream samples it again
-    **{
-        ("pressure", f"pressure{case}", True): "a retracted request keeps its in-flight token"
-        for case in ("1_burst", "3_burst", "3_poisson", "4_burst", "8_burst")
-    },
-}
+# Known differences (docs/scheduler_x_cache.md, the overlap section), each a strict xfail: none
+# left (a retracted request's in-flight token and a re-prefill's one-token last chunk now match)
+KNOWN: dict[tuple[str, str, bool], str] = {}
 PARAMS = [
     pytest.param(
         capacity,

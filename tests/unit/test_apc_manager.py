@@ -134,6 +134,18 @@ def test_seq_id_reuse_by_another_sequence_rehashes():
     assert m.block_keys(second) != k1
 
 
+def test_tokens_dropped_from_the_end_rehash():
+    """SGLang's overlap retraction drops a request's in-flight token: a block it completed is
+    no longer full, and the block sampled again with another token hashes anew."""
+    m = KVCacheManager(16, 16)
+    seq = S("x", range(32))
+    keys = list(m.block_keys(seq))
+    del seq.token_ids[-1]
+    assert m.block_keys(seq) == keys[:1]
+    seq.token_ids.append(999)
+    assert m.block_keys(seq) == [keys[0], m.block_keys(S("y", [*range(31), 999]))[1]]
+
+
 @pytest.mark.parametrize("verify,expected_hit", [(False, 32), (True, 0)])
 def test_weak_hash_wrong_reuse_and_verification(verify, expected_hit):
     cache = ApcCache(16, 16, hash_algo="test_weak", verify_tokens_on_hit=verify, none_hash_seed="0")

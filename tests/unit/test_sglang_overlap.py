@@ -16,6 +16,7 @@ from engines.config import EngineConfig
 from engines.errors import BadInput
 from engines.request import CompletionRequest, GenerationRequest
 from engines.sched.sglang import SglangScheduler
+from tests.sglang_reference import Config, pressure, run_prefixbench
 from tests.stepwise import request, run_steps, step_engine
 
 RNG = np.random.default_rng(51)
@@ -152,6 +153,8 @@ def test_retractions_under_overlap_keep_the_cache_whole(cache, block):
         reqs = _pressure_stream(3)
         recs = sorted(run_batch(engine, reqs), key=lambda r: r.request_id)
         assert [tuple(r.output_ids) for r in recs] == [q.scripted_output_ids for q in reqs]
+        # a token dropped at retraction and sampled again is emitted once
+        assert all(len(r.token_times_s) == r.output_tokens for r in recs)
         got.append([(r.request_id, r.cached_tokens, r.num_preemptions) for r in recs])
     assert got[0] == got[1]
     assert sum(p for _, _, p in got[0]) >= 1
@@ -192,3 +195,25 @@ def test_parallel_samples_wait_for_their_prefix_request_to_be_processed(overlap)
         engine.step()
     engine.idle()
     assert [r.cached_tokens for r in engine.records] == [99] * 4
+
+
+@pytest.mark.parametrize(
+    ("overlap", "prefills", "decodes"),
+    [(False, [(343, 40), (489, 256), (490, 1)], 60), (True, [(351, 40), (501, 256), (502, 1)], 61)],
+)
+def test_a_retracted_request_as_upstream_re_prefills_it(overlap, prefills, decodes):
+    """The pressure seed-3 burst (tests/sglang_reference.py) retracts q21 once; its rows as SGLang
+    0.5.23's own loops ran them. Plain: the re-prefill covers its prompt and every output (257
+    tokens past no match, the last chunk one token, an extend batch). Overlap: the token in flight
+    when it was retracted is dropped and sampled again, so the re-prefill is the same 257 tokens
+    and the request takes one decode more (61 against 60 for 62 outputs)."""
+    specs = pressure(3, False)
+    got = run_prefixbench(Config(chunk=256, kv_tokens=512, max_running=16), overlap, specs)
+    assert got["requests"]["q21"]["retractions"] == 1
+    assert got["requests"]["q21"]["output"] == next(s["output"] for s in specs if s["rid"] == "q21")
+    rows = [
+        (s["iteration"], s["kind"], n) for s in got["steps"] for rid, n in s["rows"] if rid == "q21"
+    ]
+    assert [(i, n) for i, kind, n in rows if kind == "prefill"] == prefills
+    assert sum(kind == "decode" for _, kind, _ in rows) == decodes
+    assert all(kind in ("prefill", "decode") for _, kind, _ in rows)

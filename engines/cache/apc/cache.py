@@ -242,7 +242,8 @@ class ApcCache(
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         # APC frees the same way on finish, preemption and abort (§4.3); a preempted request
-        # keeps its hash memo (its tokens do not change).
+        # keeps its hash memo (its tokens do not change; an in-flight token that SGLang's overlap
+        # retraction drops makes `block_keys` rebuild it).
         self.table_journal.release(seq.seq_id)
         if finished:
             self.manager.forget(seq)

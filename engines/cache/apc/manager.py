@@ -104,7 +104,13 @@ class KVCacheManager:
     def block_keys(self, seq: Sequence) -> list[bytes]:
         """Map keys of every full block of `seq` (hashing only blocks not seen before)."""
         memo = self._hashes.get(seq.seq_id)
-        if memo is None or memo.owner is not seq:
+        # rebuilt when the tokens shrank too: SGLang's overlap retraction drops an in-flight token
+        # (engines/sched/sglang_overlap.py `unsample`) that may have completed a hashed block
+        if (
+            memo is None
+            or memo.owner is not seq
+            or len(memo.keys) > len(seq.token_ids) // self.block_size
+        ):
             memo = self._hashes[seq.seq_id] = RequestBlockHashes(seq, seq.lora_id, seq.salt)
         if self.hasher is None:
             raise CacheIntegrityError("block keys asked of a cache without prefix caching")
