@@ -39,7 +39,7 @@ if busy:
 print(port)
 PY
 ) || exit 2
-NONCE=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+NONCE=n$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')  # "n": Hydra keeps it a string (launch.py new_nonce)
 mkdir -p .cache
 env -u VIRTUAL_ENV SGLANG_USE_CPU_ENGINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   "$VENV/bin/python" -m sglang.launch_server \
