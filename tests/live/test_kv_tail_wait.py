@@ -1,0 +1,72 @@
+"""The run's KV-event stream keeps its tail when the server publishes it late.
+
+Under load vLLM-CPU published the last steps of a README run more than 0.7 s after the replies,
+and the subscriber, which stopped after 0.5 s of silence, lost them (two runs of 40 beside a CI
+run: the twin was exact per request, its KV steps were not). Here a real ZMQ PUB socket stands
+in for the server's publisher (vLLM's message layout): the second batch comes 1.5 s late, and
+`wait_for` the run's own prompt blocks holds the stream open until it is there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgpack  # type: ignore[import-untyped]
+import zmq
+
+from harness.live_server.kv_events import Subscriber
+
+
+def _message(seq: int, *events: dict) -> list[bytes]:
+    return [b"", seq.to_bytes(8, "big", signed=True), msgpack.packb([time.time(), list(events)])]
+
+
+def _stored(*hashes: int) -> dict:
+    return {
+        "type": "BlockStored",
+        "block_hashes": list(hashes),
+        "block_size": 2,
+        "token_ids": list(range(2 * len(hashes))),
+    }
+
+
+def test_the_subscriber_waits_for_the_runs_own_blocks(tmp_path):
+    endpoint = f"ipc://{tmp_path}/kv.ipc"
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.bind(endpoint)
+    try:
+        sub = Subscriber(endpoint)
+        time.sleep(0.5)  # ZMQ's slow joiner: the subscription reaches the publisher first
+        pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11, 12)))
+        late = threading.Timer(1.5, lambda: pub.send_multipart(_message(2, _stored(13))))
+        late.start()
+        assert sub.wait_for({11, 12, 13}, timeout_s=30.0) == 0
+        got = sub.stop()
+        late.join()
+        assert [b.stored for b in got] == [(11, 12), (13,)]
+    finally:
+        pub.close(linger=0)
+        ctx.term()
+
+
+def test_hashes_the_server_does_not_share_are_not_waited_for(tmp_path):
+    endpoint = f"ipc://{tmp_path}/kv.ipc"
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.bind(endpoint)
+    try:
+        sub = Subscriber(endpoint)
+        time.sleep(0.5)
+        pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11)))
+        deadline = time.monotonic() + 10
+        while not sub.batches and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        assert sub.wait_for({21, 22}, timeout_s=30.0) == 2  # none seen: another hash seed
+        assert time.monotonic() - t0 < 30.0
+        sub.stop(drain_s=0.0)
+    finally:
+        pub.close(linger=0)
+        ctx.term()
