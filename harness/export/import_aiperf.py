@@ -21,6 +21,17 @@ AGGREGATE = "profile_export_aiperf.json"
 READ_LIMIT = 1 << 30  # a client's per-request file: one GB is far beyond any run here
 
 
+def read_json(path: Path, what: str) -> object:
+    """A client's JSON file parsed; too large or not JSON is one line naming the file and `what`
+    it should have been (e.g. "a guidellm report")."""
+    if path.stat().st_size > READ_LIMIT:
+        raise BadInput(f"{path}: larger than {READ_LIMIT} bytes; not {what} of a run here")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise BadInput(f"{path}: not JSON; not {what}, or truncated?") from None
+
+
 class Imported(NamedTuple):
     """What an importer hands the run writer (harness/export/import_run.py)."""
 

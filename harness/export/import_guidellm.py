@@ -5,11 +5,10 @@ several benchmarks imports its first one (the count is kept in the manifest)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.config.errors import BadInput
-from harness.export.import_aiperf import READ_LIMIT, Imported, timed_table
+from harness.export.import_aiperf import Imported, read_json, timed_table
 
 REPORT = "benchmarks.json"
 
@@ -44,15 +43,10 @@ def request_row(req: object, where: str) -> dict[str, object]:
 
 
 def _load(path: Path) -> dict:
-    if path.stat().st_size > READ_LIMIT:
-        raise BadInput(
-            f"{path}: larger than {READ_LIMIT} bytes; not a guidellm report of a run here"
-        )
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise BadInput(f"{path}: not JSON; a truncated or foreign file?") from None
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    obj = read_json(path, "a guidellm report")
+    if not isinstance(obj, dict):
+        raise BadInput(f"{path}: not a guidellm report (expected a JSON object)")
+    meta = obj.get("metadata")
     if not isinstance(meta, dict) or "guidellm_version" not in meta:
         raise BadInput(f"{path}: not a guidellm report (no metadata.guidellm_version)")
     if not isinstance(obj.get("benchmarks"), list) or not obj["benchmarks"]:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from harness.config.errors import BadInput
-from harness.export.import_aiperf import READ_LIMIT, Imported, timed_table
+from harness.export.import_aiperf import Imported, read_json, timed_table
 
 REPORT = "per_request_lifecycle_metrics.json"
 
@@ -74,12 +74,7 @@ def request_row(req: object, index: int, where: str) -> dict[str, object] | None
 
 
 def _load(path: Path) -> list:
-    if path.stat().st_size > READ_LIMIT:
-        raise BadInput(f"{path}: larger than {READ_LIMIT} bytes; not an inference-perf report here")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise BadInput(f"{path}: not JSON; a truncated or foreign file?") from None
+    obj = read_json(path, "an inference-perf report")
     if not isinstance(obj, list):
         raise BadInput(f"{path}: not an inference-perf per-request report (expected a list)")
     return obj

@@ -7,12 +7,11 @@ the server's log supplies the cached tokens (harness/export/join.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from harness.config.errors import BadInput
-from harness.export.import_aiperf import READ_LIMIT, Imported, timed_table
+from harness.export.import_aiperf import Imported, read_json, timed_table
 
 DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors")
 
@@ -25,14 +24,7 @@ def finite_number(value: object, name: str, where: str) -> float:
 
 def load_result(path: Path, detailed: tuple[str, ...], client: str) -> dict:
     """The result object, its detailed lists checked to be lists of one length."""
-    if path.stat().st_size > READ_LIMIT:
-        raise BadInput(
-            f"{path}: larger than {READ_LIMIT} bytes; not a {client} result of a run here"
-        )
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise BadInput(f"{path}: not one JSON object; a truncated or foreign file?") from None
+    obj = read_json(path, f"a {client} result")
     if not isinstance(obj, dict):
         raise BadInput(f"{path}: not a {client} result (expected a JSON object)")
     missing = [k for k in detailed if not isinstance(obj.get(k), list)]
