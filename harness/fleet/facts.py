@@ -29,10 +29,11 @@ def fleet_facts(
     cfg: FleetConfig,
     trace_block: int | None = None,
     prompts: list | None = None,
+    tiered: bool = False,
 ) -> dict[str, object]:
-    """Per replica: requests, prompt and cached tokens, hit rate; the load imbalance (max over
-    mean requests, and of prompt tokens), the fleet hit rate (token-weighted, and over the trace's
-    own blocks when the workload has them)."""
+    """Per replica: requests, prompt and cached tokens (`tiered`: and the host tier's part of
+    them), hit rate; the load imbalance (max over mean requests, and of prompt tokens), the fleet
+    hit rate (token-weighted, and over the trace's own blocks when the workload has them)."""
     per: list[dict[str, object]] = []
     for i in range(cfg.replicas):
         rows = table[table["replica"] == i]
@@ -47,6 +48,8 @@ def fleet_facts(
                 "hit_rate": cached / prompt if prompt else None,
             }
         )
+        if tiered:  # absent without a tier: a tier-off fleet's summary is unchanged
+            per[-1]["host_cached_tokens"] = int(rows["host_cached_tokens"].sum())
     reqs = np.array([p["requests"] for p in per], float)
     toks = np.array([p["prompt_tokens"] for p in per], float)
     prompt_all = int(table["prompt_tokens"].sum())

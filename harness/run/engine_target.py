@@ -25,6 +25,7 @@ from harness.config.schema import RunConfig
 from harness.config.tokenspace import token_space_for
 from harness.fleet.facts import fleet_facts, with_replica
 from harness.fleet.fleet import Fleet, build_fleet
+from harness.fleet.tiers import fleet_link_figures, fleet_tier_stats
 from harness.metrics.summary import RunContext
 from harness.metrics.table import itls_ms, request_row, request_table, token_rows
 from harness.results.run_dir import RunDir
@@ -129,9 +130,11 @@ class EngineSession:
             if isinstance(link, CarriesHostLink) and link.host_link is not None:  # bytes, time
                 figures["host_link"] = asdict(link.host_link.figures())
         if isinstance(engine, Fleet):
+            figures |= _fleet_tier_figures(engine)
             block = getattr(cfg.workload, "block_size", None)  # a trace's own (Mooncake: 512)
             prompts = [r.prompt_ids for r in requests for _ in range(r.n)]
-            figures |= fleet_facts(table, cfg.fleet, block, prompts)
+            tiered = cfg.engine.host_tier.enabled
+            figures |= fleet_facts(table, cfg.fleet, block, prompts, tiered=tiered)
         clock: dict[str, object] = {
             # simulated durations and latencies are the cost model's time
             "clock": "virtual" if cfg.executor == "simulated" else "wall",
@@ -177,6 +180,19 @@ def build_target(cfg: RunConfig) -> Engine | Fleet:
     if cfg.fleet.replicas == 1:
         return build_one()
     return build_fleet(cfg.fleet, build_one, virtual=cfg.executor == "simulated")
+
+
+def _fleet_tier_figures(fleet: Fleet) -> dict[str, object]:
+    """A fleet with a host tier per replica: the replicas' tier counters and links summed, under
+    the names a one-engine run uses (nothing without a tier)."""
+    out: dict[str, object] = {}
+    stats = fleet_tier_stats(fleet.replicas)
+    if stats is not None:
+        out["host_tier"] = asdict(stats)
+        link = fleet_link_figures(fleet.replicas)
+        if link is not None:
+            out["host_link"] = asdict(link)
+    return out
 
 
 def _idle_check(engine: Engine | Fleet) -> tuple[str, str | None]:

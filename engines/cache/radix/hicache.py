@@ -13,6 +13,7 @@ request holds those tokens as if computed and its insert puts them in the tree.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence as Tokens
 
 import numpy as np
 
@@ -44,14 +45,26 @@ THRESHOLDS: dict[str, int | None] = {
 }
 
 
-def page_keys(tokens: list[int], extra: object, page: int, num_pages: int) -> list[int]:
+def page_keys(tokens: Tokens[int], extra: object, page: int, num_pages: int) -> list[int]:
     """One key per whole page: a hash chained over every page before it (and the cache
     namespace), so equal keys mean equal prefixes."""
-    keys, h = [], hash(("hicache", extra))
-    for i in range(num_pages):
+    keys: list[int] = []
+    extend_keys(keys, hash(("hicache", extra)), tokens, page, num_pages)
+    return keys
+
+
+def extend_keys(keys: list[int], head: int, tokens: Tokens[int], page: int, num_pages: int) -> None:
+    """Append the keys of pages len(keys) .. num_pages - 1 to `keys`, the chain of `tokens` whose
+    first key hashes on `head` (page_keys's values, from where `keys` stopped)."""
+    h = keys[-1] if keys else head
+    if page == 1:  # SGLang's default page: one token a key, no slicing
+        for t in tokens[len(keys) : num_pages]:
+            h = hash((h, (t,)))
+            keys.append(h)
+        return
+    for i in range(len(keys), num_pages):
         h = hash((h, tuple(tokens[i * page : (i + 1) * page])))
         keys.append(h)
-    return keys
 
 
 class TieredRadixCache(RadixCache, HostTier):
@@ -66,16 +79,26 @@ class TieredRadixCache(RadixCache, HostTier):
         self.load_back_threshold = tier.load_back_threshold
         self.host: OrderedDict[int, None] = OrderedDict()  # least recently used first
         self.inserts: dict[int, int] = {}  # device pages' insert counts (upstream node.hit_count)
+        # write_through writes every page on its first insert: the counts decide nothing then
+        self.counts_inserts = self.threshold is not None and self.threshold > 1
+        # each request's page keys so far (its tokens only grow): a lookup, its load and its
+        # insert hash each page once, not once a call (at page 1 a key is a token)
+        self.seq_keys: dict[str, tuple[Sequence, list[int]]] = {}
         self.tree.on_evict = self._on_device_evict
         self.queries = self.hits = self.stored = self.evicted_pages = 0
         self.log = TransferLog()
 
     # ---- keys -------------------------------------------------------------------------------
     def _seq_keys(self, seq: Sequence, num_tokens: int) -> list[int]:
-        extra = (extra_key_of(seq), seq.salt)
-        return page_keys(
-            list(seq.token_ids[:num_tokens]), extra, self.page_size, num_tokens // self.page_size
-        )
+        num_pages = num_tokens // self.page_size
+        memo = self.seq_keys.get(seq.seq_id)
+        if memo is None or memo[0] is not seq:  # a new request (or a reused id): from scratch
+            memo = self.seq_keys[seq.seq_id] = (seq, [])
+        keys = memo[1]
+        if len(keys) < num_pages:
+            head = hash(("hicache", (extra_key_of(seq), seq.salt)))
+            extend_keys(keys, head, seq.token_ids, self.page_size, num_pages)
+        return keys[:num_pages]
 
     def _leaf_keys(self, leaf: TreeNode) -> tuple[list[int], int]:
         """The page keys of the path root -> leaf and the index of the leaf's first page."""
@@ -97,22 +120,40 @@ class TieredRadixCache(RadixCache, HostTier):
         `slots`: each key's device token slots (empty unless copy events are kept)."""
         before = self.stored
         events = self.log.events
-        for i in reversed(range(len(keys))):
-            key = keys[i]
-            if key in self.host:
-                self.host.move_to_end(key)
-                continue
-            if len(self.host) >= self.host_pages:
-                dropped, _ = self.host.popitem(last=False)
-                self.evicted_pages += 1
-                if events is not None:
+        if events is None:
+            self._write_keys(keys)
+        else:
+            for i in reversed(range(len(keys))):
+                key = keys[i]
+                if key in self.host:
+                    self.host.move_to_end(key)
+                    continue
+                if len(self.host) >= self.host_pages:
+                    dropped, _ = self.host.popitem(last=False)
+                    self.evicted_pages += 1
                     events.append(HostEvict((dropped,)))
-            self.host[key] = None
-            self.stored += 1
-            if events is not None:  # one event a page: a later page's write may drop it
+                self.host[key] = None
+                self.stored += 1
+                # one event a page: a later page's write may drop it
                 events.append(HostStore((key,), slots[i], True))
         if self.stored > before:
             self.log.store(seq, (self.stored - before) * self.page_size)
+
+    def _write_keys(self, keys: list[int]) -> None:
+        """`_write` with no copy events (a simulated run): the same pool, one loop a page."""
+        host, room = self.host, self.host_pages
+        stored = dropped = 0
+        for key in reversed(keys):
+            if key in host:
+                host.move_to_end(key)
+                continue
+            if len(host) >= room:
+                host.popitem(last=False)
+                dropped += 1
+            host[key] = None
+            stored += 1
+        self.stored += stored
+        self.evicted_pages += dropped
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.get(seq.seq_id)
@@ -122,17 +163,24 @@ class TieredRadixCache(RadixCache, HostTier):
             keys = self._seq_keys(seq, n)
             due, slots = [], []
             table = self.block_table(seq) if self.log.events is not None else None
+            if table is None and not self.counts_inserts:  # write_through: every page is due
+                due, keys = keys, []
             for i, key in enumerate(keys):  # a finished request's insert counts once per page
-                count = self.inserts.get(key, 0) + 1
-                self.inserts[key] = count
+                count = 1
+                if self.counts_inserts:
+                    count = self.inserts[key] = self.inserts.get(key, 0) + 1
                 if count >= self.threshold:
                     due.append(key)
                     if table is not None:
                         slots.append(token_slots(table, p, i * p, (i + 1) * p))
             self._write(due, seq, slots)
+        if finished:
+            self.seq_keys.pop(seq.seq_id, None)
         super().release(seq, finished=finished)
 
     def _on_device_evict(self, leaf: TreeNode) -> None:
+        if not self.counts_inserts and self.threshold is not None:
+            return  # write_through: no counts to drop, nothing written on eviction
         keys, first = self._leaf_keys(leaf)
         for key in keys[first:]:
             self.inserts.pop(key, None)
@@ -206,6 +254,7 @@ class TieredRadixCache(RadixCache, HostTier):
             return False
         self.host.clear()
         self.inserts.clear()
+        self.seq_keys.clear()
         self.queries = self.hits = self.stored = self.evicted_pages = 0
         if self.log.events is not None:
             self.log.events.append(HostReset())

@@ -1,0 +1,59 @@
+"""A fleet with a host tier per replica (docs/tiers.md §9): the summary's per-tier hits add up, per
+replica and over the fleet, and the replicas' tier counters and host links are summed; a tier-off
+fleet's summary carries none of it."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness.run.execute import execute
+from tests.harness_util import compose_config, with_base
+
+FLEET = [
+    "executor=simulated",
+    "hardware=h100_llama3_8b_bf16",
+    "engine.kv_capacity_tokens=128",
+    "engine.max_num_seqs=1",
+    "workload.num_groups=4",
+    "workload.prompts_per_group=4",
+    "fleet.replicas=2",
+    "fleet.router=round_robin",
+]
+KV_BYTES_PER_TOKEN = 131072  # Llama-3.1-8B bf16
+TIERLESS_REPLICA = {"replica", "requests", "prompt_tokens", "cached_tokens", "hit_rate"}
+
+
+def run(tmp_path, args: list[str]) -> tuple[dict, pd.DataFrame]:
+    run_dir = tmp_path / "run"
+    assert execute(compose_config(with_base([*FLEET, *args])), run_dir) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary, pd.read_parquet(run_dir / "requests.parquet")
+
+
+@pytest.mark.parametrize("engine", ["apc", "radix"])
+def test_per_tier_hits_add_up_to_the_fleets_cached_tokens(engine, tmp_path):
+    summary, rows = run(tmp_path, [f"engine={engine}", "engine.host_tier.tokens=4096"])
+    per = summary["fleet_per_replica"]
+    host = [p["host_cached_tokens"] for p in per]
+    assert all(h > 0 for h in host)  # each replica's own tier served hits
+    assert sum(host) == summary["prompt_tokens_cached_host"] == rows["host_cached_tokens"].sum()
+    assert sum(p["cached_tokens"] for p in per) == summary["prompt_tokens_cached"]
+    assert summary["device_hit_rate"] + summary["host_hit_rate"] == pytest.approx(
+        summary["hit_rate"]
+    )
+    # the replicas' counters and links, summed: what was loaded crossed a link, as did every store
+    tier, link = summary["host_tier"], summary["host_link"]
+    assert tier["loaded"] == summary["prompt_tokens_cached_host"]
+    assert link["load_bytes"] == tier["loaded"] * KV_BYTES_PER_TOKEN
+    assert link["store_bytes"] == tier["stored"] * KV_BYTES_PER_TOKEN > 0
+    assert link["load_s"] == pytest.approx(link["load_bytes"] / 5e10)
+
+
+def test_a_tier_off_fleet_reports_no_tier(tmp_path):
+    summary, rows = run(tmp_path, ["engine=apc"])
+    assert "host_tier" not in summary and "host_link" not in summary
+    assert all(set(p) == TIERLESS_REPLICA for p in summary["fleet_per_replica"])
+    assert summary["prompt_tokens_cached_host"] == 0 and (rows["host_cached_tokens"] == 0).all()
