@@ -13,6 +13,7 @@ import threading
 import time
 
 import msgpack  # type: ignore[import-untyped]
+import pytest
 import zmq
 
 from harness.live_server.kv_events import Subscriber
@@ -31,7 +32,9 @@ def _stored(*hashes: int) -> dict:
     }
 
 
-def test_the_subscriber_waits_for_the_runs_own_blocks(tmp_path):
+@pytest.fixture
+def wired(tmp_path):
+    """A PUB socket bound where a server's would be, and a Subscriber joined to it."""
     endpoint = f"ipc://{tmp_path}/kv.ipc"
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)
@@ -39,34 +42,29 @@ def test_the_subscriber_waits_for_the_runs_own_blocks(tmp_path):
     try:
         sub = Subscriber(endpoint)
         time.sleep(0.5)  # ZMQ's slow joiner: the subscription reaches the publisher first
-        pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11, 12)))
-        late = threading.Timer(1.5, lambda: pub.send_multipart(_message(2, _stored(13))))
-        late.start()
-        assert sub.wait_for({11, 12, 13}, timeout_s=30.0) == 0
-        got = sub.stop()
-        late.join()
-        assert [b.stored for b in got] == [(11, 12), (13,)]
-    finally:
-        pub.close(linger=0)
-        ctx.term()
-
-
-def test_hashes_the_server_does_not_share_are_not_waited_for(tmp_path):
-    endpoint = f"ipc://{tmp_path}/kv.ipc"
-    ctx = zmq.Context()
-    pub = ctx.socket(zmq.PUB)
-    pub.bind(endpoint)
-    try:
-        sub = Subscriber(endpoint)
-        time.sleep(0.5)
-        pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11)))
-        deadline = time.monotonic() + 10
-        while not sub.batches and time.monotonic() < deadline:
-            time.sleep(0.05)
-        t0 = time.monotonic()
-        assert sub.wait_for({21, 22}, timeout_s=30.0) == 2  # none seen: another hash seed
-        assert time.monotonic() - t0 < 30.0
+        yield pub, sub
         sub.stop(drain_s=0.0)
     finally:
         pub.close(linger=0)
         ctx.term()
+
+
+def test_the_subscriber_waits_for_the_runs_own_blocks(wired):
+    pub, sub = wired
+    pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11, 12)))
+    late = threading.Timer(1.5, lambda: pub.send_multipart(_message(2, _stored(13))))
+    late.start()
+    assert sub.wait_for({11, 12, 13}, timeout_s=30.0) == 0
+    late.join()
+    assert [b.stored for b in sub.batches] == [(11, 12), (13,)]
+
+
+def test_hashes_the_server_does_not_share_are_not_waited_for(wired):
+    pub, sub = wired
+    pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11)))
+    deadline = time.monotonic() + 10
+    while not sub.batches and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    assert sub.wait_for({21, 22}, timeout_s=30.0) == 2  # none seen: another hash seed
+    assert time.monotonic() - t0 < 30.0

@@ -10,7 +10,6 @@ every request's reported cached tokens equal the twin's, and the server's counte
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 
 import pandas as pd
@@ -18,6 +17,7 @@ import pytest
 
 from harness.builtin_server.server import free_port
 from tests.harness_util import ROOT, run_harness
+from tests.sglang_process import stop_sglang
 
 pytestmark = pytest.mark.sglang
 
@@ -43,22 +43,7 @@ def sglang_url():
         yield f"http://127.0.0.1:{port}"
     finally:
         if pid is not None:
-            _stop(pid)
-
-
-def _stop(pid: int) -> None:
-    """SIGTERM: SGLang's launcher ends its scheduler and detokenizer processes with itself."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(300):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        subprocess.run(["sleep", "0.1"], check=False)
-    os.kill(pid, signal.SIGKILL)
+            stop_sglang(pid)
 
 
 def sglang_run(url: str, tmp_path, name: str, *overrides: str):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 
 import pandas as pd
@@ -22,6 +21,7 @@ import pytest
 
 from harness.builtin_server.server import free_port
 from tests.harness_util import ROOT, run_harness
+from tests.sglang_process import stop_sglang
 
 pytestmark = pytest.mark.sglang
 
@@ -42,26 +42,9 @@ def start(*flags: str) -> tuple[str, int | None]:
     pid_file = ROOT / ".cache" / "sglang.pid"
     pid = int(pid_file.read_text()) if pid_file.exists() else None
     if started.returncode != 0:
-        stop(pid)
+        stop_sglang(pid)
         pytest.fail(started.stderr[-2000:])
     return f"http://127.0.0.1:{port}", pid
-
-
-def stop(pid: int | None) -> None:
-    """SIGTERM: SGLang's launcher ends its scheduler and detokenizer processes with itself."""
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(300):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        subprocess.run(["sleep", "0.1"], check=False)
-    os.kill(pid, signal.SIGKILL)
 
 
 def first_turn_batches(log_from: int, prompt_len: int) -> list[int]:
@@ -96,7 +79,7 @@ def test_the_twin_runs_the_servers_loop(tmp_path, flags, overlap):
         assert run.returncode == 0, run.stderr[-2000:]
         batches = first_turn_batches(log_from, 416)
     finally:
-        stop(pid)
+        stop_sglang(pid)
     summary, table = run.summary, pd.read_parquet(run.run_dir / "requests.parquet")
     manifest = json.loads((run.run_dir / "manifest.json").read_text())["server"]
     # the twin ran the loop the server runs, and says where that came from
