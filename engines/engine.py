@@ -48,7 +48,8 @@ class CapacityError(BadInput):
 
 @dataclass(frozen=True)
 class StepOutput:
-    """What one `Engine.step` did. `progressed` is False when nothing could be scheduled."""
+    """What one `Engine.step` did. `progressed` is False when it scheduled nothing and moved no
+    pending host-tier transfer on (a driver may then wait for the next arrival)."""
 
     end_s: float  # the run clock after the step
     progressed: bool
@@ -276,7 +277,13 @@ class Engine:
         """Nothing could be scheduled: fine while a release is due, a stuck engine otherwise."""
         scheduler = self.loop.scheduler
         if isinstance(scheduler, PendingTransfers) and scheduler.transfers_pending():
-            return StepOutput(self.clock.now(), False)  # a transfer in flight will unblock it
+            # Progress: the step moved a host load or a release on, and the next step may
+            # schedule what it unblocked. vLLM's engine core keeps iterating while a load is in
+            # flight; reporting no progress made drivers jump to the next arrival, the request
+            # idle meanwhile. No clock advance is owed: a load completes at the iteration after
+            # its plan (HostLoads.after_plan) and its link time is priced on the step that runs
+            # the loaded request (engines/host_link.py), so these steps are a short bounded run.
+            return StepOutput(self.clock.now(), True)
         self._idle_steps += 1
         if self._idle_steps > 2 and next_release_s == math.inf and self.has_work:
             stuck = (self.loop.waiting or self.loop.running)[0]

@@ -241,8 +241,9 @@ class VllmScheduler(Scheduler):
                 self._known_tokens[seq.seq_id] = seq.num_computed_tokens + num_steps
 
     def transfers_pending(self) -> bool:
-        """A host load or a finished request's release is still to come (`PendingTransfers`)."""
-        return self.loads is not None and self.loads.pending()
+        """The last step, scheduling nothing, still advanced a host load or a finished request's
+        release (`PendingTransfers`): the next step may schedule what it unblocked."""
+        return self.loads is not None and self.loads.advanced
 
     def on_idle(self) -> None:
         """Nothing but a host tier's transfers in flight completing: vLLM's scheduler keeps no

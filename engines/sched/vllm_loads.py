@@ -41,6 +41,8 @@ class HostLoads:
         self.running_order: list[str] = []  # the running list after the last plan
         # vLLM's _inflight_prefills: admitted requests whose prefill is not fully scheduled
         self.in_flight: dict[str, Sequence] = {}
+        # The last plan released a finished request or had a load in flight (started or done)
+        self.advanced = False
 
     def after_plan(self, sched: VllmScheduler, plan: StepPlan, running: list[Sequence]) -> None:
         """The plan is made: prefills fully scheduled leave the in-flight set, then the last
@@ -53,6 +55,9 @@ class HostLoads:
             self.in_flight.pop(seq.seq_id, None)
         self.last_scheduled = {item.seq.seq_id for item in plan.scheduled}
         self.running_order = [seq.seq_id for seq in running]
+        # Read before this step's releases and completions: the step that completes a load
+        # leaves nothing pending, yet its request is scheduled at the very next step.
+        self.advanced = self.pending()
         self.release_finished(sched)
         self.tier.host_after_step([])
 
