@@ -147,3 +147,13 @@ def test_engines_and_workloads_import_no_harness():
 def test_harness_top_holds_only_the_entry_points():
     top = sorted(p.name for p in (ROOT / "harness").glob("*.py"))
     assert len(top) <= MAX_TOP_MODULES, top
+
+
+def test_test_files_have_unique_names_across_tiers():
+    """pytest imports test modules by basename (the tiers have no __init__.py): two tiers' files
+    of one name fail collection ("import file mismatch"), as tests/unit and tests/live's
+    test_sglang_server_overlap.py did in CI."""
+    seen: dict[str, Path] = {}
+    for path in sorted((ROOT / "tests").glob("*/test_*.py")):
+        assert path.name not in seen, f"{path} and {seen[path.name]} share a name"
+        seen[path.name] = path
