@@ -8,6 +8,7 @@ request log by the X-Request-ID aiperf sent, the server's own count on every row
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,7 +17,7 @@ from harness.export.import_aiperf import import_aiperf
 from harness.export.join import join_server_log
 from tests.client_util import CLIENTS_HF_HOME, client_env, need, serving
 from tests.export_support import ZIPF_SYSTEM_PROMPT, export
-from tests.harness_util import ROOT, SMALL, merged, run_harness
+from tests.harness_util import ROOT, SMALL, InProcessRun, merged, run_harness
 
 AIPERF = ROOT / ".venv-clients" / "bin" / "aiperf"
 SIM = ["executor=simulated", "hardware=h100_llama3_8b_bf16"]
@@ -55,19 +56,26 @@ def aiperf_replay(url: str, trace, out, model: str = "smollm2-rand") -> subproce
     return subprocess.run(args, env=client_env(), capture_output=True, text=True, timeout=400)
 
 
-def test_aiperf_replay_of_an_exported_trace_matches_the_in_process_run(tmp_path):
-    """One request at a time on both sides: under a burst, how a loaded machine splits the
-    arrivals into steps decides which request of a group hits, so the comparison would be of
-    timing, not of prefix structure."""
-    need(AIPERF), need(CLIENTS_HF_HOME)
+def exported_trace(tmp_path: Path) -> tuple[InProcessRun, Path]:
+    """The simulated run of the small Zipf system-prompt workload, one request at a time, and
+    the Mooncake trace `python -m harness.export` writes of it."""
     one = ["load.max_concurrency=1"]
     original = run_harness(merged(SMALL, ZIPF_SYSTEM_PROMPT, SIM, one), tmp_path / "orig")
     assert original.returncode == 0, original.stderr
     code, _, err = export("--format", "mooncake", str(original.run_dir), "--out", str(tmp_path))
     assert code == 0, err
+    return original, tmp_path / "orig.mooncake.jsonl"
+
+
+def test_aiperf_replay_of_an_exported_trace_matches_the_in_process_run(tmp_path):
+    """One request at a time on both sides: under a burst, how a loaded machine splits the
+    arrivals into steps decides which request of a group hits, so the comparison would be of
+    timing, not of prefix structure."""
+    need(AIPERF), need(CLIENTS_HF_HOME)
+    original, trace = exported_trace(tmp_path)
     log = tmp_path / "server_requests.jsonl"
     with serving(log, "smollm2-rand") as server:
-        proc = aiperf_replay(server.url, tmp_path / "orig.mooncake.jsonl", tmp_path / "aip")
+        proc = aiperf_replay(server.url, trace, tmp_path / "aip")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     joined, facts = join_server_log(import_aiperf(tmp_path / "aip"), log)
     assert facts["rows_joined"] == len(joined.table)

@@ -18,9 +18,8 @@ import yaml
 
 from harness.live_server import prometheus
 from tests.client_util import CLIENTS_HF_HOME, TOKENIZER_REPO, client_env, need
-from tests.export_support import ZIPF_SYSTEM_PROMPT, export, report
-from tests.harness_util import SMALL, merged, run_harness
-from tests.live.test_aiperf_replay import AIPERF, SIM, aiperf_replay
+from tests.export_support import report
+from tests.live.test_aiperf_replay import AIPERF, aiperf_replay, exported_trace
 from tests.live.test_guidellm_client import GUIDELLM
 from tests.live.test_inference_perf_client import INFERENCE_PERF, config
 
@@ -76,13 +75,9 @@ def assert_matches_counters(table: pd.DataFrame, before, after, count: int) -> N
 
 def test_aiperf_replays_an_exported_trace_against_vllm(vllm_server, tmp_path):
     need(AIPERF), need(CLIENTS_HF_HOME)
-    one = ["load.max_concurrency=1"]
-    original = run_harness(merged(SMALL, ZIPF_SYSTEM_PROMPT, SIM, one), tmp_path / "orig")
-    assert original.returncode == 0, original.stderr
-    code, _, err = export("--format", "mooncake", str(original.run_dir), "--out", str(tmp_path))
-    assert code == 0, err
+    _, trace = exported_trace(tmp_path)
     before = counters(vllm_server.url)
-    trace, out = tmp_path / "orig.mooncake.jsonl", tmp_path / "aip"
+    out = tmp_path / "aip"
     proc = aiperf_replay(vllm_server.url, trace, out, served_model(vllm_server))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     after = counters(vllm_server.url)
