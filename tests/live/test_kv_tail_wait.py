@@ -32,6 +32,18 @@ def _stored(*hashes: int) -> dict:
     }
 
 
+def _join(pub: zmq.Socket, sub: Subscriber) -> None:
+    """ZMQ's slow joiner: a PUB socket drops what it sends before the subscription reaches it,
+    and a fixed sleep of 0.5 s was not enough beside a CI run (the first batch was lost). Send
+    a lone clear until one arrives; the tests' own batches start with a clear, which resets
+    what `wait_for` counts."""
+    deadline = time.monotonic() + 30
+    while not sub.batches:
+        assert time.monotonic() < deadline, "the subscriber never joined the publisher"
+        pub.send_multipart(_message(0, {"type": "AllBlocksCleared"}))
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def wired(tmp_path):
     """A PUB socket bound where a server's would be, and a Subscriber joined to it."""
@@ -41,7 +53,7 @@ def wired(tmp_path):
     pub.bind(endpoint)
     try:
         sub = Subscriber(endpoint)
-        time.sleep(0.5)  # ZMQ's slow joiner: the subscription reaches the publisher first
+        _join(pub, sub)
         yield pub, sub
         sub.stop(drain_s=0.0)
     finally:
@@ -54,16 +66,18 @@ def test_the_subscriber_waits_for_the_runs_own_blocks(wired):
     pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11, 12)))
     late = threading.Timer(1.5, lambda: pub.send_multipart(_message(2, _stored(13))))
     late.start()
-    assert sub.wait_for({11, 12, 13}, timeout_s=30.0) == 0
-    late.join()
-    assert [b.stored for b in sub.batches] == [(11, 12), (13,)]
+    try:
+        assert sub.wait_for({11, 12, 13}, timeout_s=30.0) == 0
+    finally:
+        late.join()  # never leave the timer to send on a socket the fixture closed
+    assert [b.stored for b in sub.batches if b.stored] == [(11, 12), (13,)]
 
 
 def test_hashes_the_server_does_not_share_are_not_waited_for(wired):
     pub, sub = wired
     pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11)))
     deadline = time.monotonic() + 10
-    while not sub.batches and time.monotonic() < deadline:
+    while not any(b.stored for b in sub.batches) and time.monotonic() < deadline:
         time.sleep(0.05)
     t0 = time.monotonic()
     assert sub.wait_for({21, 22}, timeout_s=30.0) == 2  # none seen: another hash seed

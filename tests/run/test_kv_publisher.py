@@ -19,7 +19,7 @@ import pytest
 from harness.builtin_server.kv_publisher import KvEventPublisher, check_endpoint
 from harness.builtin_server.server import InProcessServer, compose_config, prepare
 from harness.config.errors import BadInput
-from harness.live_server.kv_events import Subscriber
+from harness.live_server.kv_events import Subscriber, since_last_clear
 from harness.live_server.steplock import prompt_hashes
 from workloads.request import Request
 
@@ -33,6 +33,21 @@ def _wait(sub: Subscriber, count: int, timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def _join(sub: Subscriber, client: httpx.Client) -> None:
+    """ZMQ's slow joiner: a SUB socket misses what is sent before its subscription reaches the
+    publisher, and a fixed sleep can be too short on a loaded machine. Serve throwaway prompts
+    until one's blocks arrive, then reset the cache, so the test's own steps start clean (the
+    reset heads the next step's batch)."""
+    for seed in range(100, 400):
+        body = {"prompt": _prompt(seed, BLOCK + 1), "max_tokens": 1, "temperature": 0.0}
+        assert client.post("/v1/completions", json=body).status_code == 200
+        _wait(sub, 1, timeout_s=0.5)
+        if sub.batches:
+            assert client.post("/reset_prefix_cache").status_code == 200
+            return
+    raise AssertionError("the subscriber never joined the server's publisher")
+
+
 def _prompt(seed: int, length: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(5, 1000, length)]
 
@@ -44,16 +59,20 @@ def test_the_served_cache_publishes_what_it_stores_evicts_and_clears(tmp_path):
     )
     with InProcessServer(prepare(cfg)) as server:
         sub = Subscriber(endpoint)
-        time.sleep(0.3)  # a SUB socket misses what is sent before it joins (ZMQ's slow joiner)
         client = httpx.Client(base_url=server.url, timeout=60)
+        _join(sub, client)
         first = _prompt(1, 5 * BLOCK + 3)
         body = {"prompt": first, "max_tokens": 2, "temperature": 0.0}
         assert client.post("/v1/completions", json=body).status_code == 200
-        _wait(sub, 1)
-        stored = [h for b in sub.batches for h in b.stored]
+        deadline = time.monotonic() + 30
+        while not any(b.cleared for b in sub.batches) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        own = since_last_clear(sub.batches)  # the reset heads the first measured step's batch
+        assert own and own[0].cleared
+        stored = [h for b in own for h in b.stored]
         request = Request("r", tuple(first), 2)
         assert stored == prompt_hashes(request, BLOCK)  # the cache's own keys, in order
-        assert sub.batches[0].stored_tokens[0] == tuple(first[:BLOCK])
+        assert own[0].stored_tokens[0] == tuple(first[:BLOCK])
         # Other prompts fill the 15-block pool: the first prompt's blocks are evicted.
         for seed in (2, 3, 4):
             other = {"prompt": _prompt(seed, 6 * BLOCK), "max_tokens": 2, "temperature": 0.0}
