@@ -118,42 +118,25 @@ class TieredRadixCache(RadixCache, HostTier):
         head ends most recent, so a full pool drops tails before the heads they hang from.
         `seq`: the request whose insert wrote them (None: a write-back of evicted pages);
         `slots`: each key's device token slots (empty unless copy events are kept)."""
-        before = self.stored
-        events = self.log.events
-        if events is None:
-            self._write_keys(keys)
-        else:
-            for i in reversed(range(len(keys))):
-                key = keys[i]
-                if key in self.host:
-                    self.host.move_to_end(key)
-                    continue
-                if len(self.host) >= self.host_pages:
-                    dropped, _ = self.host.popitem(last=False)
-                    self.evicted_pages += 1
-                    events.append(HostEvict((dropped,)))
-                self.host[key] = None
-                self.stored += 1
-                # one event a page: a later page's write may drop it
-                events.append(HostStore((key,), slots[i], True))
-        if self.stored > before:
-            self.log.store(seq, (self.stored - before) * self.page_size)
-
-    def _write_keys(self, keys: list[int]) -> None:
-        """`_write` with no copy events (a simulated run): the same pool, one loop a page."""
-        host, room = self.host, self.host_pages
-        stored = dropped = 0
-        for key in reversed(keys):
+        host, room, events = self.host, self.host_pages, self.log.events  # locals: a hot loop
+        stored = 0
+        for i in reversed(range(len(keys))):
+            key = keys[i]
             if key in host:
                 host.move_to_end(key)
                 continue
             if len(host) >= room:
-                host.popitem(last=False)
-                dropped += 1
+                dropped, _ = host.popitem(last=False)
+                self.evicted_pages += 1
+                if events is not None:
+                    events.append(HostEvict((dropped,)))
             host[key] = None
             stored += 1
-        self.stored += stored
-        self.evicted_pages += dropped
+            if events is not None:  # one event a page: a later page's write may drop it
+                events.append(HostStore((key,), slots[i], True))
+        if stored:
+            self.stored += stored
+            self.log.store(seq, stored * self.page_size)
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.get(seq.seq_id)
