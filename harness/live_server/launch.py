@@ -63,7 +63,7 @@ class VllmLaunch:
     port: int = DEFAULT_PORT
     model_dir: Path = MODEL_DIR
     served_name: str = SERVED_NAME  # the launcher appends "-<nonce>" (served_model_name)
-    nonce: str = field(default_factory=lambda: new_nonce())
+    nonce: str = field(default_factory=new_nonce)
     block_size: int = 32  # the CPU attention backend needs a multiple of 32 (its default: 128)
     max_model_len: int = 4096
     max_num_seqs: int = 64
