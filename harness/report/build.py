@@ -4,8 +4,9 @@ Loads every run below RESULTS_DIR (default results/) with `harness.results.load.
 `RESULTS_DIR/summary.csv` (one row per configuration, runs counted by status), `overhead.csv` (the
 0%-hit on/off ratios with their 95% t-intervals), `projected_overhead.csv` (simulated 0%-hit
 bookkeeping / duration per hardware preset), `fleet.csv` (fleet runs by router and design,
-harness/report/fleet_table.py), `decomposition.csv` (the scheduler x cache effects
-per platform and workload, harness/report/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`.
+harness/report/fleet_table.py), `tiers.csv` (per run of a host-tier sweep, the hits per tier and
+the host link's load, harness/report/tier_table.py), `decomposition.csv` (the scheduler x cache
+effects per platform and workload, harness/report/decomposition.py) and `RESULTS_DIR/figures/*.png|svg`.
 Runs whose status is not `ok` are counted, never plotted; runs killed before writing a summary
 are listed as `incomplete` with their row counts; a figure whose runs are absent is skipped with
 one log line, so a partial results tree always gives a report.
@@ -46,6 +47,7 @@ from harness.report.tables import (
     summary_table,
     tidy_runs,
 )
+from harness.report.tier_table import tier_table
 from harness.results.load import load_runs
 from harness.results.safe_write import SafeRoot, UnsafePath
 from harness.results.stale_temps import remove_stale_temps
@@ -66,6 +68,7 @@ class Report:
     projected: pd.DataFrame = field(default_factory=pd.DataFrame)  # projected_overhead.csv
     decomposition: pd.DataFrame = field(default_factory=pd.DataFrame)  # decomposition.csv
     fleet: pd.DataFrame = field(default_factory=pd.DataFrame)  # fleet.csv
+    tiers: pd.DataFrame = field(default_factory=pd.DataFrame)  # tiers.csv
     figures: list[str] = field(default_factory=list)  # stems written under out_dir/figures
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> reason
     out_dir: Path | None = None  # where the CSVs and figures were written; None: nowhere
@@ -102,6 +105,7 @@ def build_report(
     )
     report.decomposition = decomposition_table(runs)
     report.fleet = fleet_table(runs)
+    report.tiers = tier_table(runs)
     if out_dir is None:
         return report
     report.out_dir = Path(out_dir)
@@ -116,6 +120,8 @@ def build_report(
         tables["decomposition.csv"] = report.decomposition
     if not report.fleet.empty:
         tables["fleet.csv"] = report.fleet
+    if not report.tiers.empty:
+        tables["tiers.csv"] = report.tiers
     for name, table in tables.items():
         if table.empty and _has_content(report.out_dir / name):
             log.info("kept %s: this report has no rows for it", report.out_dir / name)
