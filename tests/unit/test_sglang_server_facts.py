@@ -161,3 +161,17 @@ def test_vllm_states_its_geometry_in_its_cache_config_metric():
     )
     assert got.sources["max_num_seqs"] == "server.max_num_seqs"
     assert got.schedule_policy is None and got.max_prefill_tokens is None
+
+
+def test_the_sglang_preset_leaves_every_fact_to_the_server_and_vllms_keeps_its_limits():
+    from harness.run.compose import compose
+
+    sglang = compose(["server=sglang"]).cfg.server
+    names = ("block_size", "kv_capacity_tokens", "max_num_seqs", "max_num_batched_tokens")
+    assert all(getattr(sglang, name) is None for name in names)
+    assert (sglang.schedule_policy, sglang.max_prefill_tokens) == (None, None)
+    vllm = compose(["server=vllm", "server.schedule_conservativeness=0.5"]).cfg.server
+    assert (vllm.max_num_seqs, vllm.max_num_batched_tokens) == (64, 2048)  # vLLM states neither
+    assert vllm.schedule_conservativeness == 0.5
+    with pytest.raises(BadInput, match="server.schedule_conservativeness must be a positive"):
+        ServerConfig(schedule_conservativeness=0.0).validate()
