@@ -76,6 +76,8 @@ def _resolve(name: str, user: object, stated: Stated | None) -> tuple[object, st
     if user is not None:
         if stated is None or stated.value == user:
             return user, f"server.{name}"
+        if stated.value is None:  # SGLang without chunked prefill: the user chose the chunk
+            return user, f"server.{name}; the server's {stated.where}"
         log.warning(
             "warning: server.%s=%s overrides the server's own %s (%s)",
             name,

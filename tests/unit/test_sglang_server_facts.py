@@ -110,6 +110,11 @@ def test_a_server_without_chunked_prefill_gets_the_default_chunk_and_says_so():
     assert got.sources["max_num_batched_tokens"].startswith(
         "internal_states chunked_prefill_size=-1: the server does not chunk prefills"
     )
+    chosen = facts(body, max_num_batched_tokens=16384)
+    assert chosen.max_num_batched_tokens == 16384
+    assert chosen.sources["max_num_batched_tokens"] == (
+        "server.max_num_batched_tokens; the server's internal_states chunked_prefill_size=-1"
+    )
 
 
 def test_ranks_that_disagree_leave_it_to_the_launchers_copy():
