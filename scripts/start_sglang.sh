@@ -8,7 +8,8 @@
 # .cache/sglang.state its port and nonce (pass `server.expect_nonce=<nonce>` to the harness,
 # and `server.model_preset=smollm2-rand`, the preset of its shape and tokenizer, for the report);
 # the log goes to .cache/sglang.log. Stop it with `kill "$(cat .cache/sglang.pid)"`. The cache is SGLang's radix tree at page size 1 with
-# SGLANG_MAX_TOTAL_TOKENS KV tokens (default 65536): the twin's `server.kv_capacity_tokens`.
+# SGLANG_MAX_TOTAL_TOKENS KV tokens (default 65536), which the harness reads from /get_server_info
+# with the page size and scheduling limits (docs/servers.md §2.3).
 # SGLANG_USE_CPU_ENGINE=1 selects SGLang's CPU code paths; torch_native attention and the
 # pytorch sampler keep every kernel in torch (the placeholder sgl_kernel is never called).
 set -euo pipefail

@@ -1,10 +1,12 @@
 """ServerConfig: which live server a run drives and what the twin needs that it does not expose.
 
 Selected with `server=<vllm|sglang|openai>` (conf/server/*.yaml) plus overrides such as
-`server.url=http://127.0.0.1:8421`. `block_size` and `kv_capacity_tokens` are read from the
-server where it exposes them (vLLM's /metrics `vllm:cache_config_info`); set them for servers
-that do not. `max_num_seqs` and `max_num_batched_tokens` are the server's scheduling limits,
-which no API reports: keep them equal to the flags it was started with.
+`server.url=http://127.0.0.1:8421`. The server's engine facts (block or page size, KV capacity,
+scheduling limits, SGLang's scheduling knobs) are read from the server where it states them
+(vLLM's /metrics `vllm:cache_config_info`: block size and capacity; SGLang's GET
+/get_server_info: all of them, harness/live_server/facts.py); a value set here wins over the
+server's. vLLM states neither limit: keep `max_num_seqs` and `max_num_batched_tokens` equal to
+the flags it was started with (conf/server/vllm.yaml).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from engines.model.presets import PRESETS
+from engines.sched.policies import POLICIES
 from harness.config.errors import BadInput
 from harness.live_server.replies import MAX_BLOCK_SIZE
 
@@ -25,10 +28,16 @@ class ServerConfig:
     # The workload's tokenizer, which must be the server's: the built-in smollm2-135m, or the
     # path of a local tokenizer.json or of the model folder holding one.
     tokenizer: str = "smollm2-135m"
-    block_size: int | None = None  # None: read from the server (vLLM), else required
-    kv_capacity_tokens: int | None = None  # usable KV tokens; None: read from the server
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
+    # The server's engine facts. None: read from the server; where it does not say, block_size
+    # and kv_capacity_tokens are required and the limits default to 64 and 2048.
+    block_size: int | None = None  # vLLM's block size, SGLang's page size
+    kv_capacity_tokens: int | None = None  # usable KV tokens
+    max_num_seqs: int | None = None  # SGLang: its scheduler's max running requests
+    max_num_batched_tokens: int | None = None  # per-step budget; SGLang: chunked_prefill_size
+    # SGLang's scheduling knobs the twin models (None: the server's, else the twin's engine.)
+    schedule_policy: str | None = None  # --schedule-policy: engine.policy of the twin
+    max_prefill_tokens: int | None = None
+    schedule_conservativeness: float | None = None
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 600.0  # one request, first byte to last
     # The longest silence accepted from a server: no headers, no next chunk, no body byte for
@@ -63,11 +72,16 @@ class ServerConfig:
             raise BadInput(
                 f"server.url must be an http(s) URL such as http://127.0.0.1:8421, got {self.url!r}"
             )
-        for name in ("max_num_seqs", "max_num_batched_tokens"):
-            _positive_int(name, getattr(self, name))
-        for name in ("block_size", "kv_capacity_tokens"):
+        for name in (
+            "block_size",
+            "kv_capacity_tokens",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_prefill_tokens",
+        ):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
+        self._check_scheduling_knobs()
         if self.block_size is not None and self.block_size > MAX_BLOCK_SIZE:
             raise BadInput(
                 f"server.block_size must be at most {MAX_BLOCK_SIZE} tokens, got {self.block_size}"
@@ -86,6 +100,22 @@ class ServerConfig:
     @property
     def base_url(self) -> str:
         return self.url.rstrip("/")
+
+    def _check_scheduling_knobs(self) -> None:
+        if self.schedule_policy is not None and self.schedule_policy not in POLICIES:
+            raise BadInput(
+                f"server.schedule_policy: unknown policy {self.schedule_policy!r}; "
+                f"valid: {', '.join(POLICIES.names())}"
+            )
+        value = self.schedule_conservativeness
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 < value < float("inf")
+        ):
+            raise BadInput(
+                f"server.schedule_conservativeness must be a positive number, got {value!r}"
+            )
 
     def _check_preset(self) -> None:
         """A preset the served model can have been made from: a known one that takes text in

@@ -1,5 +1,6 @@
-"""What a live server says about itself: the model it serves, its version, its cache facts
-(block size, KV capacity) from /metrics where ServerConfig does not set them, its scheduling mode
+"""What a live server says about itself: the model it serves, its version, its engine facts
+(block size, KV capacity, scheduling limits; vLLM's /metrics, SGLang's /get_server_info) where
+ServerConfig does not set them (harness/live_server/facts.py), its scheduling mode
 (vLLM's asynchronous scheduling, SGLang's overlap loop), its KV-event endpoint, and whether it
 carries the launcher's nonce. An unreachable or non-OpenAI server is bad input (exit 2), found
 before anything else of a run is done."""
@@ -15,6 +16,7 @@ from harness.live_server import kv_events, prometheus, replies
 from harness.live_server.bounded import CAPS, TooLarge
 from harness.live_server.cache_state import metric_samples, why
 from harness.live_server.config import ServerConfig
+from harness.live_server.facts import server_facts
 from harness.live_server.flavours import Flavour
 from harness.live_server.http_client import TRANSPORT_ERRORS, ServerClient
 from harness.live_server.replies import BadReply
@@ -67,8 +69,9 @@ async def discover(client: ServerClient, scfg: ServerConfig, flavour: Flavour) -
     version = await _version(client, flavour)
     labels = prometheus.info_labels(await metric_samples(client), flavour.cache_config_metric)
     asynchronous, source = await _scheduling(client, scfg, flavour)
-    facts = _facts(scfg, labels, entry.max_model_len, asynchronous, source)
-    loop = await _overlap(client, scfg, flavour)
+    info = await _server_info(client, flavour)
+    facts = server_facts(scfg, labels, info, entry.max_model_len, asynchronous, source)
+    loop = _overlap(info, scfg, flavour)
     if loop is not None:
         facts = dataclasses.replace(
             facts,
@@ -136,14 +139,19 @@ class OverlapLoop(NamedTuple):
     source: str  # the fields read
 
 
-async def _overlap(
-    client: ServerClient, scfg: ServerConfig, flavour: Flavour
-) -> OverlapLoop | None:
+async def _server_info(client: ServerClient, flavour: Flavour) -> object:
+    """SGLang's server info (its resolved arguments and each scheduler's state), read once for
+    its loop and its engine facts; None for a server without one, or one that did not answer."""
+    if flavour.server_info_path is None:
+        return None
+    return await _get_json(client, flavour.server_info_path, CAPS.server_info_bytes)
+
+
+def _overlap(body: object, scfg: ServerConfig, flavour: Flavour) -> OverlapLoop | None:
     """SGLang's loop: the config's `server.overlap`, else what the server's info says it runs,
     else SGLang 0.5.23's default (on); None for a server without that loop."""
     if flavour.server_info_path is None:
         return None
-    body = await _get_json(client, flavour.server_info_path, CAPS.server_info_bytes)
     found = sglang_overlap(body)
     path = flavour.server_info_path
     if scfg.overlap is not None:
@@ -210,45 +218,3 @@ async def _version(client: ServerClient, flavour: Flavour) -> str | None:
         return replies.version(resp.json()) if resp.status_code == 200 else None
     except TRANSPORT_ERRORS + (BadReply,):
         return None
-
-
-def _facts(
-    scfg: ServerConfig,
-    labels: dict[str, str],
-    max_model_len: int | None,
-    asynchronous: bool,
-    source: str,
-) -> ServerFacts:
-    try:
-        reported_block, blocks = replies.cache_facts(labels)
-    except BadReply as exc:  # block_size 0, a NaN block count: set the facts by hand
-        raise BadInput(
-            f"server.block_size: {exc}; set server.block_size and server.kv_capacity_tokens"
-        ) from None
-    block = scfg.block_size or reported_block
-    if block is None:
-        raise BadInput(
-            "server.block_size: the server does not report its block (page) size; set it"
-        )
-    capacity = scfg.kv_capacity_tokens
-    if capacity is None and blocks is not None:
-        capacity = (blocks - 1) * block  # block 0 is vLLM's null block
-    if capacity is None:
-        raise BadInput(
-            "server.kv_capacity_tokens: the server does not report its KV capacity; set it"
-        )
-    capacity -= capacity % block
-    if capacity // block > replies.MAX_KV_BLOCKS:  # checked before the twin allocates its pool
-        raise BadInput(
-            f"server.kv_capacity_tokens: {capacity} tokens are {capacity // block} blocks of "
-            f"{block}; the twin holds at most {replies.MAX_KV_BLOCKS} blocks"
-        )
-    return ServerFacts(
-        block_size=block,
-        kv_capacity_tokens=capacity,
-        max_num_seqs=scfg.max_num_seqs,
-        max_num_batched_tokens=scfg.max_num_batched_tokens,
-        max_model_len=max_model_len,
-        async_scheduling=asynchronous,
-        scheduling_source=source,
-    )

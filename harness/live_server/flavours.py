@@ -34,8 +34,9 @@ class Flavour:
     seeded_samples: bool = True
     # GET here answers the server's KV-event publisher config (vLLM's /kv_event_sources)
     kv_events_path: str | None = None
-    # GET here answers the server's resolved arguments with SGLang's `disable_overlap_schedule`
-    # (its /get_server_info); None: the server has no overlap loop
+    # GET here answers the server's resolved arguments and each scheduler's state (SGLang's
+    # /get_server_info): its overlap loop and engine facts (page size, KV capacity, chunk,
+    # running-request limit, scheduling knobs); None: the server has no such endpoint
     server_info_path: str | None = None
     # How to start one here, named when the server cannot be reached (docs/servers.md §1-§2).
     start_hint: str = "start the OpenAI-compatible server (docs/servers.md)"

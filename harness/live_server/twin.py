@@ -15,8 +15,9 @@ vLLM server here is 0.32 (docs/servers.md).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import yaml
@@ -35,6 +36,7 @@ from harness.live_server.steplock import Arrival
 from workloads.bounds import Replay, run_bounds
 from workloads.request import Request
 
+T = TypeVar("T")
 TWIN_HARDWARE = "cpu_measured"  # prices the steps of a concurrent replay (host time not charged)
 
 
@@ -54,6 +56,13 @@ class ServerFacts:
     overlap: bool | None = None
     overlap_blocking_forward: bool = False  # SGLang on CPU: the next receive follows the forward
     overlap_source: str = "not read: the server has no overlap loop"  # how overlap was learnt
+    # SGLang's scheduling knobs the twin models, as the server runs them (its /get_server_info)
+    # or as server.<name> set them; None: nobody said, the twin keeps its engine.<knob>
+    schedule_policy: str | None = None
+    max_prefill_tokens: int | None = None
+    schedule_conservativeness: float | None = None
+    # fact name -> where its value came from (server.<name>, a server field, a default)
+    sources: Mapping[str, str] = field(default_factory=dict)
 
 
 STEP_LOCKED, ONE_AT_A_TIME, PREDICTED = "step_locked", "one_at_a_time", "predicted"
@@ -121,10 +130,21 @@ def _generated(s: Sent) -> bool:
 
 def twin_engine_config(engine: EngineConfig, facts: ServerFacts) -> EngineConfig:
     """The run's engine on the server's facts: its cache geometry, its limits and its scheduling
-    mode (vLLM's asynchronous scheduling, SGLang's overlap loop), whatever `engine.` said."""
+    mode (vLLM's asynchronous scheduling, SGLang's overlap loop and scheduling knobs), whatever
+    `engine.` said."""
     overlap, blocking = engine.overlap, engine.overlap_blocking_forward
-    if engine.scheduler_design == "sglang" and facts.overlap is not None:
+    sglang = engine.scheduler_design == "sglang"
+    if sglang and facts.overlap is not None:
         overlap, blocking = facts.overlap, facts.overlap_blocking_forward
+    if sglang:  # knobs of SGLang's scheduler: another scheduler's twin keeps them at default
+        engine = dataclasses.replace(
+            engine,
+            policy=_given(facts.schedule_policy, engine.policy),
+            max_prefill_tokens=_given(facts.max_prefill_tokens, engine.max_prefill_tokens),
+            schedule_conservativeness=_given(
+                facts.schedule_conservativeness, engine.schedule_conservativeness
+            ),
+        )
     return dataclasses.replace(
         engine,
         block_size=facts.block_size,
@@ -135,6 +155,10 @@ def twin_engine_config(engine: EngineConfig, facts: ServerFacts) -> EngineConfig
         overlap=overlap,
         overlap_blocking_forward=blocking,
     )
+
+
+def _given(stated: T | None, otherwise: T) -> T:
+    return otherwise if stated is None else stated
 
 
 def twin_hardware(hardware) -> object:

@@ -4,11 +4,13 @@ Opt-in: it runs only where `bash scripts/setup_sglang.sh` has made `.venv-sglang
 otherwise, under CI too: SGLang's CPU setup uses placeholder kernel and torchvision packages and
 is not part of CI). One server per module (scripts/start_sglang.sh, page size 1, 65,536 KV
 tokens), stopped by its PID. One request at a time, closed-loop multi-turn and system_prompt:
-every request's reported cached tokens equal the twin's, and the server's counter agrees.
+every request's reported cached tokens equal the twin's, and the server's counter agrees. No
+engine fact is passed by hand: the twin runs on what GET /get_server_info states.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -50,7 +52,6 @@ def sglang_run(url: str, tmp_path, name: str, *overrides: str):
     args = [
         "server=sglang",
         f"server.url={url}",
-        f"server.kv_capacity_tokens={KV_TOKENS}",
         "load.max_concurrency=1",
         "save_tokens=true",
         *FAST,
@@ -58,7 +59,20 @@ def sglang_run(url: str, tmp_path, name: str, *overrides: str):
     ]
     run = run_harness(args, tmp_path / name)
     assert run.returncode == 0, run.stderr[-2000:]
+    assert_facts_read(json.loads((run.run_dir / "manifest.json").read_text())["server"])
     return run.summary, pd.read_parquet(run.run_dir / "requests.parquet")
+
+
+def assert_facts_read(server: dict) -> None:
+    """The twin's engine facts are the server's own, each from its /get_server_info."""
+    assert server["block_size"] == 1 and server["kv_capacity_tokens"] == KV_TOKENS
+    assert server["max_num_batched_tokens"] == 4096  # SGLang's chunked_prefill_size on CPU
+    assert server["max_num_seqs"] == 2048  # the running-request limit SGLang derived
+    sources = server["facts_sources"]
+    assert sources["block_size"] == "internal_states page_size=1"
+    assert sources["kv_capacity_tokens"] == f"max_total_num_tokens={KV_TOKENS}"
+    assert sources["max_num_seqs"].startswith("internal_states effective_max_running")
+    assert sources["schedule_policy"] == "internal_states schedule_policy=fcfs"
 
 
 def assert_exact(summary: dict, table: pd.DataFrame) -> None:

@@ -68,9 +68,7 @@ def test_the_twin_runs_the_servers_loop(tmp_path, flags, overlap):
         log_from = len(LOG.read_text(errors="replace"))
         args = [
             "server=sglang",
-            f"server.url={url}",
-            f"server.kv_capacity_tokens={KV_TOKENS}",
-            "server.max_num_batched_tokens=4096",  # SGLang's chunked_prefill_size here
+            f"server.url={url}",  # its page size, capacity and chunk: read from the server
             "save_tokens=true",
             "workload=multiturn",
             *FAST,
@@ -89,6 +87,7 @@ def test_the_twin_runs_the_servers_loop(tmp_path, flags, overlap):
     twin = summary["twin_engine"]
     assert twin["overlap"] is overlap and twin["overlap_blocking_forward"] is True
     assert twin["overlap_source"] == source
+    assert (twin["kv_capacity_tokens"], twin["max_num_batched_tokens"]) == (KV_TOKENS, 4096)
     assert summary["failed"] == 0 and summary["twin_requests"] == len(table) == 12
     assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
     first = table["request_id"].str.endswith("-r0")
