@@ -113,11 +113,14 @@ async def _get_json(client: ServerClient, path: str, cap: int = CAPS.version_byt
 
 async def _scheduling(
     client: ServerClient, scfg: ServerConfig, flavour: Flavour
-) -> tuple[bool, str]:
+) -> tuple[bool | None, str]:
     """(asynchronous scheduling?, how it was learnt): the config's setting, else the server's
-    /server_info (vLLM dev mode), else vLLM 0.33's default (asynchronous)."""
+    /server_info (vLLM dev mode), else vLLM 0.33's default (asynchronous). None for SGLang, which
+    has no such mode (its overlap loop is read apart, as `overlap`)."""
     if scfg.async_scheduling is not None:
         return bool(scfg.async_scheduling), "server.async_scheduling"
+    if flavour.name == "sglang":
+        return None, "not read: SGLang has no asynchronous scheduling (see overlap)"
     if flavour.name != "vllm":
         return True, "assumed (not a vLLM server)"
     body = await _get_json(client, "/server_info")

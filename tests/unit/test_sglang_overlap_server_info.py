@@ -8,6 +8,7 @@ joins batch N+1, formed before N's prompts are in the tree (engine.overlap_block
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -15,7 +16,10 @@ import numpy as np
 import pytest
 
 from engines.config import EngineConfig
-from harness.live_server.discovery import sglang_overlap
+from harness.live_server.config import ServerConfig
+from harness.live_server.discovery import _scheduling, sglang_overlap
+from harness.live_server.flavours import FLAVOURS
+from harness.live_server.http_client import ServerClient
 from harness.live_server.twin import ServerFacts, twin_engine_config
 from tests.stepwise import request, step_engine
 
@@ -97,3 +101,11 @@ def test_a_request_arriving_during_a_prefill(overlap, blocking, cached):
         engine.step()
     got = {r.request_id: r.cached_tokens for r in engine.records}
     assert got == {"a": 0, "b": cached}
+
+
+def test_an_sglang_server_has_no_asynchronous_scheduling_to_report():
+    """The run used to print `server_async_scheduling: true` ("assumed") for SGLang, which has no
+    such mode; its overlap loop is the fact that matters and is read apart."""
+    scfg = ServerConfig(flavour="sglang")
+    found = asyncio.run(_scheduling(ServerClient(scfg), scfg, FLAVOURS.get("sglang")))
+    assert found[0] is None and "overlap" in found[1]
