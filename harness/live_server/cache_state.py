@@ -44,9 +44,17 @@ async def metric_samples(client: ServerClient) -> list[prometheus.Sample]:
 
 
 async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
-    """The hit and query counters, each checked (replies.counter): one that is NaN, infinite
-    or negative is not used, and the reason is kept."""
-    samples = await metric_samples(client)
+    """The server's counters now (`counters`)."""
+    return counters(await metric_samples(client), flavour)
+
+
+def counters(samples: list[prometheus.Sample], flavour: Flavour) -> Counters:
+    """The hit, query, step and preemption counters in `samples`, each checked
+    (replies.counter): one that is NaN, infinite or negative is not used, and the reason is
+    kept. A counter the flavour names that is missing from a page showing the server's other
+    metrics reads 0: a labelled Prometheus counter appears only at its first increment
+    (SGLang's `cached_tokens_total` was missing before a run's first hit, so the run's delta was
+    lost though the server counted 4,672)."""
     values, problems = [], []
     for names in (
         flavour.hit_counters,
@@ -56,12 +64,20 @@ async def read_counters(client: ServerClient, flavour: Flavour) -> Counters:
     ):
         try:
             found = prometheus.counter(samples, names)
+            if found is None and names and _exports(samples, names[0]):
+                found = 0.0
             values.append(replies.counter(found, names[0]) if names else found)
         except BadReply as exc:
             values.append(None)
             problems.append(str(exc))
     hits, queries, steps, preemptions = values
     return Counters(hits, queries, steps, preemptions, "; ".join(problems) or None)
+
+
+def _exports(samples: list[prometheus.Sample], name: str) -> bool:
+    """Whether the page shows metrics of `name`'s server ("sglang:", "vllm:")."""
+    prefix = name.partition(":")[0] + ":"
+    return any(s.name.startswith(prefix) for s in samples)
 
 
 async def settled_counters(client: ServerClient, flavour: Flavour, wait_s: float = 3.0) -> Counters:
