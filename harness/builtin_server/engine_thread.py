@@ -361,15 +361,18 @@ class EngineThread:
             sink.push(events)
 
     def _count_tier(self, rec: RequestRecord) -> None:
-        """vLLM's connector stats of the request's first admission (v1/core/sched/scheduler.py,
-        0.33): the tokens past its device hit were looked up, the host part of its cached tokens
-        hit; a re-admission after preemption is counted apart upstream, not in these counters,
-        and the record keeps the first admission's figures."""
+        """SGLang's host source, and under vLLM's scheduler its connector stats of the request's
+        first admission (v1/core/sched/scheduler.py, 0.33): the tokens past the device hit were
+        looked up, the host part of the cached tokens hit. A re-admission after preemption is
+        counted apart upstream, not in these counters; the record keeps the first admission's
+        figures. Under SGLang's scheduler there is no connector, and the prefix-cache hits
+        already count the host part as SGLang's cached tokens do."""
         c = self._counters
-        device = rec.cached_tokens - rec.host_cached_tokens
-        c.external_queries += rec.prompt_tokens - device
-        c.external_hits += rec.host_cached_tokens
         c.cached_host += rec.host_cached_tokens
+        if self.scheduler == "vllm":
+            device = rec.cached_tokens - rec.host_cached_tokens
+            c.external_queries += rec.prompt_tokens - device
+            c.external_hits += rec.host_cached_tokens
 
     def _fail(self, parents: set[str], status: int, message: str) -> None:
         """End these requests with an error event; abort them in the engine (the next steps

@@ -38,7 +38,7 @@ class MetricsSnapshot:
     scheduler: str  # vllm | sglang
     # Per finished request (upstream counts each request once): the tokens looked up past the
     # device hit and found in the host tier (vLLM's connector queries and hits; 0 without a
-    # tier), and the cached tokens by tier (SGLang's device and host sources).
+    # tier or under SGLang's scheduler), and the cached tokens by tier (SGLang's sources).
     external_queries: int = 0
     external_hits: int = 0
     cached_device: int = 0
