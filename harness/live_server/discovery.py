@@ -221,6 +221,7 @@ def _facts(
 ) -> ServerFacts:
     try:
         reported_block, blocks = replies.cache_facts(labels)
+        host_tier = replies.host_tier_tokens(labels)
     except BadReply as exc:  # block_size 0, a NaN block count: set the facts by hand
         raise BadInput(
             f"server.block_size: {exc}; set server.block_size and server.kv_capacity_tokens"
@@ -251,4 +252,5 @@ def _facts(
         max_model_len=max_model_len,
         async_scheduling=asynchronous,
         scheduling_source=source,
+        host_tier_tokens=host_tier,
     )
