@@ -61,6 +61,11 @@ def test_served_tiers_equal_the_twins_per_request(tokenizer, tmp_path, engine):
     assert summary["twin_served_host_tokens"] == summary["twin_predicted_host_tokens"]
     assert summary["reported_host_cached_tokens_sum"] == int(host.sum())
     assert summary["host_hit_rate"] == pytest.approx(host.sum() / table["prompt_tokens"].sum())
+    served_host = f"{int(host.sum()):,}"
+    printed = run.stdout + run.stderr  # the run's table
+    assert (
+        f"host tier {served_host} of {served_host} tokens, 8/8 requests exact per tier" in printed
+    )
     # the counters hold every source: vLLM's prefix hits plus its connector's
     assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
     print(f"{engine}: {len(table)} requests, host {int(host.sum())} of "
