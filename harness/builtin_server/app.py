@@ -67,6 +67,7 @@ class ServedModel:
     created: int  # unix time the server started (the model card's `created`)
     version: str  # the project's version (GET /version)
     worker_tag: str | None = None  # each reply's system_fingerprint (docs/fleet.md §5)
+    host_tier: bool = False  # the engine's cache has a host tier: usage carries it (tiers.md §4)
 
 
 def build_app(

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from engines.cache.protocol import KvEventSource
 from engines.engine import CapacityError, Engine, StepOutput
 from engines.errors import BadInput
+from engines.records import RequestRecord
 from engines.request import CompletionRequest
 from harness.builtin_server.events import (
     Accepted,
@@ -92,6 +93,9 @@ class _Counters:
     prompt_tokens_cached: int = 0
     preemptions: int = 0
     requests_finished: int = 0
+    external_queries: int = 0  # a host tier's, per finished request (metrics.py)
+    external_hits: int = 0
+    cached_host: int = 0
 
 
 @dataclass
@@ -101,6 +105,7 @@ class EngineThread:
     scheduler: str = ""
     # Publishes each step's KV-cache events (a KvEventSource cache keeps them once recording)
     publisher: KvEventPublisher | None = None
+    host_tier_tokens: int = 0  # the engine's host tier (0: none), for /metrics
     failure: str | None = None  # set when the engine broke: the server then refuses requests
     _inbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     _children: dict[str, _Child] = field(default_factory=dict)
@@ -332,6 +337,8 @@ class EngineThread:
             counters.prompt_tokens_cached += rec.cached_tokens
             counters.preemptions += rec.num_preemptions
             counters.requests_finished += 1
+            if self.host_tier_tokens:
+                self._count_tier(rec)
         batches: dict[int, tuple[RequestSink, list[Event]]] = {}
         for cid, ids in out.tokens.items():
             child = self._children.get(cid)
@@ -352,6 +359,20 @@ class EngineThread:
                 batches.setdefault(id(sink), (sink, []))[1].append(Done())
         for sink, events in batches.values():
             sink.push(events)
+
+    def _count_tier(self, rec: RequestRecord) -> None:
+        """SGLang's host source, and under vLLM's scheduler its connector stats of the request's
+        first admission (v1/core/sched/scheduler.py, 0.33): the tokens past the device hit were
+        looked up, the host part of the cached tokens hit. A re-admission after preemption is
+        counted apart upstream, not in these counters; the record keeps the first admission's
+        figures. Under SGLang's scheduler there is no connector, and the prefix-cache hits
+        already count the host part as SGLang's cached tokens do."""
+        c = self._counters
+        c.cached_host += rec.host_cached_tokens
+        if self.scheduler == "vllm":
+            device = rec.cached_tokens - rec.host_cached_tokens
+            c.external_queries += rec.prompt_tokens - device
+            c.external_hits += rec.host_cached_tokens
 
     def _fail(self, parents: set[str], status: int, message: str) -> None:
         """End these requests with an error event; abort them in the engine (the next steps
@@ -396,4 +417,9 @@ class EngineThread:
             num_blocks=cache.num_blocks,
             cache=cache.name,
             scheduler=self.scheduler,
+            external_queries=c.external_queries,
+            external_hits=c.external_hits,
+            cached_device=c.prompt_tokens_cached - c.cached_host,
+            cached_host=c.cached_host,
+            host_tier_tokens=self.host_tier_tokens,
         )

@@ -4,8 +4,10 @@ Names, types and units are vLLM 0.32's (vllm/v1/metrics/loggers.py `PrometheusSt
 tools that scrape vLLM read this server unchanged: prefix-cache queries and hits in tokens,
 prompt and generation tokens, running and waiting requests, KV usage as a fraction (1 = full),
 and `vllm:cache_config_info` carrying the block size and block count; SGLang's names for the
-hit, token and load figures too. Counters never go back: a cache reset zeroes the cache's own
-statistics, so the engine thread keeps what came before.
+hit, token and load figures too. A host tier shows in vLLM's KV-connector counters
+(`vllm:external_prefix_cache_{queries,hits}`) and in SGLang's per-source cached tokens
+(`sglang:cached_tokens_total{cache_source=...}`; docs/tiers.md §4). Counters never go back: a
+cache reset zeroes the cache's own statistics, so the engine thread keeps what came before.
 Text exposition format 0.0.4, written here (a dozen lines; no client library needed).
 """
 
@@ -34,6 +36,14 @@ class MetricsSnapshot:
     num_blocks: int  # KV blocks including the reserved block 0 (vLLM's num_gpu_blocks)
     cache: str  # apc | radix
     scheduler: str  # vllm | sglang
+    # Per finished request (upstream counts each request once): the tokens looked up past the
+    # device hit and found in the host tier (vLLM's connector queries and hits; 0 without a
+    # tier or under SGLang's scheduler), and the cached tokens by tier (SGLang's sources).
+    external_queries: int = 0
+    external_hits: int = 0
+    cached_device: int = 0
+    cached_host: int = 0
+    host_tier_tokens: int = 0  # the host tier's size (0: none)
 
 
 _COUNTERS = (
@@ -44,11 +54,21 @@ _COUNTERS = (
     ("vllm:prompt_tokens_cached", "prompt_tokens_cached", "Prompt tokens read from the cache."),
     ("vllm:num_preemptions", "preemptions", "Cumulative number of preemptions."),
     ("vllm:request_success", "requests_finished", "Count of successfully processed requests."),
+    # vLLM 0.33 v1/metrics/loggers.py registers these whether or not a connector is configured
+    (
+        "vllm:external_prefix_cache_queries",
+        "external_queries",
+        "External prefix cache queries from KV connector, in tokens.",
+    ),
+    (
+        "vllm:external_prefix_cache_hits",
+        "external_hits",
+        "External prefix cache hits from KV connector, in tokens.",
+    ),
 )
 # SGLang 0.5's names for the same quantities (python/sglang/srt/metrics/collector.py), so a
 # client that reads an SGLang server's counters (cached tokens over prompt tokens) reads these.
 _SGLANG_COUNTERS = (
-    ("sglang:cached_tokens", "prefix_cache_hits", "Number of cached prompt tokens."),
     ("sglang:prompt_tokens", "prompt_tokens", "Number of prefill tokens processed."),
     ("sglang:generation_tokens", "generation_tokens", "Number of generation tokens processed."),
 )
@@ -71,16 +91,36 @@ def render(snap: MetricsSnapshot, model_name: str) -> str:
         lines += _family(f"{name}_total", "counter", doc, labels, getattr(snap, attr))
     for name, attr, doc in _GAUGES:
         lines += _family(name, "gauge", doc, labels, getattr(snap, attr))
+    lines += _cached_by_source(snap, model_name)
     for name, attr, doc in _SGLANG_COUNTERS:
         lines += _family(f"{name}_total", "counter", doc, labels, getattr(snap, attr))
     for name, attr, doc in _SGLANG_GAUGES:
         lines += _family(name, "gauge", doc, labels, getattr(snap, attr))
+    tier = f'host_tier_tokens="{snap.host_tier_tokens}",' if snap.host_tier_tokens else ""
     info = (
-        f'{{block_size="{snap.block_size}",cache="{snap.cache}",engine="0",'
+        f'{{block_size="{snap.block_size}",cache="{snap.cache}",engine="0",{tier}'
         f'num_gpu_blocks="{snap.num_blocks}",scheduler="{snap.scheduler}"}}'
     )
     lines += _family("vllm:cache_config_info", "gauge", "Information of the KV cache.", info, 1)
     return "\n".join(lines) + "\n"
+
+
+def _cached_by_source(snap: MetricsSnapshot, model_name: str) -> list[str]:
+    """SGLang 0.5.23's `sglang:cached_tokens_total` with its `cache_source` label
+    (srt/observability/metrics_collector.py): device always, host with a tier. SGLang's series
+    appear at their first increment; these are there from the start, at 0."""
+    name = "sglang:cached_tokens_total"
+    sources = [("device", snap.cached_device)]
+    if snap.host_tier_tokens:
+        sources.append(("host", snap.cached_host))
+    lines = [
+        f"# HELP {name} Number of cached prompt tokens by source (device/host).",
+        f"# TYPE {name} counter",
+    ]
+    for source, value in sources:
+        labels = f'{{cache_source="{source}",engine="0",model_name="{_escape(model_name)}"}}'
+        lines.append(f"{name}{labels} {float(value)!r}")
+    return lines
 
 
 def _family(name: str, kind: str, doc: str, labels: str, value: float) -> list[str]:
@@ -92,11 +132,13 @@ def _escape(value: str) -> str:
 
 
 def parse(text: str) -> dict[str, float]:
-    """Sample name (labels dropped) -> value: what a test or a client reads back."""
+    """Sample name (labels dropped) -> value summed over its label sets: what a test or a
+    client reads back."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         name_labels, _, value = line.rpartition(" ")
-        out[name_labels.split("{", 1)[0]] = float(value)
+        name = name_labels.split("{", 1)[0]
+        out[name] = out.get(name, 0.0) + float(value)
     return out

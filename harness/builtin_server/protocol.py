@@ -6,7 +6,9 @@ protocol.py `CompletionRequest`, `CompletionResponse`, `CompletionStreamResponse
 `prompt_token_ids` to each choice, errors as `{"error": {"message", "type", "param", "code"}}`.
 Unknown fields are ignored, as vLLM does; fields this server cannot honour are refused by name.
 SGLang's `return_cached_tokens_details` adds its `sglext.cached_tokens_details` {device, host}
-(sglang/srt/entrypoints/openai/protocol.py `SglExt`, 0.5.23) when anything was cached.
+(sglang/srt/entrypoints/openai/protocol.py `SglExt`, 0.5.23) when anything was cached. With a host
+tier, `prompt_tokens_details` also splits the cached tokens as vLLM does with a KV connector
+(`local_cached_tokens`, `external_cached_tokens`; docs/tiers.md §4).
 """
 
 from __future__ import annotations
@@ -201,12 +203,24 @@ def _int(body: dict, name: str, default, minimum: int, maximum: int = 2**31 - 1)
 # ------------------------------------------------------------------------------------ replies
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+def usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int,
+    host_cached_tokens: int | None = None,
+) -> dict:
+    """vLLM's usage; `host_cached_tokens` (an engine with a host tier) adds vLLM's split of the
+    cached tokens: `local_cached_tokens` (its GPU prefix cache) and `external_cached_tokens`
+    (its KV connector, here the host tier)."""
+    details: dict[str, int] = {"cached_tokens": cached_tokens}
+    if host_cached_tokens is not None:
+        details["local_cached_tokens"] = cached_tokens - host_cached_tokens
+        details["external_cached_tokens"] = host_cached_tokens
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+        "prompt_tokens_details": details,
     }
 
 

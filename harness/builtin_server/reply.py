@@ -75,8 +75,10 @@ class Reply:
         return self._envelope([choice], None)
 
     def usage(self, sample: int) -> dict:
-        """One prompt for all samples, as vLLM counts it, and one sample's cached tokens."""
-        return api.usage(len(self.req.prompt_ids), sum(self.outputs), self.cached[sample])
+        """One prompt for all samples, as vLLM counts it, and one sample's cached tokens (per
+        tier when the engine has a host tier)."""
+        host = self.host_cached[sample] if self.model.host_tier else None
+        return api.usage(len(self.req.prompt_ids), sum(self.outputs), self.cached[sample], host)
 
     def usage_chunk(self) -> dict:
         # vLLM 0.32 (entrypoints/openai/completion/serving.py) streams the cached tokens of the

@@ -26,6 +26,7 @@ from starlette.applications import Starlette
 
 from engines.cache import designs_with
 from engines.cache.protocol import KvEventSource
+from engines.cache.tiers import HostTier
 from harness.builtin_server.app import Limits, ServedModel, build_app
 from harness.builtin_server.deadlines import deadline_protocol
 from harness.builtin_server.engine_thread import EngineThread
@@ -157,6 +158,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         created=int(time.time()),
         version=_version(),
         worker_tag=cfg.worker_tag,
+        host_tier=isinstance(engine.cache, HostTier),
     )
     try:
         step_log = StepLog(cfg.step_log_size, cfg.step_log)
@@ -173,7 +175,11 @@ def prepare(cfg: ServeConfig) -> Prepared:
             ) from None
         engine.cache.record_kv_events()
     thread = EngineThread(
-        engine, step_log, scheduler=cfg.engine.scheduler_design, publisher=publisher
+        engine,
+        step_log,
+        scheduler=cfg.engine.scheduler_design,
+        publisher=publisher,
+        host_tier_tokens=cfg.engine.host_tier.tokens,
     )
     limits = Limits(cfg.max_body_bytes)
     try:

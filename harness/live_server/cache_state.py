@@ -25,6 +25,7 @@ class Counters:
     steps: float | None = None  # engine steps (vLLM: its per-step histogram's count)
     preemptions: float | None = None
     problem: str | None = None  # why a counter the server shows is not used (replies.counter)
+    external_hits: float | None = None  # a KV connector's hits (Flavour.external_hit_counters)
 
 
 def why(exc: BaseException) -> str:
@@ -61,6 +62,7 @@ def counters(samples: list[prometheus.Sample], flavour: Flavour) -> Counters:
         flavour.query_counters,
         flavour.step_counters,
         flavour.preemption_counters,
+        flavour.external_hit_counters,
     ):
         try:
             found = prometheus.counter(samples, names)
@@ -70,8 +72,8 @@ def counters(samples: list[prometheus.Sample], flavour: Flavour) -> Counters:
         except BadReply as exc:
             values.append(None)
             problems.append(str(exc))
-    hits, queries, steps, preemptions = values
-    return Counters(hits, queries, steps, preemptions, "; ".join(problems) or None)
+    hits, queries, steps, preemptions, external = values
+    return Counters(hits, queries, steps, preemptions, "; ".join(problems) or None, external)
 
 
 def _exports(samples: list[prometheus.Sample], name: str) -> bool:

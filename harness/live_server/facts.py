@@ -46,6 +46,12 @@ def server_facts(
         value, sources[name] = _resolve(name, user[name], stated.get(name))
         chosen[name] = value
     block, capacity = _geometry(chosen)
+    try:
+        host_tier = replies.host_tier_tokens(labels)
+    except BadReply as exc:
+        raise BadInput(f"server.url: {exc}; the twin's host tier cannot be sized") from None
+    if host_tier is not None:
+        sources["host_tier_tokens"] = "/metrics vllm:cache_config_info host_tier_tokens"
     policy = chosen["schedule_policy"]
     if policy is not None and policy not in POLICIES:
         log.warning(
@@ -64,6 +70,7 @@ def server_facts(
         max_model_len=max_model_len,
         async_scheduling=asynchronous,
         scheduling_source=scheduling_source,
+        host_tier_tokens=host_tier,
         schedule_policy=None if policy is None else str(policy),
         max_prefill_tokens=_opt_int(chosen["max_prefill_tokens"]),
         schedule_conservativeness=_opt_float(chosen["schedule_conservativeness"]),

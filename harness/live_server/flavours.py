@@ -20,6 +20,9 @@ class Flavour:
     # Prometheus counters, in tokens, summed over their label sets; the first present name wins
     # (upstream renamed them across versions).
     hit_counters: tuple[str, ...] = ()
+    # cached tokens a KV connector (a host tier) supplied, counted apart from hit_counters
+    # (vLLM: local + external = cached); SGLang's hit counter has every source
+    external_hit_counters: tuple[str, ...] = ()
     query_counters: tuple[str, ...] = ()
     # engine steps (vLLM: the count of its per-step token histogram) and preemptions: what the
     # server did that the twin's own steps and preemptions are compared with
@@ -53,6 +56,7 @@ FLAVOURS.add(
         version_path="/version",
         hit_counters=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
         query_counters=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        external_hit_counters=("vllm:external_prefix_cache_hits_total",),
         step_counters=("vllm:iteration_tokens_total_count",),
         preemption_counters=("vllm:num_preemptions_total",),
         cache_config_metric="vllm:cache_config_info",
@@ -71,7 +75,12 @@ FLAVOURS.add(
         version_path="/get_server_info",
         hit_counters=("sglang:cached_tokens_total",),
         query_counters=("sglang:prompt_tokens_total",),
-        extra_body={"ignore_eos": True, "return_token_ids": True},
+        # the cached tokens per tier (device, host) in `sglext` (docs/tiers.md §4)
+        extra_body={
+            "ignore_eos": True,
+            "return_token_ids": True,
+            "return_cached_tokens_details": True,
+        },
         fixed_length_fields=("min_tokens",),
         server_info_path="/get_server_info",  # 0.5.23 also answers /server_info; older only this
         start_hint="bash scripts/start_sglang.sh",

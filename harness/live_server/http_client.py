@@ -57,6 +57,7 @@ class Reply:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
+    host_cached_tokens: int | None = None  # of cached_tokens, a host tier's (None: not reported)
     prompt_token_ids: tuple[int, ...] | None = None  # as the server read the prompt
 
 
@@ -160,7 +161,13 @@ class ServerClient:
                           time.perf_counter(), choices, state)  # fmt: skip
         try:
             state["usage"] = (
-                replies.usage(state["usage"], sent.prompt_len, sent.max_tokens, num_choices)
+                replies.usage(
+                    state["usage"],
+                    sent.prompt_len,
+                    sent.max_tokens,
+                    num_choices,
+                    state.get("sglext"),
+                )  # fmt: skip
                 if "usage" in state
                 else None
             )
@@ -215,6 +222,8 @@ def _take_chunk(
     chunk = replies.obj(chunk, "a stream chunk")
     if chunk.get("usage"):
         state["usage"] = chunk["usage"]  # checked once the stream is complete
+    if chunk.get("sglext"):  # SGLang's extensions (cached tokens per tier), checked with usage
+        state["sglext"] = chunk["sglext"]
     if "error" in chunk:  # an error event inside the stream (e.g. the engine died)
         state["error"] = _message(json.dumps(chunk))
     found = chunk.get("choices") or []
@@ -266,6 +275,7 @@ def _reply(status, code, error, send_s, finish_s, choices, state) -> Reply:
         prompt_tokens=usage.prompt_tokens,
         cached_tokens=usage.cached_tokens,
         completion_tokens=usage.completion_tokens,
+        host_cached_tokens=usage.host_cached_tokens,
         prompt_token_ids=state.get("prompt_token_ids"),
     )
 

@@ -26,6 +26,7 @@ from harness.live_server.discovery import ServerInfo
 from harness.live_server.driver import RETOKENIZED, Sent
 from harness.live_server.http_client import BAD_REPLY, FAILED, HTTP_ERROR, OK, TIMEOUT
 from harness.live_server.replies import BadReply
+from harness.live_server.tiers import served_host_sum, tier_comparison
 from harness.live_server.twin import (
     ONE_AT_A_TIME,
     PREDICTED,
@@ -101,7 +102,7 @@ def record_with_twin(
     ok = table[table["status"] == OK]
     failures = table[table["status"] != OK]
     warnings = list(dict.fromkeys(p for p in (w.before.problem, w.after.problem) if p))
-    hits_delta = _delta(w.before.hits, w.after.hits, "hits", warnings)
+    hits_delta = _cached_delta(w, warnings)
     status, error = _status(table, failures)
     fanned = any(r.n > 1 for r in requests)
     recorded = Recorded(
@@ -145,6 +146,7 @@ def _records(s: Sent) -> list[tuple[RequestRecord, dict]]:
             sample_index=index,
             prompt_tokens=reply.prompt_tokens or len(s.prompt_ids),
             cached_tokens=reply.cached_tokens or 0,  # per API request (n > 1: the server's one)
+            host_cached_tokens=reply.host_cached_tokens or 0,  # of those, the host tier's
             output_tokens=num_out,
             recomputed_tokens=0,  # a server does not report them
             num_preemptions=0,
@@ -164,6 +166,10 @@ def _records(s: Sent) -> list[tuple[RequestRecord, dict]]:
             # vLLM's usage carries one sample's cached tokens per API request (n > 1: the
             # first's); the other samples' rows repeat it but are not comparable per row.
             "cached_tokens_reported": reply.cached_tokens is not None and index == 0,
+            # the host tier's part is known: the server split the cached tokens per tier
+            # (vLLM's external_cached_tokens, SGLang's cached_tokens_details), or there were none
+            "host_cached_tokens_reported": index == 0
+            and (reply.host_cached_tokens is not None or reply.cached_tokens == 0),
         }
         out.append((rec, extra))
     return out
@@ -213,11 +219,14 @@ def _table(
                 and row["cached_tokens_reported"]
                 and predicted == rec.cached_tokens
             )
+            host = twin.predicted_host if twin else None
+            row["predicted_host_cached_tokens"] = host.get(rec.request_id) if host else None
             rows.append(row)
     df = pd.DataFrame(rows, columns=None if rows else [*ctx, *_EMPTY_COLUMNS])
     df["_release"] = [release_s[p] for p in df["parent_id"]]
     df = df.sort_values(["_release", "request_index", "sample_index"], kind="stable")
     df["predicted_cached_tokens"] = df["predicted_cached_tokens"].astype("Int64")
+    df["predicted_host_cached_tokens"] = df["predicted_host_cached_tokens"].astype("Int64")
     df["http_status"] = df["http_status"].astype("Int64")
     for col in ("status", "error", "prompt_source", "session_id", "salt", "request_id",
                 "parent_id", "workload", "engine", "policy", "run_id"):  # fmt: skip
@@ -234,9 +243,11 @@ _EMPTY_COLUMNS = (
     "prompt_source",
     "send_lag_ms",
     "cached_tokens_reported",
+    "host_cached_tokens_reported",
     "_times",
     "predicted_cached_tokens",
     "twin_match",
+    "predicted_host_cached_tokens",
 )
 
 
@@ -288,6 +299,7 @@ def _figures(
         "server_overlap": w.info.facts.overlap,  # SGLang's overlap loop; None: the server has none
         "kv_events": w.kv_note if w.kv_batches is not None else f"unavailable: {w.kv_note}",
         "reported_cached_tokens_sum": measured_sum,
+        "reported_host_cached_tokens_sum": served_host_sum(ok),
         "counters_agree": None if hits_delta is None else hits_delta == measured_sum,
         "prompt_sources": dict(sources),
         "closed_loop_retokenized": sources.get(RETOKENIZED, 0),
@@ -297,6 +309,14 @@ def _figures(
         "one_at_a_time": one_at_a_time,
         "warnings": warnings,
     }
+
+
+def _cached_delta(w: Window, warnings: list) -> int | None:
+    """The server's cached tokens over the window: its hit counter's growth, plus its KV
+    connector's where it counts those apart (vLLM: cached = local + external)."""
+    hits = _delta(w.before.hits, w.after.hits, "hits", warnings)
+    external = _delta(w.before.external_hits, w.after.external_hits, "external hits", warnings)
+    return hits if hits is None or external is None else hits + external
 
 
 def _delta(before: float | None, after: float | None, name: str, warnings: list) -> int | None:
@@ -371,6 +391,7 @@ def _twin_summary(
         "twin_preemptions": twin.preemptions,
         "predicted_hit_rate": predicted_sum / num_in if num_in else None,
         "twin_semantics": SEMANTICS_NOTE,
+        **tier_comparison(ok, twin),
         **twin.bounds,
     }
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 MAX_TOKENS_PER_REPLY = 1 << 24  # no server holds a 16M-token sequence
 MAX_BLOCK_SIZE = 1 << 12  # tokens per KV block/page
 MAX_KV_BLOCKS = 1 << 24  # the twin allocates one record per block: 16.7M is past any server today
+MAX_TIER_TOKENS = 1 << 36  # engines/cache/tiers.py's largest host tier
 
 
 class BadReply(ValueError):
@@ -108,6 +109,12 @@ def cache_facts(labels: dict[str, str]) -> tuple[int | None, int | None]:
     )
 
 
+def host_tier_tokens(labels: dict[str, str]) -> int | None:
+    """The host tier's size in tokens from the cache-config info metric (the built-in server's
+    `host_tier_tokens` label); absent is None (no tier, or a server that does not say)."""
+    return _label_count(labels, "host_tier_tokens", 1, MAX_TIER_TOKENS)
+
+
 def _label_count(labels: dict[str, str], name: str, lower: int, upper: int) -> int | None:
     text = labels.get(name)
     if text in (None, "", "None"):
@@ -153,20 +160,31 @@ class Usage:
     prompt_tokens: int | None
     cached_tokens: int | None
     completion_tokens: int | None
+    host_cached_tokens: int | None = None  # of cached_tokens, a host tier's; None: not reported
 
 
-def usage(value: object, prompt_len: int, max_tokens: int, num_choices: int) -> Usage:
+def usage(
+    value: object, prompt_len: int, max_tokens: int, num_choices: int, sglext: object = None
+) -> Usage:
     """The final usage object, checked against what was sent: cached <= prompt tokens, and no
-    more completion tokens than max_tokens per sample."""
+    more completion tokens than max_tokens per sample. The host tier's part of the cached tokens
+    comes from vLLM's `external_cached_tokens` beside them, else from SGLang's
+    `sglext.cached_tokens_details.host` (a stream sends it in a chunk of its own)."""
     body = obj(value, "usage")
     prompt = optional_count(body.get("prompt_tokens"), "usage.prompt_tokens")
     details = body.get("prompt_tokens_details")
-    cached = None
+    cached = host = None
     if details is not None:
+        details = obj(details, "usage.prompt_tokens_details")
         cached = optional_count(
-            obj(details, "usage.prompt_tokens_details").get("cached_tokens"),
-            "usage.prompt_tokens_details.cached_tokens",
+            details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens"
         )
+        host = _split(details, cached, "usage.prompt_tokens_details", "local", "external")
+    if host is None and sglext is not None:
+        found = obj(sglext, "sglext").get("cached_tokens_details")
+        if found is not None:
+            found = obj(found, "sglext.cached_tokens_details")
+            host = _split(found, cached, "sglext.cached_tokens_details", "device", "host")
     completion = optional_count(body.get("completion_tokens"), "usage.completion_tokens")
     if cached is not None and cached > (prompt if prompt is not None else prompt_len):
         raise BadReply(
@@ -177,7 +195,24 @@ def usage(value: object, prompt_len: int, max_tokens: int, num_choices: int) -> 
             f"usage: completion_tokens {completion} is more than max_tokens={max_tokens} "
             f"x {num_choices} samples"
         )
-    return Usage(prompt, cached, completion)
+    return Usage(prompt, cached, completion, host)
+
+
+def _split(body: dict, cached: int | None, what: str, device: str, host: str) -> int | None:
+    """The host part of `cached` from a per-tier pair of fields (vLLM: local_cached_tokens /
+    external_cached_tokens, SGLang: device / host), which must add up to it; None: absent."""
+    suffix = "_cached_tokens" if device == "local" else ""
+    names = (device + suffix, host + suffix)
+    first, second = (optional_count(body.get(n), f"{what}.{n}") for n in names)
+    if second is None:
+        return None
+    if cached is not None and first is not None and first + second != cached:
+        raise BadReply(
+            f"{what}: {names[0]} {first} + {names[1]} {second} is not cached_tokens {cached}"
+        )
+    if cached is not None and second > cached:
+        raise BadReply(f"{what}: {names[1]} {second} is more than cached_tokens {cached}")
+    return second
 
 
 def choice_index(value: object, num_choices: int) -> int:

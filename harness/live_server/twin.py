@@ -64,6 +64,9 @@ class ServerFacts:
     schedule_conservativeness: float | None = None
     # fact name -> where its value came from (server.<name>, a server field, a default)
     sources: Mapping[str, str] = field(default_factory=dict)
+    # the server's host tier in tokens, where it says (the built-in server's cache-config info);
+    # None: the run's engine.host_tier stands for it
+    host_tier_tokens: int | None = None
 
 
 STEP_LOCKED, ONE_AT_A_TIME, PREDICTED = "step_locked", "one_at_a_time", "predicted"
@@ -82,6 +85,9 @@ class TwinResult:
     steplock: dict | None = None  # anchored / timed counts, notes
     steps: int | None = None  # engine steps the replay took (step-locked only)
     preemptions: int = 0  # summed over the twin's requests
+    # child request id -> predicted host-tier tokens of its cached tokens; None: the twin's
+    # engine has no host tier (docs/tiers.md §4)
+    predicted_host: dict[str, int] | None = None
 
 
 def child_id(parent: str, n: int, index: int) -> str:
@@ -130,7 +136,8 @@ def _generated(s: Sent) -> bool:
 
 
 def twin_engine_config(engine: EngineConfig, facts: ServerFacts) -> EngineConfig:
-    """The run's engine on the server's facts: its cache geometry, its limits and its scheduling
+    """The run's engine on the server's facts: its cache geometry (a host tier's size too, where
+    the server says it; the tier's policy knobs stay the run's), its limits and its scheduling
     mode (vLLM's asynchronous scheduling, SGLang's overlap loop and scheduling knobs), whatever
     `engine.` said."""
     overlap, blocking = engine.overlap, engine.overlap_blocking_forward
@@ -146,8 +153,12 @@ def twin_engine_config(engine: EngineConfig, facts: ServerFacts) -> EngineConfig
                 facts.schedule_conservativeness, engine.schedule_conservativeness
             ),
         )
+    tier = engine.host_tier
+    if facts.host_tier_tokens is not None:
+        tier = dataclasses.replace(tier, tokens=facts.host_tier_tokens)
     return dataclasses.replace(
         engine,
+        host_tier=tier,
         block_size=facts.block_size,
         kv_capacity_tokens=facts.kv_capacity_tokens,
         max_num_seqs=facts.max_num_seqs,
@@ -227,6 +238,11 @@ def predict(
         "max_num_batched_tokens": cfg.max_num_batched_tokens,
         "async_scheduling_source": facts.scheduling_source,
     }
+    if cfg.host_tier.enabled:
+        knobs["host_tier_tokens"] = cfg.host_tier.tokens
+        knobs["host_tier_source"] = (
+            "server" if facts.host_tier_tokens is not None else "engine.host_tier"
+        )
     if cfg.scheduler_design == "sglang":  # `overlap` is among its design knobs above
         knobs["overlap_source"] = facts.overlap_source
     return TwinResult(
@@ -241,6 +257,9 @@ def predict(
         steplock=lock_info,
         steps=steps,
         preemptions=sum(r.num_preemptions for r in records),
+        predicted_host=(
+            {r.request_id: r.host_cached_tokens for r in records} if cfg.host_tier.enabled else None
+        ),
     )
 
 

@@ -120,6 +120,13 @@ def _twin_prediction(summary: Mapping[str, object]) -> str:
             f"{_or_na(summary.get('twin_matches'))}/{_or_na(summary.get('twin_requests'))} "
             "requests exact"
         )
+    if summary.get("twin_tier_requests") is not None:  # a host tier (docs/tiers.md §4.2)
+        parts.append(
+            f"host tier {_count(summary.get('twin_predicted_host_tokens'))} of "
+            f"{_count(summary.get('twin_served_host_tokens'))} tokens, "
+            f"{_or_na(summary.get('twin_tier_matches'))}/{summary['twin_tier_requests']} "
+            "requests exact per tier"
+        )
     if summary.get("twin_kv_server_steps") is not None:
         parts.append(
             f"KV steps {_or_na(summary.get('twin_kv_steps_equal'))}/"

@@ -82,6 +82,11 @@ def assert_exact(summary: dict, table: pd.DataFrame) -> None:
     assert (table["cached_tokens"] == table["predicted_cached_tokens"]).all()
     assert summary["server_hits_delta"] == int(table["cached_tokens"].sum())
     assert summary["prompt_tokens_cached"] > 0
+    # SGLang splits each reply's cached tokens per tier when asked (sglext, in a chunk of its
+    # own): this server has no HiCache, so all of them are the device's
+    assert table["host_cached_tokens_reported"].all()
+    assert (table["host_cached_tokens"] == 0).all()
+    assert summary["reported_host_cached_tokens_sum"] == 0
 
 
 def test_closed_loop_multiturn_equals_the_radix_twin(sglang_url, tmp_path):

@@ -72,3 +72,15 @@ def test_an_in_process_run_keeps_its_own_rows():
     lines = format_summary({"evictions": 3, "num_preemptions": 1}).splitlines()
     assert "Evictions:                               3" in lines
     assert "Preemptions:                             1" in lines
+
+
+def test_a_server_run_with_a_host_tier_prints_the_twin_per_tier():
+    tiers = {
+        "twin_tier_requests": 8,
+        "twin_tier_matches": 8,
+        "twin_predicted_host_tokens": 576,
+        "twin_served_host_tokens": 576,
+    }
+    text = format_summary({**SERVER, **TWIN, **tiers})
+    assert "48/48 requests exact; host tier 576 of 576 tokens, 8/8 requests exact per tier" in text
+    assert "host tier" not in format_summary({**SERVER, **TWIN})
