@@ -29,6 +29,7 @@ from harness.claims import (
     speedup,
     tier_cost,
     tier_multiturn,
+    tier_throughput,
     tier_ttft,
     transfer,
     tree_reuse,
@@ -68,6 +69,7 @@ for _module in (
     tier_ttft,
     tier_multiturn,
     tier_cost,
+    tier_throughput,
 ):
     CLAIMS.add(_module.CLAIM.key, _module.CLAIM)
 
@@ -79,11 +81,11 @@ def ordered() -> list[Claim]:
 # Where each claim comes from, by number (docs/claims.md §1): the published list first, then this
 # project's own finding, then the claims of the article that its table did not test, then those an
 # upstream pull request published (24: SGLang PR #26378), then the published figures of the KV
-# tiers (25-27: vLLM's offloading blog, SGLang's HiCache blog, llm-d's tiered guide; issue 50).
+# tiers (25-28: vLLM's offloading blog, SGLang's HiCache blog, llm-d's tiered guide; issue 50).
 PUBLISHED = range(1, 10)
 FINDINGS = range(10, 11)
 UPSTREAM = range(24, 25)
-TIERS = range(25, 28)
+TIERS = range(25, 29)
 
 
 def census() -> str:

@@ -1,16 +1,17 @@
-"""Claims 25-27 (issue 50, item 7): the KV tier claims at the quick size, in this process.
+"""Claims 25-28 (issue 50, item 7): the KV tier claims at the quick size, in this process.
 
 Behaviours, not numbers: a re-sent prompt that finds nothing on the device loads from the host
 tier and gets its first token sooner than computed, by more the longer the prompt; on multi-turn
 chat the tier adds host hits, throughput and lower TTFT to both designs; with nothing reused the
-tier stores every prompt and, its stores off the critical path, costs the simulated engine nothing.
+tier stores every prompt and, its stores off the critical path, costs the simulated engine nothing;
+a second pass of concurrent prompts gains throughput with the share of them the host holds.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from harness.claims import tier_cost, tier_multiturn, tier_ttft
+from harness.claims import tier_cost, tier_multiturn, tier_throughput, tier_ttft
 from harness.claims.__main__ import check_claim
 from harness.claims.arms import APC, RADIX
 from harness.claims.experiment import Context
@@ -44,9 +45,15 @@ def cost(tmp_path_factory):
     return _check(tier_cost.CLAIM, tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def throughput(tmp_path_factory):
+    return _check(tier_throughput.CLAIM, tmp_path_factory)
+
+
 def test_the_tier_claims_follow_the_last_claim_in_the_registry():
     numbers = {c.key: c.number for c in ordered()}
-    assert [numbers[k] for k in ("tier_ttft", "tier_multiturn", "tier_cost")] == [25, 26, 27]
+    keys = ("tier_ttft", "tier_multiturn", "tier_cost", "tier_throughput")
+    assert [numbers[k] for k in keys] == [25, 26, 27, 28]
     assert CLAIMS.get("tier_cost") is tier_cost.CLAIM
 
 
@@ -87,3 +94,16 @@ def test_a_tier_that_is_never_hit_costs_the_simulated_engine_nothing(cost):
         assert cell["cost_per_seed"] == [0.0, 0.0, 0.0]  # stores are off the critical path
     assert "stored" in row.result
     assert row.verdict == "does not hold"
+
+
+def test_throughput_grows_with_the_share_the_host_holds(throughput):
+    row, finding = throughput
+    assert "up to 9x throughput" in row.result
+    cells = {(d["design"], d["share"]): d for d in finding.details}
+    for design in DESIGNS:
+        half, full = cells[(design, 0.5)], cells[(design, 1.0)]
+        for cell, share in ((half, 0.5), (full, 1.0)):
+            assert cell["device_hit_rate"] == 0  # the repeats left the device (GPU caching off)
+            assert cell["host_hit_rate"] == pytest.approx(share, abs=0.01)
+            assert cell["ratio"] > 1
+        assert full["ratio"] > half["ratio"]
