@@ -8,6 +8,7 @@ HIT_RATE = "hit_rate"  # cached prompt tokens / prompt tokens, per request at fi
 IDEAL_HIT_RATE = "ideal_hit_rate"  # unbounded-cache ceiling at the engine's own granularity
 THROUGHPUT = "total_token_throughput"  # (input + output tokens) / duration
 OUTPUT_THROUGHPUT = "output_throughput"
+TTFT_MEAN = "mean_ttft_ms"
 TTFT_P50 = "median_ttft_ms"
 TTFT_P99 = "p99_ttft_ms"
 BOOKKEEPING_MS = "cache_bookkeeping_ms"

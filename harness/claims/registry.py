@@ -27,6 +27,10 @@ from harness.claims import (
     prefix_weight,
     rag_template,
     speedup,
+    tier_cost,
+    tier_multiturn,
+    tier_throughput,
+    tier_ttft,
     transfer,
     tree_reuse,
     tree_sampling,
@@ -62,6 +66,10 @@ for _module in (
     tree_sampling,
     multimodal,
     overlap,
+    tier_ttft,
+    tier_multiturn,
+    tier_cost,
+    tier_throughput,
 ):
     CLAIMS.add(_module.CLAIM.key, _module.CLAIM)
 
@@ -72,10 +80,12 @@ def ordered() -> list[Claim]:
 
 # Where each claim comes from, by number (docs/claims.md §1): the published list first, then this
 # project's own finding, then the claims of the article that its table did not test, then those an
-# upstream pull request published (24: SGLang PR #26378).
+# upstream pull request published (24: SGLang PR #26378), then the published figures of the KV
+# tiers (25-28: vLLM's offloading blog, SGLang's HiCache blog, llm-d's tiered guide; issue 50).
 PUBLISHED = range(1, 10)
 FINDINGS = range(10, 11)
 UPSTREAM = range(24, 25)
+TIERS = range(25, 29)
 
 
 def census() -> str:
@@ -84,8 +94,10 @@ def census() -> str:
     published = sum(n in PUBLISHED for n in numbers)
     findings = sum(n in FINDINGS for n in numbers)
     upstream = sum(n in UPSTREAM for n in numbers)
-    article = len(numbers) - published - findings - upstream
+    tiers = sum(n in TIERS for n in numbers)
+    article = len(numbers) - published - findings - upstream - tiers
     return (
         f"{len(numbers)} claims: {published} published, {findings} finding of this project, "
-        f"{article} of the article's untested claims and {upstream} from an upstream pull request"
+        f"{article} of the article's untested claims, {upstream} from an upstream pull request "
+        f"and {tiers} on KV tiers"
     )
