@@ -46,7 +46,8 @@ class CacheDesign:
       simulator prices every design's steps from the protocol alone: `block_size`, decode runs).
     tier_knobs: the `engine.host_tier` fields only this design's host tier reads
       (engines/cache/tiers.py). tier_unit: the tokens in one unit of its tier (its hit granularity)
-      for a tier config and a block size.
+      for a tier config and a block size. tier_label: its host tier's name in prose and tables
+      (what its upstream calls it).
     """
 
     name: str
@@ -59,6 +60,7 @@ class CacheDesign:
     style: FigureStyle
     tier_knobs: tuple[str, ...] = ()
     tier_unit: Callable[[HostTierConfig, int], int] = lambda tier, block_size: block_size
+    tier_label: str = "host tier"
 
     def offers(self, capability: type) -> bool:
         """Whether this design's cache has `capability` (a runtime-checkable protocol of

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from engines.cache import DESIGNS
+
 TIER_TOKENS = "config.engine.host_tier.tokens"
 COLUMNS = [
     "run",
@@ -25,8 +27,6 @@ COLUMNS = [
     "step time added s",
     "stored GB",
 ]
-# the tier each design's upstream calls its host tier (docs/tiers.md §2, §3)
-TIER_NAME = {"apc": "CPU tier", "radix": "HiCache"}
 
 
 def tier_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -41,7 +41,7 @@ def tier_table(runs: pd.DataFrame) -> pd.DataFrame:
 def _row(r: pd.Series) -> list[object]:
     engine = str(r.get("config.engine.cache") or r.get("backend"))
     tokens = int(r[TIER_TOKENS])
-    label = f"{engine} + {TIER_NAME.get(engine, 'host tier')}" if tokens else f"{engine}, no tier"
+    label = f"{engine} + {_tier_label(engine)}" if tokens else f"{engine}, no tier"
     return [
         label,
         100 * _num(r, "hit_rate"),
@@ -54,6 +54,11 @@ def _row(r: pd.Series) -> list[object]:
         _num(r, "host_link.load_stall_s"),
         _num(r, "host_link.store_bytes") / 1e9,
     ]
+
+
+def _tier_label(engine: str) -> str:
+    """What the design's upstream calls its host tier (docs/tiers.md §2, §3)."""
+    return DESIGNS.get(engine).tier_label if engine in DESIGNS.names() else "host tier"
 
 
 def _num(r: pd.Series, key: str, fallback: str | None = None) -> float:

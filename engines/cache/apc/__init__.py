@@ -63,6 +63,7 @@ DESIGN = CacheDesign(
     label="vLLM hash-based Automatic Prefix Caching",
     tier_knobs=("policy", "blocks_per_chunk", "store_threshold", "offload_prompt_only"),
     tier_unit=lambda tier, block_size: block_size * tier.blocks_per_chunk,  # a chunk
+    tier_label="CPU tier",  # vLLM's CPU offloading connector
     style=FigureStyle(
         colour="#1f77b4",
         off_colour="#aec7e8",

@@ -61,6 +61,7 @@ DESIGN = CacheDesign(
     unit="page",
     label="SGLang RadixAttention",
     tier_knobs=("write_policy", "load_back_threshold"),  # its unit is a page
+    tier_label="HiCache",  # SGLang's hierarchical cache
     style=FigureStyle(
         colour="#ff7f0e",
         off_colour="#ffbb78",
