@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engines.errors import BadInput
+
+if TYPE_CHECKING:
+    from engines.config import EngineConfig
 
 MAX_REPLICAS = 1024
 # fleet.real: the real routers a run can put in front of built-in workers (harness/routers/)
@@ -40,6 +44,10 @@ class FleetConfig:
     # in-process fleet: `router` is then its policy, the twin predicts each of its decisions
     # (docs/fleet.md §5). None: the fleet of engines in this process.
     real: str | None = None
+    # A mixed fleet (docs/fleet.md §1): cache designs (engines/cache DESIGNS) cycled over the
+    # replicas, replica i of designs[i % len]; each replica of a design other than engine.cache
+    # gets that design's preset (harness/fleet/mixed.py). None: every replica is the run's engine.
+    designs: list[str] | None = None
 
     def validate(self) -> None:
         from harness.fleet.policies import ROUTERS
@@ -61,6 +69,18 @@ class FleetConfig:
                 valid = ", ".join(REAL_ROUTERS)
                 raise BadInput(f"fleet.real must be one of {valid} (or null), got {self.real!r}")
             _int("fleet.replicas (with fleet.real)", self.replicas, 2, MAX_REPLICAS)
+        if self.designs is not None:
+            from harness.fleet.mixed import check_designs
+
+            check_designs(self)
+
+    def validate_engines(self, engine: EngineConfig) -> None:
+        """A mixed fleet: each design's replica engine config must be valid (one line naming
+        the design); nothing to check otherwise."""
+        if self.designs is not None:
+            from harness.fleet.mixed import replica_engines
+
+            replica_engines(engine, self)
 
 
 def _int(name: str, value: object, lo: int, hi: int) -> None:
