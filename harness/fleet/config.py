@@ -40,6 +40,14 @@ class FleetConfig:
     # cached_now, oracle_capped: only replicas with load below load_cap x the fleet's mean load,
     # plus one, are eligible
     load_cap: float = 1.5
+    # dualmap (arXiv 2602.06502; docs/fleet.md §2): the two candidates hash the prompt's first
+    # `dualmap_prefix_tokens` tokens; the affinity pick stands while its estimated TTFT (the
+    # prompt tokens in flight there plus this request's uncached ones, at
+    # `dualmap_prefill_tokens_per_s`) is within `dualmap_slo_s`, else the candidate estimated
+    # sooner takes it. Our defaults: the paper's are not confirmed.
+    dualmap_prefix_tokens: int = 64
+    dualmap_slo_s: float = 1.0
+    dualmap_prefill_tokens_per_s: float = 10_000.0
     # A real router (one of REAL_ROUTERS) in front of `replicas` built-in servers instead of the
     # in-process fleet: `router` is then its policy, the twin predicts each of its decisions
     # (docs/fleet.md §5). None: the fleet of engines in this process.
@@ -64,6 +72,9 @@ class FleetConfig:
         _real("fleet.prefix_weight", self.prefix_weight, 0.0, 1e6)
         _real("fleet.load_weight", self.load_weight, 0.0, 1e6)
         _real("fleet.load_cap", self.load_cap, 1.0, 1e6)
+        _int("fleet.dualmap_prefix_tokens", self.dualmap_prefix_tokens, 1, 2**31)
+        _real("fleet.dualmap_slo_s", self.dualmap_slo_s, 0.0, 1e6)
+        _real("fleet.dualmap_prefill_tokens_per_s", self.dualmap_prefill_tokens_per_s, 1e-6, 1e12)
         if self.real is not None:
             if self.real not in REAL_ROUTERS:
                 valid = ", ".join(REAL_ROUTERS)

@@ -1,0 +1,109 @@
+"""DualMap (Yuan et al., arXiv 2602.06502, ICLR 2026): two candidate replicas per request from two
+independent hashes of the prompt's prefix, the better one chosen at decision time.
+
+Prompts sharing a prefix map to the same pair (cache affinity); distinct prefixes spread over the
+fleet, and each request still has two choices (the power of two choices). Here: the candidate
+holding the longer cached prefix, unless its estimated TTFT misses the SLO, then the candidate
+estimated sooner. The paper's hotspot migration and ring scaling are not modelled (docs/fleet.md §2).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Iterator
+from collections.abc import Sequence as Ids
+from typing import TYPE_CHECKING, NamedTuple
+
+from harness.fleet.approx_tree import pack
+from harness.fleet.config import FleetConfig
+from harness.fleet.probe import truly_cached
+
+if TYPE_CHECKING:  # policies.py registers this router
+    from harness.fleet.policies import FleetView, Routed
+
+HASHES = (b"dualmap-1", b"dualmap-2")  # blake2b personalisations: two independent hash functions
+
+
+class Pick(NamedTuple):
+    """One decision and why: the two candidates, the affinity pick and whether the SLO fallback
+    overrode it."""
+
+    candidates: tuple[int, int]
+    affinity: int
+    fallback: bool
+    choice: int
+
+
+class DualMap:
+    """Candidates from two hash rings (`virtual_nodes` points per replica each, so a replica that
+    joins moves only keys onto itself, as the paper's dual hash ring); the second is the next
+    distinct replica on ring two when both hashes name the same one."""
+
+    def __init__(self, cfg: FleetConfig) -> None:
+        self.cfg = cfg
+        self._rings: tuple[list[tuple[int, int]], ...] = ()
+        self._points: tuple[list[int], ...] = ()
+        self._n = -1
+        self.last: Pick | None = None  # the last decision, for tests and traces
+
+    def _build(self, n: int) -> None:
+        rings = tuple(
+            sorted(
+                (_hash(f"replica-{i}#{v}".encode(), person), i)
+                for i in range(n)
+                for v in range(self.cfg.virtual_nodes)
+            )
+            for person in HASHES
+        )
+        self._rings = rings
+        self._points = tuple([h for h, _ in ring] for ring in rings)
+        self._n = n
+
+    def candidates(self, prompt: Ids[int] | str, n: int) -> tuple[int, int]:
+        """The two replicas the prompt's first `dualmap_prefix_tokens` tokens hash to."""
+        if n != self._n:
+            self._build(n)
+        head = prompt[: self.cfg.dualmap_prefix_tokens]
+        key = head.encode() if isinstance(head, str) else pack(head)
+        first = next(self._walk(0, _hash(key, HASHES[0])))
+        second = next((i for i in self._walk(1, _hash(key, HASHES[1])) if i != first), first)
+        return first, second
+
+    def _walk(self, ring: int, point: int) -> Iterator[int]:
+        """The replicas clockwise from `point` on ring `ring`, the first at or after it."""
+        at = bisect.bisect_left(self._points[ring], point)
+        owners = self._rings[ring]
+        return (owners[(at + k) % len(owners)][1] for k in range(len(owners)))
+
+    def choose(self, req: Routed, view: FleetView) -> int:
+        self.last = self.decide(req, view)
+        return self.last.choice
+
+    def decide(self, req: Routed, view: FleetView) -> Pick:
+        pair = self.candidates(req.prompt, view.num_replicas)
+        cached = truly_cached(req, view)
+        est = {i: self.estimated_ttft_s(i, req, cached[i], view) for i in pair}
+        # affinity: the longer cached prefix; then the sooner, the less loaded, the first hash's
+        affinity = min(pair, key=lambda i: (-cached[i], est[i], view.loads[i], pair.index(i)))
+        if est[affinity] <= self.cfg.dualmap_slo_s:
+            return Pick(pair, affinity, False, affinity)
+        sooner = min(pair, key=lambda i: (est[i], view.loads[i], i != affinity))
+        return Pick(pair, affinity, sooner != affinity, sooner)
+
+    def estimated_ttft_s(self, i: int, req: Routed, cached: int, view: FleetView) -> float:
+        """The router's estimate of this request's TTFT at replica i: the prompt tokens in flight
+        there (an upper bound on what it still has to prefill) plus this request's uncached
+        tokens, at the assumed prefill rate."""
+        if view.pending is None:
+            raise ValueError("dualmap needs each replica's prompts in flight")
+        ahead = sum(len(p) for p in view.pending[i])
+        own = max(len(req.prompt) - cached, 0)
+        return (ahead + own) / self.cfg.dualmap_prefill_tokens_per_s
+
+    def reset(self) -> None:
+        """Nothing to forget: the rings depend on the replicas alone, the rest on the view."""
+
+
+def _hash(data: bytes, person: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8, person=person).digest(), "big")
