@@ -48,6 +48,10 @@ class FleetConfig:
     dualmap_prefix_tokens: int = 64
     dualmap_slo_s: float = 1.0
     dualmap_prefill_tokens_per_s: float = 10_000.0
+    # dualmap_hot: a hashed prefix that took more than this share of the last 512 requests is
+    # hot, and a hot prompt is hashed whole (our stand-in for the paper's adaptive prefix length;
+    # 0.25 = one pair's fair share of 8 replicas)
+    dualmap_hot_share: float = 0.25
     # A real router (one of REAL_ROUTERS) in front of `replicas` built-in servers instead of the
     # in-process fleet: `router` is then its policy, the twin predicts each of its decisions
     # (docs/fleet.md §5). None: the fleet of engines in this process.
@@ -75,6 +79,7 @@ class FleetConfig:
         _int("fleet.dualmap_prefix_tokens", self.dualmap_prefix_tokens, 1, 2**31)
         _real("fleet.dualmap_slo_s", self.dualmap_slo_s, 0.0, 1e6)
         _real("fleet.dualmap_prefill_tokens_per_s", self.dualmap_prefill_tokens_per_s, 1e-6, 1e12)
+        _real("fleet.dualmap_hot_share", self.dualmap_hot_share, 1e-6, 1.0)
         if self.real is not None:
             if self.real not in REAL_ROUTERS:
                 valid = ", ".join(REAL_ROUTERS)

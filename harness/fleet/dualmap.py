@@ -4,13 +4,15 @@ independent hashes of the prompt's prefix, the better one chosen at decision tim
 Prompts sharing a prefix map to the same pair (cache affinity); distinct prefixes spread over the
 fleet, and each request still has two choices (the power of two choices). Here: the candidate
 holding the longer cached prefix, unless its estimated TTFT misses the SLO, then the candidate
-estimated sooner. The paper's hotspot migration and ring scaling are not modelled (docs/fleet.md §2).
+estimated sooner. `dualmap_hot` (DualMapHot) also hashes a prefix too hot for one pair whole.
+The paper's hotspot migration and ring scaling are not modelled (docs/fleet.md §2).
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+from collections import Counter, deque
 from collections.abc import Iterator
 from collections.abc import Sequence as Ids
 from typing import TYPE_CHECKING, NamedTuple
@@ -23,6 +25,8 @@ if TYPE_CHECKING:  # policies.py registers this router
     from harness.fleet.policies import FleetView, Routed
 
 HASHES = (b"dualmap-1", b"dualmap-2")  # blake2b personalisations: two independent hash functions
+HOT_WINDOW = 512  # requests over which a prefix's share is counted (dualmap_hot_share)
+HOT_MIN = 64
 
 
 class Pick(NamedTuple):
@@ -40,12 +44,16 @@ class DualMap:
     joins moves only keys onto itself, as the paper's dual hash ring); the second is the next
     distinct replica on ring two when both hashes name the same one."""
 
+    splits_hot = False  # dualmap_hot: a hot prefix's prompts are hashed whole
+
     def __init__(self, cfg: FleetConfig) -> None:
         self.cfg = cfg
         self._rings: tuple[list[tuple[int, int]], ...] = ()
         self._points: tuple[list[int], ...] = ()
         self._n = -1
         self.last: Pick | None = None  # the last decision, for tests and traces
+        self._recent: deque[bytes | str] = deque()  # the hashed prefixes of recent requests
+        self._seen: Counter[bytes | str] = Counter()
 
     def _build(self, n: int) -> None:
         rings = tuple(
@@ -60,11 +68,12 @@ class DualMap:
         self._points = tuple([h for h, _ in ring] for ring in rings)
         self._n = n
 
-    def candidates(self, prompt: Ids[int] | str, n: int) -> tuple[int, int]:
-        """The two replicas the prompt's first `dualmap_prefix_tokens` tokens hash to."""
+    def candidates(self, prompt: Ids[int] | str, n: int, hot: bool = False) -> tuple[int, int]:
+        """The two replicas the prompt's first `dualmap_prefix_tokens` tokens hash to (`hot`:
+        its whole prompt, so a hot prefix's requests spread over many pairs)."""
         if n != self._n:
             self._build(n)
-        head = prompt[: self.cfg.dualmap_prefix_tokens]
+        head = prompt if hot else prompt[: self.cfg.dualmap_prefix_tokens]
         key = head.encode() if isinstance(head, str) else pack(head)
         first = next(self._walk(0, _hash(key, HASHES[0])))
         second = next((i for i in self._walk(1, _hash(key, HASHES[1])) if i != first), first)
@@ -81,7 +90,7 @@ class DualMap:
         return self.last.choice
 
     def decide(self, req: Routed, view: FleetView) -> Pick:
-        pair = self.candidates(req.prompt, view.num_replicas)
+        pair = self.candidates(req.prompt, view.num_replicas, self._hot(req.prompt))
         cached = truly_cached(req, view)
         est = {i: self.estimated_ttft_s(i, req, cached[i], view) for i in pair}
         # affinity: the longer cached prefix; then the sooner, the less loaded, the first hash's
@@ -101,9 +110,34 @@ class DualMap:
         own = max(len(req.prompt) - cached, 0)
         return (ahead + own) / self.cfg.dualmap_prefill_tokens_per_s
 
+    def _hot(self, prompt: Ids[int] | str) -> bool:
+        """Whether the prompt's hashed prefix took more than `dualmap_hot_share` of the last
+        `HOT_WINDOW` requests (counting this one; at least HOT_MIN counted); never for `dualmap`."""
+        if not self.splits_hot:
+            return False
+        head = prompt[: self.cfg.dualmap_prefix_tokens]
+        key = head if isinstance(head, str) else pack(head)
+        if len(self._recent) == HOT_WINDOW:
+            old = self._recent.popleft()
+            self._seen[old] -= 1
+        self._recent.append(key)
+        self._seen[key] += 1
+        # counted over at least HOT_MIN requests: a run's first requests are not all hot
+        return self._seen[key] > self.cfg.dualmap_hot_share * max(len(self._recent), HOT_MIN)
+
     def reset(self) -> None:
-        """Nothing to forget: the rings depend on the replicas alone, the rest on the view."""
+        """The rings depend on the replicas alone; the recent prefixes are forgotten."""
+        self._recent.clear()
+        self._seen.clear()
 
 
 def _hash(data: bytes, person: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8, person=person).digest(), "big")
+
+
+class DualMapHot(DualMap):
+    """`dualmap_hot`: DualMap whose prompts of a hot prefix (over `dualmap_hot_share` of the last
+    HOT_WINDOW requests) are hashed whole, so they spread over many pairs instead of overloading
+    one: our stand-in for the paper's adaptive prefix length, whose rule we could not read."""
+
+    splits_hot = True

@@ -22,7 +22,7 @@ from engines.cache.protocol import PrefixCache
 from engines.registry import Registry
 from harness.fleet.approx_tree import ApproxTree, pack
 from harness.fleet.config import FleetConfig
-from harness.fleet.dualmap import DualMap
+from harness.fleet.dualmap import DualMap, DualMapHot
 from harness.fleet.furc import ring_point
 from harness.fleet.probe import truly_cached
 
@@ -361,7 +361,13 @@ ROUTERS.add("cached_now", CachedNow)
 ROUTERS.add("oracle", Oracle)
 ROUTERS.add("oracle_capped", OracleCapped)
 ROUTERS.add("dualmap", DualMap)
+ROUTERS.add("dualmap_hot", DualMapHot)
 
 # read the replicas' real caches
-PRECISE = ("kv_aware", "cached_now", "oracle", "oracle_capped", "dualmap")
-PENDING = ("oracle", "oracle_capped", "dualmap")  # read the prompts in flight at each replica too
+PRECISE = ("kv_aware", "cached_now", "oracle", "oracle_capped", "dualmap", "dualmap_hot")
+PENDING = (
+    "oracle",
+    "oracle_capped",
+    "dualmap",
+    "dualmap_hot",
+)  # read the prompts in flight at each replica too

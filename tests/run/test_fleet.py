@@ -56,6 +56,7 @@ def test_registry_lists_the_valid_policies():
             "oracle",
             "oracle_capped",
             "dualmap",
+            "dualmap_hot",
         ]
     )
     with pytest.raises(Exception, match="valid: cache_aware, cached_now, consistent_hash"):

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from harness.fleet.config import FleetConfig
-from harness.fleet.dualmap import DualMap
+from harness.fleet.dualmap import DualMap, DualMapHot
 from harness.fleet.policies import FleetView, Routed
 
 # SLO 1 s at 1,000 prefill tokens/s: a candidate is within the SLO with under 1,000 tokens to go
@@ -120,3 +120,35 @@ def test_a_stream_of_groups_stays_on_each_groups_pair():
 def test_dualmap_needs_the_prompts_in_flight():
     with pytest.raises(ValueError, match="prompts in flight"):
         DualMap(CFG).choose(Routed("r", prompt(0, 0)), FleetView([0] * 8, cached=[0] * 8))
+
+
+def test_a_hot_prefix_is_hashed_whole_and_spreads_only_when_asked():
+    """Half the stream shares one prefix: a pair could take only 2/8 of the fleet's work. With
+    dualmap_hot (share 0.25) that prefix is hot once it took over a quarter of the recent requests,
+    and its prompts then hash whole, onto many pairs; under dualmap all stay on its one pair."""
+
+    def places(hot_share: float) -> set[int]:
+        kind = DualMapHot if hot_share else DualMap
+        router = kind(
+            FleetConfig(replicas=8, dualmap_prefix_tokens=16, dualmap_hot_share=hot_share)
+        )
+        out: set[int] = set()
+        for t in range(200):
+            req = Routed(f"r{t}", prompt(0 if t % 2 else 100 + t, t))
+            i = router.choose(req, view(8, [0] * 8))
+            if t % 2:
+                out.add(i)
+        return out
+
+    pair = set(DualMap(CFG).candidates(prompt(0, 0), 8))
+    assert places(0.0) <= pair
+    assert len(places(0.25)) >= 6
+    # a cold prefix (1 request in 200) is never hot: its pair is the prefix's
+    router = DualMapHot(FleetConfig(replicas=8, dualmap_prefix_tokens=16, dualmap_hot_share=0.25))
+    for t in range(100):
+        router.choose(Routed(f"h{t}", prompt(0, t)), view(8, [0] * 8))
+    cold = Routed("c", prompt(7, 0))
+    router.choose(cold, view(8, [0] * 8))
+    assert router.last is not None
+    assert router.last.candidates == router.candidates(cold.prompt, 8)
+    assert router.last.candidates != router.candidates(cold.prompt, 8, hot=True)
