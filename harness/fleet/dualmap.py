@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from harness.fleet.approx_tree import pack
 from harness.fleet.config import FleetConfig
-from harness.fleet.probe import truly_cached
+from harness.fleet.probe import cached_at
 
 if TYPE_CHECKING:  # policies.py registers this router
     from harness.fleet.policies import FleetView, Routed
@@ -91,7 +91,7 @@ class DualMap:
 
     def decide(self, req: Routed, view: FleetView) -> Pick:
         pair = self.candidates(req.prompt, view.num_replicas, self._hot(req.prompt))
-        cached = truly_cached(req, view)
+        cached = dict(zip(pair, cached_at(req, view, pair)))
         est = {i: self.estimated_ttft_s(i, req, cached[i], view) for i in pair}
         # affinity: the longer cached prefix; then the sooner, the less loaded, the first hash's
         affinity = min(pair, key=lambda i: (-cached[i], est[i], view.loads[i], pair.index(i)))

@@ -38,8 +38,14 @@ def cached_prefix_tokens(
 def truly_cached(req: Routed, view: FleetView) -> list[int]:
     """Each replica's cached prefix of `req` in tokens: as the view was given it (workers in
     other processes), else probed from each replica's cache."""
+    return cached_at(req, view, range(view.num_replicas))
+
+
+def cached_at(req: Routed, view: FleetView, replicas: Ids[int]) -> list[int]:
+    """`truly_cached` of the given replicas only (a router that looks at two need probe two)."""
     if view.cached is not None:
-        return view.cached
+        return [view.cached[i] for i in replicas]
     if view.caches is None or isinstance(req.prompt, str):
         raise ValueError("a precise router needs each replica's cache and token-id prompts")
-    return [cached_prefix_tokens(c, req.prompt, req.salt, req.lora_id) for c in view.caches]
+    prompt = req.prompt
+    return [cached_prefix_tokens(view.caches[i], prompt, req.salt, req.lora_id) for i in replicas]
