@@ -53,6 +53,7 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.server is not None:
         cfg.server.validate()
     cfg.fleet.validate()
+    cfg.fleet.validate_engines(cfg.engine)  # a mixed fleet's replicas of each design
     if cfg.fleet.real is not None and cfg.server is not None:
         raise BadInput(
             "fleet.real starts its own workers behind the router; it cannot drive server=..."

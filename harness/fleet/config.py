@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engines.errors import BadInput
+
+if TYPE_CHECKING:
+    from engines.config import EngineConfig
 
 MAX_REPLICAS = 1024
 # fleet.real: the real routers a run can put in front of built-in workers (harness/routers/)
@@ -36,10 +40,26 @@ class FleetConfig:
     # cached_now, oracle_capped: only replicas with load below load_cap x the fleet's mean load,
     # plus one, are eligible
     load_cap: float = 1.5
+    # dualmap (arXiv 2602.06502; docs/fleet.md §2): the two candidates hash the prompt's first
+    # `dualmap_prefix_tokens` tokens; the affinity pick stands while its estimated TTFT (the
+    # prompt tokens in flight there plus this request's uncached ones, at
+    # `dualmap_prefill_tokens_per_s`) is within `dualmap_slo_s`, else the candidate estimated
+    # sooner takes it. Our defaults: the paper's are not confirmed.
+    dualmap_prefix_tokens: int = 64
+    dualmap_slo_s: float = 1.0
+    dualmap_prefill_tokens_per_s: float = 10_000.0
+    # dualmap_hot: a hashed prefix that took more than this share of the last 512 requests is
+    # hot, and a hot prompt is hashed whole (our stand-in for the paper's adaptive prefix length;
+    # 0.25 = one pair's fair share of 8 replicas)
+    dualmap_hot_share: float = 0.25
     # A real router (one of REAL_ROUTERS) in front of `replicas` built-in servers instead of the
     # in-process fleet: `router` is then its policy, the twin predicts each of its decisions
     # (docs/fleet.md §5). None: the fleet of engines in this process.
     real: str | None = None
+    # A mixed fleet (docs/fleet.md §1): cache designs (engines/cache DESIGNS) cycled over the
+    # replicas, replica i of designs[i % len]; each replica of a design other than engine.cache
+    # gets that design's preset (harness/fleet/mixed.py). None: every replica is the run's engine.
+    designs: list[str] | None = None
 
     def validate(self) -> None:
         from harness.fleet.policies import ROUTERS
@@ -56,11 +76,27 @@ class FleetConfig:
         _real("fleet.prefix_weight", self.prefix_weight, 0.0, 1e6)
         _real("fleet.load_weight", self.load_weight, 0.0, 1e6)
         _real("fleet.load_cap", self.load_cap, 1.0, 1e6)
+        _int("fleet.dualmap_prefix_tokens", self.dualmap_prefix_tokens, 1, 2**31)
+        _real("fleet.dualmap_slo_s", self.dualmap_slo_s, 0.0, 1e6)
+        _real("fleet.dualmap_prefill_tokens_per_s", self.dualmap_prefill_tokens_per_s, 1e-6, 1e12)
+        _real("fleet.dualmap_hot_share", self.dualmap_hot_share, 1e-6, 1.0)
         if self.real is not None:
             if self.real not in REAL_ROUTERS:
                 valid = ", ".join(REAL_ROUTERS)
                 raise BadInput(f"fleet.real must be one of {valid} (or null), got {self.real!r}")
             _int("fleet.replicas (with fleet.real)", self.replicas, 2, MAX_REPLICAS)
+        if self.designs is not None:
+            from harness.fleet.mixed import check_designs
+
+            check_designs(self)
+
+    def validate_engines(self, engine: EngineConfig) -> None:
+        """A mixed fleet: each design's replica engine config must be valid (one line naming
+        the design); nothing to check otherwise."""
+        if self.designs is not None:
+            from harness.fleet.mixed import replica_engines
+
+            replica_engines(engine, self)
 
 
 def _int(name: str, value: object, lo: int, hi: int) -> None:

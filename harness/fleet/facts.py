@@ -8,6 +8,7 @@ import pandas as pd
 
 from harness.fleet.approx_tree import pack
 from harness.fleet.config import FleetConfig
+from harness.fleet.mixed import per_design, replica_designs
 
 
 def with_replica(table: pd.DataFrame, assignment: dict[str, int]) -> pd.DataFrame:
@@ -32,9 +33,11 @@ def fleet_facts(
     tiered: bool = False,
 ) -> dict[str, object]:
     """Per replica: requests, prompt and cached tokens (`tiered`: and the host tier's part of
-    them), hit rate; the load imbalance (max over mean requests, and of prompt tokens), the fleet
-    hit rate (token-weighted, and over the trace's own blocks when the workload has them)."""
+    them), hit rate; a mixed fleet: each replica's design, and the same figures per design
+    (`fleet_per_design`); the load imbalance (max over mean requests, and of prompt tokens), the
+    fleet hit rate (token-weighted, and over the trace's own blocks when the workload has them)."""
     per: list[dict[str, object]] = []
+    designs = replica_designs(cfg)
     for i in range(cfg.replicas):
         rows = table[table["replica"] == i]
         prompt = int(rows["prompt_tokens"].sum())
@@ -50,9 +53,12 @@ def fleet_facts(
         )
         if tiered:  # absent without a tier: a tier-off fleet's summary is unchanged
             per[-1]["host_cached_tokens"] = int(rows["host_cached_tokens"].sum())
+        if designs is not None:  # a mixed fleet only: an unmixed fleet's summary is unchanged
+            per[-1]["design"] = designs[i]
     reqs = np.array([p["requests"] for p in per], float)
     toks = np.array([p["prompt_tokens"] for p in per], float)
     prompt_all = int(table["prompt_tokens"].sum())
+    mixed = {"fleet_per_design": per_design(per)} if designs is not None else {}
     return {
         "fleet_replicas": cfg.replicas,
         "fleet_router": cfg.router,
@@ -64,6 +70,7 @@ def fleet_facts(
         "fleet_load_imbalance": float(reqs.max() / reqs.mean()) if reqs.mean() else None,
         "fleet_token_imbalance": float(toks.max() / toks.mean()) if toks.mean() else None,
         "fleet_per_replica": per,
+        **mixed,
     }
 
 

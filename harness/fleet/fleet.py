@@ -97,7 +97,8 @@ class FleetLoop:
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
-        self.scheduler = fleet.replicas[0].loop.scheduler  # the design's knobs (all alike)
+        # the design's knobs (a mixed fleet's: its first replica's)
+        self.scheduler = fleet.replicas[0].loop.scheduler
 
     @property
     def bookkeeping_ns(self) -> int:
@@ -136,7 +137,9 @@ class Fleet:
         return any(e.has_work for e in self.replicas)
 
     def check_fits(self, requests: list[GenerationRequest | CompletionRequest]) -> None:
-        self.replicas[0].check_fits(requests)  # replicas are alike
+        first_of_each = {e.cache.name: e for e in reversed(self.replicas)}  # a mixed fleet's
+        for engine in first_of_each.values():
+            engine.check_fits(requests)
 
     def idle(self) -> None:
         for e in self.replicas:

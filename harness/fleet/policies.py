@@ -22,8 +22,9 @@ from engines.cache.protocol import PrefixCache
 from engines.registry import Registry
 from harness.fleet.approx_tree import ApproxTree, pack
 from harness.fleet.config import FleetConfig
+from harness.fleet.dualmap import DualMap, DualMapHot
 from harness.fleet.furc import ring_point
-from harness.fleet.probe import cached_prefix_tokens
+from harness.fleet.probe import truly_cached
 
 
 @dataclass(frozen=True)
@@ -258,14 +259,6 @@ class CacheAware:
         self._last_eviction_s = 0.0
 
 
-def _truly_cached(req: Routed, view: FleetView) -> list[int]:
-    if view.cached is not None:
-        return view.cached
-    if view.caches is None or isinstance(req.prompt, str):
-        raise ValueError("a precise router needs each replica's cache and token-id prompts")
-    return [cached_prefix_tokens(c, req.prompt, req.salt, req.lora_id) for c in view.caches]
-
-
 class KvAware:
     """Precise prefix routing (llm-d's precise prefix-cache scorer, vllm-router's `kv_aware`):
     each replica scored from its real cache state, prefix_weight x cached fraction minus
@@ -275,7 +268,7 @@ class KvAware:
         self.cfg = cfg
 
     def choose(self, req: Routed, view: FleetView) -> int:
-        cached = _truly_cached(req, view)
+        cached = truly_cached(req, view)
         n_tokens = max(len(req.prompt), 1)
         top = max(max(view.loads), 1)
 
@@ -305,7 +298,7 @@ class CachedNow(KvAware):
         self.routed_tokens: dict[int, int] = {}
 
     def held(self, req: Routed, view: FleetView) -> list[int]:
-        return _truly_cached(req, view)
+        return truly_cached(req, view)
 
     def choose(self, req: Routed, view: FleetView) -> int:
         cached = self.held(req, view)
@@ -333,7 +326,7 @@ class Oracle(CachedNow):
     capped = False
 
     def held(self, req: Routed, view: FleetView) -> list[int]:
-        cached = list(_truly_cached(req, view))
+        cached = list(truly_cached(req, view))
         if view.pending is None or isinstance(req.prompt, str):
             raise ValueError("the oracle needs each replica's prompts in flight")
         prompt = np.asarray(req.prompt)
@@ -367,6 +360,14 @@ ROUTERS.add("kv_aware", KvAware)
 ROUTERS.add("cached_now", CachedNow)
 ROUTERS.add("oracle", Oracle)
 ROUTERS.add("oracle_capped", OracleCapped)
+ROUTERS.add("dualmap", DualMap)
+ROUTERS.add("dualmap_hot", DualMapHot)
 
-PRECISE = ("kv_aware", "cached_now", "oracle", "oracle_capped")  # read the replicas' real caches
-PENDING = ("oracle", "oracle_capped")  # read the prompts in flight at each replica too
+# read the replicas' real caches
+PRECISE = ("kv_aware", "cached_now", "oracle", "oracle_capped", "dualmap", "dualmap_hot")
+PENDING = (
+    "oracle",
+    "oracle_capped",
+    "dualmap",
+    "dualmap_hot",
+)  # read the prompts in flight at each replica too

@@ -1,6 +1,6 @@
 """Read-only probes of a replica's cache: how many leading prompt tokens it truly holds now.
 
-`kv_aware`, `cached_now` and the oracles route on these. A probe must not change what it looks
+`kv_aware`, `cached_now`, the oracles and `dualmap` route on these. A probe must not change what it looks
 at, so it asks the cache's `PrefixPeek` capability (engines/cache/protocol.py), which each design
 implements its own way (APC: a lookup that leaves no trace; radix: a walk of the tree without
 splitting or stamping).
@@ -9,9 +9,13 @@ splitting or stamping).
 from __future__ import annotations
 
 from collections.abc import Sequence as Ids
+from typing import TYPE_CHECKING
 
 from engines.cache.protocol import PrefixCache, PrefixPeek
 from engines.sequence import Sequence
+
+if TYPE_CHECKING:  # policies.py imports this module
+    from harness.fleet.policies import FleetView, Routed
 
 
 def cached_prefix_tokens(
@@ -29,3 +33,19 @@ def cached_prefix_tokens(
         lora_id=lora_id,
     )
     return cache.cached_prefix_tokens(seq)
+
+
+def truly_cached(req: Routed, view: FleetView) -> list[int]:
+    """Each replica's cached prefix of `req` in tokens: as the view was given it (workers in
+    other processes), else probed from each replica's cache."""
+    return cached_at(req, view, range(view.num_replicas))
+
+
+def cached_at(req: Routed, view: FleetView, replicas: Ids[int]) -> list[int]:
+    """`truly_cached` of the given replicas only (a router that looks at two need probe two)."""
+    if view.cached is not None:
+        return [view.cached[i] for i in replicas]
+    if view.caches is None or isinstance(req.prompt, str):
+        raise ValueError("a precise router needs each replica's cache and token-id prompts")
+    prompt = req.prompt
+    return [cached_prefix_tokens(view.caches[i], prompt, req.salt, req.lora_id) for i in replicas]

@@ -163,15 +163,26 @@ def fleet_lines(summary: Mapping[str, object]) -> list[str]:
     lines.append(_line("Imbalance (max/mean requests):", summary.get("fleet_load_imbalance")))
     lines.append(_line("Imbalance (max/mean tokens):", summary.get("fleet_token_imbalance")))
     sent = sum(int(p.get("prompt_tokens", 0)) for p in per) or 1
-    lines.append(f"{'replica':>7} {'requests':>9} {'hit rate (%)':>13} {'load (%)':>9}")
-    for p in per:
-        hit = _percent(p.get("hit_rate"))
-        lines.append(
-            f"{p.get('replica'):>7} {p.get('requests'):>9} "
-            f"{'n/a' if hit is None else f'{hit:.2f}':>13} "
-            f"{100.0 * int(p.get('prompt_tokens', 0)) / sent:>9.2f}"
-        )
+    lines += _share_rows("replica", per, sent)
+    by_design = summary.get("fleet_per_design")  # a mixed fleet (fleet.designs)
+    if isinstance(by_design, list) and by_design:
+        lines += _share_rows("design", by_design, sent)
     return lines
+
+
+def _share_rows(key: str, rows: list, sent: int) -> list[str]:
+    """A header and one line per row: its name (`key`), requests, hit rate and load (its share
+    of the prompt tokens sent); a replica of a mixed fleet names its design after them."""
+    out = [f"{key:>7} {'requests':>9} {'hit rate (%)':>13} {'load (%)':>9}"]
+    for p in rows:
+        hit = _percent(p.get("hit_rate"))
+        design = f" {p['design']}" if key == "replica" and "design" in p else ""
+        out.append(
+            f"{p.get(key):>7} {p.get('requests'):>9} "
+            f"{'n/a' if hit is None else f'{hit:.2f}':>13} "
+            f"{100.0 * int(p.get('prompt_tokens', 0)) / sent:>9.2f}{design}"
+        )
+    return out
 
 
 def _virtual(label: str) -> str:

@@ -50,6 +50,8 @@ def fleet_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out = runs[(replicas > 1) & ok.astype(bool)].copy()
     out["replicas"] = replicas[out.index].astype(int)
     out["router"] = [_router(row) for _, row in out.iterrows()]
+    if "config.fleet.designs" in out:  # a mixed fleet is its own engine: `mixed:apc+radix`
+        out["engine"] = [_engine(row) for _, row in out.iterrows()]
     if "hardware" not in out:
         out["hardware"] = None
     out["hardware"] = out["hardware"].fillna("-")
@@ -65,6 +67,14 @@ def _router(row: pd.Series) -> str:
     real = row.get("config.fleet.real")
     policy = str(row["config.fleet.router"])
     return f"{real}/{policy}" if isinstance(real, str) and real else policy
+
+
+def _engine(row: pd.Series) -> str:
+    """The run's engine, or a mixed fleet's designs in their cycle order (fleet.designs)."""
+    designs = row.get("config.fleet.designs")
+    if isinstance(designs, (list, tuple, np.ndarray)) and len(designs):
+        return "mixed:" + "+".join(str(d) for d in designs)
+    return str(row.get("engine"))
 
 
 def _label(value: object) -> str:

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from engines.build import build_engine
 from engines.cache.records import CacheIntegrityError
 from engines.cache.tiers import HostTier
+from engines.config import EngineConfig
 from engines.engine import Engine
 from engines.host_link import CarriesHostLink
 from engines.records import RequestRecord
@@ -25,6 +26,7 @@ from harness.config.schema import RunConfig
 from harness.config.tokenspace import token_space_for
 from harness.fleet.facts import fleet_facts, with_replica
 from harness.fleet.fleet import Fleet, build_fleet
+from harness.fleet.mixed import replica_engines
 from harness.fleet.tiers import fleet_link_figures, fleet_tier_stats
 from harness.metrics.summary import RunContext
 from harness.metrics.table import itls_ms, request_row, request_table, token_rows
@@ -172,14 +174,18 @@ def _cap_torch_threads(threads: int) -> None:
 def build_target(cfg: RunConfig) -> Engine | Fleet:
     """One engine, or with fleet.replicas > 1 a fleet of whole engines behind a router."""
 
-    def build_one() -> Engine:
+    def build_one(engine: EngineConfig = cfg.engine) -> Engine:
         return build_engine(
-            cfg.engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
+            engine, cfg.model, executor=cfg.executor, device=cfg.device, hardware=cfg.hardware
         )
 
     if cfg.fleet.replicas == 1:
         return build_one()
-    return build_fleet(cfg.fleet, build_one, virtual=cfg.executor == "simulated")
+    virtual = cfg.executor == "simulated"
+    mixed = replica_engines(cfg.engine, cfg.fleet)  # fleet.designs: each replica's own config
+    if mixed is not None:
+        return Fleet([build_one(e) for e in mixed], cfg.fleet, virtual)
+    return build_fleet(cfg.fleet, build_one, virtual=virtual)
 
 
 def _fleet_tier_figures(fleet: Fleet) -> dict[str, object]:
@@ -212,7 +218,8 @@ def _policy_profile(cfg: RunConfig, engine: Engine | Fleet) -> dict:
     profile = cfg.engine.design_knobs()
     for name in ("reserve_full_prompt", "async_scheduling"):  # None: the free-order profile's
         if name in profile:
-            profile[name] = getattr(engine.loop.scheduler, name)
+            # a mixed fleet's first replica may run another scheduler: the config's value then
+            profile[name] = getattr(engine.loop.scheduler, name, profile[name])
     return profile
 
 

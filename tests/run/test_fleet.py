@@ -55,6 +55,8 @@ def test_registry_lists_the_valid_policies():
             "cached_now",
             "oracle",
             "oracle_capped",
+            "dualmap",
+            "dualmap_hot",
         ]
     )
     with pytest.raises(Exception, match="valid: cache_aware, cached_now, consistent_hash"):
