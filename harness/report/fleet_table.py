@@ -2,7 +2,8 @@
 router can beat and the single-cache references of the same stream, what its router loses against
 that bound, and what the cache design changes under the same router (apc vs radix fleets).
 
-One row per fleet configuration, keyed by workload, hardware, replicas, capacity, the load (mode,
+One row per fleet configuration, keyed by workload, hardware, replicas, capacity, the host tier
+per replica (tier-off and tier-on runs are never averaged), the load (mode,
 rate, concurrency: a burst and a Poisson run are never averaged), engine and router;
 `router_loss` is the bound minus the hit rate, per run, then averaged (never negative: the bound
 holds for every run), `design_delta` the other design's row of the same key minus this one's.
@@ -15,7 +16,17 @@ import pandas as pd
 
 from harness.report.decomposition import CACHE_A, CACHE_B
 
-KEY = ["workload", "hardware", "replicas", "kv_capacity_tokens", "load_mode", "rate", "concurrency"]
+KEY = [
+    "workload",
+    "hardware",
+    "replicas",
+    "kv_capacity_tokens",
+    "host_tier_tokens",
+    "load_mode",
+    "rate",
+    "concurrency",
+]
+HOST_TIER = "config.engine.host_tier.tokens"  # a run with a host tier per replica is its own row
 LOAD = {
     "load_mode": "config.load.mode",
     "rate": "config.load.rate",
@@ -55,6 +66,8 @@ def fleet_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if "hardware" not in out:
         out["hardware"] = None
     out["hardware"] = out["hardware"].fillna("-")
+    tier = out[HOST_TIER] if HOST_TIER in out else pd.Series(0, index=out.index)
+    out["host_tier_tokens"] = [_label(v) for v in tier.fillna(0)]  # runs before tiers: none
     for col, source in LOAD.items():  # "-": not set (no rate in a burst, no concurrency cap)
         values = out[source] if source in out else pd.Series(None, index=out.index, dtype=object)
         out[col] = [_label(v) for v in values]

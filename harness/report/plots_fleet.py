@@ -62,7 +62,7 @@ def _sweep_figure(inputs: Inputs, key: dict, group: pd.DataFrame, runs: pd.DataF
     axes[0].legend(fontsize=7)
     fig.suptitle(
         f"{key['workload']} on {key['replicas']} replicas ({key['hardware']}, "
-        f"{int(key['kv_capacity_tokens']):,} KV tokens each, {_load(key)}): routers",
+        f"{int(key['kv_capacity_tokens']):,} KV tokens each{_tier(key)}, {_load(key)}): routers",
         fontsize=10,
     )
     fig.tight_layout()
@@ -74,10 +74,16 @@ def _sweep_figure(inputs: Inputs, key: dict, group: pd.DataFrame, runs: pd.DataF
         key["hardware"],
         f"x{key['replicas']}",
         f"kv{int(key['kv_capacity_tokens'])}",
+        *([] if key["host_tier_tokens"] == "0" else [f"host{key['host_tier_tokens']}"]),
         key["load_mode"],
         f"rate{key['rate']}",
         f"c{key['concurrency']}",
     )
+
+
+def _tier(key: dict) -> str:
+    tokens = key["host_tier_tokens"]
+    return "" if tokens == "0" else f" + a {int(tokens):,}-token host tier"
 
 
 def _load(key: dict) -> str:

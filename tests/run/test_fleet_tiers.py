@@ -9,6 +9,8 @@ import json
 import pandas as pd
 import pytest
 
+from harness.report.build import load
+from harness.report.fleet_table import fleet_table
 from harness.run.execute import execute
 from tests.harness_util import compose_config, with_base
 
@@ -57,3 +59,16 @@ def test_a_tier_off_fleet_reports_no_tier(tmp_path):
     assert "host_tier" not in summary and "host_link" not in summary
     assert all(set(p) == TIERLESS_REPLICA for p in summary["fleet_per_replica"])
     assert summary["prompt_tokens_cached_host"] == 0 and (rows["host_cached_tokens"] == 0).all()
+
+
+def test_the_fleet_table_keeps_tier_off_and_tier_on_apart(tmp_path):
+    """fleet.csv keyed runs by capacity and load only, so a tier sweep's two arms were averaged
+    into one row (n_runs 2, a hit rate neither run had)."""
+    for tokens in (0, 4096):
+        run_dir = tmp_path / f"host{tokens}"
+        args = ["engine=apc", f"engine.host_tier.tokens={tokens}"]
+        assert execute(compose_config(with_base([*FLEET, *args])), run_dir) == 0
+    table = fleet_table(load(tmp_path)[0])
+    assert sorted(table["host_tier_tokens"]) == ["0", "4096"]
+    assert (table["n_runs"] == 1).all()
+    assert table["fleet_hit_rate"].nunique() == 2  # the tier served hits the other run lacks
