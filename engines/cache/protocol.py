@@ -270,6 +270,18 @@ class PrefixPeek(Protocol):
 
 
 @runtime_checkable
+class HostPrefixPeek(Protocol):
+    """Capability: read how much of a sequence the device and its host tier hold together,
+    changing nothing (a precise router that indexes host tiers too, as llm-d's precise scheduler
+    indexes the blocks vLLM offloads to CPU, probes each replica with it)."""
+
+    def held_prefix_tokens(self, seq: Sequence) -> int:
+        """Leading tokens of `seq.token_ids` on the device (`PrefixPeek`) or, past them, ready in
+        the host tier in its own unit: what a load would make cached. Changes nothing."""
+        ...
+
+
+@runtime_checkable
 class KvEventSource(Protocol):
     """Capability: the cache's changes as KV-cache events (engines/cache/records.py `KvEvent`),
     in the order it made them. A server publishes them after each step; the step-locked twin

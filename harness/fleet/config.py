@@ -56,6 +56,10 @@ class FleetConfig:
     # in-process fleet: `router` is then its policy, the twin predicts each of its decisions
     # (docs/fleet.md §5). None: the fleet of engines in this process.
     real: str | None = None
+    # The precise routers count what each replica's host tier holds past its device prefix (a
+    # load would make it cached), as llm-d's precise scheduler indexes the blocks vLLM offloads to
+    # CPU; false: they see the device caches only. Needs engine.host_tier.
+    index_host_tier: bool = False
     # A mixed fleet (docs/fleet.md §1): cache designs (engines/cache DESIGNS) cycled over the
     # replicas, replica i of designs[i % len]; each replica of a design other than engine.cache
     # gets that design's preset (harness/fleet/mixed.py). None: every replica is the run's engine.
@@ -92,7 +96,20 @@ class FleetConfig:
 
     def validate_engines(self, engine: EngineConfig) -> None:
         """A mixed fleet: each design's replica engine config must be valid (one line naming
-        the design); nothing to check otherwise."""
+        the design); a host-tier index needs a tier and a router that reads caches."""
+        if self.index_host_tier:
+            from harness.fleet.policies import PRECISE
+
+            if engine.host_tier.tokens <= 0:
+                raise BadInput(
+                    "fleet.index_host_tier: the replicas have no host tier; set "
+                    "engine.host_tier.tokens > 0"
+                )
+            if self.router not in PRECISE or self.real is not None:
+                raise BadInput(
+                    f"fleet.index_host_tier: router {self.router!r} reads no cache; it is read "
+                    f"by the in-process fleet's {', '.join(PRECISE)}"
+                )
         if self.designs is not None:
             from harness.fleet.mixed import replica_engines
 

@@ -162,6 +162,7 @@ class Fleet:
             self.clock.now(),
             [e.cache for e in self.replicas] if self.precise else None,
             pending=[list(p.values()) for p in self.pending] if self.wants_pending else None,
+            host_tiers=self.cfg.index_host_tier,
         )
         routed = Routed(
             req.request_id, req.prompt_ids, self.sessions.get(req.request_id), req.salt, req.lora_id

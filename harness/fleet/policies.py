@@ -51,6 +51,9 @@ class FleetView:
     cached: list[int] | None = None
     # The prompts in flight at each replica (PENDING routers only)
     pending: list[list[Ids[int]]] | None = None
+    # With `caches`: count what each replica's host tier holds past its device prefix
+    # (fleet.index_host_tier; the HostPrefixPeek capability)
+    host_tiers: bool = False
 
     @property
     def num_replicas(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence as Ids
 from typing import TYPE_CHECKING
 
-from engines.cache.protocol import PrefixCache, PrefixPeek
+from engines.cache.protocol import HostPrefixPeek, PrefixCache, PrefixPeek
 from engines.sequence import Sequence
 
 if TYPE_CHECKING:  # policies.py imports this module
@@ -19,11 +19,21 @@ if TYPE_CHECKING:  # policies.py imports this module
 
 
 def cached_prefix_tokens(
-    cache: PrefixCache, prompt_ids: Ids[int], salt: str | None = None, lora_id: str | None = None
+    cache: PrefixCache,
+    prompt_ids: Ids[int],
+    salt: str | None = None,
+    lora_id: str | None = None,
+    host: bool = False,
 ) -> int:
-    """Leading tokens of the prompt the cache holds (no last-token cap: what is stored)."""
+    """Leading tokens of the prompt the cache holds (no last-token cap: what is stored); with
+    `host`, what its host tier holds past them counts too."""
     if not isinstance(cache, PrefixPeek):
         raise TypeError(f"no read-only probe for {cache.name!r}: it is no PrefixPeek")
+    reader: HostPrefixPeek | None = None
+    if host:
+        if not isinstance(cache, HostPrefixPeek):
+            raise TypeError(f"no host-tier probe for {cache.name!r}: it has no host tier to read")
+        reader = cache
     seq = Sequence(
         seq_id="\0fleet-probe",
         token_ids=prompt_ids,  # type: ignore[arg-type]  # read only
@@ -32,7 +42,7 @@ def cached_prefix_tokens(
         salt=salt,
         lora_id=lora_id,
     )
-    return cache.cached_prefix_tokens(seq)
+    return reader.held_prefix_tokens(seq) if reader else cache.cached_prefix_tokens(seq)
 
 
 def truly_cached(req: Routed, view: FleetView) -> list[int]:
@@ -48,4 +58,7 @@ def cached_at(req: Routed, view: FleetView, replicas: Ids[int]) -> list[int]:
     if view.caches is None or isinstance(req.prompt, str):
         raise ValueError("a precise router needs each replica's cache and token-id prompts")
     prompt = req.prompt
-    return [cached_prefix_tokens(view.caches[i], prompt, req.salt, req.lora_id) for i in replicas]
+    return [
+        cached_prefix_tokens(view.caches[i], prompt, req.salt, req.lora_id, view.host_tiers)
+        for i in replicas
+    ]

@@ -12,7 +12,7 @@ import pytest
 from harness.report.build import load
 from harness.report.fleet_table import fleet_table
 from harness.run.execute import execute
-from tests.harness_util import compose_config, with_base
+from tests.harness_util import compose_config, run_harness, with_base
 
 FLEET = [
     "executor=simulated",
@@ -72,3 +72,34 @@ def test_the_fleet_table_keeps_tier_off_and_tier_on_apart(tmp_path):
     assert sorted(table["host_tier_tokens"]) == ["0", "4096"]
     assert (table["n_runs"] == 1).all()
     assert table["fleet_hit_rate"].nunique() == 2  # the tier served hits the other run lacks
+
+
+def test_a_router_that_indexes_host_tiers_sends_a_prompt_back_to_its_tier(tmp_path):
+    """kv_aware over device caches only sees nothing of a group whose prefix left the device,
+    and spreads its prompts by load; indexing the host tiers (llm-d's precise scheduler indexes
+    vLLM's CPU-offloaded blocks) sends them where a load brings the prefix back, so more of
+    the fleet's hits come from the host."""
+    tier = ["engine=apc", "engine.host_tier.tokens=4096", "fleet.router=kv_aware"]
+    tier += ["load.mode=poisson", "load.rate=2"]  # each decision sees the caches its past left
+    blind, _ = run(tmp_path / "blind", tier)
+    seeing, rows = run(tmp_path / "seeing", [*tier, "fleet.index_host_tier=true"])
+    assert seeing["prompt_tokens_cached_host"] > blind["prompt_tokens_cached_host"]
+    assert seeing["hit_rate"] > blind["hit_rate"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["fleet.router=kv_aware", "fleet.index_host_tier=true"], "no host tier"),
+        (
+            ["engine.host_tier.tokens=4096", "fleet.index_host_tier=true"],
+            "router 'round_robin' reads no cache",
+        ),
+    ],
+)
+def test_a_host_tier_index_needs_a_tier_and_a_router_that_reads_caches(args, needle, tmp_path):
+    out = tmp_path / "run"
+    done = run_harness(with_base([*FLEET, "engine=apc", *args]), out)
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and needle in lines[0], lines
+    assert not out.exists()

@@ -7,6 +7,8 @@ Blocks are cached when allocated, before the forward pass that fills them (§4.2
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -152,10 +154,21 @@ class KVCacheManager:
 
     def peek(self, seq: Sequence) -> int:
         """Leading cached blocks of all of `seq`'s tokens, as `lookup(capped=False)` finds them,
-        leaving no trace: the hash memo `seq.seq_id` had before (or none) is put back."""
+        leaving no trace (`traceless`)."""
+        with self.traceless(seq):
+            return len(self.lookup(seq, capped=False))
+
+    def peek_keys(self, seq: Sequence) -> list[bytes]:
+        """`block_keys` leaving no trace (`traceless`)."""
+        with self.traceless(seq):
+            return self.block_keys(seq)
+
+    @contextlib.contextmanager
+    def traceless(self, seq: Sequence) -> Iterator[None]:
+        """Whatever runs inside leaves `seq.seq_id`'s hash memo as it was (or absent)."""
         before = self._hashes.get(seq.seq_id)
         try:
-            return len(self.lookup(seq, capped=False))
+            yield
         finally:
             if before is None:
                 self._hashes.pop(seq.seq_id, None)

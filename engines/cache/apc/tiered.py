@@ -106,6 +106,17 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
             return None  # a load in flight reads these chunks: the request waits for it
         return host
 
+    def held_prefix_tokens(self, seq: Sequence) -> int:
+        """The device's cached prefix, then the host's ready chunks from the chunk it ends in
+        (HostPrefixPeek): read only, no memo left, no policy touched."""
+        device = self.cached_prefix_tokens(seq)
+        unit, bpc = self.chunk_tokens, self.blocks_per_chunk
+        keys = self.manager.peek_keys(seq)[bpc - 1 :: bpc]
+        start = n = device // unit
+        while n < len(keys) and keys[n] in self.store.ready:
+            n += 1
+        return max(device, n * unit) if n > start else device
+
     def host_load(self, seq: Sequence, device_tokens: int, host_tokens: int) -> None:
         self.queries += seq.num_tokens - device_tokens
         self.hits += host_tokens
