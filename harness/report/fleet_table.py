@@ -75,10 +75,13 @@ def fleet_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _router(row: pd.Series) -> str:
-    """The policy, behind the real router that ran it (`sglang-router/cache_aware`) when one did:
-    a real router's run and the in-process fleet's are never averaged."""
+    """The policy, behind the real router that ran it (`sglang-router/cache_aware`) when one did,
+    and marked `+host` when it indexed the replicas' host tiers (fleet.index_host_tier): such
+    runs are never averaged with the in-process fleet's or the device-only router's."""
     real = row.get("config.fleet.real")
     policy = str(row["config.fleet.router"])
+    if row.get("config.fleet.index_host_tier") is True:
+        policy += "+host"
     return f"{real}/{policy}" if isinstance(real, str) and real else policy
 
 

@@ -42,6 +42,8 @@ def _row(r: pd.Series) -> list[object]:
     engine = str(r.get("config.engine.cache") or r.get("backend"))
     tokens = int(r[TIER_TOKENS])
     label = f"{engine} + {_tier_label(engine)}" if tokens else f"{engine}, no tier"
+    if r.get("config.fleet.index_host_tier") is True:
+        label += ", router sees it"  # fleet.index_host_tier
     return [
         label,
         100 * _num(r, "hit_rate"),

@@ -11,6 +11,7 @@ import pytest
 
 from harness.report.build import load
 from harness.report.fleet_table import fleet_table
+from harness.report.tier_table import tier_table
 from harness.run.execute import execute
 from tests.harness_util import compose_config, run_harness, with_base
 
@@ -85,6 +86,9 @@ def test_a_router_that_indexes_host_tiers_sends_a_prompt_back_to_its_tier(tmp_pa
     seeing, rows = run(tmp_path / "seeing", [*tier, "fleet.index_host_tier=true"])
     assert seeing["prompt_tokens_cached_host"] > blind["prompt_tokens_cached_host"]
     assert seeing["hit_rate"] > blind["hit_rate"]
+    runs = load(tmp_path)[0]  # the two routers are two rows, never averaged
+    assert sorted(fleet_table(runs)["router"]) == ["kv_aware", "kv_aware+host"]
+    assert sorted(tier_table(runs)["run"]) == ["apc + CPU tier", "apc + CPU tier, router sees it"]
 
 
 @pytest.mark.parametrize(
