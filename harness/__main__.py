@@ -28,8 +28,46 @@ def _on_signal(signum, frame):
     raise RunInterrupted(signal.Signals(signum).name)
 
 
+_pending: list[str] = []  # a start-up signal held until the import it arrived in is done
+
+
 def _startup_signal(signum, frame):
-    raise StartupInterrupted(signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    if _importing(frame):
+        # Raised inside an import, the exception can surface in a C++ extension's initialisation
+        # (torch's), which aborts the process (SIGABRT, exit -6: seen once in CI) instead of
+        # unwinding. Hold it and raise as soon as no import is running.
+        _pending.append(name)
+        signal.signal(signal.SIGALRM, _raise_pending)
+        signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
+        return
+    raise StartupInterrupted(name)
+
+
+PENDING_CHECK_S = 0.02
+
+
+def _raise_pending(signum, frame):
+    if _importing(frame):
+        signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
+        return
+    raise StartupInterrupted(_pending[0])
+
+
+def _raise_held() -> None:
+    """Raise a start-up signal held through an import now (a point where nothing is written)."""
+    if _pending:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        raise StartupInterrupted(_pending[0])
+
+
+def _importing(frame) -> bool:
+    """Whether an import is on the stack of `frame`."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _cli() -> int:
@@ -43,10 +81,13 @@ def _cli() -> int:
     from harness.run.execute import EXIT_OK, execute, sweep_exit_code
     from workloads.progress import progress
 
-    problem = preflight(sys.argv[1:]) or claim_before_hydra(sys.argv[1:])
+    problem = preflight(sys.argv[1:])
+    _raise_held()  # before the run directory is claimed: an interrupted start leaves nothing
+    problem = problem or claim_before_hydra(sys.argv[1:])
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    _raise_held()
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
 
