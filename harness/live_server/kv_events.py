@@ -38,6 +38,9 @@ __all__ = [
 
 KV_EVENTS_FILE = "kv_events.jsonl"  # the server's stream of the measured phase
 TWIN_EVENTS_FILE = "kv_events_twin.jsonl"  # the step-locked twin's own
+# `Subscriber.wait_for`: how long a stream showing none of the run's blocks is given before they
+# are taken as blocks the server does not share
+NONE_SEEN_GRACE_S = 2.0
 _MASK64 = (1 << 64) - 1
 
 
@@ -191,14 +194,19 @@ class Subscriber:
         returns how many are still missing. A loaded server publishes a step's events up to
         seconds after its replies (two runs of the README command lost their last two
         batches to a quiet window of 0.5 s), so the run's own prompt blocks, not silence, say
-        when the stream has its tail. Hashes the server does not share (none seen so far: another
-        hash seed) are not waited for."""
-        deadline = time.monotonic() + timeout_s
+        when the stream has its tail. Hashes the server does not share (none seen after
+        `NONE_SEEN_GRACE_S`: another hash seed) are not waited for longer; the grace is there
+        because the first of them may still be on its way (a test caught the reader thread a
+        moment behind a batch sent just before the call)."""
+        start = time.monotonic()
+        deadline = start + timeout_s
+        grace = start + min(NONE_SEEN_GRACE_S, timeout_s)
         while True:
             # a copy: the reader thread appends meanwhile
             seen = {h for b in since_last_clear(list(self.batches)) for h in b.stored}
             missing = len(expected - seen)
-            if not missing or not (expected & seen) or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if not missing or now >= deadline or (not expected & seen and now >= grace):
                 return missing
             time.sleep(0.05)
 

@@ -61,15 +61,23 @@ def wired(tmp_path):
         ctx.term()
 
 
-def test_the_subscriber_waits_for_the_runs_own_blocks(wired):
+@pytest.mark.parametrize("first_s", [0.0, 0.5])
+def test_the_subscriber_waits_for_the_runs_own_blocks(wired, first_s):
+    """The second batch comes 1.5 s late; the first at once or 0.5 s late (none of the run's
+    blocks seen yet when the wait starts: CI caught the reader a moment behind even at once)."""
     pub, sub = wired
-    pub.send_multipart(_message(1, {"type": "AllBlocksCleared"}, _stored(11, 12)))
-    late = threading.Timer(1.5, lambda: pub.send_multipart(_message(2, _stored(13))))
-    late.start()
+    first = _message(1, {"type": "AllBlocksCleared"}, _stored(11, 12))
+    timers = [
+        threading.Timer(first_s, lambda: pub.send_multipart(first)),
+        threading.Timer(1.5, lambda: pub.send_multipart(_message(2, _stored(13)))),
+    ]
+    for timer in timers:
+        timer.start()
     try:
         assert sub.wait_for({11, 12, 13}, timeout_s=30.0) == 0
     finally:
-        late.join()  # never leave the timer to send on a socket the fixture closed
+        for timer in timers:  # never leave a timer to send on a socket the fixture closed
+            timer.join()
     assert [b.stored for b in sub.batches if b.stored] == [(11, 12), (13,)]
 
 
