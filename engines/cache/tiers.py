@@ -9,7 +9,7 @@ HostTier)` and drives the tier through the protocol only.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Container, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -165,6 +165,16 @@ class HostReset(NamedTuple):
 
 
 HostEvent = HostStore | HostLoad | HostEvict | HostReset
+
+
+def held_past_device(device_tokens: int, unit: int, keys: list[Any], held: Container[Any]) -> int:
+    """Leading tokens held on the device or in the host tier (HostPrefixPeek): the device's
+    `device_tokens`, then the tier's units that continue them from the unit they end in; `keys`
+    are the prompt's unit keys in order, `held` the tier's ready ones."""
+    start = n = device_tokens // unit
+    while n < len(keys) and keys[n] in held:
+        n += 1
+    return max(device_tokens, n * unit) if n > start else device_tokens
 
 
 def token_slots(table: list[int], block_size: int, start: int, end: int) -> np.ndarray:

@@ -33,6 +33,7 @@ from engines.cache.tiers import (
     TierStats,
     TransferLog,
     Transfers,
+    held_past_device,
     token_slots,
 )
 from engines.sequence import Sequence
@@ -109,13 +110,10 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
     def held_prefix_tokens(self, seq: Sequence) -> int:
         """The device's cached prefix, then the host's ready chunks from the chunk it ends in
         (HostPrefixPeek): read only, no memo left, no policy touched."""
+        bpc = self.blocks_per_chunk
+        keys = self.manager.peek_keys(seq)[bpc - 1 :: bpc]  # chunk_keys, leaving no memo
         device = self.cached_prefix_tokens(seq)
-        unit, bpc = self.chunk_tokens, self.blocks_per_chunk
-        keys = self.manager.peek_keys(seq)[bpc - 1 :: bpc]
-        start = n = device // unit
-        while n < len(keys) and keys[n] in self.store.ready:
-            n += 1
-        return max(device, n * unit) if n > start else device
+        return held_past_device(device, self.chunk_tokens, keys, self.store.ready)
 
     def host_load(self, seq: Sequence, device_tokens: int, host_tokens: int) -> None:
         self.queries += seq.num_tokens - device_tokens

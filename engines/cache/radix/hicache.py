@@ -33,6 +33,7 @@ from engines.cache.tiers import (
     TierStats,
     TransferLog,
     Transfers,
+    held_past_device,
     token_slots,
 )
 from engines.sequence import Sequence
@@ -191,14 +192,10 @@ class TieredRadixCache(RadixCache, HostTier):
     def held_prefix_tokens(self, seq: Sequence) -> int:
         """The tree's cached prefix, then the host pages that continue it (HostPrefixPeek):
         read only (keys hashed afresh, not memoized; no recency moved)."""
-        device = self.cached_prefix_tokens(seq)
         p = self.page_size
         extra = (extra_key_of(seq), seq.salt)
         keys = page_keys(seq.token_ids, extra, p, len(seq.token_ids) // p)
-        start = n = device // p
-        while n < len(keys) and keys[n] in self.host:
-            n += 1
-        return max(device, n * p) if n > start else device
+        return held_past_device(self.cached_prefix_tokens(seq), p, keys, self.host)
 
     def host_load(self, seq: Sequence, device_tokens: int, host_tokens: int) -> None:
         self.queries += seq.num_tokens - device_tokens
