@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report.decomposition import CACHE_A, CACHE_B
+from harness.report.tier_table import TIER_TOKENS, router_sees_tiers
 
 KEY = [
     "workload",
@@ -26,7 +27,6 @@ KEY = [
     "rate",
     "concurrency",
 ]
-HOST_TIER = "config.engine.host_tier.tokens"  # a run with a host tier per replica is its own row
 LOAD = {
     "load_mode": "config.load.mode",
     "rate": "config.load.rate",
@@ -66,7 +66,7 @@ def fleet_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if "hardware" not in out:
         out["hardware"] = None
     out["hardware"] = out["hardware"].fillna("-")
-    tier = out[HOST_TIER] if HOST_TIER in out else pd.Series(0, index=out.index)
+    tier = out[TIER_TOKENS] if TIER_TOKENS in out else pd.Series(0, index=out.index)
     out["host_tier_tokens"] = [_label(v) for v in tier.fillna(0)]  # runs before tiers: none
     for col, source in LOAD.items():  # "-": not set (no rate in a burst, no concurrency cap)
         values = out[source] if source in out else pd.Series(None, index=out.index, dtype=object)
@@ -80,7 +80,7 @@ def _router(row: pd.Series) -> str:
     runs are never averaged with the in-process fleet's or the device-only router's."""
     real = row.get("config.fleet.real")
     policy = str(row["config.fleet.router"])
-    if row.get("config.fleet.index_host_tier") is True:
+    if router_sees_tiers(row):
         policy += "+host"
     return f"{real}/{policy}" if isinstance(real, str) and real else policy
 

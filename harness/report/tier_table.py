@@ -10,11 +10,13 @@ rerun a suite and compare it with the committed table.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from engines.cache import DESIGNS
 
 TIER_TOKENS = "config.engine.host_tier.tokens"
+INDEXED = "config.fleet.index_host_tier"  # a fleet's precise router saw the host tiers
 COLUMNS = [
     "run",
     "hit %",
@@ -42,8 +44,8 @@ def _row(r: pd.Series) -> list[object]:
     engine = str(r.get("config.engine.cache") or r.get("backend"))
     tokens = int(r[TIER_TOKENS])
     label = f"{engine} + {_tier_label(engine)}" if tokens else f"{engine}, no tier"
-    if r.get("config.fleet.index_host_tier") is True:
-        label += ", router sees it"  # fleet.index_host_tier
+    if router_sees_tiers(r):
+        label += ", router sees it"
     return [
         label,
         100 * _num(r, "hit_rate"),
@@ -56,6 +58,13 @@ def _row(r: pd.Series) -> list[object]:
         _num(r, "host_link.load_stall_s"),
         _num(r, "host_link.store_bytes") / 1e9,
     ]
+
+
+def router_sees_tiers(r: pd.Series) -> bool:
+    """Whether the run's fleet router indexed the replicas' host tiers (fleet.index_host_tier;
+    a loaded column may hold numpy booleans, or NaN for runs before the key)."""
+    value = r.get(INDEXED)
+    return isinstance(value, (bool, np.bool_)) and bool(value)
 
 
 def _tier_label(engine: str) -> str:
