@@ -29,25 +29,19 @@ def _on_signal(signum, frame):
 
 
 _pending: list[str] = []  # a start-up signal held until the import it arrived in is done
+PENDING_CHECK_S = 0.02  # how soon a held signal looks again for the import's end
 
 
 def _startup_signal(signum, frame):
-    name = signal.Signals(signum).name
-    if _importing(frame):
-        # Raised inside an import, the exception can surface in a C++ extension's initialisation
-        # (torch's), which aborts the process (SIGABRT, exit -6: seen once in CI) instead of
-        # unwinding. Hold it and raise as soon as no import is running.
-        _pending.append(name)
-        signal.signal(signal.SIGALRM, _raise_pending)
-        signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
-        return
-    raise StartupInterrupted(name)
-
-
-PENDING_CHECK_S = 0.02
+    _pending.append(signal.Signals(signum).name)
+    signal.signal(signal.SIGALRM, _raise_pending)
+    _raise_pending(signum, frame)
 
 
 def _raise_pending(signum, frame):
+    # Raised inside an import, the exception can surface in a C++ extension's initialisation
+    # (torch's), which aborts the process (SIGABRT, exit -6: seen once in CI) instead of
+    # unwinding. Hold it, and raise as soon as no import is running.
     if _importing(frame):
         signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
         return
