@@ -17,51 +17,11 @@ _sweep_codes: list[int] = []  # one exit code per finished sweep job
 _sweep_bar: list = []  # the sweep's job counter, made by its first job (a terminal only)
 
 
-class StartupInterrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM before the runner's own handling is in place."""
-
-
 def _on_signal(signum, frame):
     # SIGINT too: a shell may start us with SIGINT ignored, and one exception type is simpler.
     from harness.run.pipeline import RunInterrupted
 
     raise RunInterrupted(signal.Signals(signum).name)
-
-
-_pending: list[str] = []  # a start-up signal held until the import it arrived in is done
-PENDING_CHECK_S = 0.02  # how soon a held signal looks again for the import's end
-
-
-def _startup_signal(signum, frame):
-    _pending.append(signal.Signals(signum).name)
-    signal.signal(signal.SIGALRM, _raise_pending)
-    _raise_pending(signum, frame)
-
-
-def _raise_pending(signum, frame):
-    # Raised inside an import, the exception can surface in a C++ extension's initialisation
-    # (torch's), which aborts the process (SIGABRT, exit -6: seen once in CI) instead of
-    # unwinding. Hold it, and raise as soon as no import is running.
-    if _importing(frame):
-        signal.setitimer(signal.ITIMER_REAL, PENDING_CHECK_S)
-        return
-    raise StartupInterrupted(_pending[0])
-
-
-def _raise_held() -> None:
-    """Raise a start-up signal held through an import now (a point where nothing is written)."""
-    if _pending:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        raise StartupInterrupted(_pending[0])
-
-
-def _importing(frame) -> bool:
-    """Whether an import is on the stack of `frame`."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _cli() -> int:
@@ -71,19 +31,20 @@ def _cli() -> int:
 
     from harness.config.preflight import preflight
     from harness.config.schema import CONF_DIR
+    from harness.config.startup_signals import raise_held
     from harness.results.identity import claim_before_hydra
     from harness.run.execute import EXIT_OK, execute, sweep_exit_code
     from workloads.progress import progress
 
     problem = preflight(sys.argv[1:])
-    _raise_held()  # before the run directory is claimed: an interrupted start leaves nothing
+    raise_held()  # before the run directory is claimed: an interrupted start leaves nothing
     problem = problem or claim_before_hydra(sys.argv[1:])
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    _raise_held()
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    raise_held()  # one that arrived before the run's handlers took over
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def main(dcfg) -> None:
@@ -111,9 +72,10 @@ def _cli() -> int:
 if __name__ == "__main__":
     # Handlers first: the imports and the preflight take seconds, and an interrupt there must end
     # as cleanly as one during the run.
-    signal.signal(signal.SIGINT, _startup_signal)
-    signal.signal(signal.SIGTERM, _startup_signal)
     try:
+        from harness.config.startup_signals import hold_startup_signals
+
+        hold_startup_signals()
         sys.exit(_cli())
     except KeyboardInterrupt as exc:
         print(f"error: {exc or 'SIGINT'} during start-up; nothing was run", file=sys.stderr)

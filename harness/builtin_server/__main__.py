@@ -4,25 +4,28 @@ The configuration is composed from conf/serve.yaml with the harness's groups (en
 every engine knob is an override (`engine.kv_capacity_tokens=8192`). Bad input is one `error: `
 line and exit 2; SIGINT/SIGTERM stop the server cleanly (uvicorn lets in-flight requests finish
 for `timeout_graceful_shutdown_s`, then the engine thread aborts the rest) and exit 0. SIGINT
-while the server is still starting (loading the model) is one line and exit 130.
+while the server is still starting (loading the model) is one line and exit 130: the signal is
+held until it can be raised where unwinding is safe (harness/config/startup_signals.py).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
 
 
 def main(argv: list[str]) -> int:
+    from harness.config.startup_signals import raise_held
+
     try:
         prepared = _start(argv)
         if isinstance(prepared, int):
             return prepared
+        raise_held()
         from harness.builtin_server.server import serve
 
-        serve(prepared)  # raises KeyboardInterrupt only before uvicorn handles the signals
+        serve(prepared)  # raises a held start-up signal before it prints that it serves
     except KeyboardInterrupt:  # Ctrl-C while importing torch or building the model
         print("interrupted while starting; nothing was served", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -46,16 +49,13 @@ def _start(argv: list[str]):
         return EXIT_BAD_INPUT
 
 
-def _exit(code: int) -> None:
-    if code == EXIT_INTERRUPTED:
-        # A KeyboardInterrupt raised inside Python code that C code ran during an import (torch
-        # does) leaves the interpreter's "unhandled interrupt" flag set, and exit would then
-        # kill the process with SIGINT instead of exiting 130: leave directly, output flushed.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
-
-
 if __name__ == "__main__":
-    _exit(main(sys.argv[1:]))
+    try:
+        from harness.config.startup_signals import hold_startup_signals
+
+        hold_startup_signals()  # the process's start-up only: main() also runs inside tests
+        code = main(sys.argv[1:])
+    except KeyboardInterrupt:  # before main's own handling (a stdlib-only import)
+        print("interrupted while starting; nothing was served", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    sys.exit(code)

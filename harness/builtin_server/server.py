@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import math
 import signal
@@ -211,14 +210,6 @@ def _uvicorn_server(prepared: Prepared, port: int):
     grace_s = cfg.timeout_graceful_shutdown_s
 
     class Server(uvicorn.Server):
-        signals_taken = False  # uvicorn's own SIGINT/SIGTERM handlers have been installed
-
-        @contextlib.contextmanager
-        def capture_signals(self):
-            with super().capture_signals():
-                self.signals_taken = True
-                yield
-
         async def shutdown(self, sockets=None) -> None:
             loop = asyncio.get_running_loop()
             timer = loop.call_later(grace_s, thread.fail_in_flight, "the server is shutting down")
@@ -244,24 +235,26 @@ def _uvicorn_server(prepared: Prepared, port: int):
 
 def serve(prepared: Prepared) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn's handlers), then stop the engine thread."""
+    from harness.config.startup_signals import raise_held
+
     cfg = prepared.cfg
+    server = _uvicorn_server(prepared, cfg.port)
+
+    def on_signal(signum, frame) -> None:
+        """From here on a signal stops the server cleanly (exit 0): before uvicorn takes the
+        signals, it starts and at once shuts down; after, uvicorn raises the signal it acted on
+        again once it has shut down, which is then complete."""
+        server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    raise_held()  # one that arrived before: the start-up was interrupted, nothing served
     print(
         f"serving {prepared.model.name} ({cfg.engine.cache} cache, {cfg.engine.scheduler_design} "
         f"scheduler) on http://{cfg.host}:{cfg.port}",
         file=sys.stderr,
         flush=True,
     )
-    server = _uvicorn_server(prepared, cfg.port)
-
-    def on_signal(signum, frame) -> None:
-        """Before uvicorn takes the signals: an interrupted start-up (KeyboardInterrupt, which
-        __main__ reports in one line). After: uvicorn raises the signal it acted on again once
-        it has shut down, which is then complete, so the process ends normally."""
-        if not server.signals_taken:
-            raise KeyboardInterrupt
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
     server.run()
 
 
