@@ -1,7 +1,8 @@
 """vLLM's offloading-blog shape in simulation: one request's TTFT computed cold against loaded from
-the host tier, Llama-3.1-8B on one H100 (docs/tiers.md §8.3).
+the host tier, Llama-3.1-8B on one H100 or GH200 (docs/tiers.md §8.3; its two tables are
+checked by tests/run/test_tier_blog_shape_docs.py).
 
-    python scripts/tiers_single_request.py [--hardware h100_llama3_8b_bf16]
+    python scripts/tiers_single_request.py [--hardware h100_llama3_8b_bf16|gh200_llama3_8b_bf16]
 
 For each prompt length and design: send a fresh prompt (computed), push it out of a device cache
 only a little larger than it with a second prompt, send it again (a host-tier hit, loaded over the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 from hydra import compose, initialize_config_dir
@@ -47,12 +49,23 @@ def send(engine: Engine, rid: str, prompt: tuple[int, ...]) -> RequestRecord:
     return next(r for r in engine.records if r.request_id == rid)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hardware", default="h100_llama3_8b_bf16")
-    hw = preset(parser.parse_args().hardware)
+class Shape(NamedTuple):
+    """One design at one prompt length: the cold and the host-hit TTFT."""
+
+    cache: str
+    tokens: int
+    computed_s: float
+    host_tokens: int
+    hit_s: float
+    load_s: float
+
+
+def measure(hardware: str) -> list[Shape]:
+    """Every design at every length of LENGTHS on the `hardware` preset (seeded prompts)."""
+    hw = preset(hardware)
     model = dataclasses.replace(PRESETS.get("tiny"), max_position_embeddings=1 << 18)
     rng = np.random.default_rng(0)
+    out = []
     for cache, block in ((d.name, d.block_size) for d in designs()):  # each at its upstream size
         for n in LENGTHS:
             cfg = EngineConfig(
@@ -70,11 +83,19 @@ def main() -> None:
             send(engine, "other", other)
             hit = send(engine, "hit", a)
             cold_s, hit_s = (r.first_token_s - r.arrival_s for r in (cold, hit))
-            print(
-                f"{cache:5s} {n:6d} tokens: computed {cold_s * 1e3:8.1f} ms, host hit "
-                f"{hit.host_cached_tokens:6d} tokens {hit_s * 1e3:7.1f} ms (load "
-                f"{hit.host_load_s * 1e3:6.1f} ms): {cold_s / hit_s:5.1f}x lower"
-            )
+            out.append(Shape(cache, n, cold_s, hit.host_cached_tokens, hit_s, hit.host_load_s))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hardware", default="h100_llama3_8b_bf16")
+    for s in measure(parser.parse_args().hardware):
+        print(
+            f"{s.cache:5s} {s.tokens:6d} tokens: computed {s.computed_s * 1e3:8.1f} ms, host hit "
+            f"{s.host_tokens:6d} tokens {s.hit_s * 1e3:7.1f} ms (load "
+            f"{s.load_s * 1e3:6.1f} ms): {s.computed_s / s.hit_s:5.1f}x lower"
+        )
 
 
 if __name__ == "__main__":
