@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engines.cache import DESIGNS as DESIGN_REGISTRY
 from harness.claims import keys
 from harness.claims.arms import APC, RADIX, engine
 from harness.claims.experiment import ArmResult
 
 DESIGNS = (APC, RADIX)
-TIER_NAME = {APC: "vLLM's CPU tier", RADIX: "HiCache"}  # what each design's tier models
+TIER_NAME = {d: DESIGN_REGISTRY.get(d).tier_label for d in DESIGNS}  # the registry's one name
 OFF, ON = "no tier", "tier"
 HOST_TIER = "engine.host_tier.tokens"
 HOST_HIT_RATE, DEVICE_HIT_RATE = "host_hit_rate", "device_hit_rate"

@@ -147,7 +147,8 @@ CLAIM = Claim(
     "requests.",
     "vLLM blog 'Inside vLLM's new KV offloading connector' (H100, Llama-3.1-8B, GPU prefix caching "
     "off); vLLM 0.33 OffloadingConnector",
-    "Decided on apc + vLLM's CPU tier (the blog's engine), radix + HiCache beside: the second "
+    "Decided on apc + CPU tier (vLLM's offloading connector: the blog's engine), radix + HiCache "
+    "beside: the second "
     "pass's throughput with the tier on over off, at its best CPU hit rate ('up to'). Holds when it "
     "reaches 9x; does not hold when it stays under 4.5x at every hit rate; undecided in between. "
     "Device hits of the second pass are reported. Deterministic runs: exact values, no interval.",

@@ -150,7 +150,8 @@ CLAIM = Claim(
     "vLLM blog 'Inside vLLM's new KV offloading connector' (H100, Llama-3.1-8B, GPU prefix caching "
     "off, DMA ~50 GB/s one way); vLLM 0.33 OffloadingConnector (vllm/distributed/kv_transfer/"
     "kv_connector/v1/offloading_connector.py)",
-    "Decided on apc + vLLM's CPU tier (the blog's engine), radix + HiCache beside. Per prompt "
+    "Decided on apc + CPU tier (vLLM's offloading connector: the blog's engine), radix + HiCache "
+    "beside. Per prompt "
     "length, the ratio of the re-sent prompt's TTFT computed (tier off) over loaded from the host "
     "(tier on). Holds when the ratio is at least 2x at every length and the longest prompt's lies "
     "within a factor of 2 of the blog's top (11-44x); does not hold when it is under 2x at every "
