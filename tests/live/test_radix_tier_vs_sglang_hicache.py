@@ -3,7 +3,9 @@ host pool and cache controller, run as a server with three stubs: tests/live/sgl
 the same requests, one at a time, must give every request the same device and host cached tokens
 (docs/tiers.md §3.5), under each write policy. Streams: a prompt re-sent after device eviction,
 one seen twice before eviction (what write_through_selective needs), a prompt under the load-back
-threshold, a conversation's second turn, and generated prompts sharing prefixes.
+threshold, a conversation's second turn, and generated prompts sharing prefixes; with a 1 GB host
+pool (never full) and, after eight more prompts, with one the size of the device pool
+(`--hicache-ratio 1`), which these streams overflow.
 
 Opt-in, like tests/live/test_sglang_server.py: skipped without .venv-sglang (its CPU setup uses
 placeholder kernel packages and is not part of CI). One server per write policy (a few minutes).
@@ -12,6 +14,7 @@ placeholder kernel packages and is not part of CI). One server per write policy 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +26,8 @@ pytestmark = pytest.mark.sglang
 
 KV_TOKENS = 640  # device tokens on both sides (--max-total-tokens; engine.kv_capacity_tokens)
 OUT = 4
+# --hicache-ratio of the evicting runs: a host pool of 641 tokens (640 + SGLang's padding page)
+HOST_RATIO = 1.0
 
 Send = Callable[[str, tuple[int, ...], int], tuple[int, ...]]
 
@@ -58,20 +63,69 @@ def streams(p: Prompts, rng: np.random.Generator, send_one: Send) -> None:
         send_one(f"g{i}", head + tail, int(rng.integers(2, 9)))
 
 
-@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
+def evicting(p: Prompts, rng: np.random.Generator, send_one: Send) -> None:
+    """Streams whose KV exceeds device plus host (HOST_RATIO's pool): eight 200-token prompts
+    then five of them again, newest first; then every stream of `streams`."""
+    singles = [p.tokens(200) for _ in range(8)]
+    for i, prompt in enumerate(singles):
+        send_one(f"s{i}", prompt, OUT)
+    for i in (7, 5, 3, 1, 0):
+        send_one(f"s{i}r", singles[i], OUT)
+    streams(p, rng, send_one)
+
+
+POLICIES = ["write_through", "write_through_selective", "write_back"]
+
+
+@pytest.mark.parametrize("write_policy", POLICIES)
 def test_per_request_tiers_equal_sglangs_hicache(write_policy, tmp_path):
+    compare(write_policy, tmp_path, None, streams)
+
+
+WRITE_BACK_EVICTING = pytest.mark.xfail(
+    strict=True,
+    reason="write_back with a host pool that evicts: 63 of 64 requests equal; g17 gets 140 host "
+    "tokens upstream, 0 here. Upstream's tree keeps a host node's bounds when a request loads it "
+    "back (the loaded head and the request's tail stay two nodes, written back and freed as two "
+    "when the device evicts them); the project's device tree inserts them as one leaf, so its "
+    "write-back frees host room in other units (docs/tiers.md §3.5)",
+)
+
+
+@pytest.mark.parametrize(
+    "write_policy",
+    [
+        "write_through",
+        "write_through_selective",
+        pytest.param("write_back", marks=WRITE_BACK_EVICTING),
+    ],
+)
+def test_per_request_tiers_equal_with_a_host_pool_that_evicts(write_policy, tmp_path):
+    engine = compare(write_policy, tmp_path, HOST_RATIO, evicting)
+    assert engine.loop.scheduler.cache.host_stats().evicted > 0  # the host pool did evict
+
+
+def compare(
+    write_policy: str,
+    tmp_path: Path,
+    host_ratio: float | None,
+    stream: Callable[[Prompts, np.random.Generator, Send], None],
+):
+    """Run `stream` on SGLang's server, then the same requests with its outputs on engine=radix
+    with the host pool's logged size; every request's (device, host) cached tokens must be
+    equal. Returns the project's engine."""
     if not VENV_PYTHON.exists():
         pytest.skip("SGLang is opt-in: run `bash scripts/setup_sglang.sh` to make .venv-sglang")
     log = tmp_path / "sglang.log"
     served: list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, int]]] = []
-    with hicache_server(KV_TOKENS, write_policy, log) as url:
+    with hicache_server(KV_TOKENS, write_policy, log, host_ratio) as url:
 
         def send_one(rid: str, prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
             reply = generate(url, prompt, n)
             served.append((rid, prompt, reply.output_ids, (reply.device, reply.host)))
             return reply.output_ids
 
-        streams(Prompts(7), np.random.default_rng(7), send_one)
+        stream(Prompts(7), np.random.default_rng(7), send_one)
     host_tokens = host_pool_tokens(log)
     engine = tier_engine(
         "radix", kv_tokens=KV_TOKENS, tokens=host_tokens, write_policy=write_policy
@@ -82,3 +136,4 @@ def test_per_request_tiers_equal_sglangs_hicache(write_policy, tmp_path):
         f"{rid} ours {ours[rid]} sglang {theirs[rid]}" for rid in ours if ours[rid] != theirs[rid]
     )
     assert any(host for _, host in theirs.values())  # the streams reached the host tier
+    return engine
