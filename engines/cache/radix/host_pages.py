@@ -26,6 +26,11 @@ class HostPages:
         self.log = log
         self.held: OrderedDict[int, None] = OrderedDict()
         self.resident: set[int] = set()  # keys whose page the device tree holds
+        # the held keys the device does not hold, in `held`'s order (the only ones a write may
+        # drop), and under write_back those it does (loaded back), in the order they became so:
+        # each search for room walks its candidates only
+        self.host_only: OrderedDict[int, None] = OrderedDict()
+        self.dups: OrderedDict[int, None] = OrderedDict()
         self.parent: dict[int, int | None] = {}  # keys held or resident -> the page before
         self.kids: dict[int, int] = {}  # key -> its children held or resident
         self.run_of: dict[int, int] = {}  # host-only key -> its run (an evicted node)
@@ -41,6 +46,8 @@ class HostPages:
     def clear(self) -> None:
         self.held.clear()
         self.resident.clear()
+        self.host_only.clear()
+        self.dups.clear()
         self.parent.clear()
         self.kids.clear()
         self.run_of.clear()
@@ -57,6 +64,10 @@ class HostPages:
                 continue
             if key not in self.held:
                 self._link(key, keys[j - 1] if j else None)
+            else:
+                self.host_only.pop(key, None)
+                if self.write_back:
+                    self.dups[key] = None
             self.resident.add(key)
             run = self.run_of.pop(key, None)
             if run is not None:  # its evicted node is split: the rest stays host-only
@@ -70,6 +81,7 @@ class HostPages:
         run = []
         for key in keys[start:]:
             self.resident.discard(key)
+            self.dups.pop(key, None)
             if key in self.held:
                 run.append(key)
             else:
@@ -84,6 +96,8 @@ class HostPages:
             self.next_run += 1
             for key in reversed(run):  # host leaves go in the order the device let them go
                 self.held.move_to_end(key)
+                self.host_only[key] = None
+                self.host_only.move_to_end(key)
 
     def _link(self, key: int, parent: int | None) -> None:
         self.parent[key] = parent
@@ -116,11 +130,14 @@ class HostPages:
             held[key] = None
             if key not in self.resident:
                 self._link(key, keys[i - 1] if i else parent)
+                self.host_only[key] = None
             stored += 1
             if events is not None:  # one event a page: a later page's write may drop it
                 events.append(HostStore((key,), slots[i], True))
         for key in reversed(keys[:end]):
             held.move_to_end(key)
+            if key in self.host_only:
+                self.host_only.move_to_end(key)
         return stored
 
     def _make_room(self, writing: list[int]) -> bool:
@@ -131,18 +148,14 @@ class HostPages:
         if self.write_back:
             own = set(writing)
             dup = next(
-                (k for k in self.held if k in self.resident and k not in pinned and k not in own),
+                (k for k in self.dups if k not in pinned and k not in own),
                 None,
             )
             if dup is not None:
                 self._drop([dup])
                 return True
         leaf = next(
-            (
-                k
-                for k in self.held
-                if k not in self.resident and k not in self.kids and k not in pinned
-            ),
+            (k for k in self.host_only if k not in self.kids and k not in pinned),
             None,
         )
         if leaf is None:
@@ -163,6 +176,8 @@ class HostPages:
     def _drop(self, keys: list[int]) -> None:
         for key in keys:
             del self.held[key]
+            self.host_only.pop(key, None)
+            self.dups.pop(key, None)
             self.run_of.pop(key, None)
             if key not in self.resident:
                 self._unlink(key)
