@@ -86,6 +86,7 @@ class TieredRadixCache(RadixCache, HostTier):
         self.tree.on_evict = self._on_device_evict
         self.queries = self.hits = self.stored = 0
         self.log = TransferLog()
+        self.chain_ends: dict[int, tuple[TreeNode, int]] = {}  # `_chain_end`'s memo
         self.pages = HostPages(self.host_pages, self.threshold is None, self.log)
 
     # ---- keys -------------------------------------------------------------------------------
@@ -100,17 +101,39 @@ class TieredRadixCache(RadixCache, HostTier):
             extend_keys(keys, head, seq.token_ids, self.page_size, num_pages)
         return keys[:num_pages]
 
-    def _leaf_keys(self, leaf: TreeNode) -> tuple[list[int], int]:
-        """The page keys of the path root -> leaf and the index of the leaf's first page."""
-        edges: list[bytes] = []
-        node: TreeNode | None = leaf
-        while node is not None and node.parent is not None:
-            edges.append(node.tokens)
-            node = node.parent
-        tokens = [t for edge in reversed(edges) for t in unpack(edge)]
+    def _leaf_keys(self, leaf: TreeNode) -> tuple[list[int], int | None]:
+        """The page keys of `leaf`'s own pages and the key of the page before them (None at the
+        root), chained on from its parent's end (`_chain_end`)."""
+        parent = leaf.parent
+        assert parent is not None  # the root is never evicted
+        head = self._chain_end(parent, leaf.key_extra)
+        tokens = unpack(leaf.tokens)
+        keys: list[int] = []
+        extend_keys(keys, head, tokens, self.page_size, len(tokens) // self.page_size)
+        return keys, (None if parent.parent is None else head)
+
+    def _chain_end(self, node: TreeNode, extra: object) -> int:
+        """The chain key after `node`'s last page, memoized per node: a split keeps the lower
+        half as the same node with the same end, so a memo stays right while the node lives
+        (dropped when it is evicted)."""
+        path: list[TreeNode] = []
+        h = hash(("hicache", extra))
+        cur: TreeNode | None = node
+        while cur is not None and cur.parent is not None:
+            memo = self.chain_ends.get(id(cur))
+            if memo is not None and memo[0] is cur:
+                h = memo[1]
+                break
+            path.append(cur)
+            cur = cur.parent
         p = self.page_size
-        keys = page_keys(tokens, leaf.key_extra, p, len(tokens) // p)
-        return keys, (len(tokens) - len(leaf.value)) // p
+        for cur in reversed(path):
+            tokens = unpack(cur.tokens)
+            keys: list[int] = []
+            extend_keys(keys, h, tokens, p, len(tokens) // p)
+            h = keys[-1] if keys else h
+            self.chain_ends[id(cur)] = (cur, h)
+        return h
 
     # ---- writes -----------------------------------------------------------------------------
     def _write(
@@ -152,17 +175,17 @@ class TieredRadixCache(RadixCache, HostTier):
         super().release(seq, finished=finished)
 
     def _on_device_evict(self, leaf: TreeNode) -> None:
-        keys, first = self._leaf_keys(leaf)
+        keys, parent = self._leaf_keys(leaf)
+        self.chain_ends.pop(id(leaf), None)
         if self.counts_inserts:
-            for key in keys[first:]:
+            for key in keys:
                 self.inserts.pop(key, None)
         if self.threshold is None:  # write_back: written as the device lets it go
             p = self.page_size
             value = np.asarray(leaf.value, dtype=np.int64)
-            slots = [value[j * p : (j + 1) * p] for j in range(len(keys) - first)]
-            parent = keys[first - 1] if first else None
-            self._write(keys[first:], parent, None, slots if self.log.events is not None else [])
-        self.pages.off_device(keys, first)
+            slots = [value[j * p : (j + 1) * p] for j in range(len(keys))]
+            self._write(keys, parent, None, slots if self.log.events is not None else [])
+        self.pages.off_device(keys, 0)
 
     # ---- lookup and load-back ---------------------------------------------------------------
     def allocate_budgeted(self, items: list[RadixAllocation]) -> bool:
@@ -254,6 +277,7 @@ class TieredRadixCache(RadixCache, HostTier):
         if not super().reset():
             return False
         self.pages.clear()
+        self.chain_ends.clear()
         self.inserts.clear()
         self.seq_keys.clear()
         self.queries = self.hits = self.stored = 0
