@@ -32,8 +32,12 @@ class Served(NamedTuple):
 
 
 @contextmanager
-def hicache_server(kv_tokens: int, write_policy: str, log: Path) -> Iterator[str]:
-    """A server of `kv_tokens` device tokens (page size 1) and a 1 GB host pool; its URL."""
+def hicache_server(
+    kv_tokens: int, write_policy: str, log: Path, host_ratio: float | None = None
+) -> Iterator[str]:
+    """A server of `kv_tokens` device tokens (page size 1) and a 1 GB host pool, or with
+    `host_ratio` a host pool of that many times the device pool (`--hicache-ratio`: SGLang sizes it
+    int(device tokens x ratio) plus one page, `mem_cache/pool_host/base.py`); its URL."""
     port = free_port()
     env = {
         **os.environ,
@@ -49,7 +53,7 @@ def hicache_server(kv_tokens: int, write_policy: str, log: Path) -> Iterator[str
         "--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
         "--grammar-backend", "none", "--disable-cuda-graph", "--page-size", "1",
         "--max-total-tokens", str(kv_tokens), "--enable-cache-report",
-        "--enable-hierarchical-cache", "--hicache-size", "1",
+        "--enable-hierarchical-cache", *_host_size(host_ratio),
         "--hicache-write-policy", write_policy,
     ]  # fmt: skip
     with log.open("w") as out:
@@ -60,6 +64,13 @@ def hicache_server(kv_tokens: int, write_policy: str, log: Path) -> Iterator[str
         yield url
     finally:
         _stop(proc)
+
+
+def _host_size(host_ratio: float | None) -> list[str]:
+    """The host pool's size flags: 1 GB (the smallest --hicache-size), or a ratio of the device."""
+    if host_ratio is None:
+        return ["--hicache-size", "1"]
+    return ["--hicache-ratio", str(host_ratio)]
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:

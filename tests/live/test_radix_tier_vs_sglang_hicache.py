@@ -3,7 +3,9 @@ host pool and cache controller, run as a server with three stubs: tests/live/sgl
 the same requests, one at a time, must give every request the same device and host cached tokens
 (docs/tiers.md §3.5), under each write policy. Streams: a prompt re-sent after device eviction,
 one seen twice before eviction (what write_through_selective needs), a prompt under the load-back
-threshold, a conversation's second turn, and generated prompts sharing prefixes.
+threshold, a conversation's second turn, and generated prompts sharing prefixes; with a 1 GB host
+pool (never full) and, after eight more prompts, with one or two times the device pool
+(`--hicache-ratio`), which these streams overflow.
 
 Opt-in, like tests/live/test_sglang_server.py: skipped without .venv-sglang (its CPU setup uses
 placeholder kernel packages and is not part of CI). One server per write policy (a few minutes).
@@ -12,6 +14,7 @@ placeholder kernel packages and is not part of CI). One server per write policy 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,20 +61,80 @@ def streams(p: Prompts, rng: np.random.Generator, send_one: Send) -> None:
         send_one(f"g{i}", head + tail, int(rng.integers(2, 9)))
 
 
-@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
+def evicting(p: Prompts, rng: np.random.Generator, send_one: Send) -> None:
+    """Streams whose KV exceeds device plus host (a pool of one or two device pools): eight
+    200-token prompts then five of them again, newest first; then every stream of `streams`."""
+    singles = [p.tokens(200) for _ in range(8)]
+    for i, prompt in enumerate(singles):
+        send_one(f"s{i}", prompt, OUT)
+    for i in (7, 5, 3, 1, 0):
+        send_one(f"s{i}r", singles[i], OUT)
+    streams(p, rng, send_one)
+
+
+POLICIES = ["write_through", "write_through_selective", "write_back"]
+
+
+@pytest.mark.parametrize("write_policy", POLICIES)
 def test_per_request_tiers_equal_sglangs_hicache(write_policy, tmp_path):
+    _, theirs = compare(write_policy, tmp_path, None, streams)
+    assert any(host for _, host in theirs.values())  # the streams reached the host tier
+
+
+WRITE_BACK_EVICTING = pytest.mark.xfail(
+    strict=True,
+    reason="write_back with a 641-token host pool: 63 of 64 requests equal; g17 gets 140 host "
+    "tokens from SGLang and 0 here. It would hit g14's path; here g16's admission evicts g15's "
+    "path from the device (a loaded-back 183-token head and its tail, 362 pages written back) and "
+    "the write drops g14's 222-page run, which SGLang keeps at least 140 tokens of. Which upstream "
+    "rule keeps it is not found yet: splitting the write-back at the loaded head's bounds (two "
+    "nodes upstream) and never reclaiming device duplicates each leave g17 at 0 (docs/tiers.md "
+    "§3.5)",
+)
+
+
+# --hicache-ratio: SGLang sizes the pool int(640 x ratio) tokens plus one padding page, all usable
+# (mem_cache/pool_host/base.py): 641 tokens (writes fail while the device holds what the host
+# does) and 1281
+@pytest.mark.parametrize(
+    ("host_ratio", "write_policy"),
+    [
+        (1.0, "write_through"),  # SGLang serves no host hit here: each is a miss on both sides
+        (1.0, "write_through_selective"),
+        pytest.param(1.0, "write_back", marks=WRITE_BACK_EVICTING),
+        (2.0, "write_through"),
+        (2.0, "write_through_selective"),
+        (2.0, "write_back"),
+    ],
+)
+def test_per_request_tiers_equal_with_a_host_pool_that_evicts(host_ratio, write_policy, tmp_path):
+    engine, theirs = compare(write_policy, tmp_path, host_ratio, evicting)
+    assert engine.loop.scheduler.cache.host_stats().evicted > 0  # the host pool did evict
+    if host_ratio > 1:
+        assert any(host for _, host in theirs.values())
+
+
+def compare(
+    write_policy: str,
+    tmp_path: Path,
+    host_ratio: float | None,
+    stream: Callable[[Prompts, np.random.Generator, Send], None],
+):
+    """Run `stream` on SGLang's server, then the same requests with its outputs on engine=radix
+    with the host pool's logged size; every request's (device, host) cached tokens must be
+    equal. Returns the project's engine and SGLang's (device, host) per request."""
     if not VENV_PYTHON.exists():
         pytest.skip("SGLang is opt-in: run `bash scripts/setup_sglang.sh` to make .venv-sglang")
     log = tmp_path / "sglang.log"
     served: list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, int]]] = []
-    with hicache_server(KV_TOKENS, write_policy, log) as url:
+    with hicache_server(KV_TOKENS, write_policy, log, host_ratio) as url:
 
         def send_one(rid: str, prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
             reply = generate(url, prompt, n)
             served.append((rid, prompt, reply.output_ids, (reply.device, reply.host)))
             return reply.output_ids
 
-        streams(Prompts(7), np.random.default_rng(7), send_one)
+        stream(Prompts(7), np.random.default_rng(7), send_one)
     host_tokens = host_pool_tokens(log)
     engine = tier_engine(
         "radix", kv_tokens=KV_TOKENS, tokens=host_tokens, write_policy=write_policy
@@ -81,4 +144,4 @@ def test_per_request_tiers_equal_sglangs_hicache(write_policy, tmp_path):
     assert ours == theirs, ", ".join(
         f"{rid} ours {ours[rid]} sglang {theirs[rid]}" for rid in ours if ours[rid] != theirs[rid]
     )
-    assert any(host for _, host in theirs.values())  # the streams reached the host tier
+    return engine, theirs

@@ -84,3 +84,25 @@ def test_the_tier_is_a_declared_capability_and_off_is_the_plain_cache():
     assert isinstance(tier_engine("radix", tokens=4096).loop.scheduler.cache, HostTier)
     plain = tier_engine("radix", tokens=0).loop.scheduler.cache
     assert not isinstance(plain, HostTier) and type(plain).__name__ == "RadixCache"
+
+
+def test_a_full_host_pool_keeps_the_copies_of_pages_still_on_the_device():
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=300)  # one prompt's worth of pages
+    cache = engine.loop.scheduler.cache
+    send(engine, "a1", prompts.tokens(300), OUT)
+    assert cache.host_stats().stored == 300  # the pool is full; a's pages are still on the device
+    send(engine, "b1", prompts.tokens(300), OUT)
+    stats = cache.host_stats()  # no host leaf to drop: b's write fails, as upstream's backup does
+    assert (stats.stored, stats.evicted) == (300, 0)
+
+
+def test_a_host_hit_survives_its_own_admissions_write_back():
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=300, write_policy="write_back")
+    a = prompts.tokens(300)
+    send(engine, "a1", a, OUT)
+    fill(engine, prompts, n=2)  # the second filler evicts a: its pages fill the host pool
+    # a2's admission evicts the first filler, whose write-back finds only a's pages to drop:
+    # they are a2's hit, held until loaded (upstream's load-back locks its host node)
+    assert tiers(send(engine, "a2", a, OUT)) == (0, 299)

@@ -6,28 +6,27 @@ The device tree is `RadixCache` unchanged. Host copies are kept per page, keyed 
 the page's whole prefix, so one walk finds the device prefix and then the host pages that follow
 it. When a copy is written is the write policy's: on a finished request's insert once a page has
 been inserted `threshold` times (write_through 1, write_through_selective 2), or when the device
-evicts it (write_back). A host hit of at least `load_back_threshold` tokens is loaded back: the
-request holds those tokens as if computed and its insert puts them in the tree.
+evicts it (write_back); what a full host pool drops is upstream's (host_pages.py). A host hit of
+at least `load_back_threshold` tokens is loaded back: the request holds those tokens as if
+computed and its insert puts them in the tree.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence as Tokens
 
 import numpy as np
 
-from engines.cache.radix.cache import RadixCache
+from engines.cache.radix.cache import RadixAllocation, RadixCache
 from engines.cache.radix.hooks import extra_key_of
+from engines.cache.radix.host_pages import HostPages
 from engines.cache.radix.key import unpack
 from engines.cache.radix.node import TreeNode
 from engines.cache.tiers import (
     LOAD_LAYERWISE,
     HostEvent,
-    HostEvict,
     HostLoad,
     HostReset,
-    HostStore,
     HostTier,
     HostTierConfig,
     TierStats,
@@ -78,7 +77,6 @@ class TieredRadixCache(RadixCache, HostTier):
         self.host_pages = tier.tokens // self.page_size
         self.threshold = THRESHOLDS[tier.write_policy]
         self.load_back_threshold = tier.load_back_threshold
-        self.host: OrderedDict[int, None] = OrderedDict()  # least recently used first
         self.inserts: dict[int, int] = {}  # device pages' insert counts (upstream node.hit_count)
         # write_through writes every page on its first insert: the counts decide nothing then
         self.counts_inserts = self.threshold is not None and self.threshold > 1
@@ -86,8 +84,10 @@ class TieredRadixCache(RadixCache, HostTier):
         # insert hash each page once, not once a call (at page 1 a key is a token)
         self.seq_keys: dict[str, tuple[Sequence, list[int]]] = {}
         self.tree.on_evict = self._on_device_evict
-        self.queries = self.hits = self.stored = self.evicted_pages = 0
+        self.queries = self.hits = self.stored = 0
         self.log = TransferLog()
+        self.chain_ends: dict[int, tuple[TreeNode, int]] = {}  # `_chain_end`'s memo
+        self.pages = HostPages(self.host_pages, self.threshold is None, self.log)
 
     # ---- keys -------------------------------------------------------------------------------
     def _seq_keys(self, seq: Sequence, num_tokens: int) -> list[int]:
@@ -101,46 +101,57 @@ class TieredRadixCache(RadixCache, HostTier):
             extend_keys(keys, head, seq.token_ids, self.page_size, num_pages)
         return keys[:num_pages]
 
-    def _leaf_keys(self, leaf: TreeNode) -> tuple[list[int], int]:
-        """The page keys of the path root -> leaf and the index of the leaf's first page."""
-        edges: list[bytes] = []
-        node: TreeNode | None = leaf
-        while node is not None and node.parent is not None:
-            edges.append(node.tokens)
-            node = node.parent
-        tokens = [t for edge in reversed(edges) for t in unpack(edge)]
+    def _leaf_keys(self, leaf: TreeNode) -> tuple[list[int], int | None]:
+        """The page keys of `leaf`'s own pages and the key of the page before them (None at the
+        root), chained on from its parent's end (`_chain_end`)."""
+        parent = leaf.parent
+        assert parent is not None  # the root is never evicted
+        head = self._chain_end(parent, leaf.key_extra)
+        tokens = unpack(leaf.tokens)
+        keys: list[int] = []
+        extend_keys(keys, head, tokens, self.page_size, len(tokens) // self.page_size)
+        return keys, (None if parent.parent is None else head)
+
+    def _chain_end(self, node: TreeNode, extra: object) -> int:
+        """The chain key after `node`'s last page, memoized per node: a split keeps the lower
+        half as the same node with the same end, so a memo stays right while the node lives
+        (dropped when it is evicted)."""
+        path: list[TreeNode] = []
+        h = hash(("hicache", extra))
+        cur: TreeNode | None = node
+        while cur is not None and cur.parent is not None:
+            memo = self.chain_ends.get(id(cur))
+            if memo is not None and memo[0] is cur:
+                h = memo[1]
+                break
+            path.append(cur)
+            cur = cur.parent
         p = self.page_size
-        keys = page_keys(tokens, leaf.key_extra, p, len(tokens) // p)
-        return keys, (len(tokens) - len(leaf.value)) // p
+        for cur in reversed(path):
+            tokens = unpack(cur.tokens)
+            keys: list[int] = []
+            extend_keys(keys, h, tokens, p, len(tokens) // p)
+            h = keys[-1] if keys else h
+            self.chain_ends[id(cur)] = (cur, h)
+        return h
 
     # ---- writes -----------------------------------------------------------------------------
-    def _write(self, keys: list[int], seq: Sequence | None, slots: list[np.ndarray]) -> None:
-        """Host copies of `keys` (a prefix run), dropping least recently used pages; the run's
-        head ends most recent, so a full pool drops tails before the heads they hang from.
-        `seq`: the request whose insert wrote them (None: a write-back of evicted pages);
-        `slots`: each key's device token slots (empty unless copy events are kept)."""
-        host, room, events = self.host, self.host_pages, self.log.events  # locals: a hot loop
-        stored = 0
-        for i in reversed(range(len(keys))):
-            key = keys[i]
-            if key in host:
-                host.move_to_end(key)
-                continue
-            if len(host) >= room:
-                dropped, _ = host.popitem(last=False)
-                self.evicted_pages += 1
-                if events is not None:
-                    events.append(HostEvict((dropped,)))
-            host[key] = None
-            stored += 1
-            if events is not None:  # one event a page: a later page's write may drop it
-                events.append(HostStore((key,), slots[i], True))
+    def _write(
+        self, keys: list[int], parent: int | None, seq: Sequence | None, slots: list[np.ndarray]
+    ) -> None:
+        """Host copies of `keys` (a chain run after `parent`; host_pages.py says what a full
+        pool drops). `seq`: the request whose insert wrote them (None: a write-back of evicted
+        pages); `slots`: each key's device token slots (empty unless copy events are kept)."""
+        stored = self.pages.write(keys, parent, slots)
         if stored:
             self.stored += stored
             self.log.store(seq, stored * self.page_size)
 
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.get(seq.seq_id)
+        if finished and st is not None and not self.tree.disable:
+            n = st.kv_committed_len // self.page_size * self.page_size
+            self.pages.on_device(self._seq_keys(seq, n), 0)  # its insert puts every page there
         if finished and st is not None and self.threshold is not None and not self.tree.disable:
             p = self.page_size
             n = st.kv_committed_len // p * p
@@ -157,37 +168,55 @@ class TieredRadixCache(RadixCache, HostTier):
                     due.append(key)
                     if table is not None:
                         slots.append(token_slots(table, p, i * p, (i + 1) * p))
-            self._write(due, seq, slots)
+            self._write(due, None, seq, slots)  # due: a run from the first page
         if finished:
             self.seq_keys.pop(seq.seq_id, None)
+        self.pages.pins.clear()  # releases come between passes: no lookup awaits its load
         super().release(seq, finished=finished)
 
     def _on_device_evict(self, leaf: TreeNode) -> None:
-        if not self.counts_inserts and self.threshold is not None:
-            return  # write_through: no counts to drop, nothing written on eviction
-        keys, first = self._leaf_keys(leaf)
-        for key in keys[first:]:
-            self.inserts.pop(key, None)
+        keys, parent = self._leaf_keys(leaf)
+        self.chain_ends.pop(id(leaf), None)
+        if self.counts_inserts:
+            for key in keys:
+                self.inserts.pop(key, None)
         if self.threshold is None:  # write_back: written as the device lets it go
             p = self.page_size
             value = np.asarray(leaf.value, dtype=np.int64)
-            slots = [value[j * p : (j + 1) * p] for j in range(len(keys) - first)]
-            self._write(keys[first:], None, slots if self.log.events is not None else [])
+            slots = [value[j * p : (j + 1) * p] for j in range(len(keys))]
+            self._write(keys, parent, None, slots if self.log.events is not None else [])
+        self.pages.off_device(keys, 0)
 
     # ---- lookup and load-back ---------------------------------------------------------------
+    def allocate_budgeted(self, items: list[RadixAllocation]) -> bool:
+        """The pass's allocation; then only its own admissions' pins wait (for their loads)."""
+        done = super().allocate_budgeted(items)
+        admitted = {item.seq.seq_id for item in items}
+        pins = self.pages.pins
+        self.pages.pins = {rid: keys for rid, keys in pins.items() if rid in admitted}
+        return done
+
+    def allocate_decode(self, items: list[RadixAllocation]) -> bool:
+        self.pages.pins.clear()  # a decode step admits nothing: no lookup awaits its load
+        return super().allocate_decode(items)
+
     def host_lookup(self, seq: Sequence, device_tokens: int) -> int | None:
         if seq.skip_cache_read:
             return 0
         p = self.page_size
         limit = (seq.num_tokens - 1) // p * p  # the same cap as the device match
         keys = self._seq_keys(seq, limit)
-        n = 0
-        for key in keys[device_tokens // p :]:
-            if key not in self.host:
+        held, start, n = self.pages.held, device_tokens // p, 0
+        for key in keys[start:]:
+            if key not in held:
                 break
             n += 1
         host = n * p
-        return host if host >= max(self.load_back_threshold, 1) else 0
+        if host < max(self.load_back_threshold, 1):
+            self.pages.pins.pop(seq.seq_id, None)
+            return 0
+        self.pages.pins[seq.seq_id] = keys[start : start + n]
+        return host
 
     def held_prefix_tokens(self, seq: Sequence) -> int:
         """The tree's cached prefix, then the host pages that continue it (HostPrefixPeek):
@@ -195,16 +224,19 @@ class TieredRadixCache(RadixCache, HostTier):
         p = self.page_size
         extra = (extra_key_of(seq), seq.salt)
         keys = page_keys(seq.token_ids, extra, p, len(seq.token_ids) // p)
-        return held_past_device(self.cached_prefix_tokens(seq), p, keys, self.host)
+        return held_past_device(self.cached_prefix_tokens(seq), p, keys, self.pages.held)
 
     def host_load(self, seq: Sequence, device_tokens: int, host_tokens: int) -> None:
+        self.pages.pins.pop(seq.seq_id, None)
         self.queries += seq.num_tokens - device_tokens
         self.hits += host_tokens
         if host_tokens:
             p = self.page_size
-            keys = self._seq_keys(seq, device_tokens + host_tokens)[device_tokens // p :]
+            chain = self._seq_keys(seq, device_tokens + host_tokens)
+            keys = chain[device_tokens // p :]
             for key in reversed(keys):  # the head ends most recent
-                self.host.move_to_end(key)
+                self.pages.held.move_to_end(key)
+            self.pages.on_device(chain, device_tokens // p)  # loaded back into the tree
             self.log.load(seq, host_tokens)
             if self.log.events is not None:
                 end = device_tokens + host_tokens
@@ -227,7 +259,7 @@ class TieredRadixCache(RadixCache, HostTier):
             hits=self.hits,
             stored=self.stored * p,
             loaded=self.hits,
-            evicted=self.evicted_pages * p,
+            evicted=self.pages.evicted * p,
         )
 
     def host_take_transfers(self) -> Transfers:
@@ -244,10 +276,11 @@ class TieredRadixCache(RadixCache, HostTier):
         """A flush clears the host pool too (upstream's reset clears the host pool)."""
         if not super().reset():
             return False
-        self.host.clear()
+        self.pages.clear()
+        self.chain_ends.clear()
         self.inserts.clear()
         self.seq_keys.clear()
-        self.queries = self.hits = self.stored = self.evicted_pages = 0
+        self.queries = self.hits = self.stored = 0
         if self.log.events is not None:
             self.log.events.append(HostReset())
         return True
