@@ -8,10 +8,15 @@ docs write it and found verbatim in its table.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from scripts.tiers_single_request import Shape, measure
 from tests.harness_util import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))  # scripts/ is a folder of programs, imported by name
+
+from tiers_single_request import Shape, measure  # noqa: E402
 
 TABLES = {  # preset -> the line that opens its table's header
     "h100_llama3_8b_bf16": "| prompt tokens | computed TTFT ms |",
@@ -22,7 +27,7 @@ TABLES = {  # preset -> the line that opens its table's header
 def _docs_rows(header: str) -> list[str]:
     lines = (ROOT / "docs" / "tiers.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header))
-    rows = []
+    rows: list[str] = []
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             return rows
@@ -36,7 +41,7 @@ def _cell(s: Shape) -> str:
 
 def _rows(shapes: list[Shape]) -> list[str]:
     by = {(s.cache, s.tokens): s for s in shapes}
-    rows = []
+    rows: list[str] = []
     for n in sorted({s.tokens for s in shapes}):
         apc, radix = by["apc", n], by["radix", n]
         assert apc.computed_s == radix.computed_s  # one cold cost: the designs differ in the hit
