@@ -150,29 +150,31 @@ class TieredRadixCache(RadixCache, HostTier):
     def release(self, seq: Sequence, *, finished: bool) -> None:
         st = self.reqs.get(seq.seq_id)
         if finished and st is not None and not self.tree.disable:
-            n = st.kv_committed_len // self.page_size * self.page_size
-            self.pages.on_device(self._seq_keys(seq, n), 0)  # its insert puts every page there
-        if finished and st is not None and self.threshold is not None and not self.tree.disable:
-            p = self.page_size
-            n = st.kv_committed_len // p * p
-            keys = self._seq_keys(seq, n)
-            due, slots = [], []
-            table = self.block_table(seq) if self.log.events is not None else None
-            if table is None and not self.counts_inserts:  # write_through: every page is due
-                due, keys = keys, []
-            for i, key in enumerate(keys):  # a finished request's insert counts once per page
-                count = 1
-                if self.counts_inserts:
-                    count = self.inserts[key] = self.inserts.get(key, 0) + 1
-                if count >= self.threshold:
-                    due.append(key)
-                    if table is not None:
-                        slots.append(token_slots(table, p, i * p, (i + 1) * p))
-            self._write(due, None, seq, slots)  # due: a run from the first page
+            keys = self._seq_keys(seq, st.kv_committed_len // self.page_size * self.page_size)
+            self.pages.on_device(keys, 0)  # its insert puts every page there
+            if self.threshold is not None:
+                self._write_inserted(seq, keys, self.threshold)
         if finished:
             self.seq_keys.pop(seq.seq_id, None)
         self.pages.pins.clear()  # releases come between passes: no lookup awaits its load
         super().release(seq, finished=finished)
+
+    def _write_inserted(self, seq: Sequence, keys: list[int], threshold: int) -> None:
+        """The pages of a finished request's insert that reached `threshold` inserts, written."""
+        p = self.page_size
+        due, slots = [], []
+        table = self.block_table(seq) if self.log.events is not None else None
+        if table is None and not self.counts_inserts:  # write_through: every page is due
+            due, keys = keys, []
+        for i, key in enumerate(keys):  # a finished request's insert counts once per page
+            count = 1
+            if self.counts_inserts:
+                count = self.inserts[key] = self.inserts.get(key, 0) + 1
+            if count >= threshold:
+                due.append(key)
+                if table is not None:
+                    slots.append(token_slots(table, p, i * p, (i + 1) * p))
+        self._write(due, None, seq, slots)  # due: a run from the first page
 
     def _on_device_evict(self, leaf: TreeNode) -> None:
         keys, parent = self._leaf_keys(leaf)

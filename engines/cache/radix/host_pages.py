@@ -121,12 +121,16 @@ class HostPages:
         are kept). Returns the pages stored."""
         held, events = self.held, self.log.events
         stored, end = 0, len(keys)
+        kept: tuple[set[int], set[int]] | None = None  # what no room-making may drop, once
         for i, key in enumerate(keys):
             if key in held:
                 continue
-            if len(held) >= self.room and not self._make_room(keys):
-                end = i
-                break
+            if len(held) >= self.room:
+                if kept is None:
+                    kept = ({k for ks in self.pins.values() for k in ks}, set(keys))
+                if not self._make_room(*kept):
+                    end = i
+                    break
             held[key] = None
             if key not in self.resident:
                 self._link(key, keys[i - 1] if i else parent)
@@ -140,13 +144,11 @@ class HostPages:
                 self.host_only.move_to_end(key)
         return stored
 
-    def _make_room(self, writing: list[int]) -> bool:
+    def _make_room(self, pinned: set[int], own: set[int]) -> bool:
         """Drop what upstream would to free a page: under write_back a host copy of a page
-        also on the device, else the least recently used host-only leaf's whole run (the part
-        after any pinned hit); False when nothing may go."""
-        pinned = {k for keys in self.pins.values() for k in keys}
+        also on the device (not one of this write's `own`), else the least recently used
+        host-only leaf's whole run (the part after any `pinned` hit); False when nothing may go."""
         if self.write_back:
-            own = set(writing)
             dup = next(
                 (k for k in self.dups if k not in pinned and k not in own),
                 None,
