@@ -16,13 +16,10 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
 
 
 def main(argv: list[str]) -> int:
-    from harness.config.startup_signals import raise_held
-
     try:
         prepared = _start(argv)
         if isinstance(prepared, int):
             return prepared
-        raise_held()
         from harness.builtin_server.server import serve
 
         serve(prepared)  # raises a held start-up signal before it prints that it serves
