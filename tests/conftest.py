@@ -160,7 +160,7 @@ def vllm_server():
     `bash scripts/start_vllm.sh --port 0 --num-gpu-blocks 129 --kv-events ipc://PATH`)."""
     import tempfile
 
-    from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
+    from harness.live_server.launch import VllmLaunch, missing, start_vllm, stop
 
     given = os.environ.get("PREFIXBENCH_VLLM_URL")  # a server already started with these flags
     if given:
@@ -171,10 +171,9 @@ def vllm_server():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI needs the vLLM server: {problem}")
         pytest.skip(problem)
-    port = free_port()
     events_dir = Path(tempfile.mkdtemp(prefix="prefixbench-kv-"))
     launch = VllmLaunch(
-        port=port,
+        port=0,  # any free one; start_vllm moves to another should it be taken meanwhile
         num_gpu_blocks=VLLM_TEST_BLOCKS,
         kv_events_endpoint=f"ipc://{events_dir / 'kv.ipc'}",
     )

