@@ -160,17 +160,14 @@ def vllm_server():
     `bash scripts/start_vllm.sh --port 0 --num-gpu-blocks 129 --kv-events ipc://PATH`)."""
     import tempfile
 
-    from harness.live_server.launch import VllmLaunch, missing, start_vllm, stop
+    from harness.live_server.launch import VllmLaunch, start_vllm, stop
+    from tests.vllm_need import need_vllm
 
     given = os.environ.get("PREFIXBENCH_VLLM_URL")  # a server already started with these flags
     if given:
         yield RunningServer(given.rstrip("/"), os.environ.get("PREFIXBENCH_VLLM_MODEL"))
         return
-    problem = missing()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs the vLLM server: {problem}")
-        pytest.skip(problem)
+    need_vllm()
     events_dir = Path(tempfile.mkdtemp(prefix="prefixbench-kv-"))
     launch = VllmLaunch(
         port=0,  # any free one; start_vllm moves to another should it be taken meanwhile

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.vllm_need import need_vllm
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,16 +40,6 @@ def readme_commands() -> tuple[str, str]:
     return start, run
 
 
-def _need_vllm() -> None:
-    from harness.live_server.launch import missing
-
-    problem = missing()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs the vLLM server: {problem}")
-        pytest.skip(problem)
-
-
 def test_the_readme_commands_are_the_ones_run_here():
     start, run = readme_commands()
     assert start.startswith(SETUP) and "--num-gpu-blocks" not in start
@@ -55,7 +47,7 @@ def test_the_readme_commands_are_the_ones_run_here():
 
 
 def test_the_readme_live_command_is_exact_at_the_default_size(tmp_path):
-    _need_vllm()
+    need_vllm()
     start, run = readme_commands()
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
     started = subprocess.run(

@@ -8,7 +8,6 @@ never swapped)."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import urllib.request
@@ -18,7 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from harness.live_server import launch
-from harness.live_server.launch import VllmLaunch, missing, start_vllm, stop
+from harness.live_server.launch import VllmLaunch, start_vllm, stop
+from tests.vllm_need import need_vllm
 
 pytestmark = [pytest.mark.slow]
 
@@ -36,14 +36,6 @@ class Other(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:  # quiet
         pass
-
-
-def need_vllm() -> None:
-    problem = missing()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs the vLLM server: {problem}")
-        pytest.skip(problem)
 
 
 @pytest.fixture
