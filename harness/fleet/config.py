@@ -60,6 +60,11 @@ class FleetConfig:
     # load would make it cached), as llm-d's precise scheduler indexes the blocks vLLM offloads to
     # CPU; false: they see the device caches only. Needs engine.host_tier.
     index_host_tier: bool = False
+    # With index_host_tier, kv_aware (llm-d's precise scorer) counts a token held only in a host
+    # tier at this weight, a device token at 1: llm-d-kv-cache's LongestPrefixScorer weighs each
+    # block by its medium, gpu 1.0 and cpu 0.8 by default (pkg/kvcache/backend.go). The other
+    # precise routers are the project's references and count both media alike.
+    host_tier_weight: float = 0.8
     # A mixed fleet (docs/fleet.md §1): cache designs (engines/cache DESIGNS) cycled over the
     # replicas, replica i of designs[i % len]; each replica of a design other than engine.cache
     # gets that design's preset (harness/fleet/mixed.py). None: every replica is the run's engine.
@@ -84,6 +89,7 @@ class FleetConfig:
         _real("fleet.dualmap_slo_s", self.dualmap_slo_s, 0.0, 1e6)
         _real("fleet.dualmap_prefill_tokens_per_s", self.dualmap_prefill_tokens_per_s, 1e-6, 1e12)
         _real("fleet.dualmap_hot_share", self.dualmap_hot_share, 1e-6, 1.0)
+        _real("fleet.host_tier_weight", self.host_tier_weight, 0.0, 1e6)
         if self.real is not None:
             if self.real not in REAL_ROUTERS:
                 valid = ", ".join(REAL_ROUTERS)

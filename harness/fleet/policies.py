@@ -24,7 +24,7 @@ from harness.fleet.approx_tree import ApproxTree, pack
 from harness.fleet.config import FleetConfig
 from harness.fleet.dualmap import DualMap, DualMapHot
 from harness.fleet.furc import ring_point
-from harness.fleet.probe import truly_cached
+from harness.fleet.probe import device_and_host, truly_cached
 
 
 @dataclass(frozen=True)
@@ -265,13 +265,21 @@ class CacheAware:
 class KvAware:
     """Precise prefix routing (llm-d's precise prefix-cache scorer, vllm-router's `kv_aware`):
     each replica scored from its real cache state, prefix_weight x cached fraction minus
-    load_weight x its share of the largest load; the best score, then the less loaded, wins."""
+    load_weight x its share of the largest load; the best score, then the less loaded, wins.
+    Seeing host tiers, a token held only in one counts `fleet.host_tier_weight` of a device
+    token, as llm-d weighs a block by its medium."""
 
     def __init__(self, cfg: FleetConfig) -> None:
         self.cfg = cfg
 
+    def weighted_cached(self, req: Routed, view: FleetView) -> list[float]:
+        if not view.host_tiers:
+            return [float(n) for n in truly_cached(req, view)]
+        w = self.cfg.host_tier_weight
+        return [device + w * host for device, host in device_and_host(req, view)]
+
     def choose(self, req: Routed, view: FleetView) -> int:
-        cached = truly_cached(req, view)
+        cached = self.weighted_cached(req, view)
         n_tokens = max(len(req.prompt), 1)
         top = max(max(view.loads), 1)
 

@@ -51,6 +51,19 @@ def truly_cached(req: Routed, view: FleetView) -> list[int]:
     return cached_at(req, view, range(view.num_replicas))
 
 
+def device_and_host(req: Routed, view: FleetView) -> list[tuple[int, int]]:
+    """Each replica's cached prefix of `req` split by medium, (device tokens, host tokens past
+    them), probed from the replicas' caches (a view with `host_tiers`: the in-process fleet)."""
+    if view.caches is None or isinstance(req.prompt, str):
+        raise ValueError("a precise router needs each replica's cache and token-id prompts")
+    split = []
+    for cache in view.caches:
+        device = cached_prefix_tokens(cache, req.prompt, req.salt, req.lora_id)
+        held = cached_prefix_tokens(cache, req.prompt, req.salt, req.lora_id, host=True)
+        split.append((device, held - device))
+    return split
+
+
 def cached_at(req: Routed, view: FleetView, replicas: Ids[int]) -> list[int]:
     """`truly_cached` of the given replicas only (a router that looks at two need probe two)."""
     if view.cached is not None:

@@ -195,6 +195,7 @@ def test_routed_fleet_stays_within_the_single_cache_bounds(router, tmp_path):
         ("fleet.cache_threshold=1.5", "fleet.cache_threshold must be a number in [0.0, 1.0]"),
         ("fleet.balance_rel_threshold=0.5", "fleet.balance_rel_threshold must be a number"),
         ("fleet.balance_abs_threshold=-1", "fleet.balance_abs_threshold must be an integer"),
+        ("fleet.host_tier_weight=-0.5", "fleet.host_tier_weight must be a number in [0.0,"),
     ],
 )
 def test_bad_fleet_configs_are_one_line_exit_2(arg, needle, tmp_path):
