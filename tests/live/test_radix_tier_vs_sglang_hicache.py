@@ -81,18 +81,6 @@ def test_per_request_tiers_equal_sglangs_hicache(write_policy, tmp_path):
     assert any(host for _, host in theirs.values())  # the streams reached the host tier
 
 
-WRITE_BACK_EVICTING = pytest.mark.xfail(
-    strict=True,
-    reason="write_back with a 641-token host pool: 63 of 64 requests equal; g17 gets 140 host "
-    "tokens from SGLang and 0 here. It would hit g14's path; here g16's admission evicts g15's "
-    "path from the device (a loaded-back 183-token head and its tail, 362 pages written back) and "
-    "the write drops g14's 222-page run, which SGLang keeps at least 140 tokens of. Which upstream "
-    "rule keeps it is not found yet: splitting the write-back at the loaded head's bounds (two "
-    "nodes upstream) and never reclaiming device duplicates each leave g17 at 0 (docs/tiers.md "
-    "§3.5)",
-)
-
-
 # --hicache-ratio: SGLang sizes the pool int(640 x ratio) tokens plus one padding page, all usable
 # (mem_cache/pool_host/base.py): 641 tokens (writes fail while the device holds what the host
 # does) and 1281
@@ -101,7 +89,7 @@ WRITE_BACK_EVICTING = pytest.mark.xfail(
     [
         (1.0, "write_through"),  # SGLang serves no host hit here: each is a miss on both sides
         (1.0, "write_through_selective"),
-        pytest.param(1.0, "write_back", marks=WRITE_BACK_EVICTING),
+        (1.0, "write_back"),
         (2.0, "write_through"),
         (2.0, "write_through_selective"),
         (2.0, "write_back"),

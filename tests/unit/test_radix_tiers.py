@@ -106,3 +106,17 @@ def test_a_host_hit_survives_its_own_admissions_write_back():
     # a2's admission evicts the first filler, whose write-back finds only a's pages to drop:
     # they are a2's hit, held until loaded (upstream's load-back locks its host node)
     assert tiers(send(engine, "a2", a, OUT)) == (0, 299)
+
+
+@pytest.mark.parametrize("write_policy", ["write_through", "write_back"])
+def test_a_loaded_head_keeps_its_node_bounds_on_the_device(write_policy):
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=4096, write_policy=write_policy)
+    a = prompts.tokens(200)
+    send(engine, "a1", a, OUT)
+    fill(engine, prompts)  # a leaves the device
+    assert tiers(send(engine, "a2", a + prompts.tokens(200), OUT)) == (0, 200)  # a loaded back
+    # the loaded head stays a node of its own (upstream's load-back revives a's node): b's
+    # admission evicts a2's tail and not the head, where one leaf would lose both
+    send(engine, "b", prompts.tokens(350), OUT)
+    assert tiers(send(engine, "a3", a + prompts.tokens(50), OUT)) == (200, 0)

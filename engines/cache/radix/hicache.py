@@ -8,7 +8,7 @@ it. When a copy is written is the write policy's: on a finished request's insert
 been inserted `threshold` times (write_through 1, write_through_selective 2), or when the device
 evicts it (write_back); what a full host pool drops is upstream's (host_pages.py). A host hit of
 at least `load_back_threshold` tokens is loaded back: the request holds those tokens as if
-computed and its insert puts them in the tree.
+computed and its insert puts them in the tree, with the loaded host nodes' bounds as node bounds.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence as Tokens
 import numpy as np
 
 from engines.cache.radix.cache import RadixAllocation, RadixCache
-from engines.cache.radix.hooks import extra_key_of
+from engines.cache.radix.hooks import extra_key_of, request_key
 from engines.cache.radix.host_pages import HostPages
 from engines.cache.radix.key import unpack
 from engines.cache.radix.node import TreeNode
@@ -88,6 +88,8 @@ class TieredRadixCache(RadixCache, HostTier):
         self.log = TransferLog()
         self.chain_ends: dict[int, tuple[TreeNode, int]] = {}  # `_chain_end`'s memo
         self.pages = HostPages(self.host_pages, self.threshold is None, self.log)
+        # each request's loaded host nodes' bounds (tokens), kept as node bounds by its insert
+        self.load_bounds: dict[str, list[int]] = {}
 
     # ---- keys -------------------------------------------------------------------------------
     def _seq_keys(self, seq: Sequence, num_tokens: int) -> list[int]:
@@ -157,7 +159,21 @@ class TieredRadixCache(RadixCache, HostTier):
         if finished:
             self.seq_keys.pop(seq.seq_id, None)
         self.pages.pins.clear()  # releases come between passes: no lookup awaits its load
+        bounds = self.load_bounds.pop(seq.seq_id, None)
         super().release(seq, finished=finished)
+        if finished and bounds and st is not None and not self.tree.disable:
+            self._keep_load_bounds(seq, bounds)
+
+    def _keep_load_bounds(self, seq: Sequence, bounds: list[int]) -> None:
+        """Cut the request's inserted path at the bounds of the host nodes it loaded back.
+        Upstream's load-back revives those nodes in the tree before the insert, so the insert
+        only hangs the request's own tail below them, and a later device eviction takes the tail
+        alone while the loaded head stays cached (`mem_cache/unified_radix_cache.py`
+        `load_back`, `unified_cache/unified_tree_core.py` `commit_load_back`). Here a load
+        leaves no node, so one leaf would span head and tail and be evicted and written back as
+        a whole."""
+        for bound in bounds:
+            self.tree.cut(request_key(seq, num_tokens=bound), bound)
 
     def _write_inserted(self, seq: Sequence, keys: list[int], threshold: int) -> None:
         """The pages of a finished request's insert that reached `threshold` inserts, written."""
@@ -238,12 +254,23 @@ class TieredRadixCache(RadixCache, HostTier):
             keys = chain[device_tokens // p :]
             for key in reversed(keys):  # the head ends most recent
                 self.pages.held.move_to_end(key)
+            self.load_bounds[seq.seq_id] = self._node_bounds(keys, device_tokens)
             self.pages.on_device(chain, device_tokens // p)  # loaded back into the tree
             self.log.load(seq, host_tokens)
             if self.log.events is not None:
                 end = device_tokens + host_tokens
                 slots = token_slots(self.block_table(seq), p, device_tokens, end)
                 self.log.events.append(HostLoad(seq, tuple(keys), 0, slots))
+
+    def _node_bounds(self, keys: list[int], start: int) -> list[int]:
+        """Where the loaded pages `keys` (from token `start`) change host node (the runs one
+        device eviction demoted), and their end: upstream's node bounds on that path."""
+        run_of, p = self.pages.run_of, self.page_size
+        return [
+            start + i * p
+            for i in range(1, len(keys) + 1)
+            if i == len(keys) or run_of.get(keys[i]) != run_of.get(keys[i - 1])
+        ]
 
     def host_after_schedule(self, scheduled: list[tuple[Sequence, int]]) -> None:
         """Nothing: HiCache writes from the tree's inserts and evictions."""
@@ -282,6 +309,7 @@ class TieredRadixCache(RadixCache, HostTier):
         self.chain_ends.clear()
         self.inserts.clear()
         self.seq_keys.clear()
+        self.load_bounds.clear()
         self.queries = self.hits = self.stored = 0
         if self.log.events is not None:
             self.log.events.append(HostReset())

@@ -155,6 +155,11 @@ class UnifiedRadixTree:
         """The match walk (splits and stamps included) without a result (§8.8)."""
         self.match_prefix(key)
 
+    def cut(self, key: RadixKey, n: int) -> None:
+        """A node boundary at `n` on key's path (the match walk's split, no stamps): HiCache keeps
+        the bounds of the host nodes a request loaded back (hicache.py)."""
+        self._walk(key, n)
+
     def _walk(self, key: RadixKey, n: int) -> tuple[int, list[TreeNode]]:
         """Follow whole edges while they equal the key (one memcmp each, one for a whole run of
         single-child nodes, runs.py); split the first edge that matches only partly. Returns the
