@@ -273,6 +273,7 @@ class KvAware:
         self.cfg = cfg
 
     def weighted_cached(self, req: Routed, view: FleetView) -> list[float]:
+        """Each replica's cached prefix in device-token equivalents."""
         if not view.host_tiers:
             return [float(n) for n in truly_cached(req, view)]
         w = self.cfg.host_tier_weight
