@@ -54,12 +54,11 @@ def truly_cached(req: Routed, view: FleetView) -> list[int]:
 def device_and_host(req: Routed, view: FleetView) -> list[tuple[int, int]]:
     """Each replica's cached prefix of `req` split by medium, (device tokens, host tokens past
     them), probed from the replicas' caches (a view with `host_tiers`: the in-process fleet)."""
-    if view.caches is None or isinstance(req.prompt, str):
-        raise ValueError("a precise router needs each replica's cache and token-id prompts")
+    caches, prompt = _probed(req, view)
     split = []
-    for cache in view.caches:
-        device = cached_prefix_tokens(cache, req.prompt, req.salt, req.lora_id)
-        held = cached_prefix_tokens(cache, req.prompt, req.salt, req.lora_id, host=True)
+    for cache in caches:
+        device = cached_prefix_tokens(cache, prompt, req.salt, req.lora_id)
+        held = cached_prefix_tokens(cache, prompt, req.salt, req.lora_id, host=True)
         split.append((device, held - device))
     return split
 
@@ -68,10 +67,16 @@ def cached_at(req: Routed, view: FleetView, replicas: Ids[int]) -> list[int]:
     """`truly_cached` of the given replicas only (a router that looks at two need probe two)."""
     if view.cached is not None:
         return [view.cached[i] for i in replicas]
-    if view.caches is None or isinstance(req.prompt, str):
-        raise ValueError("a precise router needs each replica's cache and token-id prompts")
-    prompt = req.prompt
+    caches, prompt = _probed(req, view)
     return [
-        cached_prefix_tokens(view.caches[i], prompt, req.salt, req.lora_id, view.host_tiers)
+        cached_prefix_tokens(caches[i], prompt, req.salt, req.lora_id, view.host_tiers)
         for i in replicas
     ]
+
+
+def _probed(req: Routed, view: FleetView) -> tuple[list[PrefixCache], Ids[int]]:
+    """The replicas' caches and the token-id prompt a probe reads; a view without them (a real
+    router's workers, a text prompt) is a caller's bug."""
+    if view.caches is None or isinstance(req.prompt, str):
+        raise ValueError("a precise router needs each replica's cache and token-id prompts")
+    return view.caches, req.prompt
