@@ -48,11 +48,18 @@ def counters(url: str) -> tuple[float, float]:
     return hits, prompt
 
 
-def run_client(args: list[str], cwd: Path) -> None:
-    done = subprocess.run(
+def client_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
         args, cwd=cwd, env=client_env(), capture_output=True, text=True, timeout=400
     )
+
+
+def assert_ran(done: subprocess.CompletedProcess) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def run_client(args: list[str], cwd: Path) -> None:
+    assert_ran(client_run(args, cwd))
 
 
 def imported(name: str, out: Path, run: Path) -> pd.DataFrame:
@@ -110,12 +117,10 @@ def test_guidellm_drives_vllm(vllm_server, tmp_path):
     ]  # fmt: skip
     for attempt in (1, 2):
         before = counters(vllm_server.url)
-        done = subprocess.run(
-            args, cwd=tmp_path, env=client_env(), capture_output=True, text=True, timeout=400
-        )
+        done = client_run(args, tmp_path)
         if attempt == 1 and done.returncode != 0 and GUIDELLM_LOST_ALL in done.stdout + done.stderr:
             continue  # guidellm's own fault, not the server's: run it once more (docstring)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert_ran(done)
         break
     after = counters(vllm_server.url)
     assert_matches_counters(imported("guidellm", out, tmp_path / "run"), before, after, count)
