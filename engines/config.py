@@ -75,9 +75,10 @@ class EngineConfig:
     in_batch_deprioritize_threshold: int = 32
     waiting_prefix_refresh: bool = True
     # SGLang's overlap event loop (`event_loop_overlap`): batch N+1 is formed before batch N's
-    # results are processed (engines/sched/sglang_overlap.py). Upstream's default on a GPU is on
-    # (`--disable-overlap-schedule` turns it off); here off, the non-overlap loop every pin holds.
-    overlap: bool = False
+    # results are processed (engines/sched/sglang_overlap.py). On, as upstream ships it on a GPU;
+    # false is `--disable-overlap-schedule`, the non-overlap loop (the plain pins and the suites'
+    # arms name it). Read only by the SGLang scheduler.
+    overlap: bool = True
     # Where the overlap loop's next receive falls. Off (a GPU): right after batch N is launched,
     # so a request arriving while N runs waits for the formation after the next. On (SGLang on
     # CPU, whose forward blocks its launch): after N's forward, so it joins batch N+1, still

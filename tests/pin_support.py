@@ -28,6 +28,10 @@ from workloads.base import generate
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PINS = Path(__file__).resolve().parent / "data" / "pins.json"
 SIM = ("executor=simulated", "hardware=h100_llama3_8b_bf16")
+# The pins recorded before the overlap loop existed are SGLang's non-overlap loop; radix's preset
+# now runs the overlap loop (SGLang's GPU default), so those cases name the plain loop, and the
+# `radix-overlap-*` cases pin the default.
+PLAIN = "engine.overlap=false"
 
 
 @dataclass(frozen=True)
@@ -35,16 +39,21 @@ class Case:
     overrides: tuple[str, ...]  # Hydra overrides on top of model=tiny, load.mode=burst
 
 
+def loop_of(engine: str) -> tuple[str, ...]:
+    """The preset, under SGLang's non-overlap loop where its scheduler is SGLang's."""
+    return (f"engine={engine}",) if engine == "apc" else (f"engine={engine}", PLAIN)
+
+
 def _cases() -> dict[str, Case]:
     cases: dict[str, Case] = {}
     for engine in ("apc", "radix"):
-        e = f"engine={engine}"
-        cases[f"{engine}-multiturn-sim"] = Case((e, "workload=multiturn", *SIM))
-        cases[f"{engine}-fewshot-burst-sim"] = Case((e, "workload=fewshot", *SIM))
-        cases[f"{engine}-parallel-sim"] = Case((e, "workload=parallel", *SIM))
+        e = loop_of(engine)
+        cases[f"{engine}-multiturn-sim"] = Case((*e, "workload=multiturn", *SIM))
+        cases[f"{engine}-fewshot-burst-sim"] = Case((*e, "workload=fewshot", *SIM))
+        cases[f"{engine}-parallel-sim"] = Case((*e, "workload=parallel", *SIM))
         cases[f"{engine}-system_prompt-real-greedy"] = Case(
             (
-                e,
+                *e,
                 "workload=system_prompt",
                 "decode=greedy",
                 "workload.num_groups=2",
@@ -56,15 +65,15 @@ def _cases() -> dict[str, Case]:
         )
         # Tight KV: vLLM preempts, SGLang retracts; the same traffic exercises both paths.
         cases[f"{engine}-fewshot-tight-sim"] = Case(
-            (e, "workload=fewshot", "engine.kv_capacity_tokens=1024", *SIM)
+            (*e, "workload=fewshot", "engine.kv_capacity_tokens=1024", *SIM)
         )
         cases[f"{engine}-multiturn-tight-real"] = Case(
-            (e, "workload=multiturn", "engine.kv_capacity_tokens=1024", "workload.num_users=6")
+            (*e, "workload=multiturn", "engine.kv_capacity_tokens=1024", "workload.num_users=6")
         )
     for engine in ("apc", "radix"):
         cases[f"{engine}-system_prompt-retract-sim"] = Case(
             (
-                f"engine={engine}",
+                *loop_of(engine),
                 "workload=system_prompt",
                 "workload.num_groups=2",
                 "workload.system_prompt_len=128",
@@ -76,7 +85,7 @@ def _cases() -> dict[str, Case]:
         )
         cases[f"{engine}-unique-retract-sim"] = Case(
             (
-                f"engine={engine}",
+                *loop_of(engine),
                 "workload=unique",
                 "workload.num_prompts=16",
                 "workload.prompt_len=48",
@@ -89,14 +98,27 @@ def _cases() -> dict[str, Case]:
         ("engine=apc", "engine.policy=lpm", "workload=system_prompt", *SIM)
     )
     cases["radix-lpm-system_prompt-sim"] = Case(
-        ("engine=radix", "engine.policy=lpm", "workload=system_prompt", *SIM)
+        ("engine=radix", PLAIN, "engine.policy=lpm", "workload=system_prompt", *SIM)
     )
     cases["radix-p16-multiturn-sim"] = Case(
-        ("engine=radix", "engine.block_size=16", "workload=multiturn", *SIM)
+        ("engine=radix", PLAIN, "engine.block_size=16", "workload=multiturn", *SIM)
     )
     cases["apc-sync-multiturn-sim"] = Case(
         ("engine=apc", "engine.async_scheduling=false", "workload=multiturn", *SIM)
     )
+    # The default: SGLang's overlap loop, under both caches its scheduler drives (recorded from
+    # the loop that equals SGLang 0.5.23's own event_loop_overlap, docs/scheduler_x_cache.md).
+    for engine in ("radix", "apc_sglang"):
+        e = (f"engine={engine}",)
+        cases[f"{engine}-overlap-multiturn-sim"] = Case((*e, "workload=multiturn", *SIM))
+        cases[f"{engine}-overlap-fewshot-burst-sim"] = Case((*e, "workload=fewshot", *SIM))
+        cases[f"{engine}-overlap-parallel-sim"] = Case((*e, "workload=parallel", *SIM))
+        cases[f"{engine}-overlap-fewshot-tight-sim"] = Case(
+            (*e, "workload=fewshot", "engine.kv_capacity_tokens=1024", *SIM)
+        )
+        cases[f"{engine}-overlap-multiturn-tight-real"] = Case(
+            (*e, "workload=multiturn", "engine.kv_capacity_tokens=1024", "workload.num_users=6")
+        )
     return cases
 
 

@@ -23,10 +23,12 @@ def tier_engine(
     kv_tokens: int = 640,
     step_log: bool = False,
     hardware: HardwareConfig = TICKS,
+    plain: bool = False,
     **tier: Any,
 ):
     """An engine of `kv_tokens` device tokens and a host tier configured by `tier` (with
-    `step_log`, the loop keeps each step's scheduled tokens per request), priced by `hardware`."""
+    `step_log`, the loop keeps each step's scheduled tokens per request), priced by `hardware`;
+    `plain` runs SGLang's scheduler in its non-overlap loop (no effect on vLLM's)."""
     block = 16 if cache == "apc" else 1
     cfg = EngineConfig(
         cache=cache,
@@ -36,6 +38,7 @@ def tier_engine(
         backend="torch",
         host_tier=HostTierConfig(**tier),
         step_log=step_log,
+        overlap=not plain or cache == "apc",  # vLLM's scheduler keeps the knob's default
     )
     cfg.validate()
     return build_engine(

@@ -79,17 +79,25 @@ def _digest(times: Sequence[float]) -> str:
 # at the suite's 8x slowdown and at the trace's own rate (more requests running at once).
 PIN_REQUESTS = 300
 PIN_KV_TOKENS = 131072
+# radix under SGLang's non-overlap loop, as the trace_h100 suite's arm runs it and as recorded;
+# radix_overlap: the preset's default, SGLang's overlap loop.
+LOOPS = {
+    "apc": ("apc", ()),
+    "radix": ("radix", ("engine.overlap=false",)),
+    "radix_overlap": ("radix", ()),
+}
 PIN_CASES = {
-    f"{engine}-slowdown{slowdown}": (engine, f"load.slowdown={slowdown}.0")
-    for engine in ("apc", "radix")
+    f"{name}-slowdown{slowdown}": (name, f"load.slowdown={slowdown}.0")
+    for name in LOOPS
     for slowdown in (8, 1)
 }
 PIN_PATH = ROOT / "tests/data/trace_prefix_pin.json"
 
 
 def replay_case(name: str, *extra: str) -> dict:
-    engine, slowdown = PIN_CASES[name]
-    return replay(trace_config(engine, PIN_KV_TOKENS, PIN_REQUESTS, slowdown, *extra))
+    arm, slowdown = PIN_CASES[name]
+    engine, loop = LOOPS[arm]
+    return replay(trace_config(engine, PIN_KV_TOKENS, PIN_REQUESTS, slowdown, *loop, *extra))
 
 
 if __name__ == "__main__":  # python -m tests.trace_replay: re-record the pin (only on purpose)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from harness.claims.arms import ARMS
+from harness.claims.experiment import claims_loop
 from harness.claims.kv_tap import envelope, kv_diffs, score
 from harness.run.compose import compose
 from harness.run.engine_target import ENGINE, engine_of
@@ -62,7 +63,8 @@ def run_kv(
     from harness.claims.fault import CachedKVFault
     from harness.claims.kv_tap import KVTap
 
-    composed = compose([f"model={model}", *overrides, f"seed={seed}"], job_name="claims")
+    args = claims_loop([f"model={model}", *overrides, f"seed={seed}"])
+    composed = compose(args, job_name="claims")
     prepared = prepare(composed.cfg, ENGINE)
     executor = engine_of(prepared).executor
     if not isinstance(executor, RealExecutor):

@@ -20,7 +20,7 @@ import pandas as pd
 from harness.claims.arms import GPU_BUDGETS, GPU_PRESETS
 from harness.claims.experiment import Context
 from harness.claims.record import FAILS, HOLDS, UNSURE, Claim, Figure, Finding, sum_up, undecided
-from harness.claims.zero_hit_worker import pairs
+from harness.claims.zero_hit_worker import config, pairs
 from harness.report.tables import VLLM_OVERHEAD_CLAIM
 from harness.run import overhead
 
@@ -222,7 +222,7 @@ def _projected_shape(ctx: Context, shape: str) -> pd.DataFrame:
 def _durations(extra: list[str]) -> dict[str, float]:
     """Simulated run time per design with caching on (a 0% hit run: the same as off)."""
     return {
-        e: overhead.measure_arm(overhead.config(e, True, extra), 0)["duration_s"]
+        e: overhead.measure_arm(config(e, True, extra), 0)["duration_s"]
         for e, on in overhead.ARMS
         if on
     }

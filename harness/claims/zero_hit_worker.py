@@ -11,11 +11,19 @@ from __future__ import annotations
 import json
 import sys
 
+from harness.claims.experiment import claims_loop
+from harness.config.schema import RunConfig
 from harness.run import overhead
 
 
+def config(engine: str, cache_on: bool, extra: list[str]) -> RunConfig:
+    """harness.run.overhead's arm in the claims' event loop (harness/claims/experiment.py)."""
+    loop = claims_loop([f"engine={engine}", *extra])[len(extra) + 1 :]
+    return overhead.config(engine, cache_on, [*extra, *loop])
+
+
 def pairs(extra: list[str], seeds: list[int]) -> list[dict]:
-    configs = {(e, on): overhead.config(e, on, extra) for e, on in overhead.ARMS}
+    configs = {(e, on): config(e, on, extra) for e, on in overhead.ARMS}
     return [
         {"engine": e, "cache_on": on, "seed": seed, **overhead.measure_arm(cfg, seed)}
         for seed in seeds

@@ -126,11 +126,11 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     df["scheduler"] = _coalesce(df, "config.engine.scheduler", "policy_profile.scheduler").fillna(
         upstream
     )
-    # SGLang's overlap loop is a level of the scheduler axis of its own (`sglang-overlap`)
+    # SGLang's overlap loop is a level of the scheduler axis of its own (`sglang-overlap`). The
+    # knob is on by default for every engine but only SGLang's scheduler reads it.
     overlap = _coalesce(df, "config.engine.overlap", "policy_profile.overlap").fillna(False)
-    df["scheduler"] = df["scheduler"].where(
-        ~overlap.astype(bool), df["scheduler"].astype(str) + OVERLAP
-    )
+    overlap = overlap.astype(bool) & (df["scheduler"] == "sglang")
+    df["scheduler"] = df["scheduler"].where(~overlap, df["scheduler"].astype(str) + OVERLAP)
     df["cache_enabled"] = (
         _coalesce(df, "config.engine.prefix_caching", "cache_enabled").fillna(True).astype(bool)
     )

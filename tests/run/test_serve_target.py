@@ -30,6 +30,16 @@ KNOBS = [
     "engine.backend=torch",
 ]
 SERVER_LIMITS = ["server.max_num_seqs=16", "server.max_num_batched_tokens=256"]
+# SGLang's scheduler in its non-overlap loop: the burst test's distance argument (a request that
+# reached the server after the first step joins the second) is that loop's; under the overlap
+# loop such a request joins the third (docs/scheduler_x_cache.md, rule 5).
+LOOP = {"apc": [], "radix": ["engine.overlap=false"]}
+
+
+def engine_of(engine: str) -> list[str]:
+    return [f"engine={engine}", *LOOP[engine]]
+
+
 QUIET = ["warmup.enabled=false"]  # no warm-up, no probe: the step logs hold the workload only
 SYSTEM_PROMPT = [
     "workload=system_prompt",
@@ -54,7 +64,7 @@ def servers():
 
     def get(engine: str) -> InProcessServer:
         if engine not in running:
-            cfg = compose_config([f"engine={engine}", "model=tiny", "device=cpu", *KNOBS])
+            cfg = compose_config([*engine_of(engine), "model=tiny", "device=cpu", *KNOBS])
             running[engine] = InProcessServer(prepare(cfg)).__enter__()
         return running[engine]
 
@@ -68,7 +78,7 @@ def served(server, tokenizer, tmp_path, engine, *overrides):
         "server=vllm",
         f"server.url={server.url}",
         f"server.tokenizer={tokenizer}",
-        f"engine={engine}",
+        *engine_of(engine),
         "save_tokens=true",
         *SERVER_LIMITS,
         *QUIET,
@@ -79,7 +89,7 @@ def served(server, tokenizer, tmp_path, engine, *overrides):
 
 def in_process(tmp_path, engine, *overrides):
     args = [
-        f"engine={engine}",
+        *engine_of(engine),
         "model=tiny",
         "device=cpu",
         "engine.step_log=true",
@@ -110,7 +120,7 @@ def replayed(engine: str, run_dir: Path) -> dict[str, int]:
     from engines.build import build_engine
     from engines.request import GenerationRequest
 
-    cfg = compose_config([f"engine={engine}", "model=tiny", "device=cpu", *KNOBS])
+    cfg = compose_config([*engine_of(engine), "model=tiny", "device=cpu", *KNOBS])
     local = build_engine(cfg.engine, cfg.model, executor="real", device="cpu")
     rows = [json.loads(line) for line in (run_dir / "tokens.jsonl").read_text().splitlines()]
     cached = {}

@@ -26,7 +26,10 @@ from tests.harness_util import SMALL, SYSTEM_PROMPT_SMALL, merged, run_harness
 
 
 def radix_engine(**fields):
-    cfg = EngineConfig(**{"cache": "radix", "block_size": 1, "step_log": True, **fields})
+    """SGLang's scheduler in its non-overlap loop, the one this module's rules are stated for
+    (the overlap loop's: tests/unit/test_sglang_overlap.py)."""
+    base = {"cache": "radix", "block_size": 1, "step_log": True, "overlap": False}
+    cfg = EngineConfig(**{**base, **fields})
     hardware = hardware_preset("h100_llama3_8b_bf16")
     return build_engine(cfg, tiny_model(), executor="simulated", device="cpu", hardware=hardware)
 
@@ -145,9 +148,11 @@ def test_ratio_after_warm_up_and_flush_is_the_initial_one():
 
 
 # --------------------------------------------------- upstream's figures (SGLang 0.5.23, real Scheduler)
+# in its non-overlap loop, the one these figures were taken from
 WORST = [
     "workload=system_prompt",
     "engine=radix",
+    "engine.overlap=false",
     "model=tiny",
     "executor=simulated",
     "hardware=cpu_measured",
@@ -161,6 +166,7 @@ WORST = [
 PAGE_16 = [
     "workload=system_prompt",
     "engine=radix",
+    "engine.overlap=false",
     "model=tiny",
     "executor=simulated",
     "hardware=cpu_measured",

@@ -22,10 +22,12 @@ SIMULATED = [
 KV_BYTES_PER_TOKEN = 131072  # Llama-3.1-8B bf16: 2 x 32 layers x 8 heads x 128 x 2 bytes
 
 
-@pytest.mark.parametrize("engine", ["apc", "radix"])
+@pytest.mark.parametrize(
+    "engine", [("engine=apc",), ("engine=radix", "engine.overlap=false"), ("engine=radix",)]
+)
 def test_a_priced_tier_reports_bytes_load_time_and_the_two_tier_bounds(engine, tmp_path):
     run_dir = tmp_path / "run"
-    overrides = with_base([f"engine={engine}", *SIMULATED, "engine.host_tier.tokens=4096"])
+    overrides = with_base([*engine, *SIMULATED, "engine.host_tier.tokens=4096"])
     assert execute(compose_config(overrides), run_dir) == 0
     rows = pd.read_parquet(run_dir / "requests.parquet")
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -41,7 +43,11 @@ def test_a_priced_tier_reports_bytes_load_time_and_the_two_tier_bounds(engine, t
     assert own_ms.sum() == pytest.approx(link["load_s"] * 1e3)
     assert (rows["host_load_ms"] >= own_ms - 1e-12).all()
     assert link["load_s"] == pytest.approx(link["load_bytes"] / 5e10)
-    assert rows["host_store_bytes"].sum() > 0
+    # one request at a time, radix stores at a finished request's insert; SGLang's overlap loop
+    # processes that after the request's row (docs/tiers.md §7.1), so only the summary has them
+    overlap = engine == ("engine=radix",)
+    assert (rows["host_store_bytes"].sum() > 0) is not overlap
+    assert rows["host_store_bytes"].sum() <= link["store_bytes"]
     # every store the tier made crossed the link, the last ones after the last step
     assert link["store_bytes"] == summary["host_tier"]["stored"] * KV_BYTES_PER_TOKEN
     # more capacity never hurts the optimal policy

@@ -37,6 +37,7 @@ def _config(name: str, **kw: Any) -> EngineConfig:
         block_size=DESIGNS.get(name).block_size,
         kv_capacity_tokens=4096,
         debug_checks=True,
+        overlap=False,  # the driver plays a loop that processes each step's result at once
     )
     base.update(kw)
     return EngineConfig(**base)

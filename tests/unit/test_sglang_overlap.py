@@ -115,8 +115,8 @@ def test_overlap_is_a_boolean_of_the_sglang_scheduler():
     with pytest.raises(BadInput, match="engine.overlap must be true or false"):
         EngineConfig(cache="radix", overlap="yes").validate()
     with pytest.raises(BadInput, match="engine.overlap is a knob of the sglang design"):
-        EngineConfig(cache="apc", overlap=True).validate()
-    assert EngineConfig(cache="radix").overlap is False  # every pin: the non-overlap loop
+        EngineConfig(cache="apc", overlap=False).validate()  # vLLM's scheduler has no such loop
+    assert EngineConfig(cache="radix").overlap is True  # upstream's default on a GPU
 
 
 def _pressure_stream(seed: int) -> list[GenerationRequest]:

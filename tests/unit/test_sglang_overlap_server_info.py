@@ -69,8 +69,10 @@ def test_the_twin_runs_the_servers_loop_whatever_engine_said(overlap):
 def test_a_server_without_the_loop_leaves_the_engine_as_it_was():
     cfg = twin_engine_config(EngineConfig(cache="radix", overlap=True), facts(None))
     assert cfg.overlap is True and cfg.overlap_blocking_forward is False
-    vllm = twin_engine_config(EngineConfig(cache="apc"), facts(True))
-    assert vllm.overlap is False and vllm.scheduler_design == "vllm"
+    plain = twin_engine_config(EngineConfig(cache="radix", overlap=False), facts(None))
+    assert plain.overlap is False
+    vllm = twin_engine_config(EngineConfig(cache="apc"), facts(False))  # not SGLang's word
+    assert vllm.overlap is True and vllm.scheduler_design == "vllm"  # the knob's default, unread
 
 
 PROMPT = np.random.default_rng(5).integers(100, 1000, 60).tolist()
