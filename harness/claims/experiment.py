@@ -63,13 +63,18 @@ def run_arm(name: str, overrides: list[str], out_dir: Path, save_tokens: bool = 
 PLAIN_LOOP = "engine.overlap=false"
 
 
+def plain_loop_missing(cfg: RunConfig, overrides: list[str]) -> bool:
+    """Whether `cfg` (composed from `overrides`) is under SGLang's scheduler with no override
+    choosing its event loop: the claims then add PLAIN_LOOP."""
+    chosen = any(o.lstrip("+").startswith("engine.overlap=") for o in overrides)
+    return cfg.engine.scheduler_design == "sglang" and not chosen
+
+
 def claims_loop(overrides: list[str]) -> list[str]:
-    """The overrides, plus SGLang's non-overlap loop where the run is under SGLang's scheduler
-    and no override chose its event loop (every claim composes through this)."""
-    if any(o.lstrip("+").startswith("engine.overlap=") for o in overrides):
-        return list(overrides)
-    sglang = compose(list(overrides), job_name="claims").cfg.engine.scheduler_design == "sglang"
-    return [*overrides, PLAIN_LOOP] if sglang else list(overrides)
+    """The overrides, plus SGLang's non-overlap loop where `plain_loop_missing` (every claim
+    composes through this)."""
+    cfg = compose(list(overrides), job_name="claims").cfg
+    return [*overrides, PLAIN_LOOP] if plain_loop_missing(cfg, overrides) else list(overrides)
 
 
 def _read_outputs(path: Path) -> dict[str, tuple[int, ...]]:

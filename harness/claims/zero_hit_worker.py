@@ -11,15 +11,17 @@ from __future__ import annotations
 import json
 import sys
 
-from harness.claims.experiment import claims_loop
+from harness.claims.experiment import PLAIN_LOOP, plain_loop_missing
 from harness.config.schema import RunConfig
 from harness.run import overhead
 
 
 def config(engine: str, cache_on: bool, extra: list[str]) -> RunConfig:
     """harness.run.overhead's arm in the claims' event loop (harness/claims/experiment.py)."""
-    loop = claims_loop([f"engine={engine}", *extra])[len(extra) + 1 :]
-    return overhead.config(engine, cache_on, [*extra, *loop])
+    cfg = overhead.config(engine, cache_on, extra)
+    if plain_loop_missing(cfg, extra):
+        return overhead.config(engine, cache_on, [*extra, PLAIN_LOOP])
+    return cfg
 
 
 def pairs(extra: list[str], seeds: list[int]) -> list[dict]:
