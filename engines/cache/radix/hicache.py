@@ -232,6 +232,8 @@ class TieredRadixCache(RadixCache, HostTier):
             if key not in held:
                 break
             n += 1
+        if n:
+            self.pages.split_after(keys[start + n - 1])
         host = n * p
         if host < max(self.load_back_threshold, 1):
             self.pages.pins.pop(seq.seq_id, None)
