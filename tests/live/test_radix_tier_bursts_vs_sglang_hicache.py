@@ -37,7 +37,10 @@ KV_TOKENS = 1200  # device tokens on both sides
 CHUNK = 4096  # --chunked-prefill-size; engine.max_num_batched_tokens
 OUT = 4
 ROUNDS = 3  # each round: a fresh warm history and two bursts
-PREFILL = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
+PREFILL = re.compile(
+    r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+),.*?"
+    r"#running-req: (\d+),"
+)
 
 Req = tuple[str, tuple[int, ...], int]  # request id, prompt, max new tokens
 
@@ -58,6 +61,7 @@ class Event(NamedTuple):
 
     batches: list[list[Served]]
     alone: bool = False
+    running: tuple[int, ...] = (0,)  # requests in the server's running batch as each formed
 
 
 def sized(p: Prompts, bases: list[tuple[int, ...]], base_len: int) -> list[tuple[int, ...]]:
@@ -132,12 +136,11 @@ def run_server(
             for t in threads:
                 t.join()
             time.sleep(0.5)  # the scheduler's log lines reach the file
-            found = [
-                (int(s), int(new) + int(hit))
-                for s, new, hit in PREFILL.findall(log.read_text(errors="replace")[log_from:])
-            ]
+            lines = PREFILL.findall(log.read_text(errors="replace")[log_from:])
+            found = [(int(s), int(new) + int(hit)) for s, new, hit, _ in lines]
             done = [r for r in replies if r is not None]
-            events.append(Event([[done[i] for i in group] for group in members(found, reqs)]))
+            groups = [[done[i] for i in group] for group in members(found, reqs)]
+            events.append(Event(groups, running=tuple(int(line[3]) for line in lines)))
             sizes.append([s for s, _ in found])
             return done
 
@@ -173,6 +176,12 @@ def replay(engine, events: list[Event]) -> dict[str, tuple[int, int]]:
             send(engine, s.rid, s.prompt, s.output)
             continue
         for j, batch in enumerate(event.batches):
+            if j:
+                engine.step()  # the batch before it
+            # a batch the server formed with fewer requests running came after more decode
+            # steps (its members arrived later): run them first
+            while engine.has_work and len(engine.loop.running) > event.running[j]:
+                engine.step()
             now = engine.clock.now()
             for s in batch:
                 engine.add_request(
@@ -184,8 +193,6 @@ def replay(engine, events: list[Event]) -> dict[str, tuple[int, int]]:
                     ),
                     now,
                 )
-            if j < len(event.batches) - 1:
-                engine.step()
         while engine.has_work:
             engine.step()
         engine.idle()
