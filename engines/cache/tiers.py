@@ -284,3 +284,19 @@ class AsyncHostLoad(Protocol):
     def host_load_done(self, seq: Sequence) -> bool:
         """Whether `seq`'s load has completed (its loaded blocks can then be cached)."""
         ...
+
+
+@runtime_checkable
+class TreeLoadBack(Protocol):
+    """Capability: a host tier whose load-back puts the loaded pages in the device tree at
+    admission (SGLang 0.5.23's HiCache `init_load_back`, called from the prefill adder), so the
+    next request of the same round, and every later round, matches them on the device even
+    before the loading request's own insert."""
+
+    def host_load_into_tree(
+        self, seq: Sequence, match: PrefixMatch[Any], lock: Any, host_tokens: int
+    ) -> tuple[PrefixMatch[Any], Any]:
+        """Allocate device slots for the `host_tokens` after `match` (evicting the shortfall),
+        insert them into the tree, and move `lock` to the new last node; the match covering the
+        device hit and the load, and its lock."""
+        ...

@@ -36,6 +36,9 @@ class Admitted(NamedTuple):
     match: PrefixMatch[Any] | None  # None for a chunk continuation (it keeps its own state)
     lock: Any
     host_len: int = 0
+    in_tree: bool = (
+        False  # the load already put the host_len tokens in the tree (`match` covers them)
+    )
 
 
 class PrefillAdder:
@@ -102,6 +105,15 @@ class PrefillAdder:
         """Loaded-back tokens hold device memory from now on (nothing without a host tier)."""
         self.rem_total_token_offset += host_len
         self.cur_rem_token_offset += host_len
+
+    def loaded_into_tree(self, match: PrefixMatch[Any], lock: Any) -> None:
+        """The last admission's load-back now holds device memory of its own (HiCache's
+        `init_load_back` allocated it), so the budget stops counting it apart; its match and lock
+        are the tree's after the load."""
+        last = self.can_run_list[-1]
+        self.rem_total_token_offset -= last.host_len
+        self.cur_rem_token_offset -= last.host_len
+        self.can_run_list[-1] = last._replace(match=match, lock=lock, in_tree=True)
 
     def add_chunked_req(self, seq: Sequence, prefix_len: int) -> Sequence | None:
         """The in-flight chunk goes first; returns the request if its prompt is still unfinished."""

@@ -31,7 +31,7 @@ from engines.cache.protocol import (
     DecodeRunAllocation,
 )
 from engines.cache.records import Allocation, CacheIntegrityError
-from engines.cache.tiers import HostTier
+from engines.cache.tiers import HostTier, TreeLoadBack
 from engines.sched import sglang_overlap
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
 from engines.sched.decode_run import fitting_steps, steps_before_finish
@@ -68,6 +68,7 @@ class SglangScheduler(Scheduler):
         # the adder budgets every allocation; a cache without BudgetedAllocation checks it again
         self.budgeted = cache if isinstance(cache, BudgetedAllocation) else None
         self.tier = cache if isinstance(cache, HostTier) else None
+        self.tree_load = cache if isinstance(cache, TreeLoadBack) else None
         self.policy = SglangPolicy(
             policy,
             cache,
@@ -205,7 +206,13 @@ class SglangScheduler(Scheduler):
             host = 0
             if self.tier is not None:  # HiCache's one walk: the host pages after the device ones
                 host = self.tier.host_lookup(seq, match.num_tokens) or 0
+            admitted = len(adder.can_run_list)
             result = adder.add_one_req(seq, match, host)
+            if host and len(adder.can_run_list) > admitted and self.tree_load is not None:
+                last = adder.can_run_list[-1]  # the load-back happens now, as upstream's
+                adder.loaded_into_tree(
+                    *self.tree_load.host_load_into_tree(seq, match, last.lock, host)
+                )
             if result is not AddReqResult.CONTINUE:
                 if result is AddReqResult.NO_TOKEN:
                     self.batch_is_full = True
@@ -226,7 +233,9 @@ class SglangScheduler(Scheduler):
         # New admissions adopt their matched (locked) prefix: the cache sees them with no computed
         # tokens yet, as the protocol's Allocation.adopt requires.
         batch = [
-            Allocation(a.seq, a.host_len + a.extend_len, adopt=a.match, lock=a.lock)
+            Allocation(
+                a.seq, a.extend_len + (0 if a.in_tree else a.host_len), adopt=a.match, lock=a.lock
+            )
             for a in adder.can_run_list
         ]
         allocate = self.budgeted.allocate_budgeted if self.budgeted else self.cache.allocate

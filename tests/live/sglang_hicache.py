@@ -33,11 +33,16 @@ class Served(NamedTuple):
 
 @contextmanager
 def hicache_server(
-    kv_tokens: int, write_policy: str, log: Path, host_ratio: float | None = None
+    kv_tokens: int,
+    write_policy: str,
+    log: Path,
+    host_ratio: float | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[str]:
     """A server of `kv_tokens` device tokens (page size 1) and a 1 GB host pool, or with
     `host_ratio` a host pool of that many times the device pool (`--hicache-ratio`: SGLang sizes it
-    int(device tokens x ratio) plus one page, `mem_cache/pool_host/base.py`); its URL."""
+    int(device tokens x ratio) plus one page, `mem_cache/pool_host/base.py`), with `extra` flags
+    appended; its URL."""
     port = free_port()
     env = {
         **os.environ,
@@ -54,7 +59,7 @@ def hicache_server(
         "--grammar-backend", "none", "--disable-cuda-graph", "--page-size", "1",
         "--max-total-tokens", str(kv_tokens), "--enable-cache-report",
         "--enable-hierarchical-cache", *_host_size(host_ratio),
-        "--hicache-write-policy", write_policy,
+        "--hicache-write-policy", write_policy, *extra,
     ]  # fmt: skip
     with log.open("w") as out:
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engines.cache.tiers import HostTier
-from tests.tier_streams import Prompts, send, tier_engine, tiers
+from engines.cache.radix.host_pages import HostPages
+from engines.cache.tiers import HostTier, TransferLog
+from tests.tier_streams import Prompts, send, send_together, tier_engine, tiers
 
 OUT = (101, 102, 103, 104)
 
@@ -120,3 +121,29 @@ def test_a_loaded_head_keeps_its_node_bounds_on_the_device(write_policy):
     # admission evicts a2's tail and not the head, where one leaf would lose both
     send(engine, "b", prompts.tokens(350), OUT)
     assert tiers(send(engine, "a3", a + prompts.tokens(50), OUT)) == (200, 0)
+
+
+@pytest.mark.parametrize("write_policy", ["write_through", "write_back"])
+def test_a_load_back_is_on_the_device_for_the_next_request_of_its_batch(write_policy):
+    prompts = Prompts()
+    engine = tier_engine("radix", tokens=4096, write_policy=write_policy)
+    head = prompts.tokens(200)
+    send(engine, "a", head + prompts.tokens(20), OUT)
+    fill(engine, prompts)  # the head leaves the device
+    x, y = head + prompts.tokens(20), head + prompts.tokens(30)
+    # upstream loads x's hit back while it forms the batch (init_load_back in add_one_req) and
+    # re-matches y after that: y finds the head on the device
+    got = send_together(engine, [("x", x, OUT), ("y", y, OUT)])
+    assert [tiers(r) for r in got] == [(0, 200), (200, 0)]
+
+
+def test_a_host_hit_ending_inside_a_run_leaves_the_rest_most_recent():
+    pages = HostPages(10, False, TransferLog())
+    a, b = [1, 2, 3, 4, 5], [11, 12, 13, 14, 15]
+    for run in (a, b):  # two prompts written, then evicted from the device: a first
+        pages.on_device(run, 0)
+        pages.write(run, None, [])
+        pages.off_device(run, 0)
+    pages.split_after(3)  # a lookup hit a's first three pages: upstream splits a's node there
+    pages.write([21], None, [])  # the pool is full: one host leaf's run goes, least recent first
+    assert {4, 5} <= set(pages.held) and not set(b) & set(pages.held)

@@ -17,11 +17,14 @@ from collections.abc import Sequence as Tokens
 
 import numpy as np
 
+from engines.cache.radix.allocator import TokenToKVPoolAllocator
 from engines.cache.radix.cache import RadixAllocation, RadixCache
-from engines.cache.radix.hooks import extra_key_of, request_key
+from engines.cache.radix.hooks import evict_to_free_tokens, extra_key_of, request_key
 from engines.cache.radix.host_pages import HostPages
 from engines.cache.radix.key import unpack
 from engines.cache.radix.node import TreeNode
+from engines.cache.radix.tree import TreeLock
+from engines.cache.records import CacheIntegrityError, PrefixMatch
 from engines.cache.tiers import (
     LOAD_LAYERWISE,
     HostEvent,
@@ -229,6 +232,8 @@ class TieredRadixCache(RadixCache, HostTier):
             if key not in held:
                 break
             n += 1
+        if n:
+            self.pages.split_after(keys[start + n - 1])
         host = n * p
         if host < max(self.load_back_threshold, 1):
             self.pages.pins.pop(seq.seq_id, None)
@@ -261,6 +266,37 @@ class TieredRadixCache(RadixCache, HostTier):
                 end = device_tokens + host_tokens
                 slots = token_slots(self.block_table(seq), p, device_tokens, end)
                 self.log.events.append(HostLoad(seq, tuple(keys), 0, slots))
+
+    def host_load_into_tree(
+        self, seq: Sequence, match: PrefixMatch[TreeNode], lock: TreeLock, host_tokens: int
+    ) -> tuple[PrefixMatch[TreeNode], TreeLock]:
+        """Upstream's `load_back` at admission: slots for the loaded pages (evicting the
+        shortfall while the match is locked), the pages revived in the tree one host run a node,
+        and the request's lock moved to their end; so the next request of the same prefill round
+        and the rounds formed before this request's result is processed (the overlap loop) match
+        them on the device (`mem_cache/unified_radix_cache.py` `init_load_back`, `load_back`;
+        `managers/schedule_policy.py` `add_one_req`)."""
+        device, p = match.num_tokens, self.page_size
+        n = device + host_tokens
+        evict_to_free_tokens(self, host_tokens)
+        path = self.tree.path_device_indices(match.handle)[:device]
+        slots: np.ndarray | None
+        if isinstance(self.allocator, TokenToKVPoolAllocator):  # page 1
+            slots = self.allocator.alloc(host_tokens)
+        else:
+            last = path[device - 1] if device else None
+            parts = self.allocator.alloc_extend([device], [n], [last])
+            slots = None if parts is None else parts[0]
+        if slots is None:
+            raise CacheIntegrityError("load-back out of memory: the adder's budget did not hold")
+        values = np.concatenate([np.asarray(path, np.int64), np.asarray(slots, np.int64)])
+        key = request_key(seq, num_tokens=n)
+        result = self.tree.insert(key, values, priority=seq.priority or 0, prev_prefix_len=device)
+        keys = self._seq_keys(seq, n)[device // p :]
+        for bound in self._node_bounds(keys, device)[:-1]:  # each host run one node upstream
+            self.tree.cut(request_key(seq, num_tokens=bound), bound)
+        node = result.last_device_node
+        return PrefixMatch(n, node), self.tree.relock(lock, node)
 
     def _node_bounds(self, keys: list[int], start: int) -> list[int]:
         """Where the loaded pages `keys` (from token `start`) change host node (the runs one

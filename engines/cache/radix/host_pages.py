@@ -99,6 +99,28 @@ class HostPages:
                 self.host_only[key] = None
                 self.host_only.move_to_end(key)
 
+    def split_after(self, key: int) -> None:
+        """A lookup's host hit ends at `key` inside a host-only run: upstream's match splits that
+        evicted node there, and the split stamps the part after it most recent (`mem_cache/
+        unified_cache/unified_tree_core.py` `_split_node`), so that part becomes a run of its own
+        that host eviction reaches last."""
+        run_id = self.run_of.get(key)
+        if run_id is None:
+            return
+        run = self.runs[run_id]
+        i = run.index(key) + 1
+        if i == len(run):
+            return
+        rest = run[i:]
+        self.runs[run_id] = run[:i]
+        for k in rest:
+            self.run_of[k] = self.next_run
+        self.runs[self.next_run] = rest
+        self.next_run += 1
+        for k in reversed(rest):
+            self.held.move_to_end(k)
+            self.host_only.move_to_end(k)
+
     def _link(self, key: int, parent: int | None) -> None:
         self.parent[key] = parent
         if parent is not None:
