@@ -36,9 +36,8 @@ class Admitted(NamedTuple):
     match: PrefixMatch[Any] | None  # None for a chunk continuation (it keeps its own state)
     lock: Any
     host_len: int = 0
-    in_tree: bool = (
-        False  # the load already put the host_len tokens in the tree (`match` covers them)
-    )
+    # the load already put the host_len tokens in the tree (`match` covers them)
+    in_tree: bool = False
 
 
 class PrefillAdder:
