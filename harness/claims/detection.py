@@ -14,9 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from harness.claims.arms import ARMS
-from harness.claims.experiment import claims_loop
+from harness.claims.experiment import claims_compose
 from harness.claims.kv_tap import envelope, kv_diffs, score
-from harness.run.compose import compose
 from harness.run.engine_target import ENGINE, engine_of
 from harness.run.pipeline import measure as measure_run
 from harness.run.pipeline import prepare
@@ -63,8 +62,7 @@ def run_kv(
     from harness.claims.fault import CachedKVFault
     from harness.claims.kv_tap import KVTap
 
-    args = claims_loop([f"model={model}", *overrides, f"seed={seed}"])
-    composed = compose(args, job_name="claims")
+    composed = claims_compose([f"model={model}", *overrides, f"seed={seed}"])
     prepared = prepare(composed.cfg, ENGINE)
     executor = engine_of(prepared).executor
     if not isinstance(executor, RealExecutor):

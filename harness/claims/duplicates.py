@@ -11,9 +11,8 @@ duplicate that freeing did not eliminate. The verdict is APC's; the radix tree i
 from __future__ import annotations
 
 from harness.claims.arms import APC, ARMS, RADIX
-from harness.claims.experiment import Context, claims_loop
+from harness.claims.experiment import Context, claims_compose
 from harness.claims.record import FAILS, Claim, Figure, Finding, undecided
-from harness.run.compose import compose
 from harness.run.engine_target import ENGINE, engine_of
 from harness.run.pipeline import measure as measure_run
 from harness.run.pipeline import prepare
@@ -75,7 +74,7 @@ def measure(ctx: Context) -> Finding:
 def _held_at_idle(ctx: Context, design: str, overrides: tuple[str, ...]) -> int:
     """The run through the pipeline's own prepare and measure, then the cache's evictable tokens
     (cached, held by no request) before any flush."""
-    composed = compose(claims_loop(list(overrides)), job_name="claims")
+    composed = claims_compose(list(overrides))
     prepared = prepare(composed.cfg, ENGINE)
     measured = measure_run(composed.cfg, prepared)
     if measured.status != "ok":

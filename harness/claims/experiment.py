@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.config.schema import CONF_DIR, RunConfig
-from harness.run.compose import compose, start, write_manifest
+from harness.run.compose import Composed, compose, start, write_manifest
 from harness.run.pipeline import run
 from harness.run.targets import target_for
 
@@ -46,7 +46,7 @@ def compose_config(overrides: list[str]) -> tuple[RunConfig, dict]:
 def run_arm(name: str, overrides: list[str], out_dir: Path, save_tokens: bool = False) -> ArmResult:
     """Run one configuration into out_dir/name; a run that is not ok raises RuntimeError."""
     args = [*overrides, f"save_tokens={str(save_tokens).lower()}"]
-    composed = compose(claims_loop(args), job_name="claims")
+    composed = claims_compose(args)
     files, rows = start(out_dir / name, overwrite=False)
     write_manifest(files, composed)
     # The pipeline prints vLLM's result block and a progress bar; a failure is raised below.
@@ -70,11 +70,13 @@ def plain_loop_missing(cfg: RunConfig, overrides: list[str]) -> bool:
     return cfg.engine.scheduler_design == "sglang" and not chosen
 
 
-def claims_loop(overrides: list[str]) -> list[str]:
-    """The overrides, plus SGLang's non-overlap loop where `plain_loop_missing` (every claim
-    composes through this)."""
-    cfg = compose(list(overrides), job_name="claims").cfg
-    return [*overrides, PLAIN_LOOP] if plain_loop_missing(cfg, overrides) else list(overrides)
+def claims_compose(overrides: list[str]) -> Composed:
+    """`overrides` composed as a claim runs them: plus SGLang's non-overlap loop where
+    `plain_loop_missing` (every claim composes through this; only such runs compose twice)."""
+    composed = compose(list(overrides), job_name="claims")
+    if plain_loop_missing(composed.cfg, overrides):
+        return compose([*overrides, PLAIN_LOOP], job_name="claims")
+    return composed
 
 
 def _read_outputs(path: Path) -> dict[str, tuple[int, ...]]:
