@@ -17,14 +17,18 @@ from collections.abc import Sequence as Tokens
 
 import numpy as np
 
-from engines.cache.radix.allocator import TokenToKVPoolAllocator
 from engines.cache.radix.cache import RadixAllocation, RadixCache
-from engines.cache.radix.hooks import evict_to_free_tokens, extra_key_of, request_key
+from engines.cache.radix.hooks import (
+    alloc_extends,
+    evict_to_free_tokens,
+    extra_key_of,
+    request_key,
+)
 from engines.cache.radix.host_pages import HostPages
 from engines.cache.radix.key import unpack
 from engines.cache.radix.node import TreeNode
 from engines.cache.radix.tree import TreeLock
-from engines.cache.records import CacheIntegrityError, PrefixMatch
+from engines.cache.records import PrefixMatch
 from engines.cache.tiers import (
     LOAD_LAYERWISE,
     HostEvent,
@@ -280,15 +284,13 @@ class TieredRadixCache(RadixCache, HostTier):
         n = device + host_tokens
         evict_to_free_tokens(self, host_tokens)
         path = self.tree.path_device_indices(match.handle)[:device]
-        slots: np.ndarray | None
-        if isinstance(self.allocator, TokenToKVPoolAllocator):  # page 1
-            slots = self.allocator.alloc(host_tokens)
-        else:
-            last = path[device - 1] if device else None
-            parts = self.allocator.alloc_extend([device], [n], [last])
-            slots = None if parts is None else parts[0]
-        if slots is None:
-            raise CacheIntegrityError("load-back out of memory: the adder's budget did not hold")
+        (slots,) = alloc_extends(
+            self,
+            [device],
+            [host_tokens],
+            lambda _: path[device - 1],
+            "load-back out of memory: the adder's budget did not hold",
+        )
         values = np.concatenate([np.asarray(path, np.int64), np.asarray(slots, np.int64)])
         key = request_key(seq, num_tokens=n)
         result = self.tree.insert(key, values, priority=seq.priority or 0, prev_prefix_len=device)

@@ -11,6 +11,7 @@ A request's `req_to_token` row holds the slot of every position it has KV for:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -100,28 +101,46 @@ def prepare_extend(cache: RadixCache, batch: list[tuple[Sequence, ReqKV, int, in
     extend_lens = [e for _, _, _, e in batch]
     need = sum(extend_lens) + (len(batch) * p if p > 1 else 0)
     evict_to_free_tokens(cache, need)
-    allocator = cache.allocator
-    parts: list[np.ndarray] | None
-    if isinstance(allocator, TokenToKVPoolAllocator):  # page 1
-        slots = allocator.alloc(sum(extend_lens))
-        if slots is None:
-            raise CacheIntegrityError("Prefill out of memory")
-        parts, start = [], 0
-        for e in extend_lens:
-            parts.append(slots[start : start + e])
-            start += e
-    else:
-        rows = [pool.row(st.row) for _, st, _, _ in batch]
-        prefix_lens = [pre for _, _, pre, _ in batch]
-        last_locs = [row[pre - 1] if pre else None for row, pre in zip(rows, prefix_lens)]
-        seq_lens = [pre + e for pre, e in zip(prefix_lens, extend_lens)]
-        parts = allocator.alloc_extend(prefix_lens, seq_lens, last_locs)
-        if parts is None:
-            raise CacheIntegrityError("Prefill out of memory")
+    prefix_lens = [pre for _, _, pre, _ in batch]
+    parts = alloc_extends(
+        cache,
+        prefix_lens,
+        extend_lens,
+        lambda i: pool.row(batch[i][1].row)[prefix_lens[i] - 1],
+        "Prefill out of memory",
+    )
     for (_, st, prefix_len, extend), part in zip(batch, parts):
         pool.row(st.row).extend(part)
         st.prefix_len = prefix_len
         st.extend_end = st.kv_committed_len = st.kv_allocated_len = prefix_len + extend
+
+
+def alloc_extends(
+    cache: RadixCache,
+    prefix_lens: list[int],
+    extend_lens: list[int],
+    last_loc: Callable[[int], int],
+    what: str,
+) -> list[np.ndarray]:
+    """New slots for each request's `extend_lens[i]` tokens after its `prefix_lens[i]`: one run
+    split in order at page 1, page-aligned extensions otherwise (`last_loc(i)`, the slot of
+    request i's last prefix token, is read only then). Out of memory raises `what`."""
+    allocator = cache.allocator
+    if isinstance(allocator, TokenToKVPoolAllocator):  # page 1
+        slots = allocator.alloc(sum(extend_lens))
+        if slots is None:
+            raise CacheIntegrityError(what)
+        parts, start = [], 0
+        for e in extend_lens:
+            parts.append(slots[start : start + e])
+            start += e
+        return parts
+    last_locs = [last_loc(i) if pre else None for i, pre in enumerate(prefix_lens)]
+    seq_lens = [pre + e for pre, e in zip(prefix_lens, extend_lens)]
+    paged = allocator.alloc_extend(prefix_lens, seq_lens, last_locs)
+    if paged is None:
+        raise CacheIntegrityError(what)
+    return paged
 
 
 def prepare_decode(cache: RadixCache, states: list[ReqKV]) -> np.ndarray | list[int]:
