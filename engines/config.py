@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from engines.cache import DEFAULT_DESIGN, DESIGNS, designs
+from engines.cache.storage_tier import StorageTierConfig, validate_storage_tier
 from engines.cache.tiers import HostTierConfig, validate_host_tier
 from engines.errors import BadInput
 
@@ -89,6 +90,8 @@ class EngineConfig:
     sglang_frontend: bool = True
     # --- a host tier behind the device cache (engines/cache/tiers.py; tokens 0: off) ---
     host_tier: HostTierConfig = field(default_factory=HostTierConfig)
+    # --- a storage tier behind the host tier (engines/cache/storage_tier.py; off by default) ---
+    storage_tier: StorageTierConfig = field(default_factory=StorageTierConfig)
     # --- execution ---
     backend: str = "auto"  # auto | triton | torch
     # Real executor: decode-only steps as CUDA graphs, one per padded batch size. None: on with
@@ -168,6 +171,14 @@ class EngineConfig:
         others = {d.name: d.tier_knobs for d in designs() if d.name != self.cache}
         unit = design.tier_unit(self.host_tier, self.block_size)
         validate_host_tier(self.host_tier, self.cache, unit, others)
+        storage_others = {d.name: d.storage_knobs for d in designs() if d.name != self.cache}
+        validate_storage_tier(self.storage_tier, self.cache, self.host_tier.enabled, storage_others)
+        if self.storage_tier.enabled and not design.storage_tier:
+            offered = sorted(d.name for d in designs() if d.storage_tier)
+            raise BadInput(
+                f"engine.storage_tier is not modelled for the {self.cache} cache "
+                f"(caches with one: {offered})"
+            )
         if not self.host_tier.enabled:
             return
         if not self.prefix_caching:

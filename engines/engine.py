@@ -396,4 +396,5 @@ def _record(seq: Sequence, tl: _Timeline, kv_bytes_per_token: float) -> RequestR
         host_load_bytes=seq.host_load_bytes,
         host_store_bytes=int(seq.num_host_stored_tokens * kv_bytes_per_token),
         host_load_s=seq.host_load_s,
+        storage_cached_tokens=seq.num_storage_cached_tokens,
     )

@@ -30,3 +30,4 @@ class RequestRecord:
     host_load_bytes: int = 0  # KV bytes loaded from the host tier (host link, host -> device)
     host_store_bytes: int = 0  # its KV bytes stored to the host tier until it finished
     host_load_s: float = 0.0  # seconds its loads took on the host link, queueing included
+    storage_cached_tokens: int = 0  # of cached_tokens, from a storage tier (not among the host's)

@@ -47,6 +47,9 @@ class Sequence:
     # Of those, the tokens a host tier supplied (engines/cache/tiers.py; vLLM's
     # external_cached_tokens, SGLang's cached_tokens_details.host).
     num_host_cached_tokens: int = 0
+    # Of those, the tokens a storage tier supplied (engines/cache/storage_tier.py; SGLang's
+    # cached_tokens_details.storage): disjoint from the host ones, device + host + storage = all.
+    num_storage_cached_tokens: int = 0
     # Tokens of its KV a host tier stored (counted by the tier as it stores them), and its loads
     # as the executor priced them: bytes into the device and seconds on the host link (queueing
     # included).

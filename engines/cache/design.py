@@ -47,7 +47,10 @@ class CacheDesign:
     tier_knobs: the `engine.host_tier` fields only this design's host tier reads
       (engines/cache/tiers.py). tier_unit: the tokens in one unit of its tier (its hit granularity)
       for a tier config and a block size. tier_label: its host tier's name in prose and tables
-      (what its upstream calls it).
+      (what its upstream calls it). storage_knobs: the `engine.storage_tier` fields only this
+      design's storage tier reads (engines/cache/storage_tier.py). storage_tier: whether its
+      build gives a storage tier (its cache then offers `StorageTier`); a run asking another
+      design for one is refused.
     """
 
     name: str
@@ -61,6 +64,8 @@ class CacheDesign:
     tier_knobs: tuple[str, ...] = ()
     tier_unit: Callable[[HostTierConfig, int], int] = lambda tier, block_size: block_size
     tier_label: str = "host tier"
+    storage_knobs: tuple[str, ...] = ()
+    storage_tier: bool = False
 
     def offers(self, capability: type) -> bool:
         """Whether this design's cache has `capability` (a runtime-checkable protocol of

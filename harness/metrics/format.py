@@ -60,9 +60,14 @@ def format_summary(summary: Mapping[str, object]) -> str:
         _line("Ideal hit rate, page 1 (%):", _percent(summary.get("ideal_hit_rate_token")))
     )
     lines.append(_line("Cached prompt tokens:", summary.get("prompt_tokens_cached")))
-    if summary.get("prompt_tokens_cached_host"):  # a host tier supplied some (docs/tiers.md)
+    tiers = ("prompt_tokens_cached_host", "prompt_tokens_cached_storage")
+    if any(summary.get(k) for k in tiers):  # a host tier supplied some (docs/tiers.md)
         lines.append(_line("Device tier hit rate (%):", _percent(summary.get("device_hit_rate"))))
         lines.append(_line("Host tier hit rate (%):", _percent(summary.get("host_hit_rate"))))
+        if summary.get("prompt_tokens_cached_storage"):  # a storage tier behind it
+            lines.append(
+                _line("Storage tier hit rate (%):", _percent(summary.get("storage_hit_rate")))
+            )
         belady = summary.get("belady_hit_rate_device_host")
         if belady is not None:  # one cache of both tiers' tokens (docs/tiers.md §8)
             lines.append(_line("Belady, device + host (%):", _percent(belady)))

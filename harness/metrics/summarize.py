@@ -62,6 +62,7 @@ def summarize(
     num_out = int(df["output_tokens"].sum())
     num_cached = int(df["cached_tokens"].sum())
     num_host = int(df["host_cached_tokens"].sum()) if "host_cached_tokens" in df else 0
+    num_storage = int(df["storage_cached_tokens"].sum()) if "storage_cached_tokens" in df else 0
     e2el = df["e2el_ms"].tolist()
     peak_tokens, peak_requests = _peaks(df, itl_lists)
     overlapping = peak_overlap(df["arrival_s"].to_numpy(), df["finish_s"].to_numpy())
@@ -98,8 +99,10 @@ def summarize(
         recomputed_tokens=int(df["recomputed_tokens"].sum()),
         num_preemptions=int(df["num_preemptions"].sum()),
         prompt_tokens_cached_host=num_host,
-        device_hit_rate=(num_cached - num_host) / num_in if num_in else None,
+        device_hit_rate=(num_cached - num_host - num_storage) / num_in if num_in else None,
         host_hit_rate=num_host / num_in if num_in else None,
+        prompt_tokens_cached_storage=num_storage,
+        storage_hit_rate=num_storage / num_in if num_in else None,
     )
     max_itl_ms = float(pooled_itl.max()) if len(pooled_itl) else 0.0
     return RunSummary(throughput, latencies, max_itl_ms, sglang, cache, context, dict(extra or {}))

@@ -78,8 +78,8 @@ class SglangRates:
 @dataclass(frozen=True)
 class CacheFigures:
     """Measured reuse (docs/benchmarking.md §5.1) and what preemption recomputed; the reuse split
-    by tier (docs/tiers.md §4): device and host shares of the prompt tokens (host 0 without a
-    host tier)."""
+    by tier (docs/tiers.md §4): device, host and storage shares of the prompt tokens (host and
+    storage 0 without their tier)."""
 
     prompt_tokens_cached: int
     hit_rate: float | None
@@ -88,6 +88,8 @@ class CacheFigures:
     prompt_tokens_cached_host: int = 0
     device_hit_rate: float | None = None
     host_hit_rate: float | None = None
+    prompt_tokens_cached_storage: int = 0
+    storage_hit_rate: float | None = None
 
 
 @dataclass(frozen=True)

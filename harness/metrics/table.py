@@ -63,6 +63,7 @@ def request_row(rec: RequestRecord, req: Request, request_index: int, ctx: dict)
         "host_load_bytes": rec.host_load_bytes,
         "host_store_bytes": rec.host_store_bytes,
         "host_load_ms": rec.host_load_s * 1e3,
+        "storage_cached_tokens": rec.storage_cached_tokens,
         "output_tokens": rec.output_tokens,
         "recomputed_tokens": rec.recomputed_tokens,
         "num_preemptions": rec.num_preemptions,

@@ -32,6 +32,7 @@ COLUMNS: dict[str, object] = {
     "host_load_bytes": _INT,  # KV bytes loaded host -> device for it (0 without a tier)
     "host_store_bytes": _INT,  # its KV bytes stored device -> host until it finished
     "host_load_ms": _FLOAT,  # its loads' time on the host link, queueing included
+    "storage_cached_tokens": _INT,  # of cached_tokens, from a storage tier (not the host's)
     "output_tokens": _INT,
     "recomputed_tokens": _INT,
     "num_preemptions": _INT,

@@ -62,6 +62,12 @@ DESIGN = CacheDesign(
     label="SGLang RadixAttention",
     tier_knobs=("write_policy", "load_back_threshold"),  # its unit is a page
     tier_label="HiCache",  # SGLang's hierarchical cache
+    storage_knobs=(
+        "prefetch_policy",
+        "prefetch_threshold",
+        "prefetch_timeout_base",
+        "prefetch_timeout_per_ki_token",
+    ),
     style=FigureStyle(
         colour="#ff7f0e",
         off_colour="#ffbb78",
