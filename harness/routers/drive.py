@@ -25,6 +25,7 @@ from harness.fleet.policies import (
     Router,
 )
 from harness.routers.faults import FleetFault
+from harness.routers.kv_cost import VllmKvAware
 from harness.routers.kv_index import KvEventIndex
 from harness.routers.learned import LearnedRoundRobin
 from harness.routers.replay import OTHER, replay
@@ -99,6 +100,8 @@ def drive_router(
         if twin_cfg.router == "consistent_hash"
         else LearnedRoundRobin(len(urls), order)
         if twin_cfg.router == "round_robin"
+        else VllmKvAware(len(urls), order)  # the router's own rule, its load term included
+        if twin_cfg.router == "kv_aware"
         else ROUTERS.get(twin_cfg.router)(twin_cfg)
     )
     facts = {} if facts is None else facts
@@ -158,8 +161,10 @@ def drive_router(
                     deliver(decision)
             if workers.dead():  # the router may route around it; the run is no longer ours
                 raise FleetFault("a worker exited during the run")
-    if isinstance(twin, LearnedRoundRobin):
+    if isinstance(twin, (LearnedRoundRobin, VllmKvAware)):
         facts.update(twin.facts())
+    if isinstance(twin, VllmKvAware):
+        facts.update(order_source="start log" if order is not None else "URL order (assumed)")
     if isinstance(twin, CacheAware):
         source = "tie decisions" if order is None else "start log, tie decisions"
         facts.update(worker_order=list(twin.order), order_source=source)
@@ -196,6 +201,8 @@ def _predict_wave(
     it found tied (cache_aware's cold prompts; None otherwise)."""
     loads = [0] * num_workers
     out = []
+    if isinstance(twin, VllmKvAware):
+        twin.begin_wave()  # the wave before is answered: none of its prefill is pending
     if isinstance(twin, CacheAware) and len(wave) > 1:
         twin = copy.deepcopy(twin)
     for req in wave:

@@ -53,3 +53,24 @@ def streams(
         for g in range(num_groups)
     ]
     return stream, warm
+
+
+def load_stream(
+    num_workers: int, prefix_lens: tuple[int, ...], width: int, seed: int = 0
+) -> tuple[list[Routed], list[tuple[int, Routed]]]:
+    """A stream where in-flight load moves vllm-router's kv_aware decisions (sent in waves of
+    `width`): wave w is `width` requests of group w, whose prefix of prefix_lens[w] token ids is
+    placed on worker w mod N beforehand. A short prefix saves less than a few requests in flight
+    cost, so the wave spills onto other workers; a long one keeps the whole wave."""
+    import random
+
+    rng = random.Random(seed)
+    stream: list[Routed] = []
+    warm = []
+    for g, size in enumerate(prefix_lens):
+        prefix = [rng.randrange(100, 40_000) for _ in range(size)]
+        warm.append((g % num_workers, Routed(f"warm-g{g}", (*prefix, 1, 2, 3))))
+        for i in range(width):
+            question = [rng.randrange(100, 40_000) for _ in range(8)]
+            stream.append(Routed(f"g{g}-q{i}", (*prefix, *question), session_id=f"s{g}"))
+    return stream, warm

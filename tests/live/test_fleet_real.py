@@ -53,8 +53,8 @@ def test_the_routing_twin_predicts_the_real_router(kind, policy, workers):
 def test_under_concurrency_the_distance_has_its_cause(kind, policy, workers):
     """Waves of 4 requests sent at once. Round robin: the router's turns are the twin's, taken in
     the order the requests reached it, so every miss is one of arrival order. consistent_hash
-    keys each request by its session alone: no order or load can move it. (kv_aware is measured,
-    not asserted: its router also weighs in-flight load, docs/fleet.md §5.)"""
+    keys each request by its session alone: no order or load can move it. (kv_aware under load:
+    tests/live/test_fleet_kv_load.py.)"""
     need_router(kind)
     fleet, out = workers
     stream, warm = streams(policy, num_groups=3, per_group=4, num_workers=2)
