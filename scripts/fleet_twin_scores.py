@@ -55,7 +55,9 @@ HEADER = (
 def parse_case(text: str) -> tuple[str, str]:
     kind, _, policy = text.partition(":")
     if policy not in TWINNED.get(kind, ()) and (kind, policy) != ("vllm", LOAD_CASE):
-        valid = ", ".join(f"{k}:{p}" for k, ps in TWINNED.items() for p in ps)
+        valid = ", ".join(
+            [*(f"{k}:{p}" for k, ps in TWINNED.items() for p in ps), f"vllm:{LOAD_CASE}"]
+        )
         raise BadInput(f"--cases {text!r} is not a router:policy the twin models; valid: {valid}")
     return kind, policy
 
