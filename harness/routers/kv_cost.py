@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from harness.fleet.policies import FleetView, Routed
 
 # Tokens of work one request in flight adds to its worker's cost: fitted on vllm-router 0.1.17's
-# decisions in bursts over built-in workers (between 24 and 34 fit every burst; docs/fleet.md §5)
+# decisions in bursts over built-in workers (24 to 34 fit a burst of 8; docs/fleet.md §5)
 IN_FLIGHT_TOKENS = 32
 
 
