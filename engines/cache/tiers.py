@@ -285,6 +285,15 @@ class AsyncHostLoad(Protocol):
         """Whether `seq`'s load has completed (its loaded blocks can then be cached)."""
         ...
 
+    def host_busy(self) -> bool:
+        """Whether a transfer no admitted request waits on is in flight (a storage tier's
+        existence check or promotion into the host tier): the next step advances it."""
+        ...
+
+    def host_storage_tokens(self, seq: Sequence) -> int:
+        """Of `seq`'s last admitted host hit, the tokens a storage tier supplied (0 without)."""
+        ...
+
 
 @runtime_checkable
 class TreeLoadBack(Protocol):

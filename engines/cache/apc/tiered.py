@@ -19,7 +19,9 @@ import numpy as np
 from engines.cache.apc.cache import ApcCache
 from engines.cache.apc.host_store import HostChunkStore
 from engines.cache.apc.offload_policy import Key
+from engines.cache.apc.storage_store import StorageChunkStore
 from engines.cache.records import PrefixMatch
+from engines.cache.storage_tier import StorageTier
 from engines.cache.tiers import (
     LOAD_BEFORE_STEP,
     AsyncHostLoad,
@@ -56,7 +58,15 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
 
     host_load_overlap = LOAD_BEFORE_STEP  # the request waits for its load (docs/tiers.md §7)
 
-    def __init__(self, num_blocks: int, block_size: int, *, tier: HostTierConfig, **kw: object):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        tier: HostTierConfig,
+        storage: bool = False,
+        **kw: object,
+    ):
         super().__init__(num_blocks, block_size, **kw)  # type: ignore[arg-type]
         self.blocks_per_chunk = tier.blocks_per_chunk
         self.chunk_tokens = block_size * tier.blocks_per_chunk
@@ -77,6 +87,11 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         self.finished_last_step: list[tuple[Sequence, list[Key], int, list[int]]] = []
         self.queries = self.hits = self.stored_chunks = 0
         self.log = TransferLog()
+        # vLLM's file-system secondary tier behind the CPU tier (None: the CPU tier alone)
+        self.storage = StorageChunkStore() if storage else None
+        self.storage_queries = self.storage_hits = 0
+        self.storage_of: dict[str, int] = {}  # per request: tokens of its load from storage
+        self.finishing: set[str] = set()  # finished, stores in flight: not finalized yet
 
     # ---- lookup and load ------------------------------------------------------------------
     def chunk_keys(self, seq: Sequence) -> list[Key]:
@@ -97,7 +112,11 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         if limit - device_tokens < unit:
             return 0
         start = device_tokens // unit  # a device hit inside a chunk: that chunk is looked up
-        hits = self.store.lookup(keys[start : cdiv(limit, unit)])
+        window = keys[start : cdiv(limit, unit)]
+        if self.storage is None:
+            hits = self.store.lookup(window)
+        else:  # past the CPU tier into storage (side effects: asks, promotions)
+            hits = self.storage.lookup(seq.seq_id, window, self.store)
         if hits is None:
             return None
         host = min(limit, unit * (start + hits)) - device_tokens
@@ -119,12 +138,18 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         self.queries += seq.num_tokens - device_tokens
         self.hits += host_tokens
         if host_tokens == 0:
+            self._count_storage(seq, device_tokens, 0)
             return
         unit = self.chunk_tokens
         end = cdiv(device_tokens + host_tokens, unit)
         keys = self.chunk_keys(seq)[device_tokens // unit : end]
         self.store.load(seq.seq_id, keys)
         self.log.load(seq, host_tokens)
+        if self.storage is not None:
+            promoted = self.storage.promoted_tokens(
+                seq.seq_id, keys, device_tokens, device_tokens + host_tokens, unit
+            )
+            self._count_storage(seq, device_tokens + host_tokens - promoted, promoted)
         if self.log.events is not None:
             slots = token_slots(
                 self.block_table(seq), self.block_size, device_tokens, device_tokens + host_tokens
@@ -132,6 +157,19 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
             self.log.events.append(HostLoad(seq, tuple(keys), device_tokens % unit, slots))
         self._plan(Job(keys, seq.seq_id, is_load=True))
         self.next_chunk[seq.seq_id] = end  # loaded chunks are not offered again
+
+    def _count_storage(self, seq: Sequence, held_above: int, promoted: int) -> None:
+        """Storage's part of an admission: the tokens past the device and CPU hits were asked
+        of it, `promoted` of them came from it (vLLM's DISK source)."""
+        if self.storage is None:
+            return
+        self.storage_of[seq.seq_id] = promoted
+        self.storage_queries += seq.num_tokens - held_above
+        self.storage_hits += promoted
+
+    def host_storage_tokens(self, seq: Sequence) -> int:
+        """Of `seq`'s last admitted host hit, the tokens its load brought from storage."""
+        return self.storage_of.get(seq.seq_id, 0)
 
     def host_admit(
         self,
@@ -185,6 +223,20 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         for seq, _, _, _ in finished:
             self.store.finish_request(seq.seq_id)
             self.next_chunk.pop(seq.seq_id, None)
+            if self.storage is not None:
+                self.finishing.add(seq.seq_id)
+                self._maybe_finalize(seq.seq_id)
+        if self.storage is not None:  # the connector's on_schedule_end
+            self.storage.end_of_plan()
+
+    def _maybe_finalize(self, seq_id: str) -> None:
+        """A finished request with no store in flight leaves the storage tier's books (upstream
+        `_maybe_finalize_request`)."""
+        if self.storage is None or seq_id not in self.finishing or self.jobs_of[seq_id]:
+            return
+        self.finishing.discard(seq_id)
+        self.storage.finish_request(seq_id)
+        self.storage_of.pop(seq_id, None)
 
     def _offer(
         self,
@@ -256,22 +308,35 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
             else:
                 self.stores_deferred.append(job)
         self.jobs_last_step, self.jobs_planned = self.jobs_planned, []
+        if self.storage is not None:
+            self.storage.after_step(self.store)
 
     def _complete(self, job: Job) -> None:
         if job.is_load:
             self.store.complete_load(job.keys)
         else:
             self.store.complete(job.keys)
+            if self.storage is not None:  # the cascade: every chunk stored is written down
+                self.storage.write(job.keys)
         self.jobs_of[job.seq_id] -= 1
         if not self.jobs_of[job.seq_id]:
             del self.jobs_of[job.seq_id]
+            self._maybe_finalize(job.seq_id)
 
     def host_idle(self) -> None:
         if self.finished_last_step:
             self.host_after_schedule([])
+        if self.storage is not None:
+            self.storage.end_of_plan()
         for job in (*self.stores_deferred, *self.jobs_last_step, *self.jobs_planned):
             self._complete(job)
         self.stores_deferred, self.jobs_last_step, self.jobs_planned = [], [], []
+        if self.storage is not None:
+            self.storage.after_step(self.store)
+
+    def host_busy(self) -> bool:
+        """A storage ask or promotion in flight (the next step advances it)."""
+        return self.storage is not None and self.storage.busy()
 
     def host_stats(self) -> TierStats:
         unit = self.chunk_tokens
@@ -304,7 +369,31 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         self.jobs_of.clear()
         self.queries = self.hits = self.stored_chunks = 0
         self.store.num_evicted = 0
+        if self.storage is not None:  # the files stay (secondary tiers are not reset)
+            self.storage.reset()
+            self.storage_queries = self.storage_hits = 0
+            self.storage_of.clear()
         self.store.evicted_keys = []
         if self.log.events is not None:
             self.log.events.append(HostReset())
         return True
+
+
+class StorageTieredApcCache(TieredApcCache, StorageTier):
+    """TieredApcCache with vLLM's file-system tier behind its CPU tier (TieringOffloadingManager
+    with one `fs` secondary tier; docs/tiers.md §10.1)."""
+
+    def __init__(self, num_blocks: int, block_size: int, *, tier: HostTierConfig, **kw: object):
+        super().__init__(num_blocks, block_size, tier=tier, storage=True, **kw)
+
+    def storage_stats(self) -> TierStats:
+        """Tokens asked of storage past the device and CPU hits, promoted from it, written to
+        it (every chunk stored to the CPU tier), read from it (promotions); never evicted."""
+        assert self.storage is not None
+        unit = self.chunk_tokens
+        return TierStats(
+            queries=self.storage_queries,
+            hits=self.storage_hits,
+            stored=self.storage.written * unit,
+            loaded=self.storage.read * unit,
+        )
