@@ -5,15 +5,19 @@ waits, chunk granularity, the last-token clamp, what a reset keeps, and off bein
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 
 from engines.cache.apc import StorageTieredApcCache, TieredApcCache
 from engines.cache.storage_tier import StorageTier, StorageTierConfig
 from engines.cache.tiers import HostTierConfig
 from engines.config import EngineConfig
 from engines.errors import BadInput
+from engines.request import GenerationRequest
 from engines.sequence import Sequence
 from tests.apc_storage_streams import OUT, per_tier, resend, storage_engine, tail_evicted
+from tests.engine_util import make_engine
 from tests.tier_streams import Prompts, send
 
 
@@ -110,3 +114,40 @@ def test_a_storage_tier_vllm_refuses_is_refused(tier, needle):
     cfg = EngineConfig(cache="apc", host_tier=tier, storage_tier=StorageTierConfig(enabled=True))
     with pytest.raises(BadInput, match=needle):
         cfg.validate()
+
+
+def serve(engine, stream: list[tuple[str, tuple[int, ...]]]):
+    """Each request alone to its finish (greedy), then the engine idles; records by id and the
+    first-token logits."""
+    engine.executor.first_logits = {}
+    for rid, prompt in stream:
+        req = GenerationRequest(request_id=rid, prompt_ids=prompt, max_new_tokens=6)
+        engine.add_request(req, engine.clock.now())
+        while engine.has_work:
+            engine.step()
+        engine.idle()
+    return {r.request_id: r for r in engine.records}, engine.executor.first_logits
+
+
+def test_a_storage_hit_loads_real_kv_and_decodes_as_caching_off():
+    """The real executor writes each stored chunk's K/V to storage and reads a promoted chunk
+    back into the host pool before the device loads it (engines/host_pool.py): the re-sent
+    prompt decodes as with caching off."""
+    rng = np.random.default_rng(0)
+    a, *fillers = (tuple(rng.integers(1, 1000, 100).tolist()) for _ in range(6))
+    stream = [("a1", a)] + [(f"f{i}", p) for i, p in enumerate(fillers)] + [("a2", a)]
+    # 160 device tokens and 192 CPU tokens: the fillers push `a` out of both
+    tiered = make_engine(
+        "apc",
+        block_size=16,
+        kv_capacity_tokens=160,
+        host_tier=HostTierConfig(tokens=192),
+        storage_tier=StorageTierConfig(enabled=True),
+    )
+    records, logits = serve(tiered, stream)
+    off = make_engine("apc", block_size=16, kv_capacity_tokens=160, prefix_caching=False)
+    ref_records, ref_logits = serve(off, [("a2", a)])
+    hit = records["a2"]
+    assert per_tier(hit) == (0, 0, 96)
+    assert hit.output_ids == ref_records["a2"].output_ids == records["a1"].output_ids
+    torch.testing.assert_close(logits["a2"], ref_logits["a2"], rtol=1e-4, atol=1e-4)

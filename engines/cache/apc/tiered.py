@@ -32,6 +32,8 @@ from engines.cache.tiers import (
     HostStore,
     HostTier,
     HostTierConfig,
+    StorageRead,
+    StorageWrite,
     TierStats,
     TransferLog,
     Transfers,
@@ -116,7 +118,10 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         if self.storage is None:
             hits = self.store.lookup(window)
         else:  # past the CPU tier into storage (side effects: asks, promotions)
+            promoting = len(self.storage.promoting)
             hits = self.storage.lookup(seq.seq_id, window, self.store)
+            if self.log.events is not None and len(self.storage.promoting) > promoting:
+                self._promotion_events(self.storage.promoting[promoting:])
         if hits is None:
             return None
         host = min(limit, unit * (start + hits)) - device_tokens
@@ -125,6 +130,15 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         if self.store.being_loaded(keys[start : cdiv(device_tokens + host, unit)]):
             return None  # a load in flight reads these chunks: the request waits for it
         return host
+
+    def _promotion_events(self, keys: list[Key]) -> None:
+        """Copies for a real executor: the CPU chunks the promotions evicted, then the reads."""
+        events = self.log.events
+        assert events is not None
+        if self.store.evicted_keys:
+            events.append(HostEvict(tuple(self.store.evicted_keys)))
+            self.store.evicted_keys = []
+        events.append(StorageRead(tuple(keys)))
 
     def held_prefix_tokens(self, seq: Sequence) -> int:
         """The device's cached prefix, then the host's ready chunks from the chunk it ends in
@@ -318,6 +332,8 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
             self.store.complete(job.keys)
             if self.storage is not None:  # the cascade: every chunk stored is written down
                 self.storage.write(job.keys)
+                if self.log.events is not None:
+                    self.log.events.append(StorageWrite(tuple(job.keys)))
         self.jobs_of[job.seq_id] -= 1
         if not self.jobs_of[job.seq_id]:
             del self.jobs_of[job.seq_id]
