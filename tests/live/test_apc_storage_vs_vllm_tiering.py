@@ -3,7 +3,9 @@ OffloadingConnector over vLLM's TieringOffloadingSpec (the CPU tier as primary, 
 file-system secondary tier in a temporary folder), driven in the vLLM venv
 (tests/live/vllm_offload_scheduler_driver.py; only the GPU<->CPU transfer engine is a stub): the
 same request streams must give every request the same device, CPU and storage cached tokens
-(vLLM's local, external and the external part it attributes to the disk; docs/tiers.md §10.1).
+(vLLM's local, external and the external part it attributes to the disk; docs/tiers.md §10.1):
+one request at a time, and bursts (requests sent together; six burst streams, the three others of
+the probe in docs/tiers.md §10.1 still differ).
 
 Needs .venv-vllm (scripts/setup_vllm.sh): skipped without it, a failure under CI=true.
 """
@@ -14,6 +16,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,15 +30,24 @@ from tests.apc_storage_streams import (
     storage_engine,
     tail_evicted,
 )
-from tests.tier_streams import send
+from tests.tier_streams import send, send_together
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DRIVER = Path(__file__).with_name("vllm_offload_scheduler_driver.py")
 MODEL = ROOT / ".models" / "llama-rand-smollm2"  # only its config is read (no weights run)
 
+# a burst stream: each request with its wave; a wave's requests are sent together
+Bursts = list[tuple[str, tuple[int, ...], tuple[int, ...], int]]
+
+
+def bursts(seed: int, num: int, size: int) -> Bursts:
+    """`generated(seed, num)` sent in waves of `size` requests at once."""
+    return [(rid, p, o, k // size) for k, (rid, p, o) in enumerate(generated(seed, num))]
+
+
 # (name, stream, CPU tier knobs, device tokens)
-CASES: list[tuple[str, Stream, HostTierConfig, int]] = [
+CASES: list[tuple[str, Stream | Bursts, HostTierConfig, int]] = [
     ("resend", resend(), HostTierConfig(tokens=640), 640),
     ("chunk4", resend(), HostTierConfig(tokens=640, blocks_per_chunk=4), 640),
     ("whole", resend(length=320), HostTierConfig(tokens=640), 640),
@@ -51,10 +63,31 @@ CASES: list[tuple[str, Stream, HostTierConfig, int]] = [
     ("gen-arc", generated(1), HostTierConfig(tokens=480, policy="arc"), 480),
     ("gen-chunk2", generated(2), HostTierConfig(tokens=640, blocks_per_chunk=2), 480),
     ("gen-output", generated(3), HostTierConfig(tokens=480, offload_prompt_only=False), 480),
+    (
+        "burst8-arc-chunk2-0",
+        bursts(50, 48, 8),
+        HostTierConfig(tokens=640, policy="arc", blocks_per_chunk=2),
+        480,
+    ),
+    ("burst32-lru-0", bursts(50, 48, 32), HostTierConfig(tokens=480), 480),
+    (
+        "burst8-arc-chunk2-1",
+        bursts(51, 48, 8),
+        HostTierConfig(tokens=640, policy="arc", blocks_per_chunk=2),
+        480,
+    ),
+    ("burst16-lru-2", bursts(52, 48, 16), HostTierConfig(tokens=480), 480),
+    (
+        "burst8-arc-chunk2-2",
+        bursts(52, 48, 8),
+        HostTierConfig(tokens=640, policy="arc", blocks_per_chunk=2),
+        480,
+    ),
+    ("burst32-lru-2", bursts(52, 48, 32), HostTierConfig(tokens=480), 480),
 ]
 
 
-def ours(stream: Stream, tier: HostTierConfig, device_tokens: int) -> dict[str, list[int]]:
+def ours(stream: Stream | Bursts, tier: HostTierConfig, device_tokens: int) -> dict[str, list[int]]:
     engine = storage_engine(
         device_tokens,
         tokens=tier.tokens,
@@ -62,10 +95,20 @@ def ours(stream: Stream, tier: HostTierConfig, device_tokens: int) -> dict[str, 
         blocks_per_chunk=tier.blocks_per_chunk,
         offload_prompt_only=tier.offload_prompt_only,
     )
-    out = {}
-    for rid, prompt, output in stream:
-        device, host, storage = per_tier(send(engine, rid, prompt, output))
-        out[rid] = [device, host + storage, storage]  # vLLM's local, external, disk
+    out: dict[str, list[int]] = {}
+    entries: list[tuple[Any, ...]] = list(stream)
+    k = 0
+    while k < len(entries):
+        if len(entries[k]) == 3:  # one request alone
+            wave = [entries[k]]
+            records = [send(engine, *entries[k])]
+        else:
+            wave = [entry for entry in entries[k:] if entry[3] == entries[k][3]]
+            records = send_together(engine, [(rid, p, o) for rid, p, o, _ in wave])
+        for rec in records:
+            device, host, storage = per_tier(rec)
+            out[rec.request_id] = [device, host + storage, storage]  # vLLM's local, external, disk
+        k += len(wave)
     return out
 
 
@@ -83,7 +126,7 @@ def upstream_runs(root: Path) -> list[dict]:
                 "store_threshold": tier.store_threshold,
                 "offload_prompt_only": tier.offload_prompt_only,
                 "model": str(MODEL),
-                "requests": [[rid, list(p), list(o)] for rid, p, o in stream],
+                "requests": [[rid, list(p), list(o), *wave] for rid, p, o, *wave in stream],
                 "storage_dir": str(root / name),
             }
         )

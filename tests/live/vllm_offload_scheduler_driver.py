@@ -136,6 +136,16 @@ class WaitableFsTier(FileSystemTierManager):
     def wait_lookups(self) -> None:
         self._lookup_manager.wait()
 
+    def submit_load(self, job_metadata) -> None:
+        """Held until the plan is built: a file read outlasts the rest of the plan, so the
+        prepare_store calls after on_schedule_end never see a promotion finished."""
+        self.held_loads = [*getattr(self, "held_loads", []), job_metadata]
+
+    def release_loads(self) -> None:
+        held, self.held_loads = getattr(self, "held_loads", []), []
+        for job in held:
+            super().submit_load(job)
+
 
 def build(run: dict) -> tuple[AsyncScheduler, OffloadingConnector]:
     bs = run["block_size"]
@@ -260,7 +270,8 @@ def run_one(run: dict) -> dict[str, list[int]]:
                     tiers[r.request_id].append(disk_tokens(sched, r, ext) if ext else 0)
                 if r.status in (RequestStatus.RUNNING, RequestStatus.WAITING_FOR_REMOTE_KVS):
                     admitted.add(r.request_id)
-            for tier in storage:  # the existence checks this plan posted are answered
+            for tier in storage:  # the plan's reads start; the checks it posted are answered
+                tier.release_loads()
                 tier.wait_lookups()
             meta = out.kv_connector_metadata
             worker.handle_preemptions(meta)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engines.cache.apc import StorageTieredApcCache, TieredApcCache
+from engines.cache.records import Allocation
 from engines.cache.storage_tier import StorageTier, StorageTierConfig
 from engines.cache.tiers import HostTierConfig
 from engines.config import EngineConfig
@@ -74,6 +75,31 @@ def test_a_storage_hit_waits_one_step_for_the_answer_and_one_for_the_promotion()
     cache.host_after_schedule([])
     cache.host_after_step([])
     assert cache.host_lookup(a2, 0) == 288  # in the CPU tier now: a CPU hit
+
+
+def test_promotions_of_a_plan_that_offers_a_store_are_seen_a_step_later():
+    """vLLM's manager polls finished reads once a step, at its first call after a plan's end: a
+    store offered in the plan that promotes takes that poll, so the next step's lookup still
+    waits and the chunks are readable one step later."""
+    engine = storage_engine(tokens=640)
+    stream = resend()
+    run(stream[:-1], engine)
+    cache = engine.loop.scheduler.cache
+    assert isinstance(cache, TieredApcCache)
+    prompt = list(stream[-1][1])
+    a2 = Sequence("a2", prompt, num_prompt_tokens=len(prompt), max_new_tokens=1)
+    other = Sequence("o", list(range(5, 69)), num_prompt_tokens=64, max_new_tokens=1)
+    assert cache.host_lookup(a2, 0) is None  # asked
+    cache.host_after_schedule([])
+    cache.host_after_step([])
+    assert cache.host_lookup(a2, 0) is None  # promoted
+    assert cache.allocate([Allocation(other, 64)])
+    cache.host_after_schedule([(other, 64)])  # the same plan offers `other`'s chunks
+    cache.host_after_step([])
+    assert cache.host_lookup(a2, 0) is None  # the reads are not seen yet
+    cache.host_after_schedule([])
+    cache.host_after_step([])
+    assert cache.host_lookup(a2, 0) == 288
 
 
 def test_promotion_evicts_in_the_cpu_tier_and_can_evict_the_prompts_own_head():

@@ -39,12 +39,13 @@ class StorageChunkStore:
         self.posted: list[Key] = []  # asks the thread answers during the step
         self.promoting: list[Key] = []  # promotions planned this step (submitted at its end)
         self.in_flight: list[Key] = []  # promotions read from storage during the step
+        self.unseen: list[Key] = []  # read, not yet seen by the manager (next step's end)
         self.sources: dict[str, set[Key]] = {}  # per request: chunks it promoted (vLLM DISK)
         self.written = self.read = 0  # chunks
 
     def busy(self) -> bool:
         """An ask or a promotion is in flight: the next step advances it."""
-        return bool(self.batch or self.posted or self.promoting or self.in_flight)
+        return bool(self.batch or self.posted or self.promoting or self.in_flight or self.unseen)
 
     def ask(self, seq_id: str, key: Key) -> bool | None:
         """The tier's answer for `key` (upstream `AsyncLookupManager.lookup`): None = try later."""
@@ -99,9 +100,12 @@ class StorageChunkStore:
         self.in_flight += self.promoting
         self.promoting = []
 
-    def after_step(self, host: HostChunkStore) -> None:
-        """The step ran: the answers are read (an ask no request holds any more is dropped), the
-        promotions read from storage become readable in the CPU tier."""
+    def after_step(self, host: HostChunkStore, seen_now: bool) -> None:
+        """The step ran: the answers are read (an ask no request holds any more is dropped) and
+        the promotions read from storage. The manager polls finished reads at most once a step,
+        at its first call; a CPU store offered after the step's end (`prepare_store`) makes that
+        poll, so the next step's lookups do not, and the reads are seen only at the next step's
+        end (`seen_now` False); else they are readable for the next step's lookups."""
         for key in self.posted:
             verdict = self.verdicts.get(key)
             if verdict is None or not verdict.posted:
@@ -111,9 +115,16 @@ class StorageChunkStore:
                 continue
             verdict.result = verdict.answer
         self.posted = []
-        host.complete(self.in_flight)
         self.read += len(self.in_flight)
+        self.unseen += self.in_flight
         self.in_flight = []
+        if seen_now:
+            self.land(host)
+
+    def land(self, host: HostChunkStore) -> None:
+        """The manager polls the finished reads: the promoted chunks become readable."""
+        host.complete(self.unseen)
+        self.unseen = []
 
     def write(self, keys: list[Key]) -> None:
         """A CPU store completed: its chunks are written to storage (the cascade)."""
@@ -149,5 +160,5 @@ class StorageChunkStore:
     def reset(self) -> None:
         """A prefix-cache reset (upstream `reset_cache`): transfers drain, promotions in flight
         land, the load sources are forgotten; files and answers stay."""
-        self.promoting, self.in_flight = [], []
+        self.promoting, self.in_flight, self.unseen = [], [], []
         self.sources.clear()

@@ -94,6 +94,7 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         self.storage_queries = self.storage_hits = 0
         self.storage_of: dict[str, int] = {}  # per request: tokens of its load from storage
         self.finishing: set[str] = set()  # finished, stores in flight: not finalized yet
+        self.offered = False  # this plan offered a CPU store (the manager's poll of the step)
 
     # ---- lookup and load ------------------------------------------------------------------
     def chunk_keys(self, seq: Sequence) -> list[Key]:
@@ -228,6 +229,9 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
 
     # ---- stores -----------------------------------------------------------------------------
     def host_after_schedule(self, scheduled: list[tuple[Sequence, int]]) -> None:
+        if self.storage is not None:  # on_schedule_end polls first, then the stores are offered
+            self.storage.land(self.store)
+            self.offered = False
         for seq, tokens_after in scheduled:
             held = len(self.manager.req_to_blocks.get(seq.seq_id, ()))
             self._offer(seq, tokens_after, self.chunk_keys(seq), held, None)
@@ -269,6 +273,7 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         start = self.next_chunk.get(seq.seq_id, 0)
         if num_chunks <= start:
             return
+        self.offered = True
         stored = self.store.offer(seq.seq_id, keys[start:num_chunks])
         if stored is None:  # no room: offered again with the next step
             return
@@ -323,7 +328,7 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
                 self.stores_deferred.append(job)
         self.jobs_last_step, self.jobs_planned = self.jobs_planned, []
         if self.storage is not None:
-            self.storage.after_step(self.store)
+            self.storage.after_step(self.store, seen_now=not self.offered)
 
     def _complete(self, job: Job) -> None:
         if job.is_load:
@@ -348,7 +353,7 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
             self._complete(job)
         self.stores_deferred, self.jobs_last_step, self.jobs_planned = [], [], []
         if self.storage is not None:
-            self.storage.after_step(self.store)
+            self.storage.after_step(self.store, seen_now=True)
 
     def host_busy(self) -> bool:
         """A storage ask or promotion in flight (the next step advances it)."""
