@@ -6,7 +6,8 @@ The device cache is `ApcCache` unchanged. The tier adds: a lookup past the devic
 chunks (the incomplete last chunk is never stored, so never hit), a load of the hit into uncached
 blocks that runs between steps (the request waits for it; `AsyncHostLoad`), and stores built when
 a step is planned for the chunks that step completes (prompt chunks only by default), written one
-step later and readable only after the step that writes them.
+step later and readable only after the step that writes them. `StorageTieredApcCache` puts vLLM's
+file-system tier behind the CPU tier (storage_store.py; docs/tiers.md §10.1).
 """
 
 from __future__ import annotations
