@@ -15,6 +15,7 @@ from dataclasses import asdict
 
 from engines.build import build_engine
 from engines.cache.records import CacheIntegrityError
+from engines.cache.storage_tier import StorageTier
 from engines.cache.tiers import HostTier
 from engines.config import EngineConfig
 from engines.engine import Engine
@@ -128,6 +129,8 @@ class EngineSession:
         }
         if isinstance(engine.cache, HostTier):  # tokens looked up, hit, stored, loaded, evicted
             figures["host_tier"] = asdict(engine.cache.host_stats())
+        if isinstance(engine.cache, StorageTier):  # asked, promoted, written, read back
+            figures["storage_tier"] = asdict(engine.cache.storage_stats())
             link = engine.executor if isinstance(engine, Engine) else None
             if isinstance(link, CarriesHostLink) and link.host_link is not None:  # bytes, time
                 figures["host_link"] = asdict(link.host_link.figures())

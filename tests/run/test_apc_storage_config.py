@@ -63,3 +63,4 @@ def test_an_apc_run_with_a_storage_tier_splits_its_hits_into_three_tiers(tmp_pat
     assert summary["prompt_tokens_cached_storage"] == storage
     total = int(rows["prompt_tokens"].sum())
     assert summary["storage_hit_rate"] == pytest.approx(storage / total)
+    assert summary["storage_tier"]["hits"] == storage and summary["storage_tier"]["stored"] > 0
