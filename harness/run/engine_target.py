@@ -129,11 +129,11 @@ class EngineSession:
         }
         if isinstance(engine.cache, HostTier):  # tokens looked up, hit, stored, loaded, evicted
             figures["host_tier"] = asdict(engine.cache.host_stats())
-        if isinstance(engine.cache, StorageTier):  # asked, promoted, written, read back
-            figures["storage_tier"] = asdict(engine.cache.storage_stats())
             link = engine.executor if isinstance(engine, Engine) else None
             if isinstance(link, CarriesHostLink) and link.host_link is not None:  # bytes, time
                 figures["host_link"] = asdict(link.host_link.figures())
+        if isinstance(engine.cache, StorageTier):  # asked, promoted, written, read back
+            figures["storage_tier"] = asdict(engine.cache.storage_stats())
         if isinstance(engine, Fleet):
             figures |= _fleet_tier_figures(engine)
             block = getattr(cfg.workload, "block_size", None)  # a trace's own (Mooncake: 512)

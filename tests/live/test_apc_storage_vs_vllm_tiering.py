@@ -4,7 +4,7 @@ file-system secondary tier in a temporary folder), driven in the vLLM venv
 (tests/live/vllm_offload_scheduler_driver.py; only the GPU<->CPU transfer engine is a stub): the
 same request streams must give every request the same device, CPU and storage cached tokens
 (vLLM's local, external and the external part it attributes to the disk; docs/tiers.md §10.1):
-one request at a time, and bursts (requests sent together; six burst streams, the three others of
+one request at a time, and bursts (requests sent together; seven burst streams, the two others of
 the probe in docs/tiers.md §10.1 still differ).
 
 Needs .venv-vllm (scripts/setup_vllm.sh): skipped without it, a failure under CI=true.
@@ -63,6 +63,7 @@ CASES: list[tuple[str, Stream | Bursts, HostTierConfig, int]] = [
     ("gen-arc", generated(1), HostTierConfig(tokens=480, policy="arc"), 480),
     ("gen-chunk2", generated(2), HostTierConfig(tokens=640, blocks_per_chunk=2), 480),
     ("gen-output", generated(3), HostTierConfig(tokens=480, offload_prompt_only=False), 480),
+    ("burst16-lru-0", bursts(50, 48, 16), HostTierConfig(tokens=480), 480),
     (
         "burst8-arc-chunk2-0",
         bursts(50, 48, 8),

@@ -122,15 +122,19 @@ class StorageChunkStore:
             self.land(host)
 
     def land(self, host: HostChunkStore) -> None:
-        """The manager polls the finished reads: the promoted chunks become readable."""
+        """The manager polls its finished jobs: the promoted chunks become readable, the chunks
+        the finished writes read are unpinned."""
         host.complete(self.unseen)
         self.unseen = []
+        host.pinned.clear()
 
-    def write(self, keys: list[Key]) -> None:
-        """A CPU store completed: its chunks are written to storage (the cascade)."""
+    def write(self, keys: list[Key], host: HostChunkStore) -> None:
+        """A CPU store completed: its chunks are written to storage (the cascade); the write
+        pins them in the CPU tier until the manager sees it done (its next poll)."""
         new = [k for k in keys if k not in self.files]
         self.files.update(new)
         self.written += len(new)
+        host.pinned.update(keys)
 
     def promoted_tokens(self, seq_id: str, keys: list[Key], start: int, end: int, unit: int) -> int:
         """Of the loaded tokens [start, end), those in chunks this request promoted (vLLM's

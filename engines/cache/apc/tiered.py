@@ -337,7 +337,7 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         else:
             self.store.complete(job.keys)
             if self.storage is not None:  # the cascade: every chunk stored is written down
-                self.storage.write(job.keys)
+                self.storage.write(job.keys, self.store)
                 if self.log.events is not None:
                     self.log.events.append(StorageWrite(tuple(job.keys)))
         self.jobs_of[job.seq_id] -= 1
