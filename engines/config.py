@@ -179,6 +179,11 @@ class EngineConfig:
                 f"engine.storage_tier is not modelled for the {self.cache} cache "
                 f"(caches with one: {offered})"
             )
+        if self.storage_tier.enabled and self.cache == "apc" and self.host_tier.store_threshold > 1:
+            raise BadInput(  # vLLM 0.33 TieringOffloadingSpec.get_manager refuses it
+                "engine.storage_tier under apc needs engine.host_tier.store_threshold 1 "
+                f"(vLLM's tiering refuses a store threshold), got {self.host_tier.store_threshold}"
+            )
         if not self.host_tier.enabled:
             return
         if not self.prefix_caching:

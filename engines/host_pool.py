@@ -4,7 +4,9 @@ One K and one V tensor per layer in host memory (pinned on CUDA), `units x unit_
 rows, a unit per tier key (an apc chunk, a radix page). The tier decides what is stored, dropped
 and loaded and logs it (engines/cache/tiers.py copy events); this pool only moves the bytes: a
 store copies device slots into the key's unit, a load copies the units back into the device
-slots allocated for the hit, before the forward that reads them.
+slots allocated for the hit, before the forward that reads them. Behind a storage tier, a storage
+write copies a unit to a storage copy (host memory standing in for the files) and a storage read
+copies it back into a new unit.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from collections.abc import Hashable
 import numpy as np
 import torch
 
-from engines.cache.tiers import HostEvent, HostEvict, HostLoad, HostReset, HostStore
+from engines.cache.tiers import (
+    HostEvent,
+    HostEvict,
+    HostLoad,
+    HostReset,
+    HostStore,
+    StorageRead,
+    StorageWrite,
+)
 from engines.kv_pool import KVPool
 
 
@@ -37,6 +47,8 @@ class HostKVPool:
         self.free = list(range(num_units - 1, -1, -1))
         # (device slots, host rows) of stores whose K/V the coming forward computes
         self.deferred: list[tuple[np.ndarray, np.ndarray]] = []
+        # storage copies per key: (K rows, V rows) per layer (kept across resets, never dropped)
+        self.storage: dict[Hashable, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
     def before_forward(self, events: list[HostEvent]) -> None:
         """Apply the tier's decisions in order: drop, store what is computed, load; stores of
@@ -56,6 +68,10 @@ class HostKVPool:
                     self._store(event.slots, rows)
                 else:
                     self.deferred.append((event.slots, rows))
+            elif isinstance(event, StorageWrite):
+                self._write_storage(event.keys)
+            elif isinstance(event, StorageRead):
+                self._read_storage(event.keys)
             else:
                 self._load(event)
 
@@ -110,3 +126,20 @@ class HostKVPool:
         if pool.device.type == "cuda":
             torch.cuda.synchronize(pool.device)
         event.seq.host_load_s += time.perf_counter() - start
+
+    def _write_storage(self, keys: tuple[Hashable, ...]) -> None:
+        for key in keys:
+            if key in self.storage:
+                continue
+            rows = torch.as_tensor(self._host_rows((key,), claim=False))
+            self.storage[key] = [
+                (k.index_select(0, rows), v.index_select(0, rows))
+                for k, v in zip(self.k, self.v, strict=True)
+            ]
+
+    def _read_storage(self, keys: tuple[Hashable, ...]) -> None:
+        for key in keys:
+            rows = torch.as_tensor(self._host_rows((key,), claim=True))
+            for layer, (k, v) in enumerate(self.storage[key]):
+                self.k[layer].index_copy_(0, rows, k)
+                self.v[layer].index_copy_(0, rows, v)

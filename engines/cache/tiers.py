@@ -164,7 +164,21 @@ class HostReset(NamedTuple):
     """The tier was cleared."""
 
 
-HostEvent = HostStore | HostLoad | HostEvict | HostReset
+class StorageWrite(NamedTuple):
+    """Copy the host copies of `keys` to storage (a storage tier's write of host units; storage
+    keeps them: neither shipped file backend evicts)."""
+
+    keys: tuple[Hashable, ...]
+
+
+class StorageRead(NamedTuple):
+    """Copy the storage copies of `keys` into new host units (a storage hit brought into the host
+    tier before the device loads it)."""
+
+    keys: tuple[Hashable, ...]
+
+
+HostEvent = HostStore | HostLoad | HostEvict | HostReset | StorageWrite | StorageRead
 
 
 def held_past_device(device_tokens: int, unit: int, keys: list[Any], held: Container[Any]) -> int:
@@ -283,6 +297,15 @@ class AsyncHostLoad(Protocol):
 
     def host_load_done(self, seq: Sequence) -> bool:
         """Whether `seq`'s load has completed (its loaded blocks can then be cached)."""
+        ...
+
+    def host_busy(self) -> bool:
+        """Whether a transfer no admitted request waits on is in flight (a storage tier's
+        existence check or promotion into the host tier): the next step advances it."""
+        ...
+
+    def host_storage_tokens(self, seq: Sequence) -> int:
+        """Of `seq`'s last admitted host hit, the tokens a storage tier supplied (0 without)."""
         ...
 
 

@@ -63,8 +63,10 @@ class HostLoads:
 
     def pending(self) -> bool:
         """Something a step with nothing scheduled still advances: a release or a load."""
-        return bool(self.finished) or any(
-            not self.loads.host_load_done(seq) for seq in self.in_flight.values()
+        return (
+            bool(self.finished)
+            or any(not self.loads.host_load_done(seq) for seq in self.in_flight.values())
+            or self.loads.host_busy()
         )
 
     def victim_busy(self, running: list[Sequence]) -> bool:
@@ -201,7 +203,9 @@ class HostLoads:
         seq.num_computed_tokens = num_computed
         if seq.num_cached_tokens is None:
             seq.num_cached_tokens = num_computed
-            seq.num_host_cached_tokens = host
+            storage = self.loads.host_storage_tokens(seq) if host else 0
+            seq.num_host_cached_tokens = host - storage
+            seq.num_storage_cached_tokens = storage
         if not sched.stats_at_lookup:
             sched._record(seq, num_hit)
 

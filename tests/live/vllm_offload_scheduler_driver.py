@@ -1,21 +1,30 @@
-"""Runs under the vLLM venv's python (tests/live/test_apc_tier_vs_vllm_scheduler.py spawns it): vLLM's
-own async Scheduler with the OffloadingConnector (scheduler side, the CPU manager and its policy,
-and the worker side), one request at a time, and prints each request's device (local) and host
-(external) cached tokens, as JSON.
+"""Runs under the vLLM venv's python (tests/live/test_apc_tier_vs_vllm_scheduler.py and
+test_apc_storage_vs_vllm_tiering.py spawn it): vLLM's own async Scheduler with the
+OffloadingConnector (scheduler side, the CPU manager and its policy, and the worker side), one
+request at a time, and prints each request's device (local) and host (external) cached tokens, as
+JSON. A run with "storage_dir" uses vLLM's TieringOffloadingSpec instead: the CPU tier as primary
+and a real file-system secondary tier writing its files under that folder; each request then gets
+a third number, the external tokens vLLM attributes to the disk (get_external_cache_hit_sources).
 
-The only replacement is the transfer engine: vLLM's CPU worker refuses non-CUDA platforms, so a
-stub reports every submitted transfer done when the worker side next polls it.
+The only replacement is the GPU<->CPU transfer engine: vLLM's CPU worker refuses non-CUDA
+platforms, so a stub reports every submitted transfer done when the worker side next polls it. The
+file tier's own threads run for real; the driver waits for them between steps (its existence
+checks after the plan that posted them, its reads and writes after the step's output is
+processed), as a GPU step long enough for them would, so every run is deterministic.
 
 stdin: a list of runs {"num_gpu_blocks", "block_size", "num_chunks", "blocks_per_chunk",
 "policy", "store_threshold", "offload_prompt_only", "model", "requests": [[id, prompt ids,
-output ids], ...]}. Writes to the file named by its argument, per run, {id: [local,
-external]} (vLLM logs on stdout).
+output ids], ...], optional "storage_dir"}. Writes to the file named by its argument, per run,
+{id: [local, external]} or {id: [local, external, disk]} (vLLM logs on stdout).
 """
 
 from __future__ import annotations
 
 import json
+import mmap
+import queue
 import sys
+import threading
 
 import torch
 from vllm import SamplingParams
@@ -28,6 +37,9 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager, FsAsyncLookupManager
+from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
@@ -63,11 +75,84 @@ class SizedCPUOffloadingSpec(CPUOffloadingSpec):
         self.num_chunks = int(self.extra_config["num_chunks"])
 
 
+class SizedTieringSpec(TieringOffloadingSpec):
+    """vLLM's tiering spec with its CPU chunk count given and one page per chunk (the chunk's
+    bytes: the scheduler-side region the file tier reads and writes)."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.num_chunks = int(self.extra_config["num_chunks"])
+        self.kv_bytes_per_chunk = mmap.PAGESIZE
+        self.cpu_page_size_per_worker = mmap.PAGESIZE
+
+
+class CountingQueue(queue.SimpleQueue):
+    """A queue that counts what was put in it (the driver waits on the counts)."""
+
+    def __init__(self, done: threading.Condition) -> None:
+        super().__init__()
+        self.count = 0
+        self.done = done
+
+    def put(self, item, block=True, timeout=None) -> None:
+        super().put(item, block, timeout)
+        if item is not None:
+            with self.done:
+                self.count += 1
+                self.done.notify_all()
+
+
+class WaitableLookups(FsAsyncLookupManager):
+    """vLLM's file-tier lookup manager, unchanged, whose two queues count the batches posted and
+    the answers returned (its thread starts on them: it waits until they are in place)."""
+
+    def __init__(self, tier: FileSystemTierManager, tier_type: str) -> None:
+        self.in_place = threading.Event()
+        super().__init__(tier=tier, tier_type=tier_type)
+        self.answered = threading.Condition()
+        self.posted_q = CountingQueue(self.answered)
+        self.answers_q = CountingQueue(self.answered)
+        self._lookup_queue = self.posted_q
+        self._pending_results = self.answers_q
+        self.in_place.set()
+
+    def _worker(self) -> None:
+        self.in_place.wait()
+        super()._worker()
+
+    def wait(self) -> None:
+        with self.answered:
+            self.answered.wait_for(lambda: self.answers_q.count >= self.posted_q.count)
+
+
+class WaitableFsTier(FileSystemTierManager):
+    """vLLM's file-system tier, unchanged, with the lookup manager above."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._lookup_manager.shutdown()
+        self._lookup_manager = WaitableLookups(tier=self, tier_type=self.tier_type)
+
+    def wait_lookups(self) -> None:
+        self._lookup_manager.wait()
+
+    def submit_load(self, job_metadata) -> None:
+        """Held until the plan is built: a file read outlasts the rest of the plan, so the
+        prepare_store calls after on_schedule_end never see a promotion finished."""
+        self.held_loads = [*getattr(self, "held_loads", []), job_metadata]
+
+    def release_loads(self) -> None:
+        held, self.held_loads = getattr(self, "held_loads", []), []
+        for job in held:
+            super().submit_load(job)
+
+
 def build(run: dict) -> tuple[AsyncScheduler, OffloadingConnector]:
     bs = run["block_size"]
+    module = __name__ if __name__ != "__main__" else "vllm_offload_scheduler_driver"
     extra = {
         "spec_name": "SizedCPUOffloadingSpec",
-        "spec_module_path": __name__ if __name__ != "__main__" else "vllm_offload_scheduler_driver",
+        "spec_module_path": module,
         "cpu_bytes_to_use": 1 << 30,
         "num_chunks": run["num_chunks"],
         "block_size": bs * run["blocks_per_chunk"],
@@ -75,6 +160,17 @@ def build(run: dict) -> tuple[AsyncScheduler, OffloadingConnector]:
         "store_threshold": run["store_threshold"],
         "offload_prompt_only": run["offload_prompt_only"],
     }
+    if run.get("storage_dir"):
+        extra["spec_name"] = "SizedTieringSpec"
+        extra["secondary_tiers"] = [
+            {
+                "type": "WaitableFsTier",
+                "module_path": module,
+                "root_dir": run["storage_dir"],
+                "n_read_threads": 2,
+                "n_write_threads": 2,
+            }
+        ]
     cfg = VllmConfig(
         model_config=ModelConfig(
             model=run["model"],
@@ -134,8 +230,20 @@ def waves(requests: list) -> list[list]:
     return out
 
 
+def fs_tiers(sched: AsyncScheduler) -> list[WaitableFsTier]:
+    manager = sched.connector.connector_scheduler.manager
+    return list(getattr(manager, "secondary_tiers", []))
+
+
+def disk_tokens(sched: AsyncScheduler, request: Request, external: int) -> int:
+    """The external tokens vLLM attributes to the disk tier (its per-source hit accounting)."""
+    sources = sched.connector.get_external_cache_hit_sources(request, external)
+    return sources.get(CacheHitSource.DISK, 0)
+
+
 def run_one(run: dict) -> dict[str, list[int]]:
     sched, worker = build(run)
+    storage = fs_tiers(sched)
     init_none_hash(sha256)
     hasher = get_request_block_hasher(run["block_size"], sha256)
     tiers: dict[str, list[int]] = {}
@@ -156,9 +264,15 @@ def run_one(run: dict) -> dict[str, list[int]]:
                 st = r.prefill_stats  # (a lookup whose allocation failed sets them too)
                 if r.request_id in admitted or st is None or not st.num_prompt_tokens:
                     continue
-                tiers[r.request_id] = [st.num_local_cached_tokens, st.num_external_cached_tokens]
+                local, ext = st.num_local_cached_tokens, st.num_external_cached_tokens
+                tiers[r.request_id] = [local, ext]
+                if storage:
+                    tiers[r.request_id].append(disk_tokens(sched, r, ext) if ext else 0)
                 if r.status in (RequestStatus.RUNNING, RequestStatus.WAITING_FOR_REMOTE_KVS):
                     admitted.add(r.request_id)
+            for tier in storage:  # the plan's reads start; the checks it posted are answered
+                tier.release_loads()
+                tier.wait_lookups()
             meta = out.kv_connector_metadata
             worker.handle_preemptions(meta)
             worker.bind_connector_metadata(meta)
@@ -190,6 +304,8 @@ def run_one(run: dict) -> dict[str, list[int]]:
             if prev is not None:
                 sched.update_from_output(*prev)
             prev = (out, mro)
+            for tier in storage:  # the reads and writes in flight are done
+                tier.drain_jobs()
             idle = 0 if sched.has_unfinished_requests() or ids else idle + 1
     return tiers
 

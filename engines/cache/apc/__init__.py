@@ -15,7 +15,7 @@ from engines.cache.apc.block_pool import FREE_ORDERS, BlockPool
 from engines.cache.apc.cache import ApcCache
 from engines.cache.apc.hashing import HASH_ALGOS, extra_hash_fn
 from engines.cache.apc.manager import KVCacheManager, PrefixCacheStats
-from engines.cache.apc.tiered import TieredApcCache
+from engines.cache.apc.tiered import StorageTieredApcCache, TieredApcCache
 from engines.cache.design import CacheDesign, FigureStyle
 
 if TYPE_CHECKING:  # engines.config derives its design lists from the registry that imports this
@@ -29,6 +29,7 @@ __all__ = [
     "HASH_ALGOS",
     "KVCacheManager",
     "PrefixCacheStats",
+    "StorageTieredApcCache",
     "TieredApcCache",
     "build_apc",
     "extra_hash_fn",
@@ -37,7 +38,8 @@ __all__ = [
 
 def build_apc(config: EngineConfig) -> ApcCache:
     """An ApcCache from an EngineConfig (unknown free orders fail before anything is built);
-    with a host tier, the same cache with vLLM's CPU offloading tier behind it."""
+    with a host tier, the same cache with vLLM's CPU offloading tier behind it, and with a storage
+    tier, vLLM's file-system tier behind that."""
     FREE_ORDERS.get(config.free_order)
     kwargs = dict(
         enabled=config.prefix_caching,
@@ -48,8 +50,12 @@ def build_apc(config: EngineConfig) -> ApcCache:
         head_first=config.free_direction == "head_first",
         debug=config.debug_checks,
     )
+    if config.host_tier.enabled and config.storage_tier.enabled:
+        return StorageTieredApcCache(
+            config.num_blocks, config.block_size, tier=config.host_tier, **kwargs
+        )
     if config.host_tier.enabled:
-        return TieredApcCache(config.num_blocks, config.block_size, tier=config.host_tier, **kwargs)
+        return TieredApcCache(config.num_blocks, config.block_size, tier=config.host_tier, **kwargs)  # type: ignore[arg-type]
     return ApcCache(config.num_blocks, config.block_size, **kwargs)  # type: ignore[arg-type]
 
 
@@ -64,6 +70,7 @@ DESIGN = CacheDesign(
     tier_knobs=("policy", "blocks_per_chunk", "store_threshold", "offload_prompt_only"),
     tier_unit=lambda tier, block_size: block_size * tier.blocks_per_chunk,  # a chunk
     tier_label="CPU tier",  # vLLM's CPU offloading connector
+    storage_tier=True,  # vLLM's TieringOffloadingManager with its file-system tier
     style=FigureStyle(
         colour="#1f77b4",
         off_colour="#aec7e8",

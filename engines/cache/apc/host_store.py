@@ -49,6 +49,7 @@ class HostChunkStore:
         self.ready: set[Key] = set()
         self.pending: set[Key] = set()  # stored, not yet written
         self.loading: dict[Key, int] = {}  # loads in flight reading each chunk (upstream ref_cnt)
+        self.pinned: set[Key] = set()  # read by a storage write not yet seen done (ref_cnt too)
         self.store_threshold = store_threshold
         self.counts: OrderedDict[Key, int] | None = OrderedDict() if store_threshold >= 2 else None
         self.requests: dict[str, RequestAccess] = {}
@@ -113,6 +114,8 @@ class HostChunkStore:
         shortfall = len(new) - (self.num_chunks - len(self))
         if shortfall > 0:
             evictable = self.ready - self.loading.keys() if self.loading else self.ready
+            if self.pinned:
+                evictable = evictable - self.pinned
             if shortfall > len(evictable):
                 return None
             victims = self.policy.evict(shortfall, evictable, set(keys))
@@ -147,6 +150,7 @@ class HostChunkStore:
         self.ready.clear()
         self.pending.clear()
         self.loading.clear()
+        self.pinned.clear()
         self.requests.clear()
 
     def _count(self, keys: list[Key]) -> None:

@@ -6,7 +6,8 @@ The device cache is `ApcCache` unchanged. The tier adds: a lookup past the devic
 chunks (the incomplete last chunk is never stored, so never hit), a load of the hit into uncached
 blocks that runs between steps (the request waits for it; `AsyncHostLoad`), and stores built when
 a step is planned for the chunks that step completes (prompt chunks only by default), written one
-step later and readable only after the step that writes them.
+step later and readable only after the step that writes them. `StorageTieredApcCache` puts vLLM's
+file-system tier behind the CPU tier (storage_store.py; docs/tiers.md §10.1).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import numpy as np
 from engines.cache.apc.cache import ApcCache
 from engines.cache.apc.host_store import HostChunkStore
 from engines.cache.apc.offload_policy import Key
+from engines.cache.apc.storage_store import StorageChunkStore
 from engines.cache.records import PrefixMatch
+from engines.cache.storage_tier import StorageTier
 from engines.cache.tiers import (
     LOAD_BEFORE_STEP,
     AsyncHostLoad,
@@ -30,6 +33,8 @@ from engines.cache.tiers import (
     HostStore,
     HostTier,
     HostTierConfig,
+    StorageRead,
+    StorageWrite,
     TierStats,
     TransferLog,
     Transfers,
@@ -56,7 +61,15 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
 
     host_load_overlap = LOAD_BEFORE_STEP  # the request waits for its load (docs/tiers.md §7)
 
-    def __init__(self, num_blocks: int, block_size: int, *, tier: HostTierConfig, **kw: object):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        tier: HostTierConfig,
+        storage: bool = False,
+        **kw: object,
+    ):
         super().__init__(num_blocks, block_size, **kw)  # type: ignore[arg-type]
         self.blocks_per_chunk = tier.blocks_per_chunk
         self.chunk_tokens = block_size * tier.blocks_per_chunk
@@ -77,6 +90,12 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         self.finished_last_step: list[tuple[Sequence, list[Key], int, list[int]]] = []
         self.queries = self.hits = self.stored_chunks = 0
         self.log = TransferLog()
+        # vLLM's file-system secondary tier behind the CPU tier (None: the CPU tier alone)
+        self.storage = StorageChunkStore() if storage else None
+        self.storage_queries = self.storage_hits = 0
+        self.storage_of: dict[str, int] = {}  # per request: tokens of its load from storage
+        self.finishing: set[str] = set()  # finished, stores in flight: not finalized yet
+        self.offered = False  # this plan offered a CPU store (the manager's poll of the step)
 
     # ---- lookup and load ------------------------------------------------------------------
     def chunk_keys(self, seq: Sequence) -> list[Key]:
@@ -97,7 +116,14 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         if limit - device_tokens < unit:
             return 0
         start = device_tokens // unit  # a device hit inside a chunk: that chunk is looked up
-        hits = self.store.lookup(keys[start : cdiv(limit, unit)])
+        window = keys[start : cdiv(limit, unit)]
+        if self.storage is None:
+            hits = self.store.lookup(window)
+        else:  # past the CPU tier into storage (side effects: asks, promotions)
+            promoting = len(self.storage.promoting)
+            hits = self.storage.lookup(seq.seq_id, window, self.store)
+            if self.log.events is not None and len(self.storage.promoting) > promoting:
+                self._promotion_events(self.storage.promoting[promoting:])
         if hits is None:
             return None
         host = min(limit, unit * (start + hits)) - device_tokens
@@ -106,6 +132,15 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         if self.store.being_loaded(keys[start : cdiv(device_tokens + host, unit)]):
             return None  # a load in flight reads these chunks: the request waits for it
         return host
+
+    def _promotion_events(self, keys: list[Key]) -> None:
+        """Copies for a real executor: the CPU chunks the promotions evicted, then the reads."""
+        events = self.log.events
+        assert events is not None
+        if self.store.evicted_keys:
+            events.append(HostEvict(tuple(self.store.evicted_keys)))
+            self.store.evicted_keys = []
+        events.append(StorageRead(tuple(keys)))
 
     def held_prefix_tokens(self, seq: Sequence) -> int:
         """The device's cached prefix, then the host's ready chunks from the chunk it ends in
@@ -119,12 +154,18 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         self.queries += seq.num_tokens - device_tokens
         self.hits += host_tokens
         if host_tokens == 0:
+            self._count_storage(seq, device_tokens, 0)
             return
         unit = self.chunk_tokens
         end = cdiv(device_tokens + host_tokens, unit)
         keys = self.chunk_keys(seq)[device_tokens // unit : end]
         self.store.load(seq.seq_id, keys)
         self.log.load(seq, host_tokens)
+        if self.storage is not None:
+            promoted = self.storage.promoted_tokens(
+                seq.seq_id, keys, device_tokens, device_tokens + host_tokens, unit
+            )
+            self._count_storage(seq, device_tokens + host_tokens - promoted, promoted)
         if self.log.events is not None:
             slots = token_slots(
                 self.block_table(seq), self.block_size, device_tokens, device_tokens + host_tokens
@@ -132,6 +173,19 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
             self.log.events.append(HostLoad(seq, tuple(keys), device_tokens % unit, slots))
         self._plan(Job(keys, seq.seq_id, is_load=True))
         self.next_chunk[seq.seq_id] = end  # loaded chunks are not offered again
+
+    def _count_storage(self, seq: Sequence, held_above: int, promoted: int) -> None:
+        """Storage's part of an admission: the tokens past the device and CPU hits were asked
+        of it, `promoted` of them came from it (vLLM's DISK source)."""
+        if self.storage is None:
+            return
+        self.storage_of[seq.seq_id] = promoted
+        self.storage_queries += seq.num_tokens - held_above
+        self.storage_hits += promoted
+
+    def host_storage_tokens(self, seq: Sequence) -> int:
+        """Of `seq`'s last admitted host hit, the tokens its load brought from storage."""
+        return self.storage_of.get(seq.seq_id, 0)
 
     def host_admit(
         self,
@@ -176,6 +230,9 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
 
     # ---- stores -----------------------------------------------------------------------------
     def host_after_schedule(self, scheduled: list[tuple[Sequence, int]]) -> None:
+        if self.storage is not None:  # on_schedule_end polls first, then the stores are offered
+            self.storage.land(self.store)
+            self.offered = False
         for seq, tokens_after in scheduled:
             held = len(self.manager.req_to_blocks.get(seq.seq_id, ()))
             self._offer(seq, tokens_after, self.chunk_keys(seq), held, None)
@@ -185,6 +242,20 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         for seq, _, _, _ in finished:
             self.store.finish_request(seq.seq_id)
             self.next_chunk.pop(seq.seq_id, None)
+            if self.storage is not None:
+                self.finishing.add(seq.seq_id)
+                self._maybe_finalize(seq.seq_id)
+        if self.storage is not None:  # the connector's on_schedule_end
+            self.storage.end_of_plan()
+
+    def _maybe_finalize(self, seq_id: str) -> None:
+        """A finished request with no store in flight leaves the storage tier's books (upstream
+        `_maybe_finalize_request`)."""
+        if self.storage is None or seq_id not in self.finishing or self.jobs_of[seq_id]:
+            return
+        self.finishing.discard(seq_id)
+        self.storage.finish_request(seq_id)
+        self.storage_of.pop(seq_id, None)
 
     def _offer(
         self,
@@ -203,6 +274,7 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         start = self.next_chunk.get(seq.seq_id, 0)
         if num_chunks <= start:
             return
+        self.offered = True
         stored = self.store.offer(seq.seq_id, keys[start:num_chunks])
         if stored is None:  # no room: offered again with the next step
             return
@@ -256,22 +328,37 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
             else:
                 self.stores_deferred.append(job)
         self.jobs_last_step, self.jobs_planned = self.jobs_planned, []
+        if self.storage is not None:
+            self.storage.after_step(self.store, seen_now=not self.offered)
 
     def _complete(self, job: Job) -> None:
         if job.is_load:
             self.store.complete_load(job.keys)
         else:
             self.store.complete(job.keys)
+            if self.storage is not None:  # the cascade: every chunk stored is written down
+                self.storage.write(job.keys, self.store)
+                if self.log.events is not None:
+                    self.log.events.append(StorageWrite(tuple(job.keys)))
         self.jobs_of[job.seq_id] -= 1
         if not self.jobs_of[job.seq_id]:
             del self.jobs_of[job.seq_id]
+            self._maybe_finalize(job.seq_id)
 
     def host_idle(self) -> None:
         if self.finished_last_step:
             self.host_after_schedule([])
+        if self.storage is not None:
+            self.storage.end_of_plan()
         for job in (*self.stores_deferred, *self.jobs_last_step, *self.jobs_planned):
             self._complete(job)
         self.stores_deferred, self.jobs_last_step, self.jobs_planned = [], [], []
+        if self.storage is not None:
+            self.storage.after_step(self.store, seen_now=True)
+
+    def host_busy(self) -> bool:
+        """A storage ask or promotion in flight (the next step advances it)."""
+        return self.storage is not None and self.storage.busy()
 
     def host_stats(self) -> TierStats:
         unit = self.chunk_tokens
@@ -304,7 +391,31 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         self.jobs_of.clear()
         self.queries = self.hits = self.stored_chunks = 0
         self.store.num_evicted = 0
+        if self.storage is not None:  # the files stay (secondary tiers are not reset)
+            self.storage.reset()
+            self.storage_queries = self.storage_hits = 0
+            self.storage_of.clear()
         self.store.evicted_keys = []
         if self.log.events is not None:
             self.log.events.append(HostReset())
         return True
+
+
+class StorageTieredApcCache(TieredApcCache, StorageTier):
+    """TieredApcCache with vLLM's file-system tier behind its CPU tier (TieringOffloadingManager
+    with one `fs` secondary tier; docs/tiers.md §10.1)."""
+
+    def __init__(self, num_blocks: int, block_size: int, *, tier: HostTierConfig, **kw: object):
+        super().__init__(num_blocks, block_size, tier=tier, storage=True, **kw)
+
+    def storage_stats(self) -> TierStats:
+        """Tokens asked of storage past the device and CPU hits, promoted from it, written to
+        it (every chunk stored to the CPU tier), read from it (promotions); never evicted."""
+        assert self.storage is not None
+        unit = self.chunk_tokens
+        return TierStats(
+            queries=self.storage_queries,
+            hits=self.storage_hits,
+            stored=self.storage.written * unit,
+            loaded=self.storage.read * unit,
+        )
