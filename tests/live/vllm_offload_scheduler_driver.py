@@ -130,7 +130,9 @@ class WaitableFsTier(FileSystemTierManager):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._lookup_manager.shutdown()
+        # upstream's own lookup manager, set by the base class (untyped here: vLLM is not
+        # installed where mypy runs)
+        self._lookup_manager.shutdown()  # type: ignore[has-type]
         self._lookup_manager = WaitableLookups(tier=self, tier_type=self.tier_type)
 
     def wait_lookups(self) -> None:
