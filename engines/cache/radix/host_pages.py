@@ -166,6 +166,19 @@ class HostPages:
                 self.host_only.move_to_end(key)
         return stored
 
+    def write_fetched(self, keys: list[int], parent: int | None) -> int:
+        """Pages a storage prefetch brought in (a chain run after `parent`), written like any
+        write and kept as one host-only run: upstream inserts them as one host node
+        (`mem_cache/unified_radix_cache.py` `_handle_prefetch_result`). Returns the pages stored."""
+        stored = self.write(keys, parent, [])
+        run = [k for k in keys[:stored] if k in self.host_only and k not in self.run_of]
+        if run:
+            for key in run:
+                self.run_of[key] = self.next_run
+            self.runs[self.next_run] = run
+            self.next_run += 1
+        return stored
+
     def _make_room(self, pinned: set[int], own: set[int]) -> bool:
         """Drop what upstream would to free a page: under write_back a host copy of a page
         also on the device (not one of this write's `own`), else the least recently used
