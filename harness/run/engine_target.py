@@ -15,6 +15,7 @@ from dataclasses import asdict
 
 from engines.build import build_engine
 from engines.cache.records import CacheIntegrityError
+from engines.cache.storage_tier import StorageTier
 from engines.cache.tiers import HostTier
 from engines.config import EngineConfig
 from engines.engine import Engine
@@ -131,6 +132,8 @@ class EngineSession:
             link = engine.executor if isinstance(engine, Engine) else None
             if isinstance(link, CarriesHostLink) and link.host_link is not None:  # bytes, time
                 figures["host_link"] = asdict(link.host_link.figures())
+        if isinstance(engine.cache, StorageTier):  # the same counters for the storage tier (L3)
+            figures["storage_tier"] = asdict(engine.cache.storage_stats())
         if isinstance(engine, Fleet):
             figures |= _fleet_tier_figures(engine)
             block = getattr(cfg.workload, "block_size", None)  # a trace's own (Mooncake: 512)

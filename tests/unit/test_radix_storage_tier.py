@@ -202,3 +202,29 @@ def test_the_real_executor_is_refused_with_a_storage_tier():
 
     with pytest.raises(BadInput, match="simulated executor only"):
         cache_of(engine_with()).host_keep_events()
+
+
+@pytest.mark.parametrize(("write_policy", "expected"), [("write_through", 399), ("write_back", 0)])
+def test_storage_continues_a_device_hit_only_from_a_page_the_host_pool_holds(
+    write_policy, expected
+):
+    """Upstream anchors a prefetch on the match's last node and issues it only when that node is
+    backed up to the host (or is the root): under write_back a device head is not."""
+    prompts = Prompts()
+    engine = engine_with(write_policy=write_policy, prefetch_policy="wait_complete")
+    e = prompts.tokens(500)
+    send(engine, "e1", e, OUT)
+    fill(engine, prompts)
+    send(engine, "e-head", e[:100] + prompts.tokens(50), OUT)  # the head back on the device
+    assert tiers3(send(engine, "e2", e, OUT)) == (100, 0, expected)
+
+
+def test_storage_continues_a_host_hit():
+    prompts = Prompts()
+    engine = engine_with(host=1281, prefetch_policy="wait_complete")  # room for the whole hit
+    f = prompts.tokens(500)
+    send(engine, "p1", f, OUT)
+    fill(engine, prompts)
+    send(engine, "p-head", f[:100] + prompts.tokens(50), OUT)
+    fill(engine, prompts, n=2, tag="g")  # the head leaves the device, its host copy stays
+    assert tiers3(send(engine, "p2", f, OUT)) == (0, 100, 399)

@@ -182,7 +182,8 @@ class HostPages:
     def _make_room(self, pinned: set[int], own: set[int]) -> bool:
         """Drop what upstream would to free a page: under write_back a host copy of a page
         also on the device (not one of this write's `own`), else the least recently used
-        host-only leaf's whole run (the part after any `pinned` hit); False when nothing may go."""
+        host-only leaf's whole run (the part after any `pinned` hit), never one of `own`; False
+        when nothing may go."""
         if self.write_back:
             dup = next(
                 (k for k in self.dups if k not in pinned and k not in own),
@@ -191,8 +192,8 @@ class HostPages:
             if dup is not None:
                 self._drop([dup])
                 return True
-        leaf = next(
-            (k for k in self.host_only if k not in self.kids and k not in pinned),
+        leaf = next(  # never a page of this write (a prefetch's pages are host-only)
+            (k for k in self.host_only if k not in self.kids and k not in pinned and k not in own),
             None,
         )
         if leaf is None:

@@ -52,9 +52,11 @@ class StoragePages:
         self.queries = self.hits = self.written = self.loaded = 0
 
     def clear(self) -> None:
-        """Nothing in flight; the stored pages stay (a flush does not wipe the backend)."""
+        """A flush: nothing in flight and the counters start over, as the host tier's do; the
+        stored pages stay (a flush does not wipe the backend)."""
         self.prefetches.clear()
         self.occupied = 0
+        self.queries = self.hits = self.written = self.loaded = 0
 
     def backup(self, keys: list[int]) -> int:
         """Pages now held in the host pool are backed up to storage; the tokens newly stored."""
