@@ -15,7 +15,15 @@ from collections.abc import Hashable
 import numpy as np
 import torch
 
-from engines.cache.tiers import HostEvent, HostEvict, HostLoad, HostReset, HostStore
+from engines.cache.tiers import (
+    HostEvent,
+    HostEvict,
+    HostLoad,
+    HostReset,
+    HostStore,
+    StorageBackup,
+    StorageFetch,
+)
 from engines.kv_pool import KVPool
 
 
@@ -37,6 +45,8 @@ class HostKVPool:
         self.free = list(range(num_units - 1, -1, -1))
         # (device slots, host rows) of stores whose K/V the coming forward computes
         self.deferred: list[tuple[np.ndarray, np.ndarray]] = []
+        # a storage tier's copies: key -> its unit's K and V rows, every layer stacked
+        self.storage: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def before_forward(self, events: list[HostEvent]) -> None:
         """Apply the tier's decisions in order: drop, store what is computed, load; stores of
@@ -56,8 +66,27 @@ class HostKVPool:
                     self._store(event.slots, rows)
                 else:
                     self.deferred.append((event.slots, rows))
+            elif isinstance(event, StorageBackup | StorageFetch):
+                self._storage(event)
             else:
                 self._load(event)
+
+    def _storage(self, event: StorageBackup | StorageFetch) -> None:
+        """A backup copies each key's host unit out to storage (a flush keeps it); a fetch
+        gives each key a host unit and copies its storage copy in."""
+        fetch = isinstance(event, StorageFetch)
+        for key in event.keys:
+            rows = torch.as_tensor(self._host_rows((key,), claim=fetch))
+            if fetch:
+                k, v = self.storage[key]
+                for layer in range(len(self.k)):
+                    self.k[layer][rows] = k[layer]
+                    self.v[layer][rows] = v[layer]
+            elif key not in self.storage:
+                self.storage[key] = (
+                    torch.stack([t.index_select(0, rows) for t in self.k]),
+                    torch.stack([t.index_select(0, rows) for t in self.v]),
+                )
 
     def after_forward(self) -> None:
         for slots, rows in self.deferred:

@@ -164,7 +164,20 @@ class HostReset(NamedTuple):
     """The tier was cleared."""
 
 
-HostEvent = HostStore | HostLoad | HostEvict | HostReset
+class StorageBackup(NamedTuple):
+    """Copy the host copies of `keys` to the storage tier behind the host tier (a backup
+    after a host write; engines/cache/storage_tier.py)."""
+
+    keys: tuple[Hashable, ...]
+
+
+class StorageFetch(NamedTuple):
+    """Give `keys` host units filled from their storage copies (a storage prefetch)."""
+
+    keys: tuple[Hashable, ...]
+
+
+HostEvent = HostStore | HostLoad | HostEvict | HostReset | StorageBackup | StorageFetch
 
 
 def held_past_device(device_tokens: int, unit: int, keys: list[Any], held: Container[Any]) -> int:

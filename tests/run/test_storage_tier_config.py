@@ -21,7 +21,6 @@ BAD = [
     ([*RADIX, ON, "engine.storage_tier.prefetch_timeout_base=-1"], "prefetch_timeout_base"),
     ([*RADIX, ON, "engine.storage_tier.enabled=maybe"], "storage_tier.enabled"),
     ([*RADIX, ON, "engine.storage_tier.size=3"], "storage_tier.size"),
-    ([*RADIX, ON, "executor=real"], "engine.storage_tier runs on the simulated executor only"),
 ]
 
 

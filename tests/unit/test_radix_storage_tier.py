@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from engines.build import build_engine
@@ -15,6 +16,8 @@ from engines.cache.tiers import HostTierConfig
 from engines.config import EngineConfig
 from engines.model.presets import PRESETS
 from engines.records import RequestRecord
+from engines.request import GenerationRequest
+from tests.engine_util import make_engine
 from tests.tier_streams import TICKS, Prompts, send, send_together
 
 OUT = (101, 102, 103, 104)
@@ -197,11 +200,41 @@ def test_a_flush_keeps_storage_but_drops_the_host_pool():
     assert tiers3(send(engine, "a2", a, OUT)) == (0, 0, 299)
 
 
-def test_the_real_executor_is_refused_with_a_storage_tier():
-    from engines.errors import BadInput
+def test_the_real_executor_moves_real_kv_through_storage():
+    """A prompt gone from device and host comes back from storage with its real K/V
+    (engines/host_pool.py keeps the storage copies): it decodes as caching off does."""
+    rng = np.random.default_rng(3)
+    a, *fillers = (tuple(rng.integers(1, 1000, 100).tolist()) for _ in range(8))
+    real = make_engine(
+        "radix",
+        block_size=1,
+        kv_capacity_tokens=160,
+        host_tier=HostTierConfig(tokens=256),
+        storage_tier=StorageTierConfig(
+            enabled=True, prefetch_policy="wait_complete", prefetch_threshold=64
+        ),
+    )
+    stream = [("a1", a)] + [(f"f{i}", p) for i, p in enumerate(fillers)] + [("a2", a)]
+    records = greedy(real, stream)
+    off = greedy(
+        make_engine("radix", block_size=1, kv_capacity_tokens=160, prefix_caching=False),
+        [("a2", a)],
+    )
+    hit = records["a2"]
+    assert hit.storage_cached_tokens == hit.cached_tokens == 99
+    assert hit.output_ids == off["a2"].output_ids == records["a1"].output_ids
+    assert len(real.executor.host_pool.storage) > 0
 
-    with pytest.raises(BadInput, match="simulated executor only"):
-        cache_of(engine_with()).host_keep_events()
+
+def greedy(engine, stream):
+    """Each request alone to its finish (greedy), then the engine idles; records by id."""
+    for rid, prompt in stream:
+        req = GenerationRequest(request_id=rid, prompt_ids=prompt, max_new_tokens=6)
+        engine.add_request(req, engine.clock.now())
+        while engine.has_work:
+            engine.step()
+        engine.idle()
+    return {r.request_id: r for r in engine.records}
 
 
 @pytest.mark.parametrize(("write_policy", "expected"), [("write_through", 399), ("write_back", 0)])

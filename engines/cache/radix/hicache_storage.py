@@ -18,8 +18,7 @@ from engines.cache.radix.hicache import TieredRadixCache
 from engines.cache.radix.storage import IN_FLIGHT, StoragePages, split_by_tier
 from engines.cache.storage_prefetch import StoragePrefetch
 from engines.cache.storage_tier import StorageTier, StorageTierConfig
-from engines.cache.tiers import HostTierConfig, TierStats
-from engines.errors import BadInput
+from engines.cache.tiers import HostTierConfig, StorageBackup, TierStats
 from engines.sequence import Sequence
 
 
@@ -40,7 +39,9 @@ class StorageRadixCache(TieredRadixCache, StorageTier, StoragePrefetch):
         nothing."""
         super()._write(keys, parent, seq, slots)
         held = self.pages.held
-        self.storage.backup([k for k in keys if k in held])
+        new = self.storage.backup([k for k in keys if k in held])
+        if new and self.log.events is not None:  # after the host copies' own store events
+            self.log.events.append(StorageBackup(tuple(new)))
 
     # ---- prefetch ---------------------------------------------------------------------------
     def storage_round(self, waiting: Iterable[Sequence]) -> None:
@@ -51,7 +52,7 @@ class StorageRadixCache(TieredRadixCache, StorageTier, StoragePrefetch):
             already = next((i for i, k in enumerate(pf.keys) if k not in held), len(pf.keys))
             rest = pf.keys[already:]
             parent = pf.keys[already - 1] if already else pf.parent
-            st.finish(pf, already, self.pages.write_fetched(rest, parent))
+            st.finish(pf, already, len(self.pages.write_fetched(rest, parent)))
         for seq in waiting:
             if seq.seq_id not in st.prefetches and seq.num_computed_tokens == 0:
                 self._issue(seq)
@@ -98,12 +99,6 @@ class StorageRadixCache(TieredRadixCache, StorageTier, StoragePrefetch):
     def storage_stats(self) -> TierStats:
         st = self.storage
         return TierStats(queries=st.queries, hits=st.hits, stored=st.written, loaded=st.loaded)
-
-    def host_keep_events(self) -> tuple[int, int]:
-        raise BadInput(
-            "engine.storage_tier runs on the simulated executor only: the real executor has no "
-            "storage copies yet (docs/tiers.md §10.2)"
-        )
 
     def reset(self) -> bool:
         """A flush clears the host pool and what is in flight; the storage backend keeps its

@@ -58,12 +58,12 @@ class StoragePages:
         self.occupied = 0
         self.queries = self.hits = self.written = self.loaded = 0
 
-    def backup(self, keys: list[int]) -> int:
-        """Pages now held in the host pool are backed up to storage; the tokens newly stored."""
+    def backup(self, keys: list[int]) -> list[int]:
+        """Pages now held in the host pool are backed up to storage; the keys newly stored."""
         new = [k for k in keys if k not in self.stored]
         self.stored.update(new)
         self.written += len(new) * self.page
-        return len(new) * self.page
+        return new
 
     def issue(self, seq_id: str, start: int, keys: list[int], parent: int | None) -> Prefetch:
         """A request arrived with `start` tokens matched; `keys` are its page keys from there
