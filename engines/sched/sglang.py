@@ -324,6 +324,8 @@ class SglangScheduler(Scheduler):
         requests does not un-fill), with the decode memory check passing without eviction."""
         if self.runs is None or self.chunked is not None or not self._quiet_pending():
             return None
+        if self.storage is not None and self.storage.storage_pending():
+            return None  # the next iteration completes a prefetch: step it as upstream does
         batch = self._unfinished_batch()
         if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
             return None

@@ -261,3 +261,28 @@ def test_storage_continues_a_host_hit():
     send(engine, "p-head", f[:100] + prompts.tokens(50), OUT)
     fill(engine, prompts, n=2, tag="g")  # the head leaves the device, its host copy stays
     assert tiers3(send(engine, "p2", f, OUT)) == (0, 100, 399)
+
+
+def test_a_prefetch_completes_at_the_next_iteration_even_inside_a_decode_stretch():
+    prompts = Prompts()
+    engine = engine_with(prefetch_policy="best_effort", seqs=1)
+    a = prompts.tokens(300)
+    send(engine, "a1", a, OUT)
+    fill(engine, prompts)
+    cache = cache_of(engine)
+    now = engine.clock.now()
+    long_out = tuple(range(200, 240))
+    engine.add_request(
+        GenerationRequest("b", prompts.tokens(40), len(long_out), scripted_output_ids=long_out),
+        now,
+    )
+    engine.step()  # b's prefill; it decodes 39 more steps, one request at a time
+    engine.add_request(GenerationRequest("a2", a, len(OUT), scripted_output_ids=OUT), now)
+    engine.step()  # a2 arrives: its prefetch is issued; b decodes
+    assert cache.storage_stats().loaded == 0
+    engine.step()  # the next iteration drains it, not the end of b's decode stretch
+    assert cache.storage_stats().loaded == 299
+    while engine.has_work:
+        engine.step()
+    rec = next(r for r in engine.records if r.request_id == "a2")
+    assert tiers3(rec) == (0, 0, 299)
