@@ -286,3 +286,21 @@ def test_a_prefetch_completes_at_the_next_iteration_even_inside_a_decode_stretch
         engine.step()
     rec = next(r for r in engine.records if r.request_id == "a2")
     assert tiers3(rec) == (0, 0, 299)
+
+
+@pytest.mark.parametrize(
+    ("policy", "same_batch"), [("wait_complete", False), ("best_effort", True)]
+)
+def test_a_storage_miss_still_waits_for_its_hit_query(policy, same_batch):
+    """A span at or over the threshold is a prefetch in flight until the next iteration even when
+    storage holds none of it; a shorter one asks nothing and is admitted at once."""
+    prompts = Prompts()
+    engine = engine_with(prefetch_policy=policy)
+    long, short = send_together(
+        engine, [("long", prompts.tokens(300), OUT), ("short", prompts.tokens(40), OUT)]
+    )
+    assert tiers3(long) == tiers3(short) == (0, 0, 0)
+    if same_batch:  # best_effort stops the query at once: one batch for both
+        assert long.scheduled_s == short.scheduled_s
+    else:
+        assert short.scheduled_s < long.scheduled_s

@@ -67,8 +67,10 @@ class StoragePages:
 
     def issue(self, seq_id: str, start: int, keys: list[int], parent: int | None) -> Prefetch:
         """A request arrived with `start` tokens matched; `keys` are its page keys from there
-        (the span it may fetch). Declined (state NONE) when the span or the storage hit is
-        under the threshold, or prefetches in flight already hold half the host pool."""
+        (the span it may fetch). Not issued (state NONE) when the span is under the threshold
+        or prefetches in flight already hold half the host pool. Otherwise it is in flight until
+        the next iteration even when storage holds too little (upstream learns that from the
+        hit query its thread answers, drained with the rest), and then fetches nothing."""
         p = self.page
         pf = Prefetch(start=start, parent=parent, issued=self.round)
         self.prefetches[seq_id] = pf
@@ -82,9 +84,8 @@ class StoragePages:
             n += 1
         self.queries += span
         self.hits += n * p
-        if n * p < self.threshold:
-            return pf
-        pf.keys, pf.span, pf.state = keys[:n], span, IN_FLIGHT
+        fetch = keys[:n] if n * p >= self.threshold else []  # a hit under it is revoked
+        pf.keys, pf.span, pf.state = fetch, span, IN_FLIGHT
         self.occupied += span
         return pf
 
