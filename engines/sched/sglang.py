@@ -31,6 +31,7 @@ from engines.cache.protocol import (
     DecodeRunAllocation,
 )
 from engines.cache.records import Allocation, CacheIntegrityError
+from engines.cache.storage_prefetch import StoragePrefetch
 from engines.cache.tiers import HostTier, TreeLoadBack
 from engines.sched import sglang_overlap
 from engines.sched.base import DecodeRun, ScheduledSeq, Scheduler, StepBudget, StepPlan
@@ -69,6 +70,7 @@ class SglangScheduler(Scheduler):
         self.budgeted = cache if isinstance(cache, BudgetedAllocation) else None
         self.tier = cache if isinstance(cache, HostTier) else None
         self.tree_load = cache if isinstance(cache, TreeLoadBack) else None
+        self.storage = cache if isinstance(cache, StoragePrefetch) else None
         self.policy = SglangPolicy(
             policy,
             cache,
@@ -102,6 +104,8 @@ class SglangScheduler(Scheduler):
     ) -> StepPlan:
         if self.chunked is not None:
             self.cache.commit(self.chunked, self.chunked.num_computed_tokens)
+        if self.storage is not None:  # drain finished prefetches, issue the arrivals' (L3)
+            self.storage.storage_round(waiting)
         self._filter_batch()
         plan = self._prefill_round(waiting, running, budget)
         self._last_plan_is_prefill = plan is not None
@@ -126,6 +130,11 @@ class SglangScheduler(Scheduler):
         pending, self._pending = self._pending, None
         if pending is not None:
             process(self.cache, pending, retracted)
+
+    def transfers_pending(self) -> bool:
+        """A storage prefetch is in flight (`PendingTransfers`): an iteration that admits
+        nothing while a request waits for one is progress, as upstream's loop keeps polling."""
+        return self.storage is not None and self.storage.storage_pending()
 
     @property
     def in_flight(self) -> frozenset[str]:
@@ -202,6 +211,8 @@ class SglangScheduler(Scheduler):
             if len(adder.can_run_list) >= budget.max_num_seqs - running_bs:
                 self.batch_is_full = True
                 break
+            if self.storage is not None and not self.storage.storage_ready(seq):
+                continue  # its prefetch is in flight and its policy waits for it
             match = cache.match(seq)
             host = 0
             if self.tier is not None:  # HiCache's one walk: the host pages after the device ones
@@ -249,6 +260,12 @@ class SglangScheduler(Scheduler):
                 if seq.num_cached_tokens is None:
                     seq.num_cached_tokens = a.prefix_len
                     seq.num_host_cached_tokens = a.host_len
+                    if self.storage is not None:
+                        seq.num_host_cached_tokens, seq.num_storage_cached_tokens = (
+                            self.storage.storage_split(seq, a.prefix_len, a.host_len)
+                        )
+                elif self.storage is not None:
+                    self.storage.storage_split(seq, a.prefix_len, a.host_len)  # consumed
                 if self.tier is not None:
                     self.tier.host_load(seq, a.prefix_len - a.host_len, a.host_len)
                 running.append(seq)
@@ -307,6 +324,8 @@ class SglangScheduler(Scheduler):
         requests does not un-fill), with the decode memory check passing without eviction."""
         if self.runs is None or self.chunked is not None or not self._quiet_pending():
             return None
+        if self.storage is not None and self.storage.storage_pending():
+            return None  # the next iteration completes a prefetch: step it as upstream does
         batch = self._unfinished_batch()
         if not batch or (waiting and not (self.batch_is_full and len(batch) == len(self.batch))):
             return None

@@ -29,6 +29,7 @@ class Served(NamedTuple):
     device: int
     host: int
     output_ids: tuple[int, ...]
+    storage: int = 0  # with a storage backend (`cached_tokens_details.storage`)
 
 
 @contextmanager
@@ -131,4 +132,6 @@ def generate(url: str, prompt: tuple[int, ...], max_new_tokens: int) -> Served:
         if meta["cached_tokens"]:
             raise ValueError(f"cached tokens {meta['cached_tokens']} without details")
         details = {"device": 0, "host": 0}
-    return Served(details["device"], details["host"], tuple(reply["output_ids"]))
+    return Served(
+        details["device"], details["host"], tuple(reply["output_ids"]), details.get("storage", 0)
+    )

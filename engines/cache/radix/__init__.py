@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from engines.cache.design import CacheDesign, FigureStyle
 from engines.cache.radix.cache import RadixCache
 from engines.cache.radix.hicache import TieredRadixCache
+from engines.cache.radix.hicache_storage import StorageRadixCache
 from engines.cache.radix.key import RadixKey
 from engines.cache.radix.tree import UnifiedRadixTree
 
@@ -23,6 +24,7 @@ __all__ = [
     "DESIGN",
     "RadixCache",
     "RadixKey",
+    "StorageRadixCache",
     "TieredRadixCache",
     "UnifiedRadixTree",
     "build_radix",
@@ -31,9 +33,19 @@ __all__ = [
 
 def build_radix(config: EngineConfig) -> RadixCache:
     """A RadixCache for an `engines.config.EngineConfig`; with a host tier, the same cache with
-    SGLang's HiCache host pool behind it."""
+    SGLang's HiCache host pool behind it, and with a storage tier its storage backend too."""
     page_size = config.block_size
     capacity_tokens = (config.num_blocks - 1) * config.block_size
+    if config.host_tier.enabled and config.storage_tier.enabled:
+        return StorageRadixCache(
+            tier=config.host_tier,
+            storage=config.storage_tier,
+            page_size=page_size,
+            capacity_tokens=capacity_tokens,
+            enabled=config.prefix_caching,
+            eviction_policy=config.eviction_policy,
+            max_num_reqs=config.max_num_seqs + 1,
+        )
     if config.host_tier.enabled:
         return TieredRadixCache(
             tier=config.host_tier,
@@ -62,6 +74,7 @@ DESIGN = CacheDesign(
     label="SGLang RadixAttention",
     tier_knobs=("write_policy", "load_back_threshold"),  # its unit is a page
     tier_label="HiCache",  # SGLang's hierarchical cache
+    storage_tier=True,  # HiCache's storage backend (docs/tiers.md §10.2)
     storage_knobs=(
         "prefetch_policy",
         "prefetch_threshold",

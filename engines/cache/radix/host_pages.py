@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from engines.cache.tiers import HostEvict, HostStore, TransferLog
+from engines.cache.tiers import HostEvict, HostStore, StorageRead, TransferLog
 
 
 class HostPages:
@@ -136,11 +136,14 @@ class HostPages:
                 del self.kids[parent]
 
     # ---- writes -----------------------------------------------------------------------------
-    def write(self, keys: list[int], parent: int | None, slots: list[np.ndarray]) -> int:
+    def write(
+        self, keys: list[int], parent: int | None, slots: list[np.ndarray], fetched: bool = False
+    ) -> int:
         """Host copies of `keys` (a chain run after `parent`), head first, as upstream writes a
         node's unbacked ancestors first; a page that finds no room ends the write. The run's
         head ends most recent. `slots`: each key's device token slots (empty unless copy events
-        are kept). Returns the pages stored."""
+        are kept); `fetched`: the copies come from storage, not the device (no store event).
+        Returns the pages stored."""
         held, events = self.held, self.log.events
         stored, end = 0, len(keys)
         kept: tuple[set[int], set[int]] | None = None  # what no room-making may drop, once
@@ -158,7 +161,7 @@ class HostPages:
                 self._link(key, keys[i - 1] if i else parent)
                 self.host_only[key] = None
             stored += 1
-            if events is not None:  # one event a page: a later page's write may drop it
+            if events is not None and not fetched:  # one a page: a later page may drop it
                 events.append(HostStore((key,), slots[i], True))
         for key in reversed(keys[:end]):
             held.move_to_end(key)
@@ -166,10 +169,29 @@ class HostPages:
                 self.host_only.move_to_end(key)
         return stored
 
+    def write_fetched(self, keys: list[int], parent: int | None) -> list[int]:
+        """Pages a storage prefetch brought in (a chain run after `parent`), written like any
+        write and kept as one host-only run: upstream inserts them as one host node
+        (`mem_cache/unified_radix_cache.py` `_handle_prefetch_result`). Returns the keys
+        stored (a copy event fills them from storage: engines/host_pool.py)."""
+        new = [k for k in keys if k not in self.held]
+        self.write(keys, parent, [], fetched=True)
+        stored = [k for k in new if k in self.held]
+        if self.log.events is not None and stored:
+            self.log.events.append(StorageRead(tuple(stored)))
+        run = [k for k in stored if k in self.host_only and k not in self.run_of]
+        if run:
+            for key in run:
+                self.run_of[key] = self.next_run
+            self.runs[self.next_run] = run
+            self.next_run += 1
+        return stored
+
     def _make_room(self, pinned: set[int], own: set[int]) -> bool:
         """Drop what upstream would to free a page: under write_back a host copy of a page
         also on the device (not one of this write's `own`), else the least recently used
-        host-only leaf's whole run (the part after any `pinned` hit); False when nothing may go."""
+        host-only leaf's whole run (the part after any `pinned` hit), never one of `own`; False
+        when nothing may go."""
         if self.write_back:
             dup = next(
                 (k for k in self.dups if k not in pinned and k not in own),
@@ -178,8 +200,8 @@ class HostPages:
             if dup is not None:
                 self._drop([dup])
                 return True
-        leaf = next(
-            (k for k in self.host_only if k not in self.kids and k not in pinned),
+        leaf = next(  # never a page of this write (a prefetch's pages are host-only)
+            (k for k in self.host_only if k not in self.kids and k not in pinned and k not in own),
             None,
         )
         if leaf is None:
