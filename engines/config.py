@@ -179,11 +179,9 @@ class EngineConfig:
                 f"engine.storage_tier is not modelled for the {self.cache} cache "
                 f"(caches with one: {offered})"
             )
-        if self.storage_tier.enabled and self.cache == "apc" and self.host_tier.store_threshold > 1:
-            raise BadInput(  # vLLM 0.33 TieringOffloadingSpec.get_manager refuses it
-                "engine.storage_tier under apc needs engine.host_tier.store_threshold 1 "
-                f"(vLLM's tiering refuses a store threshold), got {self.host_tier.store_threshold}"
-            )
+        refused = design.storage_refuses(self.host_tier) if self.storage_tier.enabled else None
+        if refused:
+            raise BadInput(f"engine.storage_tier under {self.cache} {refused}")
         if not self.host_tier.enabled:
             return
         if not self.prefix_caching:

@@ -50,7 +50,8 @@ class CacheDesign:
       (what its upstream calls it). storage_knobs: the `engine.storage_tier` fields only this
       design's storage tier reads (engines/cache/storage_tier.py). storage_tier: whether its
       build gives a storage tier (its cache then offers `StorageTier`); a run asking another
-      design for one is refused.
+      design for one is refused. storage_refuses: why a host tier config cannot take its
+      storage tier (what its upstream refuses), or None.
     """
 
     name: str
@@ -66,6 +67,7 @@ class CacheDesign:
     tier_label: str = "host tier"
     storage_knobs: tuple[str, ...] = ()
     storage_tier: bool = False
+    storage_refuses: Callable[[HostTierConfig], str | None] = lambda tier: None
 
     def offers(self, capability: type) -> bool:
         """Whether this design's cache has `capability` (a runtime-checkable protocol of

@@ -19,6 +19,7 @@ from engines.cache.apc.tiered import StorageTieredApcCache, TieredApcCache
 from engines.cache.design import CacheDesign, FigureStyle
 
 if TYPE_CHECKING:  # engines.config derives its design lists from the registry that imports this
+    from engines.cache.tiers import HostTierConfig
     from engines.config import EngineConfig
 
 __all__ = [
@@ -59,6 +60,16 @@ def build_apc(config: EngineConfig) -> ApcCache:
     return ApcCache(config.num_blocks, config.block_size, **kwargs)  # type: ignore[arg-type]
 
 
+def _tiering_refuses(tier: HostTierConfig) -> str | None:
+    """vLLM 0.33's TieringOffloadingSpec.get_manager refuses a store threshold above 1."""
+    if tier.store_threshold > 1:
+        return (
+            "needs engine.host_tier.store_threshold 1 (vLLM's tiering refuses a store "
+            f"threshold), got {tier.store_threshold}"
+        )
+    return None
+
+
 DESIGN = CacheDesign(
     name="apc",
     build=build_apc,
@@ -71,6 +82,7 @@ DESIGN = CacheDesign(
     tier_unit=lambda tier, block_size: block_size * tier.blocks_per_chunk,  # a chunk
     tier_label="CPU tier",  # vLLM's CPU offloading connector
     storage_tier=True,  # vLLM's TieringOffloadingManager with its file-system tier
+    storage_refuses=_tiering_refuses,
     style=FigureStyle(
         colour="#1f77b4",
         off_colour="#aec7e8",
