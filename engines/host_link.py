@@ -6,7 +6,9 @@ vLLM's connector finishes a request's load before the request computes, so a ste
 loads waits for them; HiCache streams the load layer by layer and each layer's attention waits
 only for its own layer. Stores are written after the compute that made their KV and never delay a
 step; the link's store backlog is reported. Both executors use it (simulated: priced on the
-virtual clock; real: the copies' own time is measured, this counts the bytes).
+virtual clock; real: the copies' own time is measured, this counts the bytes). With a storage
+tier the simulated link also carries its `StorageLinkPricing` (engines/storage_link.py): a load
+whose KV is still being read from storage starts when that read ends.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from engines.cache.tiers import LOAD_BEFORE_STEP, LOAD_LAYERWISE, Transfers
+from engines.storage_link import StorageLinkPricing
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,12 @@ class HostLinkPricing:
     """The host link of one engine: prices each step's tier transfers and tallies them."""
 
     def __init__(
-        self, bandwidth: float | None, kv_bytes_per_token: float, rule: str, num_layers: int
+        self,
+        bandwidth: float | None,
+        kv_bytes_per_token: float,
+        rule: str,
+        num_layers: int,
+        storage: StorageLinkPricing | None = None,
     ) -> None:
         if rule not in (LOAD_BEFORE_STEP, LOAD_LAYERWISE):
             raise ValueError(f"unknown load overlap rule {rule!r}")
@@ -54,11 +62,14 @@ class HostLinkPricing:
         self.load_bytes = self.store_bytes = 0
         self.load_s = self.load_stall_s = self.max_backlog_s = 0.0
         self._store_free_s = 0.0  # when the store direction has sent everything queued
+        self.storage = storage  # a storage tier's link (None: no storage tier or not priced)
 
     def reset(self) -> None:
         """A new measured window: zero the totals (the clock restarts with the run)."""
         self.load_bytes = self.store_bytes = 0
         self.load_s = self.load_stall_s = self.max_backlog_s = self._store_free_s = 0.0
+        if self.storage is not None:
+            self.storage.reset()
 
     def _seconds(self, num_bytes: int) -> float:
         return num_bytes / self.bandwidth if self.bandwidth else 0.0
@@ -66,9 +77,14 @@ class HostLinkPricing:
     def step(self, start_s: float, compute_s: float, transfers: Transfers) -> float:
         """The step's time given its compute time and the transfers it carries; stamps each
         loading request's bytes and load time (a request's stored tokens are the tier's count)."""
-        load_s = 0.0
+        storage = self.storage
+        if storage is not None:  # reads decided while planning start with the step
+            storage.queue(start_s, transfers.storage_reads, transfers.storage_writes)
+        load_s = wait_s = 0.0  # wait_s: loads held back by their storage reads
         for seq, tokens in transfers.loads:  # one after another on the link, in plan order
             num_bytes = int(tokens * self.bytes_per_token)
+            if storage is not None:
+                wait_s += storage.wait(seq.seq_id, start_s + wait_s + load_s)
             load_s += self._seconds(num_bytes)
             seq.host_load_bytes += num_bytes
             seq.host_load_s += load_s
@@ -79,12 +95,20 @@ class HostLinkPricing:
             step_s = layered_step_s(compute_s, load_s, self.num_layers) if load_s else compute_s
         self.load_s += load_s
         self.load_stall_s += step_s - compute_s
+        if wait_s:  # the loads (and the forward reading them) start after the storage reads
+            step_s += wait_s
         end_s = start_s + step_s
-        self.stores(end_s, transfers)
+        self._queue_stores(end_s, transfers)
         return step_s
 
     def stores(self, end_s: float, transfers: Transfers) -> None:
-        """Queue `transfers.stores` on the store direction from `end_s` (after their compute)."""
+        """No step runs: queue `transfers.stores` on the store direction from `end_s` (after
+        their compute), and a storage tier's transfers on its link from then."""
+        if self.storage is not None:
+            self.storage.queue(end_s, transfers.storage_reads, transfers.storage_writes)
+        self._queue_stores(end_s, transfers)
+
+    def _queue_stores(self, end_s: float, transfers: Transfers) -> None:
         queued = sum(int(tokens * self.bytes_per_token) for _, tokens in transfers.stores)
         self.store_bytes += queued
         if queued:

@@ -125,10 +125,14 @@ LOAD_LAYERWISE = "layerwise"
 class Transfers(NamedTuple):
     """Tier transfers made since the last `host_take_transfers`, in tokens: loads into the device
     (the request that loads) and stores to the host (the request whose KV it is; None: a write-back
-    of evicted device pages, no request's)."""
+    of evicted device pages, no request's). With a storage tier (docs/tiers.md §10.3) also its
+    reads into host memory (the id of the request that will load them) and its writes from host
+    memory; both stay empty without one."""
 
     loads: list[tuple[Sequence, int]]
     stores: list[tuple[Sequence | None, int]]
+    storage_reads: tuple[tuple[str, int], ...] = ()
+    storage_writes: tuple[int, ...] = ()
 
 
 # What a real executor needs to move real K/V (TransferLog.events; engines/host_pool.py). Slots
@@ -205,6 +209,8 @@ class TransferLog:
     loads: list[tuple[Sequence, int]] = field(default_factory=list)
     stores: list[tuple[Sequence | None, int]] = field(default_factory=list)
     events: list[HostEvent] | None = None  # None: nobody copies real K/V
+    storage_reads: list[tuple[str, int]] = field(default_factory=list)
+    storage_writes: list[int] = field(default_factory=list)
 
     def take_events(self) -> list[HostEvent]:
         if self.events is None:
@@ -220,8 +226,26 @@ class TransferLog:
             seq.num_host_stored_tokens += tokens
         self.stores.append((seq, tokens))
 
+    def storage_read(self, seq_id: str, tokens: int) -> None:
+        """Storage -> host memory, for request `seq_id`'s coming load."""
+        self.storage_reads.append((seq_id, tokens))
+
+    def drop_storage_reads(self, seq_id: str) -> None:
+        """`seq_id`'s reads not yet taken were called off (nothing of them arrives)."""
+        self.storage_reads = [r for r in self.storage_reads if r[0] != seq_id]
+
+    def storage_write(self, tokens: int) -> None:
+        """Host memory -> storage (a cascade or backup of host units)."""
+        self.storage_writes.append(tokens)
+
     def take(self) -> Transfers:
-        out = Transfers(self.loads, self.stores)
+        if not (self.storage_reads or self.storage_writes):  # no storage: as without a tier
+            out = Transfers(self.loads, self.stores)
+        else:
+            out = Transfers(
+                self.loads, self.stores, tuple(self.storage_reads), tuple(self.storage_writes)
+            )
+            self.storage_reads, self.storage_writes = [], []
         self.loads, self.stores = [], []
         return out
 

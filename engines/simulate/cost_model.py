@@ -42,6 +42,10 @@ class HardwareConfig:
     # link is full duplex: loads and stores each get this; with TP each GPU moves its own shard,
     # so the engine's link is num_gpus times it). None: a tier's transfers are not priced ---
     host_link_bandwidth: float | None = None
+    # --- storage link: a storage tier's reads (storage -> host memory) and writes (host memory ->
+    # storage), bytes/s each way for the whole node (the engine's one drive or array, however many
+    # GPUs). None: a storage tier's transfers are counted, not priced (docs/tiers.md §10.3) ---
+    storage_bandwidth: float | None = None
     # --- model shape ---
     num_params: float | None = None
     num_layers: int | None = None

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from engines.cache.protocol import AnyPrefixCache
+from engines.cache.storage_tier import StorageTier
 from engines.cache.tiers import HostTier
 from engines.clock import VirtualClock
 from engines.errors import BadInput
@@ -30,6 +31,7 @@ from engines.sched.base import DecodeRun, StepPlan
 from engines.sequence import Sequence
 from engines.simulate.cost_model import CostModel, DecodeRunShape, HardwareConfig, build_cost_model
 from engines.simulate.overlap import OverlapPricing
+from engines.storage_link import StorageLinkPricing
 
 # Decode-run steps priced per numpy call: a run ends at the next arrival, often within ~100 steps.
 RUN_CHUNK_STEPS = 128
@@ -197,15 +199,21 @@ def build_simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
 def simulated_host_link(hardware: HardwareConfig, cache: AnyPrefixCache) -> HostLinkPricing | None:
     """The preset's host link for a cache with a host tier (None without one). A preset without
     `host_link_bandwidth` counts the bytes and prices no time; one without the model's KV shape
-    counts nothing."""
+    counts nothing. A cache with a storage tier gets its storage link on it, priced the same way
+    with `storage_bandwidth`."""
     if not isinstance(cache, HostTier):
         return None
     names = ("num_layers", "num_kv_heads", "head_dim", "kv_bytes_per_element")
     known = all(getattr(hardware, name) for name in names)
     link = hardware.host_link_bandwidth
+    bytes_per_token = hardware.kv_bytes_per_token if known else 0.0
+    storage = None
+    if isinstance(cache, StorageTier):  # its reads and writes, priced with `storage_bandwidth`
+        storage = StorageLinkPricing(hardware.storage_bandwidth if known else None, bytes_per_token)
     return HostLinkPricing(
         link * hardware.num_gpus if known and link else None,
-        hardware.kv_bytes_per_token if known else 0.0,
+        bytes_per_token,
         cache.host_load_overlap,
         hardware.num_layers or 1,
+        storage,
     )

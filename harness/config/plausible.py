@@ -39,6 +39,7 @@ HARDWARE: dict[str, Bound] = {
     "memory_fraction": Bound(0, 1, "(a fraction of gpu_memory_bytes)"),
     "interconnect_bandwidth": Bound(1e8, 1e15, "bytes/s", "450 GB/s is 4.5e11"),
     "host_link_bandwidth": Bound(1e8, 1e13, "bytes/s", "PCIe Gen5's ~50 GB/s is 5e10"),
+    "storage_bandwidth": Bound(1e7, 1e12, "bytes/s", "an NVMe SSD's ~5 GB/s is 5e9"),
     "allreduce_latency_s": Bound(0, 1, "seconds", "8 us is 8e-06"),
     "activation_bytes": Bound(0, 16, "bytes per element"),
     "num_params": Bound(1, 1e14, "parameters"),

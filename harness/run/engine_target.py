@@ -132,6 +132,8 @@ class EngineSession:
             link = engine.executor if isinstance(engine, Engine) else None
             if isinstance(link, CarriesHostLink) and link.host_link is not None:  # bytes, time
                 figures["host_link"] = asdict(link.host_link.figures())
+                if link.host_link.storage is not None:  # a storage tier's reads and writes
+                    figures["storage_link"] = asdict(link.host_link.storage.figures())
         if isinstance(engine.cache, StorageTier):  # asked, promoted, written, read back
             figures["storage_tier"] = asdict(engine.cache.storage_stats())
         if isinstance(engine, Fleet):

@@ -66,3 +66,6 @@ def test_a_radix_run_with_a_storage_tier_splits_its_hits_three_ways(tmp_path):
     device = int(rows["cached_tokens"].sum()) - host - storage
     assert summary["device_hit_rate"] == pytest.approx(device / total)
     assert summary["storage_tier"]["loaded"] >= storage > 0  # the counters reach the summary
+    link = summary["storage_link"]  # the preset's storage bandwidth prices the reads (§10.3)
+    assert link["read_bytes"] >= storage * link["kv_bytes_per_token"] > 0
+    assert link["read_s"] == pytest.approx(link["read_bytes"] / link["bandwidth_bytes_per_s"])

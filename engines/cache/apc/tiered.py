@@ -122,8 +122,11 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         else:  # past the CPU tier into storage (side effects: asks, promotions)
             promoting = len(self.storage.promoting)
             hits = self.storage.lookup(seq.seq_id, window, self.store)
-            if self.log.events is not None and len(self.storage.promoting) > promoting:
-                self._promotion_events(self.storage.promoting[promoting:])
+            if len(self.storage.promoting) > promoting:  # read for this request's coming load
+                promoted = self.storage.promoting[promoting:]
+                self.log.storage_read(seq.seq_id, len(promoted) * unit)
+                if self.log.events is not None:
+                    self._promotion_events(promoted)
         if hits is None:
             return None
         host = min(limit, unit * (start + hits)) - device_tokens
@@ -337,7 +340,10 @@ class TieredApcCache(ApcCache, HostTier, AsyncHostLoad):
         else:
             self.store.complete(job.keys)
             if self.storage is not None:  # the cascade: every chunk stored is written down
+                written = self.storage.written
                 self.storage.write(job.keys, self.store)
+                if self.storage.written > written:
+                    self.log.storage_write((self.storage.written - written) * self.chunk_tokens)
                 if self.log.events is not None:
                     self.log.events.append(StorageWrite(tuple(job.keys)))
         self.jobs_of[job.seq_id] -= 1

@@ -40,6 +40,8 @@ class StorageRadixCache(TieredRadixCache, StorageTier, StoragePrefetch):
         super()._write(keys, parent, seq, slots)
         held = self.pages.held
         new = self.storage.backup([k for k in keys if k in held])
+        if new:
+            self.log.storage_write(len(new) * self.page_size)
         if new and self.log.events is not None:  # after the host copies' own store events
             self.log.events.append(StorageWrite(tuple(new)))
 
@@ -75,10 +77,19 @@ class StorageRadixCache(TieredRadixCache, StorageTier, StoragePrefetch):
             self.pages.split_after(keys[n - 1])
         anchored = n == 0 or keys[n - 1] in held
         span = keys[n:] if anchored else []
-        st.issue(seq.seq_id, n * p, span, keys[n - 1] if n else None)
+        pf = st.issue(seq.seq_id, n * p, span, keys[n - 1] if n else None)
+        if pf.state == IN_FLIGHT and pf.keys:  # the I/O thread reads the hit from now on
+            self.log.storage_read(seq.seq_id, len(pf.keys) * p)
 
     def storage_ready(self, seq: Sequence) -> bool:
-        return self.storage.ready(seq.seq_id)
+        """A best_effort prefetch stopped in flight was issued this iteration (earlier ones have
+        completed): its read, not yet taken by the executor, is called off with it."""
+        pf = self.storage.prefetches.get(seq.seq_id)
+        was_in_flight = pf is not None and pf.state == IN_FLIGHT
+        ready = self.storage.ready(seq.seq_id)
+        if was_in_flight and ready:
+            self.log.drop_storage_reads(seq.seq_id)
+        return ready
 
     def storage_pending(self) -> bool:
         return self.storage.pending()
