@@ -59,6 +59,9 @@ class Reply:
     completion_tokens: int | None = None
     host_cached_tokens: int | None = None  # of cached_tokens, a host tier's (None: not reported)
     prompt_token_ids: tuple[int, ...] | None = None  # as the server read the prompt
+    # the stream's first `system_fingerprint`: a built-in worker's tag (worker_tag), what a
+    # real router's fleet reads the serving worker from (harness/routers/fleet.py)
+    system_fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,14 +137,20 @@ class ServerClient:
             data = await read_body(resp, cap, what)
             return Response(resp.status, data.decode("utf-8", errors="replace"), what)
 
-    async def complete(self, body: Mapping[str, object], num_choices: int) -> Reply:
-        """POST /v1/completions with `stream: true` and read the reply chunk by chunk."""
+    async def complete(
+        self,
+        body: Mapping[str, object],
+        num_choices: int,
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
+        """POST /v1/completions with `stream: true` and read the reply chunk by chunk;
+        `headers`: more request headers (a router's X-Session-ID)."""
         choices = tuple(ChoiceOut() for _ in range(num_choices))
         sent = _Sent(_int_field(body, "max_tokens"), _prompt_len(body), num_choices)
         state: dict[str, object] = {}
         send_s = time.perf_counter()
         try:
-            async with self._http().post("v1/completions", json=body) as resp:
+            async with self._http().post("v1/completions", json=body, headers=headers) as resp:
                 if resp.status >= 400:
                     text = await _error_text(resp)
                     return Reply(
@@ -222,6 +231,8 @@ def _take_chunk(
     chunk = replies.obj(chunk, "a stream chunk")
     if chunk.get("usage"):
         state["usage"] = chunk["usage"]  # checked once the stream is complete
+    if chunk.get("system_fingerprint") and "system_fingerprint" not in state:
+        state["system_fingerprint"] = str(chunk["system_fingerprint"])[:100]
     if chunk.get("sglext"):  # SGLang's extensions (cached tokens per tier), checked with usage
         state["sglext"] = chunk["sglext"]
     if "error" in chunk:  # an error event inside the stream (e.g. the engine died)
@@ -277,6 +288,7 @@ def _reply(status, code, error, send_s, finish_s, choices, state) -> Reply:
         completion_tokens=usage.completion_tokens,
         host_cached_tokens=usage.host_cached_tokens,
         prompt_token_ids=state.get("prompt_token_ids"),
+        system_fingerprint=state.get("system_fingerprint"),
     )
 
 

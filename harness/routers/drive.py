@@ -1,7 +1,8 @@
 """Driving a stream through a started real router, the routing twin predicting each decision
-first: waves of requests sent at once, each reply's worker read back, the twin taught the actual
-decisions, and each miss's cause (harness/routers/replay.py). harness/routers/fleet.py starts the
-workers and the router; this module only sends and predicts.
+first: waves of requests sent at once, streamed (harness/routers/streamed.py), each reply's worker
+and token times read back, the twin taught the actual decisions, and each miss's cause
+(harness/routers/replay.py). harness/routers/fleet.py starts the workers and the router; this
+module only sends and predicts.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ from harness.routers.kv_cost import VllmKvAware
 from harness.routers.kv_index import KvEventIndex
 from harness.routers.learned import LearnedRoundRobin
 from harness.routers.replay import OTHER, replay
+from harness.routers.streamed import RouterClient
 
 if TYPE_CHECKING:
     from harness.routers.fleet import Workers
@@ -52,6 +53,8 @@ class Decision:
     # a miss's cause (harness/routers/replay.py: tie, arrival, other); "" for a hit, or a policy
     # whose misses are not replayed
     cause: str = ""
+    # each output token's arrival, as streamed (same clock as sent_s); () when none came
+    token_times_s: tuple[float, ...] = ()
 
 
 def order_only(decisions: Sequence[Decision]) -> int:
@@ -90,8 +93,6 @@ def drive_router(
     worker's cached prefix from its KV events (kv_aware). Round robin's twin cycles in the
     router's `order` when known (vllm-router's start log), else learns it from the decisions;
     what it learned and the router's first pick (the warm-up's) go into `facts`."""
-    import httpx
-
     urls = workers.urls
     twin: Router = (
         CacheAware(twin_cfg, all_tenants=False, cold_least_load=True, order=order)
@@ -114,28 +115,26 @@ def drive_router(
         waves = [stream[i : i + concurrency] for i in range(0, len(stream), concurrency)]
     tokens = {} if max_tokens is None else max_tokens
     out = []
-    t0 = time.monotonic()
-
-    def timed(req: Routed) -> tuple[dict, float]:
-        data = send_completion(client, router_url, model, req, tokens.get(req.request_id, 2))
-        return data, time.monotonic() - t0
-
-    width = max([concurrency, *(len(wave) for wave in waves)])
-    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(width) as pool:
+    t0 = time.perf_counter()  # the streaming client's clock
+    # vllm-router 0.1.17's kv_aware ignores its KV index for a request with `return_token_ids`
+    # (observed 2026-12-07: a prompt whose prefix only worker 1 holds went to worker 0): without
+    # ids, a row's token times are its chunks with text (docs/fleet.md §5)
+    client = RouterClient(router_url, token_ids=twin_cfg.router != "kv_aware")
+    try:
         for w, wave in enumerate([[warmup], *waves]):
             if index is not None:
                 index.refresh()  # the events of the previous wave's steps
-            now = time.monotonic() - t0
+            now = time.perf_counter() - t0
             learned = not isinstance(twin, LearnedRoundRobin) or (
                 twin.certain if len(wave) == 1 else twin.complete
             )
             known = list(twin.order) if isinstance(twin, CacheAware) else []
             predicted = _predict_wave(twin, list(wave), len(urls), now, index)
             workers.served_by.before()
-            replies = list(pool.map(timed, wave))
-            actuals = [workers.served_by.after(data) for data, _ in replies]
+            replies = client.wave(model, wave, [tokens.get(r.request_id, 2) for r in wave])
+            actuals = [workers.served_by.after(got.reply) for got in replies]
             causes = _causes(twin, wave, predicted, actuals, len(urls), now)
-            for req, (guess, ties), (data, done_s), actual, cause in zip(
+            for req, (guess, ties), got, actual, cause in zip(
                 wave, predicted, replies, actuals, causes
             ):
                 if len(wave) == 1 or isinstance(twin, CacheAware):
@@ -150,17 +149,19 @@ def drive_router(
                     facts.update(first_pick=actual, first_pick_predicted=guess)
                     facts.update(first_pick_learned=sure)
                     continue
-                usage = data.get("usage") or {}
                 decision = Decision(
-                    req.request_id, guess, actual, _cached(data), w, sure,
-                    int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                    now, done_s, cause,
+                    req.request_id, guess, actual, got.reply.cached_tokens or 0, w, sure,
+                    got.reply.prompt_tokens or 0, got.output_tokens,
+                    got.reply.send_s - t0, got.reply.finish_s - t0, cause,
+                    tuple(t - t0 for t in got.token_times_s),
                 )  # fmt: skip
                 out.append(decision)
                 if deliver is not None:
                     deliver(decision)
             if workers.dead():  # the router may route around it; the run is no longer ours
                 raise FleetFault("a worker exited during the run")
+    finally:
+        client.close()
     if isinstance(twin, (LearnedRoundRobin, VllmKvAware)):
         facts.update(twin.facts())
     if isinstance(twin, VllmKvAware):
@@ -233,11 +234,6 @@ def send_completion(
     reply = client.post(f"{router_url}/v1/completions", json=body, headers=headers)
     reply.raise_for_status()
     return dict(reply.json())
-
-
-def _cached(data: dict) -> int:
-    details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
-    return int(details.get("cached_tokens") or 0)
 
 
 def _teach(twin: Router, req: Routed, predicted: int, actual: int, now: float) -> None:

@@ -2,7 +2,7 @@
 driven one request at a time, with the routing twin (docs/fleet.md §5).
 
     start N workers (python -m harness.builtin_server worker_tag=wI) ─▶ start the router
-    for each request: POST router/v1/completions ─▶ the reply's system_fingerprint names the worker
+    for each request: POST router/v1/completions, streamed ─▶ its system_fingerprint names the worker
                       the twin (policies.py) predicts the worker from the same stream
     ─▶ rows (request, predicted, actual), the share equal, then every process stopped by its PID
 
@@ -34,6 +34,7 @@ from engines.errors import BadInput
 from harness.config.processes import builtin_server_bytes
 from harness.fleet.config import FleetConfig
 from harness.fleet.policies import Routed
+from harness.live_server.http_client import Reply
 from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.drive import Decision, drive_router, order_only, send_completion
 from harness.routers.faults import FleetFault, exited, fault
@@ -58,20 +59,22 @@ class ServedBy(Protocol):
 
     def before(self) -> None: ...
 
-    def after(self, reply: dict) -> int: ...
+    def after(self, reply: Reply) -> int: ...
 
 
 class Fingerprint:
     """Which worker served a reply, from the tag a built-in server puts in `system_fingerprint`
-    (`worker_tag=wI`); any number of requests may be in flight."""
+    of every chunk of its stream (`worker_tag=wI`); any number of requests may be in flight."""
 
     one_at_a_time = False
 
     def before(self) -> None:
         """Nothing to note before a request."""
 
-    def after(self, reply: dict) -> int:
-        return int(str(reply["system_fingerprint"]).removeprefix("w"))
+    def after(self, reply: Reply) -> int:
+        if reply.system_fingerprint is None:
+            raise ValueError("a reply through the router names no worker (system_fingerprint)")
+        return int(reply.system_fingerprint.removeprefix("w"))
 
 
 WORKER_MODEL = "smollm2-rand"  # the workers' model: a real tokenizer, random weights

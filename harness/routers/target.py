@@ -10,7 +10,9 @@ Prompts go as text, the workload's ids decoded with the model's tokenizer (sglan
 token ids; the bound is computed on the ids the workers get back from that text); kv_aware sends
 the ids (vllm-router scores nothing else). Requests go in waves of load.max_concurrency (1 when
 unset), a wave when the one before it is answered: arrival times are not kept, and a turn never
-shares a wave with the turn it follows. Replies are not streamed, so a row's TTFT is its latency.
+shares a wave with the turn it follows. Replies are streamed through the router
+(harness/routers/streamed.py): a row's TTFT is its first token's arrival, its ITLs the gaps between
+the tokens' chunks, as the server target measures a single server.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from harness.config.tokenspace import token_space_for
 from harness.fleet.facts import fleet_facts
 from harness.fleet.policies import Routed
 from harness.metrics.summary import RunContext
-from harness.metrics.table import request_row, request_table
+from harness.metrics.table import itls_ms, request_row, request_table
 from harness.results.run_dir import RunDir
 from harness.routers.cli import result_lines
 from harness.routers.drive import Decision, drive_router, order_only, send_completion
@@ -222,7 +224,8 @@ class RealFleetSession:
     def record(
         self, cfg: RunConfig, requests: list[Request], items: list[Decision], context: RunContext
     ) -> Recorded:
-        table = request_table([_record(d) for d in items], self._by_id, context)
+        records = [_record(d) for d in items]
+        table = request_table(records, self._by_id, context)
         by = {d.request_id: d for d in items}
         table["replica"] = [by[r].actual for r in table["request_id"]]
         table["predicted_replica"] = [by[r].predicted for r in table["request_id"]]
@@ -239,7 +242,7 @@ class RealFleetSession:
         return Recorded(
             table=table,
             summarized=table,
-            itls_ms={},  # unstreamed replies: no gaps between tokens
+            itls_ms=itls_ms(records),
             duration_s=max(span) - min(span) if span else 0.0,
             num_failed=0,
             token_rows=list,
@@ -291,13 +294,16 @@ class RealFleetSession:
 
 
 def _record(d: Decision) -> RequestRecord:
-    """A routed reply as the request table's record; unstreamed, so its first token is its end."""
+    """A routed reply as the request table's record: its first token's arrival is its TTFT's
+    end, the tokens' arrivals its ITLs. Queues (the router's, the worker's) are not seen from
+    here: a row is scheduled when sent, its queue delay 0."""
+    first = d.token_times_s[0] if d.token_times_s else d.done_s
     return RequestRecord(
         request_id=d.request_id, parent_id=d.request_id, sample_index=0,
         prompt_tokens=d.prompt_tokens, cached_tokens=d.cached_tokens,
         output_tokens=d.output_tokens, recomputed_tokens=0, num_preemptions=0,
-        arrival_s=d.sent_s, scheduled_s=d.sent_s, first_token_s=d.done_s, finish_s=d.done_s,
-        token_times_s=(), output_ids=(),
+        arrival_s=d.sent_s, scheduled_s=d.sent_s, first_token_s=first, finish_s=d.done_s,
+        token_times_s=d.token_times_s, output_ids=(),
     )  # fmt: skip
 
 
@@ -320,8 +326,12 @@ def twin_figures(decisions: Sequence[Decision], facts: Mapping[str, object]) -> 
 def write_decisions(path: Path, decisions: Sequence[Decision]) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["request_id", "wave", "predicted", "actual", "cached_tokens", "learned"])
+        writer.writerow(
+            ["request_id", "wave", "predicted", "actual", "cached_tokens", "learned"]
+            + ["output_tokens", "tokens_streamed"]  # tokens_streamed: the token times received
+        )
         writer.writerows(
             (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens, d.learned)
+            + (d.output_tokens, len(d.token_times_s))
             for d in decisions
         )

@@ -24,6 +24,7 @@ from harness.config.footprint import GIB
 from harness.config.processes import VLLM_CPU_BASE_BYTES
 from harness.fleet.config import FleetConfig
 from harness.live_server import prometheus
+from harness.live_server.http_client import Reply
 from harness.live_server.launch import VllmLaunch, missing, start_vllm, stop
 from harness.routers.cli import check_fleet_args, result_lines
 from harness.routers.faults import FleetFault
@@ -124,7 +125,7 @@ class SuccessCounters:
     def before(self) -> None:
         self.last = [_successes(url) for url in self.urls]
 
-    def after(self, reply: dict) -> int:
+    def after(self, reply: Reply) -> int:
         now = [_successes(url) for url in self.urls]
         moved = [i for i, (a, b) in enumerate(zip(self.last, now)) if b > a]
         if len(moved) != 1:

@@ -1,7 +1,8 @@
 """A real router inside the one pipeline: `python -m harness ... fleet.real=sglang-router` runs a
 workload through sglang-router over 3 built-in workers into one run folder (rows with the replica
 and the twin's predicted replica, the fleet's figures, the router's files), and `harness.report`
-puts it in fleet.csv; bad input is one line, exit 2, nothing started and no folder left."""
+puts it in fleet.csv; replies through either router are streamed (rows with real TTFT, TPOT and
+ITLs, 2 workers); bad input is one line, exit 2, nothing started and no folder left."""
 
 from __future__ import annotations
 
@@ -66,6 +67,45 @@ def test_a_workload_runs_through_the_real_router_and_into_the_report(tmp_path):
     row = fleet[fleet["router"] == "sglang-router/cache_aware"].iloc[0]
     assert row["replicas"] == 3 and row["n_runs"] == 1 and row["router_loss"] >= 0
     assert any((run_dir.parent / "figures").glob("*.png"))
+
+
+def _with(overrides: list[str], base: list[str] = STREAM) -> list[str]:
+    """`base` with each key of `overrides` set to its value there (Hydra refuses a key twice)."""
+    keys = {o.split("=")[0] for o in overrides}
+    return [o for o in base if o.split("=")[0] not in keys] + overrides
+
+
+@pytest.mark.parametrize("real", ["sglang-router", "vllm-router"])
+def test_replies_through_each_real_router_are_streamed(tmp_path, real):
+    """2 workers, round robin, 2 groups x 3 prompts of 5 tokens: each row's TTFT is its first
+    token's arrival, its token gaps the ITLs, its worker and cached tokens those of the stream."""
+    need_router(real.removesuffix("-router"))
+    run_dir = tmp_path / real
+    stream = _with(
+        ["workload.num_groups=2", "workload.prompts_per_group=3", "workload.output_len=5"]
+    )
+    fleet = ["fleet.replicas=2", "fleet.router=round_robin", f"fleet.real={real}"]
+    proc = harness([*stream, *fleet], run_dir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pd.read_parquet(run_dir / "requests.parquet").set_index("request_id")
+    assert len(table) == 6 and (table["output_tokens"] == 5).all()
+    assert (table["ttft_ms"] > 0).all() and (table["ttft_ms"] < table["e2el_ms"]).all()
+    assert (table["tpot_ms"] > 0).all()
+    assert (table["first_token_s"] < table["finish_s"]).all()
+    decisions = pd.read_csv(run_dir / "fleet" / "decisions.csv").set_index("request_id")
+    assert sorted(decisions.index) == sorted(table.index)
+    assert (decisions["actual"] == table["replica"]).all()  # the worker named in the stream
+    assert (decisions["output_tokens"] == table["output_tokens"]).all()
+    # one time per token, so output_tokens - 1 gaps between them
+    assert (decisions["tokens_streamed"] - 1 == table["output_tokens"] - 1).all()
+    assert (decisions["cached_tokens"] == table["cached_tokens"]).all()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # 3 prompts of a group over 2 workers: two share one, and the second of them hits its prefix
+    assert summary["prompt_tokens_cached"] == decisions["cached_tokens"].sum() > 0
+    assert 0 < summary["median_ttft_ms"] < summary["median_e2el_ms"]
+    assert summary["median_tpot_ms"] > 0 and summary["max_itl_ms"] > 0
+    # every row has 4 gaps, and its end (the stream's [DONE]) is at or after its last token
+    assert 0 < summary["mean_itl_ms"] <= summary["mean_tpot_ms"] + 1e-9
 
 
 @pytest.mark.parametrize(
