@@ -68,6 +68,7 @@ class ServedModel:
     version: str  # the project's version (GET /version)
     worker_tag: str | None = None  # each reply's system_fingerprint (docs/fleet.md §5)
     host_tier: bool = False  # the engine's cache has a host tier: usage carries it (tiers.md §4)
+    storage_tier: bool = False  # and a storage tier behind it: SGLang's `storage` (tiers.md §4)
 
 
 def build_app(

@@ -96,6 +96,7 @@ class _Counters:
     external_queries: int = 0  # a host tier's, per finished request (metrics.py)
     external_hits: int = 0
     cached_host: int = 0
+    cached_storage: int = 0  # a storage tier's, not among cached_host
 
 
 @dataclass
@@ -106,6 +107,7 @@ class EngineThread:
     # Publishes each step's KV-cache events (a KvEventSource cache keeps them once recording)
     publisher: KvEventPublisher | None = None
     host_tier_tokens: int = 0  # the engine's host tier (0: none), for /metrics
+    storage_tier: bool = False  # a storage tier behind the host tier, for /metrics
     failure: str | None = None  # set when the engine broke: the server then refuses requests
     _inbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     _children: dict[str, _Child] = field(default_factory=dict)
@@ -332,7 +334,11 @@ class EngineThread:
             if rec.request_id not in self._children:
                 continue  # its request was failed (the step log) or has gone
             finishes[rec.request_id] = SampleFinish(
-                rec.prompt_tokens, rec.cached_tokens, rec.output_tokens, rec.host_cached_tokens
+                rec.prompt_tokens,
+                rec.cached_tokens,
+                rec.output_tokens,
+                rec.host_cached_tokens,
+                rec.storage_cached_tokens,
             )
             counters.prompt_tokens_cached += rec.cached_tokens
             counters.preemptions += rec.num_preemptions
@@ -366,13 +372,15 @@ class EngineThread:
         looked up, the host part of the cached tokens hit. A re-admission after preemption is
         counted apart upstream, not in these counters; the record keeps the first admission's
         figures. Under SGLang's scheduler there is no connector, and the prefix-cache hits
-        already count the host part as SGLang's cached tokens do."""
+        already count the host part as SGLang's cached tokens do. A storage tier is behind the
+        same connector upstream (vLLM's tiering), so its part is among the external hits."""
         c = self._counters
         c.cached_host += rec.host_cached_tokens
+        c.cached_storage += rec.storage_cached_tokens
         if self.scheduler == "vllm":
-            device = rec.cached_tokens - rec.host_cached_tokens
-            c.external_queries += rec.prompt_tokens - device
-            c.external_hits += rec.host_cached_tokens
+            external = rec.host_cached_tokens + rec.storage_cached_tokens
+            c.external_queries += rec.prompt_tokens - (rec.cached_tokens - external)
+            c.external_hits += external
 
     def _fail(self, parents: set[str], status: int, message: str) -> None:
         """End these requests with an error event; abort them in the engine (the next steps
@@ -419,7 +427,9 @@ class EngineThread:
             scheduler=self.scheduler,
             external_queries=c.external_queries,
             external_hits=c.external_hits,
-            cached_device=c.prompt_tokens_cached - c.cached_host,
+            cached_device=c.prompt_tokens_cached - c.cached_host - c.cached_storage,
             cached_host=c.cached_host,
+            cached_storage=c.cached_storage,
             host_tier_tokens=self.host_tier_tokens,
+            storage_tier=self.storage_tier,
         )

@@ -23,6 +23,7 @@ class SampleFinish:
     cached_tokens: int
     output_tokens: int
     host_cached_tokens: int = 0  # of cached_tokens, those a host tier supplied
+    storage_cached_tokens: int = 0  # of cached_tokens, a storage tier's (not among the host's)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ Names, types and units are vLLM 0.32's (vllm/v1/metrics/loggers.py `PrometheusSt
 tools that scrape vLLM read this server unchanged: prefix-cache queries and hits in tokens,
 prompt and generation tokens, running and waiting requests, KV usage as a fraction (1 = full),
 and `vllm:cache_config_info` carrying the block size and block count; SGLang's names for the
-hit, token and load figures too. A host tier shows in vLLM's KV-connector counters
-(`vllm:external_prefix_cache_{queries,hits}`) and in SGLang's per-source cached tokens
+hit, token and load figures too. A host tier (and a storage tier behind it) shows in vLLM's
+KV-connector counters (`vllm:external_prefix_cache_{queries,hits}`), vLLM's per-source cached
+tokens (`vllm:prompt_tokens_cached_by_source{source=...}`) and SGLang's
 (`sglang:cached_tokens_total{cache_source=...}`; docs/tiers.md §4). Counters never go back: a
 cache reset zeroes the cache's own statistics, so the engine thread keeps what came before.
 Text exposition format 0.0.4, written here (a dozen lines; no client library needed).
@@ -43,7 +44,9 @@ class MetricsSnapshot:
     external_hits: int = 0
     cached_device: int = 0
     cached_host: int = 0
+    cached_storage: int = 0  # a storage tier's (not among cached_host)
     host_tier_tokens: int = 0  # the host tier's size (0: none)
+    storage_tier: bool = False  # a storage tier behind the host tier
 
 
 _COUNTERS = (
@@ -92,6 +95,8 @@ def render(snap: MetricsSnapshot, model_name: str) -> str:
     for name, attr, doc in _GAUGES:
         lines += _family(name, "gauge", doc, labels, getattr(snap, attr))
     lines += _cached_by_source(snap, model_name)
+    if snap.host_tier_tokens:
+        lines += _vllm_cached_by_source(snap, model_name)
     for name, attr, doc in _SGLANG_COUNTERS:
         lines += _family(f"{name}_total", "counter", doc, labels, getattr(snap, attr))
     for name, attr, doc in _SGLANG_GAUGES:
@@ -107,19 +112,50 @@ def render(snap: MetricsSnapshot, model_name: str) -> str:
 
 def _cached_by_source(snap: MetricsSnapshot, model_name: str) -> list[str]:
     """SGLang 0.5.23's `sglang:cached_tokens_total` with its `cache_source` label
-    (srt/observability/metrics_collector.py): device always, host with a tier. SGLang's series
-    appear at their first increment; these are there from the start, at 0."""
+    (srt/observability/metrics_collector.py): device always, host with a tier, storage with a
+    storage tier (SGLang's source only with a storage backend). SGLang's series appear at their
+    first increment; these are there from the start, at 0."""
     name = "sglang:cached_tokens_total"
     sources = [("device", snap.cached_device)]
     if snap.host_tier_tokens:
         sources.append(("host", snap.cached_host))
+    if snap.storage_tier:
+        sources.append(("storage", snap.cached_storage))
     lines = [
-        f"# HELP {name} Number of cached prompt tokens by source (device/host).",
+        f"# HELP {name} Number of cached prompt tokens by source (device/host/storage).",
         f"# TYPE {name} counter",
     ]
     for source, value in sources:
         labels = f'{{cache_source="{source}",engine="0",model_name="{_escape(model_name)}"}}'
         lines.append(f"{name}{labels} {float(value)!r}")
+    return lines
+
+
+# vLLM 0.33's CacheHitSource values (v1/metrics/cache_hit_source.py), in its order; loggers.py
+# creates a series for each at start-up.
+_VLLM_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
+
+
+def _vllm_cached_by_source(snap: MetricsSnapshot, model_name: str) -> list[str]:
+    """vLLM 0.33's `vllm:prompt_tokens_cached_by_source` (v1/metrics/loggers.py): `device` is
+    the prefix-cache hits, and the connector's hits are split by the tier that supplied them
+    (`hits_by_source`): `host` the CPU tier, `disk` the file-system tier. Upstream's sum is the
+    prefix-cache hits plus the connector's; under SGLang's scheduler there is no connector, so
+    the host and disk series stay 0 as the external counters do."""
+    name = "vllm:prompt_tokens_cached_by_source"
+    connector = snap.scheduler == "vllm"
+    values = {
+        "device": snap.prefix_cache_hits,
+        "host": snap.cached_host if connector else 0,
+        "disk": snap.cached_storage if connector else 0,
+    }
+    lines = [
+        f"# HELP {name}_total Prefix-cache hit tokens by the cache tier that supplied them.",
+        f"# TYPE {name}_total counter",
+    ]
+    for source in _VLLM_SOURCES:
+        labels = f'{{engine="0",model_name="{_escape(model_name)}",source="{source}"}}'
+        lines.append(f"{name}_total{labels} {float(values.get(source, 0))!r}")
     return lines
 
 

@@ -5,10 +5,11 @@ protocol.py `CompletionRequest`, `CompletionResponse`, `CompletionStreamResponse
 `prompt_tokens_details.cached_tokens`, `return_token_ids` adding `token_ids` and
 `prompt_token_ids` to each choice, errors as `{"error": {"message", "type", "param", "code"}}`.
 Unknown fields are ignored, as vLLM does; fields this server cannot honour are refused by name.
-SGLang's `return_cached_tokens_details` adds its `sglext.cached_tokens_details` {device, host}
-(sglang/srt/entrypoints/openai/protocol.py `SglExt`, 0.5.23) when anything was cached. With a host
-tier, `prompt_tokens_details` also splits the cached tokens as vLLM does with a KV connector
-(`local_cached_tokens`, `external_cached_tokens`; docs/tiers.md §4).
+SGLang's `return_cached_tokens_details` adds its `sglext.cached_tokens_details` {device, host,
+and storage with a storage tier} (sglang/srt/entrypoints/openai/protocol.py `SglExt`, 0.5.23)
+when anything was cached. With a host tier, `prompt_tokens_details` also splits the cached tokens
+as vLLM does with a KV connector (`local_cached_tokens`, `external_cached_tokens`; docs/tiers.md
+§4).
 """
 
 from __future__ import annotations
@@ -208,14 +209,17 @@ def usage(
     completion_tokens: int,
     cached_tokens: int,
     host_cached_tokens: int | None = None,
+    storage_cached_tokens: int = 0,
 ) -> dict:
     """vLLM's usage; `host_cached_tokens` (an engine with a host tier) adds vLLM's split of the
     cached tokens: `local_cached_tokens` (its GPU prefix cache) and `external_cached_tokens`
-    (its KV connector, here the host tier)."""
+    (its KV connector: the host tier and, behind it, the storage tier, as vLLM's tiering
+    connector reports one hit for both)."""
     details: dict[str, int] = {"cached_tokens": cached_tokens}
     if host_cached_tokens is not None:
-        details["local_cached_tokens"] = cached_tokens - host_cached_tokens
-        details["external_cached_tokens"] = host_cached_tokens
+        external = host_cached_tokens + storage_cached_tokens
+        details["local_cached_tokens"] = cached_tokens - external
+        details["external_cached_tokens"] = external
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
@@ -224,13 +228,28 @@ def usage(
     }
 
 
-def cached_tokens_details(cached_tokens: int, host_cached_tokens: int) -> dict | None:
+# SGLang 0.5.23 names the backend by its class (output_streamer.py `_get_storage_backend_type`);
+# its "file" backend is `HiCacheFile` (mem_cache/hicache_storage.py), the one modelled here.
+STORAGE_BACKEND = "HiCacheFile"
+
+
+def cached_tokens_details(
+    cached_tokens: int, host_cached_tokens: int, storage_cached_tokens: int | None = None
+) -> dict | None:
     """SGLang's `sglext` with the cached tokens per tier; None when nothing was cached (SGLang
-    then leaves it out)."""
+    then leaves it out). `storage_cached_tokens` (an engine with a storage tier, 0 included)
+    adds `storage` and `storage_backend`, which SGLang sends only with a storage backend."""
     if not cached_tokens:
         return None
-    device = cached_tokens - host_cached_tokens
-    return {"cached_tokens_details": {"device": device, "host": host_cached_tokens}}
+    storage = storage_cached_tokens or 0
+    details: dict[str, int | str] = {
+        "device": cached_tokens - host_cached_tokens - storage,
+        "host": host_cached_tokens,
+    }
+    if storage_cached_tokens is not None:
+        details["storage"] = storage_cached_tokens
+        details["storage_backend"] = STORAGE_BACKEND
+    return {"cached_tokens_details": details}
 
 
 def choice(

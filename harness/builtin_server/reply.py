@@ -42,6 +42,7 @@ class Reply:
         self.outputs = [0] * req.n
         self.cached = [0] * req.n
         self.host_cached = [0] * req.n  # of `cached`, what a host tier supplied
+        self.storage_cached = [0] * req.n  # of `cached`, a storage tier's (not the host's)
         self.first_sample: int | None = None  # the sample that emitted first
         self.last_finished = 0  # the sample that finished last
 
@@ -57,6 +58,7 @@ class Reply:
             self.outputs[event.sample] = event.finish.output_tokens
             self.cached[event.sample] = event.finish.cached_tokens
             self.host_cached[event.sample] = event.finish.host_cached_tokens
+            self.storage_cached[event.sample] = event.finish.storage_cached_tokens
         self.texts[event.sample] += text
         return text
 
@@ -76,9 +78,11 @@ class Reply:
 
     def usage(self, sample: int) -> dict:
         """One prompt for all samples, as vLLM counts it, and one sample's cached tokens (per
-        tier when the engine has a host tier)."""
+        tier when the engine has a host tier; vLLM's external part is host + storage)."""
         host = self.host_cached[sample] if self.model.host_tier else None
-        return api.usage(len(self.req.prompt_ids), sum(self.outputs), self.cached[sample], host)
+        prompt, cached = len(self.req.prompt_ids), self.cached[sample]
+        storage = self.storage_cached[sample]
+        return api.usage(prompt, sum(self.outputs), cached, host, storage)
 
     def usage_chunk(self) -> dict:
         # vLLM 0.32 (entrypoints/openai/completion/serving.py) streams the cached tokens of the
@@ -105,9 +109,10 @@ class Reply:
 
     def _tiers(self, out: dict, sample: int) -> dict:
         """With SGLang's `return_cached_tokens_details`, the cached tokens of the sample whose
-        usage is reported, per tier (device, host)."""
+        usage is reported, per tier (device, host; storage with a storage tier)."""
         if self.params.return_cached_tokens_details:
-            ext = api.cached_tokens_details(self.cached[sample], self.host_cached[sample])
+            storage = self.storage_cached[sample] if self.model.storage_tier else None
+            ext = api.cached_tokens_details(self.cached[sample], self.host_cached[sample], storage)
             if ext is not None:
                 out["sglext"] = ext
         return out

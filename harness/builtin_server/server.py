@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 
 from engines.cache import designs_with
 from engines.cache.protocol import KvEventSource
+from engines.cache.storage_tier import StorageTier
 from engines.cache.tiers import HostTier
 from harness.builtin_server.app import Limits, ServedModel, build_app
 from harness.builtin_server.deadlines import deadline_protocol
@@ -158,6 +159,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         version=_version(),
         worker_tag=cfg.worker_tag,
         host_tier=isinstance(engine.cache, HostTier),
+        storage_tier=isinstance(engine.cache, StorageTier),
     )
     try:
         step_log = StepLog(cfg.step_log_size, cfg.step_log)
@@ -179,6 +181,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         scheduler=cfg.engine.scheduler_design,
         publisher=publisher,
         host_tier_tokens=cfg.engine.host_tier.tokens,
+        storage_tier=isinstance(engine.cache, StorageTier),
     )
     limits = Limits(cfg.max_body_bytes)
     try:

@@ -58,6 +58,7 @@ class Reply:
     cached_tokens: int | None = None
     completion_tokens: int | None = None
     host_cached_tokens: int | None = None  # of cached_tokens, a host tier's (None: not reported)
+    storage_cached_tokens: int | None = None  # of cached_tokens, a storage tier's (None: not said)
     prompt_token_ids: tuple[int, ...] | None = None  # as the server read the prompt
     # the stream's first `system_fingerprint`: a built-in worker's tag (worker_tag), what a
     # real router's fleet reads the serving worker from (harness/routers/fleet.py)
@@ -287,6 +288,7 @@ def _reply(status, code, error, send_s, finish_s, choices, state) -> Reply:
         cached_tokens=usage.cached_tokens,
         completion_tokens=usage.completion_tokens,
         host_cached_tokens=usage.host_cached_tokens,
+        storage_cached_tokens=usage.storage_cached_tokens,
         prompt_token_ids=state.get("prompt_token_ids"),
         system_fingerprint=state.get("system_fingerprint"),
     )

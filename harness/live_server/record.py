@@ -26,7 +26,7 @@ from harness.live_server.discovery import ServerInfo
 from harness.live_server.driver import RETOKENIZED, Sent
 from harness.live_server.http_client import BAD_REPLY, FAILED, HTTP_ERROR, OK, TIMEOUT
 from harness.live_server.replies import BadReply
-from harness.live_server.tiers import served_host_sum, tier_comparison
+from harness.live_server.tiers import served_host_sum, served_storage_sum, tier_comparison
 from harness.live_server.twin import (
     ONE_AT_A_TIME,
     PREDICTED,
@@ -147,6 +147,7 @@ def _records(s: Sent) -> list[tuple[RequestRecord, dict]]:
             prompt_tokens=reply.prompt_tokens or len(s.prompt_ids),
             cached_tokens=reply.cached_tokens or 0,  # per API request (n > 1: the server's one)
             host_cached_tokens=reply.host_cached_tokens or 0,  # of those, the host tier's
+            storage_cached_tokens=reply.storage_cached_tokens or 0,  # a storage tier's (SGLang)
             output_tokens=num_out,
             recomputed_tokens=0,  # a server does not report them
             num_preemptions=0,
@@ -170,6 +171,10 @@ def _records(s: Sent) -> list[tuple[RequestRecord, dict]]:
             # (vLLM's external_cached_tokens, SGLang's cached_tokens_details), or there were none
             "host_cached_tokens_reported": index == 0
             and (reply.host_cached_tokens is not None or reply.cached_tokens == 0),
+            # the storage tier's part is known: SGLang's `storage` (vLLM's external part is
+            # host + storage together, counted as host), or there were no cached tokens
+            "storage_cached_tokens_reported": index == 0
+            and (reply.storage_cached_tokens is not None or reply.cached_tokens == 0),
         }
         out.append((rec, extra))
     return out
@@ -221,12 +226,17 @@ def _table(
             )
             host = twin.predicted_host if twin else None
             row["predicted_host_cached_tokens"] = host.get(rec.request_id) if host else None
+            storage = twin.predicted_storage if twin else None
+            row["predicted_storage_cached_tokens"] = (
+                storage.get(rec.request_id) if storage else None
+            )
             rows.append(row)
     df = pd.DataFrame(rows, columns=None if rows else [*ctx, *_EMPTY_COLUMNS])
     df["_release"] = [release_s[p] for p in df["parent_id"]]
     df = df.sort_values(["_release", "request_index", "sample_index"], kind="stable")
     df["predicted_cached_tokens"] = df["predicted_cached_tokens"].astype("Int64")
     df["predicted_host_cached_tokens"] = df["predicted_host_cached_tokens"].astype("Int64")
+    df["predicted_storage_cached_tokens"] = df["predicted_storage_cached_tokens"].astype("Int64")
     df["http_status"] = df["http_status"].astype("Int64")
     for col in ("status", "error", "prompt_source", "session_id", "salt", "request_id",
                 "parent_id", "workload", "engine", "policy", "run_id"):  # fmt: skip
@@ -244,10 +254,12 @@ _EMPTY_COLUMNS = (
     "send_lag_ms",
     "cached_tokens_reported",
     "host_cached_tokens_reported",
+    "storage_cached_tokens_reported",
     "_times",
     "predicted_cached_tokens",
     "twin_match",
     "predicted_host_cached_tokens",
+    "predicted_storage_cached_tokens",
 )
 
 
@@ -300,6 +312,7 @@ def _figures(
         "kv_events": w.kv_note if w.kv_batches is not None else f"unavailable: {w.kv_note}",
         "reported_cached_tokens_sum": measured_sum,
         "reported_host_cached_tokens_sum": served_host_sum(ok),
+        "reported_storage_cached_tokens_sum": served_storage_sum(ok),
         "counters_agree": None if hits_delta is None else hits_delta == measured_sum,
         "prompt_sources": dict(sources),
         "closed_loop_retokenized": sources.get(RETOKENIZED, 0),

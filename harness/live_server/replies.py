@@ -161,30 +161,33 @@ class Usage:
     cached_tokens: int | None
     completion_tokens: int | None
     host_cached_tokens: int | None = None  # of cached_tokens, a host tier's; None: not reported
+    # of cached_tokens, a storage tier's (not among the host's); None: not reported
+    storage_cached_tokens: int | None = None
 
 
 def usage(
     value: object, prompt_len: int, max_tokens: int, num_choices: int, sglext: object = None
 ) -> Usage:
     """The final usage object, checked against what was sent: cached <= prompt tokens, and no
-    more completion tokens than max_tokens per sample. The host tier's part of the cached tokens
-    comes from vLLM's `external_cached_tokens` beside them, else from SGLang's
-    `sglext.cached_tokens_details.host` (a stream sends it in a chunk of its own)."""
+    more completion tokens than max_tokens per sample. The tiers' parts of the cached tokens come
+    from SGLang's `sglext.cached_tokens_details` {device, host, storage} where the reply has it
+    (a stream sends it in a chunk of its own), else from vLLM's `external_cached_tokens` beside
+    them, which is a connector's whole hit (host and storage tiers together: the host part)."""
     body = obj(value, "usage")
     prompt = optional_count(body.get("prompt_tokens"), "usage.prompt_tokens")
     details = body.get("prompt_tokens_details")
-    cached = host = None
+    cached = host = storage = None
     if details is not None:
         details = obj(details, "usage.prompt_tokens_details")
         cached = optional_count(
             details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens"
         )
         host = _split(details, cached, "usage.prompt_tokens_details", "local", "external")
-    if host is None and sglext is not None:
+    if sglext is not None:
         found = obj(sglext, "sglext").get("cached_tokens_details")
         if found is not None:
             found = obj(found, "sglext.cached_tokens_details")
-            host = _split(found, cached, "sglext.cached_tokens_details", "device", "host")
+            host, storage = _sglang_tiers(found, cached, host)
     completion = optional_count(body.get("completion_tokens"), "usage.completion_tokens")
     if cached is not None and cached > (prompt if prompt is not None else prompt_len):
         raise BadReply(
@@ -195,7 +198,7 @@ def usage(
             f"usage: completion_tokens {completion} is more than max_tokens={max_tokens} "
             f"x {num_choices} samples"
         )
-    return Usage(prompt, cached, completion, host)
+    return Usage(prompt, cached, completion, host, storage)
 
 
 def _split(body: dict, cached: int | None, what: str, device: str, host: str) -> int | None:
@@ -213,6 +216,37 @@ def _split(body: dict, cached: int | None, what: str, device: str, host: str) ->
     if cached is not None and second > cached:
         raise BadReply(f"{what}: {names[1]} {second} is more than cached_tokens {cached}")
     return second
+
+
+def _sglang_tiers(
+    found: dict, cached: int | None, external: int | None
+) -> tuple[int | None, int | None]:
+    """SGLang's host and storage parts (storage None: the server has no storage backend), which
+    with the device part must add up to `cached`; a vLLM split in the same reply (the built-in
+    server sends both) must agree: its external part is host + storage."""
+    what = "sglext.cached_tokens_details"
+    storage = optional_count(found.get("storage"), f"{what}.storage")
+    if storage is None:
+        host = _split(found, cached, what, "device", "host")
+    else:
+        device, host = (optional_count(found.get(n), f"{what}.{n}") for n in ("device", "host"))
+        if host is None:
+            raise BadReply(f"{what}: storage {storage} without host")
+        if cached is not None and device is not None and device + host + storage != cached:
+            raise BadReply(
+                f"{what}: device {device} + host {host} + storage {storage} is not "
+                f"cached_tokens {cached}"
+            )
+        if cached is not None and host + storage > cached:
+            raise BadReply(f"{what}: host {host} + storage {storage} is more than {cached}")
+    if host is None:
+        return external, None
+    if external is not None and external != host + (storage or 0):
+        raise BadReply(
+            f"usage.prompt_tokens_details.external_cached_tokens {external} is not {what}'s "
+            f"host {host} + storage {storage or 0}"
+        )
+    return host, storage
 
 
 def choice_index(value: object, num_choices: int) -> int:

@@ -88,6 +88,9 @@ class TwinResult:
     # child request id -> predicted host-tier tokens of its cached tokens; None: the twin's
     # engine has no host tier (docs/tiers.md §4)
     predicted_host: dict[str, int] | None = None
+    # ... and its storage-tier tokens (not among the host's); None: the twin's engine has no
+    # storage tier (engine.storage_tier), so it predicts none (docs/tiers.md §4.2)
+    predicted_storage: dict[str, int] | None = None
 
 
 def child_id(parent: str, n: int, index: int) -> str:
@@ -259,6 +262,11 @@ def predict(
         preemptions=sum(r.num_preemptions for r in records),
         predicted_host=(
             {r.request_id: r.host_cached_tokens for r in records} if cfg.host_tier.enabled else None
+        ),
+        predicted_storage=(
+            {r.request_id: r.storage_cached_tokens for r in records}
+            if cfg.storage_tier.enabled
+            else None
         ),
     )
 

@@ -1,7 +1,8 @@
 """The built-in server's /metrics text with and without a host tier (harness/builtin_server/
 metrics.py): vLLM's external prefix-cache counters always (at 0 without a tier, as vLLM
 registers them), SGLang's cached tokens by `cache_source` (a host series only with a tier), the
-tier's size on `vllm:cache_config_info`; `parse` sums a name's label sets."""
+tier's size on `vllm:cache_config_info`, vLLM's cached tokens by `source` with a tier; with a
+storage tier, its `storage` and `disk` series; `parse` sums a name's label sets."""
 
 from __future__ import annotations
 
@@ -43,3 +44,42 @@ def test_with_a_tier_the_host_series_the_counters_and_the_size():
     assert got["sglang:cached_tokens_total"] == 300  # device + host, summed over the labels
     assert got["vllm:external_prefix_cache_queries_total"] == 600
     assert got["vllm:external_prefix_cache_hits_total"] == 288
+
+
+def _by(text: str, name: str, label: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, _, value = line.rpartition(" ")
+            out[labels.split(f'{label}="', 1)[1].split('"', 1)[0]] = float(value)
+    return out
+
+
+def test_vllm_cached_by_source_only_with_a_tier():
+    assert "vllm:prompt_tokens_cached_by_source" not in render(BASE, "tiny")
+    snap = dataclasses.replace(
+        BASE, prefix_cache_hits=12, external_hits=288, cached_device=12, cached_host=288,
+        host_tier_tokens=4096,
+    )  # fmt: skip
+    got = _by(render(snap, "tiny"), "vllm:prompt_tokens_cached_by_source_total", "source")
+    assert got == {"device": 12, "host": 288, "p2p": 0, "disk": 0, "external_unspecified": 0}
+
+
+def test_a_storage_tier_adds_its_source_in_both_engines_counters():
+    # 300 cached: 12 on the device, 100 from the host tier, 188 from storage
+    snap = dataclasses.replace(
+        BASE, prefix_cache_hits=12, external_hits=288, cached_device=12, cached_host=100,
+        cached_storage=188, host_tier_tokens=4096, storage_tier=True,
+    )  # fmt: skip
+    text = render(snap, "tiny")
+    sglang = _by(text, "sglang:cached_tokens_total", "cache_source")
+    assert sglang == {"device": 12, "host": 100, "storage": 188}
+    vllm = _by(text, "vllm:prompt_tokens_cached_by_source_total", "source")
+    assert (vllm["device"], vllm["host"], vllm["disk"]) == (12, 100, 188)
+    assert sum(vllm.values()) == snap.prefix_cache_hits + snap.external_hits
+    # SGLang's scheduler has no connector: its hits are all prefix-cache hits, host/disk stay 0
+    radix = dataclasses.replace(snap, scheduler="sglang", prefix_cache_hits=300, external_hits=0)
+    vllm = _by(render(radix, "tiny"), "vllm:prompt_tokens_cached_by_source_total", "source")
+    assert (vllm["device"], vllm["host"], vllm["disk"]) == (300, 0, 0)
+    no_storage = dataclasses.replace(snap, storage_tier=False, cached_storage=0)
+    assert 'cache_source="storage"' not in render(no_storage, "tiny")
