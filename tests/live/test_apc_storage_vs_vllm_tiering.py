@@ -12,15 +12,8 @@ Needs .venv-vllm (scripts/setup_vllm.sh): skipped without it, a failure under CI
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
-from typing import Any
-
-import pytest
-
 from engines.cache.tiers import HostTierConfig
+from engines.records import RequestRecord
 from tests.apc_storage_streams import (
     Stream,
     conversation,
@@ -30,21 +23,14 @@ from tests.apc_storage_streams import (
     storage_engine,
     tail_evicted,
 )
-from tests.tier_streams import send, send_together
-
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-DRIVER = Path(__file__).with_name("vllm_offload_scheduler_driver.py")
-MODEL = ROOT / ".models" / "llama-rand-smollm2"  # only its config is read (no weights run)
-
-# a burst stream: each request with its wave; a wave's requests are sent together
-Bursts = list[tuple[str, tuple[int, ...], tuple[int, ...], int]]
-
-
-def bursts(seed: int, num: int, size: int) -> Bursts:
-    """`generated(seed, num)` sent in waves of `size` requests at once."""
-    return [(rid, p, o, k // size) for k, (rid, p, o) in enumerate(generated(seed, num))]
-
+from tests.vllm_offload_reference import (
+    Bursts,
+    bursts,
+    differences,
+    driver_run,
+    run_vllm,
+    send_stream,
+)
 
 # (name, stream, CPU tier knobs, device tokens)
 CASES: list[tuple[str, Stream | Bursts, HostTierConfig, int]] = [
@@ -88,6 +74,12 @@ CASES: list[tuple[str, Stream | Bursts, HostTierConfig, int]] = [
 ]
 
 
+def vllm_tiers(rec: RequestRecord) -> list[int]:
+    """A record's tiers as the driver reports vLLM's: local, external (host + storage), disk."""
+    device, host, storage = per_tier(rec)
+    return [device, host + storage, storage]
+
+
 def ours(stream: Stream | Bursts, tier: HostTierConfig, device_tokens: int) -> dict[str, list[int]]:
     engine = storage_engine(
         device_tokens,
@@ -96,68 +88,18 @@ def ours(stream: Stream | Bursts, tier: HostTierConfig, device_tokens: int) -> d
         blocks_per_chunk=tier.blocks_per_chunk,
         offload_prompt_only=tier.offload_prompt_only,
     )
-    out: dict[str, list[int]] = {}
-    entries: list[tuple[Any, ...]] = list(stream)
-    k = 0
-    while k < len(entries):
-        if len(entries[k]) == 3:  # one request alone
-            wave = [entries[k]]
-            records = [send(engine, *entries[k])]
-        else:
-            wave = [entry for entry in entries[k:] if entry[3] == entries[k][3]]
-            records = send_together(engine, [(rid, p, o) for rid, p, o, _ in wave])
-        for rec in records:
-            device, host, storage = per_tier(rec)
-            out[rec.request_id] = [device, host + storage, storage]  # vLLM's local, external, disk
-        k += len(wave)
-    return out
-
-
-def upstream_runs(root: Path) -> list[dict]:
-    runs = []
-    for name, stream, tier, device in CASES:
-        bpc = tier.blocks_per_chunk
-        runs.append(
-            {
-                "num_gpu_blocks": device // 16 + 1,
-                "block_size": 16,
-                "num_chunks": tier.tokens // (16 * bpc),
-                "blocks_per_chunk": bpc,
-                "policy": tier.policy,
-                "store_threshold": tier.store_threshold,
-                "offload_prompt_only": tier.offload_prompt_only,
-                "model": str(MODEL),
-                "requests": [[rid, list(p), list(o), *wave] for rid, p, o, *wave in stream],
-                "storage_dir": str(root / name),
-            }
-        )
-    return runs
+    return send_stream(engine, stream, vllm_tiers)
 
 
 def test_per_request_tiers_equal_vllms_tiering_manager_with_a_file_tier(tmp_path):
-    if not VLLM_PYTHON.is_file() or not MODEL.is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs .venv-vllm and its model folder (bash scripts/setup_vllm.sh)")
-        pytest.skip("no .venv-vllm (bash scripts/setup_vllm.sh)")
-    result = tmp_path / "upstream.json"
-    proc = subprocess.run(
-        [str(VLLM_PYTHON), str(DRIVER), str(result)],
-        input=json.dumps(upstream_runs(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
-    upstream = json.loads(result.read_text())
-    assert len(upstream) == len(CASES)
+    runs = [
+        driver_run(stream, tier, device, storage_dir=str(tmp_path / name))
+        for name, stream, tier, device in CASES
+    ]
+    upstream = run_vllm(runs, tmp_path / "upstream.json")
     storage_total = 0
-    for (name, stream, tier, device), theirs in zip(CASES, upstream):
+    for (name, stream, tier, device), theirs in zip(CASES, upstream, strict=True):
         mine = ours(stream, tier, device)
-        assert mine == theirs, f"{name}: " + ", ".join(
-            f"{rid} ours {mine[rid]} vllm {theirs.get(rid)}"
-            for rid in mine
-            if mine[rid] != theirs.get(rid)
-        )
+        assert mine == theirs, differences(name, mine, theirs)
         storage_total += sum(disk for _, _, disk in mine.values())
     assert storage_total > 0  # the streams loaded from storage

@@ -12,6 +12,14 @@ file tier's own threads run for real; the driver waits for them between steps (i
 checks after the plan that posted them, its reads and writes after the step's output is
 processed), as a GPU step long enough for them would, so every run is deterministic.
 
+One upstream order is fixed here: vLLM hands the connector a step's finished requests as a Python
+set of request ids (Scheduler.finished_req_ids), and the CPU manager's LRU/ARC policy refreshes
+each finished request's chunks in that iteration order, so which of two requests finishing in the
+same step is evicted first follows str hashing, which PYTHONHASHSEED changes from process to
+process (a burst stream gave a different host hit under 3 of 4 seeds). `FinishOrder` makes the set
+iterate in the order the requests finished, the order the project's model follows (docs/tiers.md
+§2.5); membership and everything else is vLLM's.
+
 stdin: a list of runs {"num_gpu_blocks", "block_size", "num_chunks", "blocks_per_chunk",
 "policy", "store_threshold", "offload_prompt_only", "model", "requests": [[id, prompt ids,
 output ids], ...], optional "storage_dir"}. Writes to the file named by its argument, per run,
@@ -149,6 +157,37 @@ class WaitableFsTier(FileSystemTierManager):
             super().submit_load(job)
 
 
+class FinishOrder(set):
+    """A step's finished request ids (the set vLLM builds), iterated in the order they finished."""
+
+    def __init__(self, ids: set, order: list) -> None:
+        super().__init__(ids)
+        self.order = [i for i in order if i in ids]
+
+    def __iter__(self):
+        return iter(self.order)
+
+
+def in_finish_order(sched: AsyncScheduler) -> None:
+    """Record the order requests finish in, and give the connector each step's finished ids in
+    it (see the module docstring)."""
+    order: list[str] = []
+    free, build_meta = sched._free_request, sched.connector.build_connector_meta
+
+    def freed(request, *args, **kwargs):
+        order.append(request.request_id)
+        return free(request, *args, **kwargs)
+
+    def meta(out):
+        ids = out.finished_req_ids
+        out.finished_req_ids = FinishOrder(ids, order)
+        order[:] = [i for i in order if i not in ids]
+        return build_meta(out)
+
+    sched._free_request = freed
+    sched.connector.build_connector_meta = meta
+
+
 def build(run: dict) -> tuple[AsyncScheduler, OffloadingConnector]:
     bs = run["block_size"]
     module = __name__ if __name__ != "__main__" else "vllm_offload_scheduler_driver"
@@ -215,6 +254,7 @@ def build(run: dict) -> tuple[AsyncScheduler, OffloadingConnector]:
     sched.defer_block_free = True
     worker = OffloadingConnector(cfg, KVConnectorRole.WORKER, kv)
     worker.connector_worker.worker = StubTransfers()  # the transfer engine, nothing else
+    in_finish_order(sched)
     return sched, worker
 
 
