@@ -1,6 +1,6 @@
-"""The storage tier from the command line: bad storage configs are one `error: ` line and exit 2
-before any run folder exists; radix's runs, and its rows and summary carry the storage part
-(docs/tiers.md §10)."""
+"""The storage tier from the command line (docs/tiers.md §10): bad storage configs of either design
+are one `error: ` line and exit 2 before any run folder exists; a run of each design with one
+splits its rows' and summary's hits into device, host and storage."""
 
 from __future__ import annotations
 
@@ -21,6 +21,24 @@ BAD = [
     ([*RADIX, ON, "engine.storage_tier.prefetch_timeout_base=-1"], "prefetch_timeout_base"),
     ([*RADIX, ON, "engine.storage_tier.enabled=maybe"], "storage_tier.enabled"),
     ([*RADIX, ON, "engine.storage_tier.size=3"], "storage_tier.size"),
+    # apc: vLLM's tiering refuses a store threshold; radix's knobs are refused under apc
+    (["engine.storage_tier.enabled=true"], "engine.storage_tier needs a host tier"),
+    (
+        [
+            "engine.host_tier.tokens=4096",
+            "engine.host_tier.store_threshold=2",
+            "engine.storage_tier.enabled=true",
+        ],
+        "engine.storage_tier under apc needs engine.host_tier.store_threshold 1",
+    ),
+    (
+        [
+            "engine.host_tier.tokens=4096",
+            "engine.storage_tier.enabled=true",
+            "engine.storage_tier.prefetch_policy=timeout",
+        ],
+        "engine.storage_tier.prefetch_policy is a knob of the radix design's storage tier",
+    ),
 ]
 
 
@@ -69,3 +87,26 @@ def test_a_radix_run_with_a_storage_tier_splits_its_hits_three_ways(tmp_path):
     link = summary["storage_link"]  # the preset's storage bandwidth prices the reads (§10.3)
     assert link["read_bytes"] >= storage * link["kv_bytes_per_token"] > 0
     assert link["read_s"] == pytest.approx(link["read_bytes"] / link["bandwidth_bytes_per_s"])
+
+
+def test_an_apc_run_with_a_storage_tier_splits_its_hits_into_three_tiers(tmp_path):
+    # multiturn over 640 device and 768 CPU tokens: conversations come back from each tier
+    overrides = with_base(
+        [
+            "workload=multiturn",
+            "engine.kv_capacity_tokens=640",
+            "engine.host_tier.tokens=768",
+            "engine.storage_tier.enabled=true",
+        ]
+    )
+    run_dir = tmp_path / "run"
+    assert execute(compose_config(overrides), run_dir) == 0
+    rows = pd.read_parquet(run_dir / "requests.parquet")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    host = int(rows["host_cached_tokens"].sum())
+    storage = int(rows["storage_cached_tokens"].sum())
+    assert host > 0 and storage > 0
+    assert summary["prompt_tokens_cached_storage"] == storage
+    total = int(rows["prompt_tokens"].sum())
+    assert summary["storage_hit_rate"] == pytest.approx(storage / total)
+    assert summary["storage_tier"]["hits"] == storage and summary["storage_tier"]["stored"] > 0
