@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -325,16 +325,27 @@ def router_up(
                 order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
                 yield RouterUp(router_url, model, index, order, facts)
             except (FleetFault, TimeoutError, httpx.HTTPError, KeyError, ValueError) as exc:
-                if isinstance(exc, (KeyError, ValueError)) and not gone():
+                dead = settled(gone)
+                if isinstance(exc, (KeyError, ValueError)) and not dead:
                     raise  # a reply we misread with every process alive: our bug, traced
                 ours = isinstance(exc, (FleetFault, TimeoutError))
                 what = str(exc) if ours else f"a request failed ({type(exc).__name__}: {exc})"
-                raise fault(what[:300], gone()) from None
+                raise fault(what[:300], dead) from None
             if gone():  # a router may route around a dead worker: not the fleet we measure
                 raise fault("a fleet process exited during the run", gone())
     finally:
         if index is not None:
             index.stop()
+
+
+def settled(gone: Callable[[], list[str]], wait_s: float = 3.0) -> list[str]:
+    """The processes found dead after a request failed, waiting up to `wait_s` for one to show:
+    a streamed reply is cut the moment a worker's socket closes, which can be before the worker's
+    exit is seen (the cause to name)."""
+    deadline = time.monotonic() + wait_s
+    while not (dead := gone()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return dead
 
 
 def route_through(
