@@ -16,8 +16,8 @@ import contextlib
 import errno
 import logging
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -83,9 +83,13 @@ class SafeRoot:
         path = self.check(target)
         self.mkdir(path.parent)
         # The writer's PID in the name: a later report removes only the ones of a dead writer.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=".tmp")
-        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600: unreadable in a shared results folder
+        # The name is chosen before the file exists and the file is created inside the try, so a
+        # signal raised at any point (harness/report/signals.py) finds it to remove; mkstemp
+        # created it before returning, and a SIGTERM in between left it behind.
+        tmp = path.parent / f"{temp_prefix(path.name)}{secrets.token_hex(6)}.tmp"
         try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC)
+            os.fchmod(fd, FILE_MODE)  # regardless of the umask: readable in a shared folder
             mode = "wb" if binary else "w"
             with os.fdopen(fd, mode, encoding=None if binary else "utf-8") as f:
                 write(f)

@@ -18,7 +18,7 @@ SLACK_S = 2.0  # a file written this long before its PID's process started is ol
 
 
 def temp_prefix(name: str) -> str:
-    """mkstemp's prefix for a temporary sibling of `name` written by this process."""
+    """The name prefix of a temporary sibling of `name` written by this process."""
     return f".{name}.{os.getpid()}."
 
 
