@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from engines.cache.tiers import TierStats
+from engines.cache.tiers import TierStats, refuse_others_knobs
 from engines.errors import BadInput
 
 # SGLang 0.5.23 `--hicache-storage-prefetch-policy` (server_args.py), its default first.
@@ -56,14 +56,9 @@ def validate_storage_tier(
     others_knobs: each other design's storage knobs, refused away from their defaults."""
     if not isinstance(tier.enabled, bool):
         raise BadInput(f"engine.storage_tier.enabled must be true or false, got {tier.enabled!r}")
-    defaults = StorageTierConfig()
-    for design, names in others_knobs.items():
-        for name in names:
-            if getattr(tier, name) != getattr(defaults, name):
-                raise BadInput(
-                    f"engine.storage_tier.{name} is a knob of the {design} design's storage "
-                    f"tier, which this run does not use (cache {cache})"
-                )
+    refuse_others_knobs(
+        "storage_tier", "storage tier", tier, StorageTierConfig(), others_knobs, cache
+    )
     if tier.prefetch_policy not in PREFETCH_POLICIES:
         raise BadInput(
             f"engine.storage_tier.prefetch_policy must be one of {list(PREFETCH_POLICIES)}, "

@@ -66,14 +66,7 @@ def validate_host_tier(
         raise BadInput(
             f"engine.host_tier.tokens must be at most {MAX_TIER_TOKENS}, got {tier.tokens}"
         )
-    defaults = HostTierConfig()
-    for design, names in others_knobs.items():
-        for name in names:
-            if getattr(tier, name) != getattr(defaults, name):
-                raise BadInput(
-                    f"engine.host_tier.{name} is a knob of the {design} design's tier, "
-                    f"which this run does not use (cache {cache})"
-                )
+    refuse_others_knobs("host_tier", "tier", tier, HostTierConfig(), others_knobs, cache)
     _int_at_least("blocks_per_chunk", tier.blocks_per_chunk, 1)
     _int_at_least("store_threshold", tier.store_threshold, 1)
     _int_at_least("load_back_threshold", tier.load_back_threshold, 0)
@@ -96,6 +89,25 @@ def validate_host_tier(
             f"engine.host_tier.tokens ({tier.tokens}) is smaller than one {cache} tier unit "
             f"({unit_tokens} tokens); use 0 for no tier or at least {unit_tokens}"
         )
+
+
+def refuse_others_knobs(
+    section: str,
+    what: str,
+    tier: object,
+    defaults: object,
+    others_knobs: dict[str, tuple[str, ...]],
+    cache: str,
+) -> None:
+    """A knob of another design's tier (`what`: tier, storage tier) set away from its default in
+    `engine.<section>` is one BadInput line naming it."""
+    for design, names in others_knobs.items():
+        for name in names:
+            if getattr(tier, name) != getattr(defaults, name):
+                raise BadInput(
+                    f"engine.{section}.{name} is a knob of the {design} design's {what}, "
+                    f"which this run does not use (cache {cache})"
+                )
 
 
 def _int_at_least(name: str, value: object, minimum: int) -> None:
