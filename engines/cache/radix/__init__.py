@@ -8,7 +8,7 @@ engines/cache/__init__.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engines.cache.design import CacheDesign, FigureStyle
 from engines.cache.radix.cache import RadixCache
@@ -34,34 +34,18 @@ __all__ = [
 def build_radix(config: EngineConfig) -> RadixCache:
     """A RadixCache for an `engines.config.EngineConfig`; with a host tier, the same cache with
     SGLang's HiCache host pool behind it, and with a storage tier its storage backend too."""
-    page_size = config.block_size
-    capacity_tokens = (config.num_blocks - 1) * config.block_size
-    if config.host_tier.enabled and config.storage_tier.enabled:
-        return StorageRadixCache(
-            tier=config.host_tier,
-            storage=config.storage_tier,
-            page_size=page_size,
-            capacity_tokens=capacity_tokens,
-            enabled=config.prefix_caching,
-            eviction_policy=config.eviction_policy,
-            max_num_reqs=config.max_num_seqs + 1,
-        )
-    if config.host_tier.enabled:
-        return TieredRadixCache(
-            tier=config.host_tier,
-            page_size=page_size,
-            capacity_tokens=capacity_tokens,
-            enabled=config.prefix_caching,
-            eviction_policy=config.eviction_policy,
-            max_num_reqs=config.max_num_seqs + 1,
-        )
-    return RadixCache(
-        page_size=page_size,
-        capacity_tokens=capacity_tokens,
+    common: dict[str, Any] = dict(
+        page_size=config.block_size,
+        capacity_tokens=(config.num_blocks - 1) * config.block_size,
         enabled=config.prefix_caching,
         eviction_policy=config.eviction_policy,
         max_num_reqs=config.max_num_seqs + 1,
     )
+    if config.host_tier.enabled and config.storage_tier.enabled:
+        return StorageRadixCache(tier=config.host_tier, storage=config.storage_tier, **common)
+    if config.host_tier.enabled:
+        return TieredRadixCache(tier=config.host_tier, **common)
+    return RadixCache(**common)
 
 
 DESIGN = CacheDesign(
