@@ -31,9 +31,10 @@ def fleet_facts(
     trace_block: int | None = None,
     prompts: list | None = None,
     tiered: bool = False,
+    stored: bool = False,
 ) -> dict[str, object]:
     """Per replica: requests, prompt and cached tokens (`tiered`: and the host tier's part of
-    them), hit rate; a mixed fleet: each replica's design, and the same figures per design
+    them; `stored`: and the storage tier's), hit rate; a mixed fleet: each replica's design, and the same figures per design
     (`fleet_per_design`); the load imbalance (max over mean requests, and of prompt tokens), the
     fleet hit rate (token-weighted, and over the trace's own blocks when the workload has them)."""
     per: list[dict[str, object]] = []
@@ -53,6 +54,8 @@ def fleet_facts(
         )
         if tiered:  # absent without a tier: a tier-off fleet's summary is unchanged
             per[-1]["host_cached_tokens"] = int(rows["host_cached_tokens"].sum())
+        if stored:  # likewise absent without a storage tier
+            per[-1]["storage_cached_tokens"] = int(rows["storage_cached_tokens"].sum())
         if designs is not None:  # a mixed fleet only: an unmixed fleet's summary is unchanged
             per[-1]["design"] = designs[i]
     reqs = np.array([p["requests"] for p in per], float)

@@ -28,7 +28,12 @@ from harness.config.tokenspace import token_space_for
 from harness.fleet.facts import fleet_facts, with_replica
 from harness.fleet.fleet import Fleet, build_fleet
 from harness.fleet.mixed import replica_engines
-from harness.fleet.tiers import fleet_link_figures, fleet_tier_stats
+from harness.fleet.tiers import (
+    fleet_link_figures,
+    fleet_storage_link_figures,
+    fleet_storage_stats,
+    fleet_tier_stats,
+)
 from harness.metrics.summary import RunContext
 from harness.metrics.table import itls_ms, request_row, request_table, token_rows
 from harness.results.run_dir import RunDir
@@ -140,8 +145,8 @@ class EngineSession:
             figures |= _fleet_tier_figures(engine)
             block = getattr(cfg.workload, "block_size", None)  # a trace's own (Mooncake: 512)
             prompts = [r.prompt_ids for r in requests for _ in range(r.n)]
-            tiered = cfg.engine.host_tier.enabled
-            figures |= fleet_facts(table, cfg.fleet, block, prompts, tiered=tiered)
+            tiers = (cfg.engine.host_tier.enabled, cfg.engine.storage_tier.enabled)
+            figures |= fleet_facts(table, cfg.fleet, block, prompts, *tiers)
         clock: dict[str, object] = {
             # simulated durations and latencies are the cost model's time
             "clock": "virtual" if cfg.executor == "simulated" else "wall",
@@ -203,6 +208,12 @@ def _fleet_tier_figures(fleet: Fleet) -> dict[str, object]:
         link = fleet_link_figures(fleet.replicas)
         if link is not None:
             out["host_link"] = asdict(link)
+    storage = fleet_storage_stats(fleet.replicas)
+    if storage is not None:
+        out["storage_tier"] = asdict(storage)
+        storage_link = fleet_storage_link_figures(fleet.replicas)
+        if storage_link is not None:
+            out["storage_link"] = asdict(storage_link)
     return out
 
 

@@ -55,9 +55,38 @@ def test_per_tier_hits_add_up_to_the_fleets_cached_tokens(engine, tmp_path):
     assert link["load_s"] == pytest.approx(link["load_bytes"] / 5e10)
 
 
+@pytest.mark.parametrize("engine", ["apc", "radix"])
+def test_a_storage_tier_per_replica_adds_up_like_the_host_tier(engine, tmp_path):
+    """Each replica writes its own storage (both upstreams' file backends: a folder per server);
+    the device, host and storage parts of every replica's hits add up to its cached tokens, and
+    the replicas' storage counters and links are summed under a one-engine run's names."""
+    # 8 groups over 2 x (128 device + 256 host tokens), each request seeing the ones before it:
+    # prefixes pushed out of the host tier come back from storage
+    args = [f"engine={engine}", "engine.host_tier.tokens=256", "engine.storage_tier.enabled=true"]
+    args += ["workload.num_groups=8", "load.mode=poisson", "load.rate=2"]
+    if engine == "radix":  # HiCache fetches nothing under its threshold (256): prompts are 56
+        args += ["engine.storage_tier.prefetch_threshold=16"]
+        args += ["engine.storage_tier.prefetch_policy=wait_complete"]
+    summary, rows = run(tmp_path, args)
+    per = summary["fleet_per_replica"]
+    stored = [p["storage_cached_tokens"] for p in per]
+    assert sum(stored) == summary["prompt_tokens_cached_storage"] > 0
+    assert sum(stored) == rows["storage_cached_tokens"].sum()
+    assert all(
+        p["host_cached_tokens"] + p["storage_cached_tokens"] <= p["cached_tokens"] for p in per
+    )
+    tier, link = summary["storage_tier"], summary["storage_link"]
+    # apc: the stores a replica completes once idle after its last step are counted by the tier
+    # but meet no later step to price them (a single engine's run alike): one prompt's at most
+    unpriced = tier["stored"] - link["write_bytes"] // KV_BYTES_PER_TOKEN
+    assert tier["stored"] > 0 and 0 <= unpriced <= 64
+    assert link["read_bytes"] == tier["loaded"] * KV_BYTES_PER_TOKEN
+
+
 def test_a_tier_off_fleet_reports_no_tier(tmp_path):
     summary, rows = run(tmp_path, ["engine=apc"])
     assert "host_tier" not in summary and "host_link" not in summary
+    assert "storage_tier" not in summary and "storage_link" not in summary
     assert all(set(p) == TIERLESS_REPLICA for p in summary["fleet_per_replica"])
     assert summary["prompt_tokens_cached_host"] == 0 and (rows["host_cached_tokens"] == 0).all()
 
