@@ -54,6 +54,13 @@ def driver_run(
     }
 
 
+def requeued(rec: RequestRecord) -> list[int]:
+    """What the driver reports after a request's tiers: its preemptions and the tokens it
+    computed again after them (its re-admissions' hits, which its tiers, taken at the first
+    admission, do not show)."""
+    return [rec.num_preemptions, rec.recomputed_tokens]
+
+
 def send_stream(
     engine: Engine, stream: Stream | Bursts, tiers: Callable[[RequestRecord], Sequence[int]]
 ) -> dict[str, list[int]]:

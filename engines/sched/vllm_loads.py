@@ -7,7 +7,8 @@ nothing: it waits in WAITING_FOR_REMOTE_KVS until its load is done. Requests hol
 before the rest of the queue; a done load's blocks are cached, a whole-request hit computes its
 last token again, and the request is scheduled from its loaded length. Skipped requests keep
 their places. vLLM's engine core processes a step's output after it scheduled the next step, so a
-request that finished is released only after that next plan.
+request that finished is released only after that next plan, and a running request's blocks
+that its sampled token completed are cached then (docs/tiers.md §2.4).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class HostLoads:
         self.tier: HostTier = cache
         self.finished: list[Sequence] = []  # finished in the last step, not yet released
         self.last_scheduled: set[str] = set()  # the last plan's requests
+        self.sampling: list[Sequence] = []  # the last plan's requests whose step samples a token
         self.running_order: list[str] = []  # the running list after the last plan
         # vLLM's _inflight_prefills: admitted requests whose prefill is not fully scheduled
         self.in_flight: dict[str, Sequence] = {}
@@ -58,8 +60,23 @@ class HostLoads:
         # Read before this step's releases and completions: the step that completes a load
         # leaves nothing pending, yet its request is scheduled at the very next step.
         self.advanced = self.pending()
+        self.cache_sampled(sched)
+        self.sampling = [it.seq for it in plan.scheduled if it.end >= it.seq.num_tokens]
         self.release_finished(sched)
         self.tier.host_after_step([])
+
+    def cache_sampled(self, sched: VllmScheduler) -> None:
+        """The last step's sampled tokens are processed: vLLM's AsyncScheduler caches each
+        still-running request's blocks up to its computed tokens less those in flight
+        (`_update_request_with_output`, v1/core/sched/async_scheduler.py), which are the tokens
+        that step computed. A request the next plan did not schedule (the running loop stopped
+        at a busy victim, or the budget ran out) would otherwise leave the block its last token
+        completed uncached until its next allocation, and lose it to a preemption first."""
+        if not (sched.async_scheduling and sched.cache.matchable_at_allocation):
+            return
+        for seq in self.sampling:
+            if seq.status is SeqStatus.RUNNING:
+                sched.cache.commit(seq, seq.num_computed_tokens)
 
     def pending(self) -> bool:
         """Something a step with nothing scheduled still advances: a release or a load."""

@@ -1,7 +1,7 @@
 """apc with a host tier against vLLM's own async Scheduler with the OffloadingConnector, driven in
 the vLLM venv (tests/live/vllm_offload_scheduler_driver.py; only the transfer engine is a stub):
 the same request streams must give every request the same device and host cached tokens
-(docs/tiers.md §2). The streams are the hand-made ones of tests/unit/test_apc_tiers.py and
+(docs/tiers.md §2), preemptions and tokens computed again after them (a re-admission's hits). The streams are the hand-made ones of tests/unit/test_apc_tiers.py and
 generated ones of prompts sharing prefixes, one request at a time, and generated bursts (requests
 sent together, so loads wait, preemptions and releases interleave with other requests' steps).
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from engines.cache.tiers import HostTierConfig
+from engines.records import RequestRecord
 from tests.apc_storage_streams import OUT, Stream, generated
 from tests.tier_streams import Prompts, tier_engine, tiers
 from tests.vllm_offload_reference import (
@@ -20,6 +21,7 @@ from tests.vllm_offload_reference import (
     bursts,
     differences,
     driver_run,
+    requeued,
     run_vllm,
     send_stream,
 )
@@ -76,7 +78,18 @@ CASES: list[tuple[str, Stream | Bursts, HostTierConfig, int]] = [
 # Requests finishing in the same step: vLLM refreshes their chunks in the order of a Python set of
 # request ids, which the driver fixes to the finish order (vllm_offload_scheduler_driver.py
 # FinishOrder); under 3 of 4 hash seeds this stream gave g17 another host hit before it did.
+# Its g1 is also preempted after its decodes and admitted again: it finds the block its last
+# processed token completed on the device (vllm_loads.py `cache_sampled`) and computes one token.
 CASES.append(("burst16-finish-order", bursts(51, 48, 16), HostTierConfig(tokens=480), 480))
+# the other stream of the probe of docs/tiers.md §10.1 that split on that order (7 requests)
+CASES.append(
+    (
+        "burst8-arc-chunk2-finish-order",
+        bursts(51, 48, 8),
+        HostTierConfig(tokens=640, policy="arc", blocks_per_chunk=2),
+        480,
+    )
+)
 # three seeds of each burst shape
 for seed in range(3):
     CASES += [
@@ -103,18 +116,25 @@ for seed in range(3):
     ]
 
 
+def vllm_counts(rec: RequestRecord) -> list[int]:
+    """A record as the driver reports vLLM's: device, host, preemptions, tokens computed again."""
+    return [*tiers(rec), *requeued(rec)]
+
+
 def ours(stream: Stream | Bursts, tier: HostTierConfig, device_tokens: int) -> dict[str, list[int]]:
     engine = tier_engine("apc", kv_tokens=device_tokens, **dataclasses.asdict(tier))
-    return send_stream(engine, stream, tiers)
+    return send_stream(engine, stream, vllm_counts)
 
 
 def test_per_request_tiers_equal_vllms_scheduler_with_the_offloading_connector(tmp_path):
     runs = [driver_run(stream, tier, device) for _, stream, tier, device in CASES]
     upstream = run_vllm(runs, tmp_path / "upstream.json")
-    host_total = 0
+    host_total = preemptions = 0
     for (name, stream, tier, device), theirs in zip(CASES, upstream, strict=True):
         mine = ours(stream, tier, device)
         assert mine == theirs, differences(name, mine, theirs)
         if name.startswith("burst"):
-            host_total += sum(h for _, h in mine.values())
+            host_total += sum(counts[1] for counts in mine.values())
+            preemptions += sum(counts[2] for counts in mine.values())
     assert host_total > 0  # the bursts loaded from the host tier
+    assert preemptions > 0  # and preempted requests

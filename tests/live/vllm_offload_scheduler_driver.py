@@ -23,7 +23,9 @@ iterate in the order the requests finished, the order the project's model follow
 stdin: a list of runs {"num_gpu_blocks", "block_size", "num_chunks", "blocks_per_chunk",
 "policy", "store_threshold", "offload_prompt_only", "model", "requests": [[id, prompt ids,
 output ids], ...], optional "storage_dir"}. Writes to the file named by its argument, per run,
-{id: [local, external]} or {id: [local, external, disk]} (vLLM logs on stdout).
+{id: [local, external, preemptions, recomputed]} or {id: [local, external, disk, preemptions,
+recomputed]} (vLLM logs on stdout): recomputed counts, over the request's re-admissions, the
+tokens it had computed when preempted that the re-admission's hits did not cover.
 """
 
 from __future__ import annotations
@@ -283,6 +285,37 @@ def disk_tokens(sched: AsyncScheduler, request: Request, external: int) -> int:
     return sources.get(CacheHitSource.DISK, 0)
 
 
+class Recomputed:
+    """Each request's preemptions and the tokens it computes again after them: at a
+    re-admission, its computed tokens when preempted less the hits it was admitted with (device
+    and external). The connector's running loop never preempts a request the step in flight
+    runs (`defer_block_free`), so its computed tokens then were all processed."""
+
+    def __init__(self) -> None:
+        self.computed: dict[str, int] = {}  # after the last plan
+        self.at_preemption: dict[str, int] = {}
+        self.preemptions: dict[str, int] = {}
+        self.tokens: dict[str, int] = {}
+        self.readmitted: set[tuple[str, int]] = set()
+
+    def after_schedule(self, sched: AsyncScheduler, out) -> None:
+        for rid in out.preempted_req_ids or ():
+            self.at_preemption[rid] = self.computed.get(rid, 0)
+            self.preemptions[rid] = self.preemptions.get(rid, 0) + 1
+        for r in sched.requests.values():
+            rid, key = r.request_id, (r.request_id, r.num_preemptions)
+            admitted = r.status in (RequestStatus.RUNNING, RequestStatus.WAITING_FOR_REMOTE_KVS)
+            if r.num_preemptions and admitted and key not in self.readmitted:
+                self.readmitted.add(key)
+                hits = r.num_computed_tokens - out.num_scheduled_tokens.get(rid, 0)
+                again = max(self.at_preemption.get(rid, 0) - hits, 0)
+                self.tokens[rid] = self.tokens.get(rid, 0) + again
+            self.computed[rid] = r.num_computed_tokens
+
+    def of(self, rid: str) -> list[int]:
+        return [self.preemptions.get(rid, 0), self.tokens.get(rid, 0)]
+
+
 def run_one(run: dict) -> dict[str, list[int]]:
     sched, worker = build(run)
     storage = fs_tiers(sched)
@@ -292,6 +325,7 @@ def run_one(run: dict) -> dict[str, list[int]]:
     scripts: dict[str, list[int]] = {}
     emitted: dict[str, int] = {}
     admitted: set[str] = set()
+    redo = Recomputed()
     prev = None
     for wave in waves(run["requests"]):
         for rid, prompt, output, *_ in wave:
@@ -302,6 +336,7 @@ def run_one(run: dict) -> dict[str, list[int]]:
         idle = 0
         while idle < 4:  # until the wave finished and the connector's transfers settled
             out = sched.schedule()
+            redo.after_schedule(sched, out)
             for r in sched.requests.values():  # the stats of the lookup that admitted it
                 st = r.prefill_stats  # (a lookup whose allocation failed sets them too)
                 if r.request_id in admitted or st is None or not st.num_prompt_tokens:
@@ -349,7 +384,7 @@ def run_one(run: dict) -> dict[str, list[int]]:
             for tier in storage:  # the reads and writes in flight are done
                 tier.drain_jobs()
             idle = 0 if sched.has_unfinished_requests() or ids else idle + 1
-    return tiers
+    return {rid: [*counts, *redo.of(rid)] for rid, counts in tiers.items()}
 
 
 def main() -> None:
