@@ -240,7 +240,7 @@ class Engine:
             if out is not None:
                 return out
         now = self.clock.now()
-        plan = self.loop.schedule(self._launched_s if self._late_receive else None)
+        plan = self.loop.schedule(self._launched_s if self._late_receive else None, now)
         self._launched_s = now if plan.scheduled else None
         if not plan.scheduled:
             return self._no_progress(next_release_s)
@@ -280,9 +280,17 @@ class Engine:
             # Progress: the step moved a host load or a release on, and the next step may
             # schedule what it unblocked. vLLM's engine core keeps iterating while a load is in
             # flight; reporting no progress made drivers jump to the next arrival, the request
-            # idle meanwhile. No clock advance is owed: a load completes at the iteration after
-            # its plan (HostLoads.after_plan) and its link time is priced on the step that runs
-            # the loaded request (engines/host_link.py), so these steps are a short bounded run.
+            # idle meanwhile. No clock advance is owed for a load: it completes at the iteration
+            # after its plan (HostLoads.after_plan) and its link time is priced on the step that
+            # runs the loaded request (engines/host_link.py), so these steps are a short bounded
+            # run. A storage read priced on its own clock (SGLang's prefetch over a priced
+            # storage link) starts now, and the engine idles until it lets a request in (or the
+            # next release comes), as upstream's loop polls until then.
+            if isinstance(self.executor, CarriesHostLink):
+                self.executor.host_waiting()
+            due_s = scheduler.transfers_due_s()
+            if due_s is not None:
+                self.clock.wait_until(min(due_s, next_release_s))
             return StepOutput(self.clock.now(), True)
         self._idle_steps += 1
         if self._idle_steps > 2 and next_release_s == math.inf and self.has_work:

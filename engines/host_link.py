@@ -79,7 +79,9 @@ class HostLinkPricing:
         loading request's bytes and load time (a request's stored tokens are the tier's count)."""
         storage = self.storage
         if storage is not None:  # reads decided while planning start with the step
-            storage.queue(start_s, transfers.storage_reads, transfers.storage_writes)
+            storage.queue(
+                start_s, transfers.storage_reads, transfers.storage_writes, transfers.storage_ends
+            )
         load_s = wait_s = 0.0  # wait_s: loads held back by their storage reads
         for seq, tokens in transfers.loads:  # one after another on the link, in plan order
             num_bytes = int(tokens * self.bytes_per_token)
@@ -105,7 +107,9 @@ class HostLinkPricing:
         """No step runs: queue `transfers.stores` on the store direction from `end_s` (after
         their compute), and a storage tier's transfers on its link from then."""
         if self.storage is not None:
-            self.storage.queue(end_s, transfers.storage_reads, transfers.storage_writes)
+            self.storage.queue(
+                end_s, transfers.storage_reads, transfers.storage_writes, transfers.storage_ends
+            )
         self._queue_stores(end_s, transfers)
 
     def _queue_stores(self, end_s: float, transfers: Transfers) -> None:
@@ -136,4 +140,10 @@ class CarriesHostLink(Protocol):
     def host_idle(self) -> None:
         """Nothing runs: carry out the stores the tier made since the last step (a request that
         finished in the last step is stored after it)."""
+        ...
+
+    def host_waiting(self) -> None:
+        """An iteration ran no step while its scheduler waits for a transfer: a storage read
+        priced on its own clock (`TimedStorageReads`) starts now, with whatever else the tier
+        logged; nothing otherwise (the next step takes the transfers, as before)."""
         ...

@@ -73,17 +73,18 @@ class StepLoop:
         """An iteration with nothing to run (no request waiting or running)."""
         self.scheduler.on_idle()
 
-    def schedule(self, launched_s: float | None = None) -> StepPlan:
+    def schedule(self, launched_s: float | None = None, now_s: float | None = None) -> StepPlan:
         """The next step's plan. `launched_s` (SGLang's overlap loop, None otherwise): when the
         step still in flight started. Sequences received after it reached upstream's queue after
         this formation's receive: they wait for the next one, which, when this iteration launches
-        nothing, follows at once (upstream's loop spins: process the last result, receive, form)."""
+        nothing, follows at once (upstream's loop spins: process the last result, receive, form).
+        `now_s`: the iteration's time on the run clock, passed to the scheduler."""
         late = self._take_late(launched_s) if launched_s is not None else []
-        plan = self._schedule_once()
+        plan = self._schedule_once(now_s)
         if late:
             self.waiting.extend(late)
             if not plan.scheduled:
-                plan = self._schedule_once()
+                plan = self._schedule_once(now_s)
         return plan
 
     def _take_late(self, launched_s: float) -> list[Sequence]:
@@ -95,11 +96,11 @@ class StepLoop:
         late.reverse()
         return late
 
-    def _schedule_once(self) -> StepPlan:
+    def _schedule_once(self, now_s: float | None) -> StepPlan:
         if self.step_log is not None:
             self._running_before = {seq.seq_id for seq in self.running}
         t0 = time.perf_counter_ns()
-        plan = self.scheduler.schedule(self.waiting, self.running, self.budget)
+        plan = self.scheduler.schedule(self.waiting, self.running, self.budget, now_s=now_s)
         self.bookkeeping_ns += time.perf_counter_ns() - t0
         return plan
 

@@ -108,6 +108,9 @@ class RealExecutor:
             self.host_pool.after_forward()  # nothing runs: every K/V offered is computed
             self.host_link.stores(self.clock.now(), tier.host_take_transfers())
 
+    def host_waiting(self) -> None:
+        """The real executor prices no storage read on a clock (it counts bytes): nothing."""
+
     def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
         """Never called: `decode_runs` is False, so the engine steps every decode."""
         raise NotImplementedError("the real executor runs every step (decode_runs is False)")

@@ -3,6 +3,7 @@ the simulated executor, each run to its finish and the engine idled before the n
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,19 @@ from engines.request import GenerationRequest
 from engines.simulate.cost_model import HardwareConfig
 
 TICKS = HardwareConfig(name="ticks", kind="fitted", step_overhead_s=0.01)
+# TICKS with time priced on the tiers' links: 256 KV bytes a token (4 layers x 2 KV heads x 8 dims
+# x 2 bytes x K and V), a 1 MB/s host link and a 100 kB/s storage link
+STORAGE_PRICED = replace(
+    TICKS,
+    name="ticks_storage",
+    num_layers=4,
+    num_kv_heads=2,
+    head_dim=8,
+    kv_bytes_per_element=2.0,
+    host_link_bandwidth=1e6,
+    storage_bandwidth=1e5,
+)
+BYTES_PER_TOKEN = 256
 
 
 def tier_engine(

@@ -139,12 +139,14 @@ class Transfers(NamedTuple):
     (the request that loads) and stores to the host (the request whose KV it is; None: a write-back
     of evicted device pages, no request's). With a storage tier (docs/tiers.md §10.3) also its
     reads into host memory (the id of the request that will load them) and its writes from host
-    memory; both stay empty without one."""
+    memory; both stay empty without one. `storage_ends`: reads whose tier ended them (a timed
+    prefetch terminated) after (request, tokens) were read, the rest never read."""
 
     loads: list[tuple[Sequence, int]]
     stores: list[tuple[Sequence | None, int]]
     storage_reads: tuple[tuple[str, int], ...] = ()
     storage_writes: tuple[int, ...] = ()
+    storage_ends: tuple[tuple[str, int], ...] = ()
 
 
 # What a real executor needs to move real K/V (TransferLog.events; engines/host_pool.py). Slots
@@ -223,6 +225,7 @@ class TransferLog:
     events: list[HostEvent] | None = None  # None: nobody copies real K/V
     storage_reads: list[tuple[str, int]] = field(default_factory=list)
     storage_writes: list[int] = field(default_factory=list)
+    storage_ends: list[tuple[str, int]] = field(default_factory=list)
 
     def take_events(self) -> list[HostEvent]:
         if self.events is None:
@@ -250,14 +253,23 @@ class TransferLog:
         """Host memory -> storage (a cascade or backup of host units)."""
         self.storage_writes.append(tokens)
 
+    def storage_end(self, seq_id: str, tokens: int) -> None:
+        """`seq_id`'s read, already taken, ends after `tokens` were read (a timed prefetch was
+        terminated): nothing waits for it and the rest is not read."""
+        self.storage_ends.append((seq_id, tokens))
+
     def take(self) -> Transfers:
-        if not (self.storage_reads or self.storage_writes):  # no storage: as without a tier
-            out = Transfers(self.loads, self.stores)
+        if not (self.storage_reads or self.storage_writes or self.storage_ends):
+            out = Transfers(self.loads, self.stores)  # no storage: as without a tier
         else:
             out = Transfers(
-                self.loads, self.stores, tuple(self.storage_reads), tuple(self.storage_writes)
+                self.loads,
+                self.stores,
+                tuple(self.storage_reads),
+                tuple(self.storage_writes),
+                tuple(self.storage_ends),
             )
-            self.storage_reads, self.storage_writes = [], []
+            self.storage_reads, self.storage_writes, self.storage_ends = [], [], []
         self.loads, self.stores = [], []
         return out
 

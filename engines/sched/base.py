@@ -100,8 +100,16 @@ class Scheduler(Protocol):
     overlap: bool
 
     def schedule(
-        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
-    ) -> StepPlan: ...
+        self,
+        waiting: deque[Sequence],
+        running: list[Sequence],
+        budget: StepBudget,
+        *,
+        now_s: float | None = None,
+    ) -> StepPlan:
+        """The next step's plan; `now_s`: the iteration's time on the run clock (None: not
+        known), for what upstream decides against time (SGLang's storage prefetch)."""
+        ...
 
     def finish_step(self, plan: StepPlan, finished: list[Sequence]) -> None: ...
 
@@ -130,6 +138,11 @@ class PendingTransfers(Protocol):
     are in flight (vLLM's asynchronous host loads): such a step is progress, not a stuck engine."""
 
     def transfers_pending(self) -> bool: ...
+
+    def transfers_due_s(self) -> float | None:
+        """When a transfer waited for on the run clock next lets a request in (a priced storage
+        read), after the current iteration; None: the next iteration decides, with no time owed."""
+        ...
 
 
 # name -> factory(PrefixCache, EngineConfig) -> Scheduler; filled in engines/sched/__init__.py.

@@ -100,12 +100,17 @@ class SglangScheduler(Scheduler):
 
     # ------------------------------------------------------------------ steps
     def schedule(
-        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
+        self,
+        waiting: deque[Sequence],
+        running: list[Sequence],
+        budget: StepBudget,
+        *,
+        now_s: float | None = None,
     ) -> StepPlan:
         if self.chunked is not None:
             self.cache.commit(self.chunked, self.chunked.num_computed_tokens)
         if self.storage is not None:  # drain finished prefetches, issue the arrivals' (L3)
-            self.storage.storage_round(waiting)
+            self.storage.storage_round(waiting, now_s)
         self._filter_batch()
         plan = self._prefill_round(waiting, running, budget)
         self._last_plan_is_prefill = plan is not None
@@ -135,6 +140,12 @@ class SglangScheduler(Scheduler):
         """A storage prefetch is in flight (`PendingTransfers`): an iteration that admits
         nothing while a request waits for one is progress, as upstream's loop keeps polling."""
         return self.storage is not None and self.storage.storage_pending()
+
+    def transfers_due_s(self) -> float | None:
+        """When a prefetch read on a priced storage link next lets a waiting request in (its
+        read done, or timeout's deadline): an engine with nothing to run idles until then, as
+        upstream's loop keeps polling; None without a priced link."""
+        return self.storage.storage_due_s() if self.storage is not None else None
 
     @property
     def in_flight(self) -> frozenset[str]:

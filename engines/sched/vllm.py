@@ -65,7 +65,12 @@ class VllmScheduler(Scheduler):
         self._computed_at_preemption: dict[str, int] = {}
 
     def schedule(
-        self, waiting: deque[Sequence], running: list[Sequence], budget: StepBudget
+        self,
+        waiting: deque[Sequence],
+        running: list[Sequence],
+        budget: StepBudget,
+        *,
+        now_s: float | None = None,  # vLLM decides nothing against the clock
     ) -> StepPlan:
         plan = StepPlan()
         self._step_limits.clear()
@@ -244,6 +249,10 @@ class VllmScheduler(Scheduler):
         """The last step, scheduling nothing, still advanced a host load or a finished request's
         release (`PendingTransfers`): the next step may schedule what it unblocked."""
         return self.loads is not None and self.loads.advanced
+
+    def transfers_due_s(self) -> float | None:
+        """A host load completes at the iteration after its plan: no time is owed."""
+        return None
 
     def on_idle(self) -> None:
         """Nothing but a host tier's transfers in flight completing: vLLM's scheduler keeps no

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from engines.cache.protocol import AnyPrefixCache
+from engines.cache.storage_prefetch import TimedStorageReads
 from engines.cache.storage_tier import StorageTier
 from engines.cache.tiers import HostTier
 from engines.clock import VirtualClock
@@ -65,6 +66,9 @@ class SimulatedExecutor:
     overlap: OverlapPricing | None = None
     # A host tier's transfers on the preset's host link (engines/host_link.py); None: no tier
     host_link: HostLinkPricing | None = None
+    # A storage tier told when each of its reads runs on the priced storage link (its prefetch
+    # follows the read's clock, docs/tiers.md §10.3); None: no such tier or no priced link
+    read_clock: TimedStorageReads | None = None
 
     @property
     def device(self) -> str:
@@ -91,6 +95,7 @@ class SimulatedExecutor:
             tier = self.cache
             assert isinstance(tier, HostTier)
             dt_s = self.host_link.step(self.clock.now(), dt_s, tier.host_take_transfers())
+            self._time_reads()
         if self.overlap is not None:
             dt_s = self.overlap.step(self.clock.now(), dt_s)
         self.clock.advance(dt_s)
@@ -106,6 +111,20 @@ class SimulatedExecutor:
             tier = self.cache
             assert isinstance(tier, HostTier)
             self.host_link.stores(self.clock.now(), tier.host_take_transfers())
+            self._time_reads()
+
+    def host_waiting(self) -> None:
+        """The reads a timed storage tier logged this iteration start now (the engine may idle
+        until one ends); without one, the next step takes the transfers as before."""
+        if self.read_clock is not None:
+            self.host_idle()
+
+    def _time_reads(self) -> None:
+        """Tell the timed storage tier when each read queued or moved up since the last call runs."""
+        if self.read_clock is not None and self.host_link is not None:
+            assert self.host_link.storage is not None
+            for seq_id, timing in self.host_link.storage.take_timings().items():
+                self.read_clock.storage_read_timed(seq_id, timing)
 
     def execute_decode_run(self, run: DecodeRun, until_s: float) -> DecodeRunResult:
         """Steps of `run` until its max_steps or the first that ends at or after `until_s`, each
@@ -115,6 +134,7 @@ class SimulatedExecutor:
             tier = self.cache
             assert isinstance(tier, HostTier)
             self.host_link.stores(end_times[0], tier.host_take_transfers())
+            self._time_reads()
         num_steps = len(end_times)
         tokens = {}
         for seq in run.seqs:
@@ -187,13 +207,27 @@ def build_simulated_executor(ctx: ExecutorContext) -> SimulatedExecutor:
     config = ctx.engine_config
     hides = config.overlap and config.scheduler_design == "sglang" and hardware.kind == "roofline"
     overlap = OverlapPricing(hardware.step_overhead_s) if hides else None
+    link = simulated_host_link(hardware, ctx.cache)
     return SimulatedExecutor(
         build_cost_model(hardware, ctx.cache.block_size),
         ctx.cache,
         runs,
         overlap=overlap,
-        host_link=simulated_host_link(hardware, ctx.cache),
+        host_link=link,
+        read_clock=timed_reads(link, ctx.cache),
     )
+
+
+def timed_reads(link: HostLinkPricing | None, cache: AnyPrefixCache) -> TimedStorageReads | None:
+    """A storage tier that admits against its reads' clock, when the link prices storage time:
+    it is told so (it no longer completes a prefetch at the next iteration), and the link keeps
+    the reads' timings for it. None otherwise (no priced link: every decision as before)."""
+    storage = link.storage if link is not None else None
+    if storage is None or not storage.priced or not isinstance(cache, TimedStorageReads):
+        return None
+    storage.timed = True
+    cache.storage_reads_clocked()
+    return cache
 
 
 def simulated_host_link(hardware: HardwareConfig, cache: AnyPrefixCache) -> HostLinkPricing | None:

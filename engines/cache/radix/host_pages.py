@@ -41,6 +41,9 @@ class HostPages:
         # it is about to load, as upstream's load-back holds a host lock on the matched nodes
         # while it allocates (mem_cache/unified_radix_cache.py `load_back`)
         self.pins: dict[str, list[int]] = {}
+        # pages held back for storage reads in flight (upstream allocates a prefetch's host
+        # pages before reading into them); always 0 unless a priced link times the reads
+        self.reserved = 0
         self.evicted = 0
 
     def clear(self) -> None:
@@ -53,6 +56,7 @@ class HostPages:
         self.run_of.clear()
         self.runs.clear()
         self.pins.clear()
+        self.reserved = 0
         self.evicted = 0
 
     # ---- where each page is -----------------------------------------------------------------
@@ -150,7 +154,7 @@ class HostPages:
         for i, key in enumerate(keys):
             if key in held:
                 continue
-            if len(held) >= self.room:
+            if len(held) + self.reserved >= self.room:
                 if kept is None:
                     kept = ({k for ks in self.pins.values() for k in ks}, set(keys))
                 if not self._make_room(*kept):
@@ -186,6 +190,27 @@ class HostPages:
             self.runs[self.next_run] = run
             self.next_run += 1
         return stored
+
+    def reserve(self, keys: list[int]) -> int:
+        """Hold back room for up to len(keys) pages a storage read will bring in, freeing it as a
+        write would (never one of `keys`, nor a pinned hit); the pages held back. Upstream
+        allocates a prefetch's host pages, evicting host leaves for them, before its I/O thread
+        reads into them (`managers/cache_controller.py`)."""
+        got, kept = 0, None
+        while got < len(keys):
+            if len(self.held) + self.reserved < self.room:
+                self.reserved += 1
+                got += 1
+                continue
+            if kept is None:
+                kept = ({k for ks in self.pins.values() for k in ks}, set(keys))
+            if not self._make_room(*kept):
+                break
+        return got
+
+    def unreserve(self, pages: int) -> None:
+        """Room held back for a read is free again (its pages are about to be written)."""
+        self.reserved -= pages
 
     def _make_room(self, pinned: set[int], own: set[int]) -> bool:
         """Drop what upstream would to free a page: under write_back a host copy of a page
