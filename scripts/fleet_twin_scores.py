@@ -2,6 +2,9 @@
 (docs/fleet.md §5): per case, one router start per repeat over built-in workers started once per
 size (harness/routers/fleet.py `route_through`), a small stream that spreads over the workers,
 and one table line per start: scored predicted / total, guesses, misses by cause, the split.
+`cache_aware+spread` (either router) places one group per worker by a first wave sent through
+the router at once, then sends the rest one at a time: its line scores those, and a second
+table gives each start's placement wave apart (harness/routers/streams.py spread_stream).
 
     python scripts/fleet_twin_scores.py --workers 3 4 --concurrency 1 4 --starts 2 \
         --cases vllm:round_robin sglang:cache_aware --out results/fleet-twin-scores
@@ -17,6 +20,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from engines.errors import BadInput  # noqa: E402
 from harness.fleet.config import FleetConfig  # noqa: E402
 from harness.fleet.policies import Routed  # noqa: E402
-from harness.routers.drive import Decision, order_only  # noqa: E402
+from harness.routers.drive import Decision, one_at_a_time, order_only  # noqa: E402
 from harness.routers.fleet import (  # noqa: E402
     TWINNED,
     route_through,
@@ -33,9 +37,13 @@ from harness.routers.fleet import (  # noqa: E402
     streams,
     worker_fleet,
 )
-from harness.routers.streams import load_stream  # noqa: E402
+from harness.routers.streams import Waves, load_stream, spread_stream  # noqa: E402
 
 LOAD_CASE = "kv_aware+load"  # kv_aware on a stream where in-flight load moves its decisions
+# cache_aware on a stream whose one-at-a-time decisions spread: the groups placed through the
+# router by a first wave sent at once, the rest one at a time (streams.py spread_stream)
+SPREAD_CASE = "cache_aware+spread"
+EXTRA_CASES = {LOAD_CASE: ("vllm",), SPREAD_CASE: ("sglang", "vllm")}  # policy: routers
 
 DEFAULT_CASES = [
     "sglang:round_robin",
@@ -45,19 +53,34 @@ DEFAULT_CASES = [
     "vllm:consistent_hash",
     "vllm:kv_aware",
     "vllm:kv_aware+load",
+    f"sglang:{SPREAD_CASE}",
+    f"vllm:{SPREAD_CASE}",
 ]
 HEADER = (
     "| router | policy | workers | concurrency | scored predicted / total | guesses right / made "
     "| misses by cause | requests per worker |"
 )
+SPREAD_HEADER = (
+    "| router | workers | start | one at a time: scored predicted / total | requests per worker "
+    "| placement wave: predicted / total | its requests per worker |"
+)
+
+
+@dataclass(frozen=True)
+class CaseStream:
+    """What a case sends: the stream, the requests sent straight to a worker first, and the
+    stream's own waves (None: waves of the line's concurrency)."""
+
+    stream: list[Routed]
+    warm: list[tuple[int, Routed]]
+    waves: Waves | None = None
 
 
 def parse_case(text: str) -> tuple[str, str]:
     kind, _, policy = text.partition(":")
-    if policy not in TWINNED.get(kind, ()) and (kind, policy) != ("vllm", LOAD_CASE):
-        valid = ", ".join(
-            [*(f"{k}:{p}" for k, ps in TWINNED.items() for p in ps), f"vllm:{LOAD_CASE}"]
-        )
+    if policy not in TWINNED.get(kind, ()) and kind not in EXTRA_CASES.get(policy, ()):
+        extra = [f"{k}:{p}" for p, ks in EXTRA_CASES.items() for k in ks]
+        valid = ", ".join([*(f"{k}:{p}" for k, ps in TWINNED.items() for p in ps), *extra])
         raise BadInput(f"--cases {text!r} is not a router:policy the twin models; valid: {valid}")
     return kind, policy
 
@@ -70,15 +93,18 @@ def stream_size(policy: str, workers: int, concurrency: int) -> tuple[int, int]:
     return groups, max(2, -(-total // groups))
 
 
-def case_stream(
-    policy: str, workers: int, concurrency: int
-) -> tuple[list[Routed], list[tuple[int, Routed]]]:
+def case_stream(policy: str, workers: int, concurrency: int) -> CaseStream:
     """The stream of a case; `kv_aware+load`: waves of one group each, long and short prefixes
-    placed (harness/routers/streams.py load_stream), where in-flight load moves decisions."""
+    placed (harness/routers/streams.py load_stream), where in-flight load moves decisions;
+    `cache_aware+spread`: one group per worker placed by a wave through the router, then at
+    least 24 requests one at a time."""
     if policy == LOAD_CASE:
-        return load_stream(workers, (256, 16, 256, 16, 16, 256), max(concurrency, 4))
+        return CaseStream(*load_stream(workers, (256, 16, 256, 16, 16, 256), max(concurrency, 4)))
+    if policy == SPREAD_CASE:
+        stream, waves = spread_stream(workers, 1 + -(-24 // workers))
+        return CaseStream(stream, [], waves)
     groups, per = stream_size(policy, workers, concurrency)
-    return streams(policy, groups, per, workers)
+    return CaseStream(*streams(policy, groups, per, workers))
 
 
 def causes(decisions: Sequence[Decision]) -> str:
@@ -98,16 +124,35 @@ def causes(decisions: Sequence[Decision]) -> str:
 
 def line(kind: str, policy: str, n: int, k: int, decisions: Sequence[Decision]) -> str:
     scored = [d for d in decisions if d.learned]
-    equal = sum(d.predicted == d.actual for d in scored)
-    split = Counter(d.actual for d in decisions)
     guesses = [d for d in decisions if not d.learned]
     right = sum(d.predicted == d.actual for d in guesses)
     guessed = f"{right} / {len(guesses)}" if guesses else "0"
-    share = "/".join(str(split.get(i, 0)) for i in range(n))
     return (
-        f"| {kind}-router | {policy} | {n} | {k} | {equal} / {len(scored)} "
-        f"| {guessed} | {causes(decisions)} | {share} |"
+        f"| {kind}-router | {policy} | {n} | {k} | {hits(scored)} "
+        f"| {guessed} | {causes(decisions)} | {share(decisions, n)} |"
     )
+
+
+def spread_line(kind: str, n: int, start: int, decisions: Sequence[Decision]) -> str:
+    """A spreading stream's line: its one-at-a-time decisions scored, the placement wave's
+    apart (the twin then takes the wave's actual decisions: teacher forcing)."""
+    alone = one_at_a_time(decisions)
+    placement = [d for d in decisions if d not in alone]
+    scored = [d for d in alone if d.learned]
+    return (
+        f"| {kind}-router | {n} | {start} | {hits(scored)} | {share(alone, n)} "
+        f"| {hits(placement)} | {share(placement, n)} |"
+    )
+
+
+def hits(decisions: Sequence[Decision]) -> str:
+    return f"{sum(d.predicted == d.actual for d in decisions)} / {len(decisions)}"
+
+
+def share(decisions: Sequence[Decision], n: int) -> str:
+    """The requests each worker took, worker 0 first (a worker that took none: 0)."""
+    split = Counter(d.actual for d in decisions)
+    return "/".join(str(split.get(i, 0)) for i in range(n))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,24 +166,40 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     table = out / "table.md"
     lines = [HEADER, "|" + "---|" * 8]
+    spread = [SPREAD_HEADER, "|" + "---|" * 7]
+
+    def write() -> None:
+        table.write_text("\n".join(lines + ([""] + spread if len(spread) > 2 else [])) + "\n")
+
     deadline = time.monotonic() + args.budget_s
     for n in args.workers:
         with worker_fleet(n, out / f"x{n}") as fleet:
             for kind, policy in cases:
                 for k in args.concurrency:
-                    stream, warm = case_stream(policy, n, k)
-                    cfg = FleetConfig(replicas=n, router=policy.removesuffix("+load"))
+                    if policy == SPREAD_CASE and k != 1:
+                        print(f"{SPREAD_CASE} is one at a time after its placement wave: "
+                              f"concurrency {k} skipped", flush=True)  # fmt: skip
+                        continue
+                    case = case_stream(policy, n, k)
+                    cfg = FleetConfig(replicas=n, router=policy.partition("+")[0])
                     for s in range(args.starts):
                         if time.monotonic() > deadline:
                             print(f"budget of {args.budget_s} s spent: stopping", flush=True)
-                            table.write_text("\n".join(lines) + "\n")
+                            write()
                             return 0
                         where = out / f"x{n}" / f"{kind}-{policy}-c{k}-s{s}"
                         where.mkdir(parents=True, exist_ok=True)
-                        got = route_through(kind, cfg, fleet, stream, where, warm, k)
-                        lines.append(line(kind, policy, n, k, got))
+                        got = route_through(
+                            kind, cfg, fleet, case.stream, where, case.warm, k, case.waves
+                        )
+                        if policy == SPREAD_CASE:
+                            lines.append(line(kind, policy, n, k, one_at_a_time(got)))
+                            spread.append(spread_line(kind, n, s, got))
+                            print(spread[-1], flush=True)
+                        else:
+                            lines.append(line(kind, policy, n, k, got))
                         print(lines[-1], flush=True)
-                        table.write_text("\n".join(lines) + "\n")
+                        write()
     return 0
 
 

@@ -1,8 +1,10 @@
 """The HTTP routes (Starlette): vLLM's OpenAI completions API and cache endpoints over one engine.
 
-POST /v1/completions (JSON or SSE stream), GET /v1/models, GET /health, GET /version, GET /metrics
-(Prometheus text), POST /reset_prefix_cache (vLLM's name) and GET|POST /flush_cache (SGLang's),
-GET /step_log?since=N; `request_log` keeps a line per finished completion (request_log.py).
+POST /v1/completions (JSON or SSE stream), POST /tokenize (a text prompt's ids, as vLLM answers
+it: vllm-router's cache_aware reads each prompt through it, docs/fleet.md §5), GET /v1/models,
+GET /health, GET /version, GET /metrics (Prometheus text), POST /reset_prefix_cache (vLLM's name)
+and GET|POST /flush_cache (SGLang's), GET /step_log?since=N; `request_log` keeps a line per
+finished completion (request_log.py).
 Handlers never touch the engine: they post to the engine thread and await their request's events. A handler that ends before its request did (the client went away, a
 shutdown cancelled it) aborts the request, which frees its KV.
 
@@ -92,6 +94,7 @@ def build_app(
     return Starlette(
         routes=[
             Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/tokenize", routes.tokenize, methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/model_info", routes.model_info, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
@@ -243,6 +246,22 @@ class _Routes:
             if not handed_over:  # cancelled while waiting for the engine to take it
                 self.thread.abort(req.request_id)
 
+    async def tokenize(self, request: Request) -> Response:
+        """A text prompt's token ids, the ones its completion would get (vLLM's /tokenize)."""
+        try:
+            raw = await self._read_body(request)
+            ids = await asyncio.to_thread(self._tokenize, raw)
+        except ApiError as exc:
+            return _error(exc)
+        return JSONResponse(api.tokenized(ids, self.model.max_model_len))
+
+    def _tokenize(self, raw: bytes) -> tuple[int, ...]:
+        p = api.parse_tokenize(_json(raw))
+        self._check_model(p.model)
+        if self.model.codec is None:
+            raise ApiError(_NO_TEXT.format(self.model.name), "prompt")
+        return self._encode(p.prompt_text, None)
+
     async def _read_body(self, request: Request) -> bytes:
         """The whole body, at most `max_body_bytes` (its arrival time is the protocol's)."""
         limit = self.limits.max_body_bytes
@@ -260,36 +279,30 @@ class _Routes:
 
     def _parse(self, raw: bytes) -> tuple[CompletionParams, CompletionRequest]:
         """A body into the engine's request (a worker thread); ApiError for anything malformed."""
-        try:
-            body = json.loads(raw)
-        except RecursionError:
-            raise ApiError("the request body is nested too deeply") from None
-        except (ValueError, UnicodeDecodeError):
-            raise ApiError("the request body is not valid JSON") from None
+        body = _json(raw)
         try:
             params = api.parse_completion(body)
         except RecursionError:  # comparing or showing a deeply nested field
             raise ApiError("the request body is nested too deeply") from None
         return params, self._engine_request(params)
 
-    def _engine_request(self, p: CompletionParams) -> CompletionRequest:
-        m = self.model
-        if p.model is not None and p.model != m.name:
+    def _check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model.name:
             # vLLM's OpenAIServingModels.check_model answers an unknown name with 404 NotFoundError.
             raise ApiError(
-                f"The model `{api.show(p.model)[1:-1]}` does not exist; this server serves "
-                f"`{m.name}`",
+                f"The model `{api.show(name)[1:-1]}` does not exist; this server serves "
+                f"`{self.model.name}`",
                 "model",
                 status=404,
             )
+
+    def _engine_request(self, p: CompletionParams) -> CompletionRequest:
+        m = self.model
+        self._check_model(p.model)
         if p.prompt_ids is not None:
             ids = p.prompt_ids
         elif m.codec is None:
-            raise ApiError(
-                f"model {m.name} has a made-up vocabulary: send the prompt as token ids "
-                "(model=smollm2-rand takes text)",
-                "prompt",
-            )
+            raise ApiError(_NO_TEXT.format(m.name), "prompt")
         else:
             ids = self._encode(p.prompt_text or "", p.max_tokens)
         if len(ids) > m.max_model_len:  # before looking at each id
@@ -386,6 +399,20 @@ class _Routes:
 
 
 _REFUSED = "requests still hold KV blocks; retry when they have finished"
+_NO_TEXT = (
+    "model {} has a made-up vocabulary: send the prompt as token ids "
+    "(model=smollm2-rand takes text)"
+)
+
+
+def _json(raw: bytes) -> object:
+    """A request body decoded; ApiError when it is not JSON."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ApiError("the request body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError("the request body is not valid JSON") from None
 
 
 def _too_large(limit: int) -> str:

@@ -117,6 +117,36 @@ def parse_completion(body: object) -> CompletionParams:
     )
 
 
+@dataclass(frozen=True)
+class TokenizeParams:
+    """A checked `POST /tokenize` body (vLLM's completion form: a text prompt)."""
+
+    model: str | None
+    prompt_text: str
+
+
+def parse_tokenize(body: object) -> TokenizeParams:
+    """vLLM's `TokenizeCompletionRequest` (vllm/entrypoints/openai/protocol.py, 0.32): `model`
+    and a text `prompt`; the chat form (`messages`) is refused by name. The ids are the ones a
+    completion of the same text gets here (no special tokens added: text.py)."""
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    if "messages" in body:
+        raise ApiError("messages are not supported: send a text prompt", "messages")
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise ApiError("prompt must be a non-empty string", "prompt")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError("model must be a string", "model")
+    return TokenizeParams(model=model, prompt_text=_text("prompt", prompt))
+
+
+def tokenized(ids: tuple[int, ...], max_model_len: int) -> dict:
+    """vLLM's `TokenizeResponse`: the ids, their count and the model's context length."""
+    return {"count": len(ids), "max_model_len": max_model_len, "tokens": list(ids)}
+
+
 def _refuse_unsupported(body: dict) -> None:
     """Fields whose meaning this server does not implement, refused rather than ignored."""
     temperature = body.get("temperature")

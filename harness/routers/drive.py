@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,6 +34,10 @@ from harness.routers.streamed import RouterClient
 
 if TYPE_CHECKING:
     from harness.routers.fleet import Workers
+
+# A request as the router's tree reads it (vllm-router's cache_aware: the prompt's token ids, as a
+# worker's /tokenize gives them; docs/fleet.md §5): what the twin predicts from and records
+TreeKey = Callable[[Routed], Routed]
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,13 @@ def order_only(decisions: Sequence[Decision]) -> int:
     )
 
 
+def one_at_a_time(decisions: Sequence[Decision]) -> list[Decision]:
+    """The decisions of the waves of one request (a spreading stream's score counts these: its
+    placement wave is reported apart)."""
+    size = Counter(d.wave for d in decisions)
+    return [d for d in decisions if size[d.wave] == 1]
+
+
 def drive_router(
     router_url: str,
     model: str,
@@ -83,6 +95,7 @@ def drive_router(
     waves: Sequence[Sequence[Routed]] | None = None,
     deliver: Callable[[Decision], None] | None = None,
     max_tokens: Mapping[str, int] | None = None,
+    key: TreeKey | None = None,
 ) -> list[Decision]:
     """Send the stream in waves of `concurrency` requests (all of a wave at once, the next wave
     when it is answered; `waves`: the waves themselves instead, `max_tokens`: each request's
@@ -92,7 +105,8 @@ def drive_router(
     one miss is not counted twice. With `index`, the twin reads each
     worker's cached prefix from its KV events (kv_aware). Round robin's twin cycles in the
     router's `order` when known (vllm-router's start log), else learns it from the decisions;
-    what it learned and the router's first pick (the warm-up's) go into `facts`."""
+    what it learned and the router's first pick (the warm-up's) go into `facts`. `key`: each
+    request as the router's tree reads it, for the twin (else the request as sent)."""
     urls = workers.urls
     twin: Router = (
         CacheAware(twin_cfg, all_tenants=False, cold_least_load=True, order=order)
@@ -129,16 +143,17 @@ def drive_router(
                 twin.certain if len(wave) == 1 else twin.complete
             )
             known = list(twin.order) if isinstance(twin, CacheAware) else []
-            predicted = _predict_wave(twin, list(wave), len(urls), now, index)
+            seen = [r if key is None else key(r) for r in wave]  # the twin's view of the wave
+            predicted = _predict_wave(twin, seen, len(urls), now, index)
             workers.served_by.before()
             replies = client.wave(model, wave, [tokens.get(r.request_id, 2) for r in wave])
             actuals = [workers.served_by.after(got.reply) for got in replies]
-            causes = _causes(twin, wave, predicted, actuals, len(urls), now)
-            for req, (guess, ties), got, actual, cause in zip(
-                wave, predicted, replies, actuals, causes
+            causes = _causes(twin, seen, predicted, actuals, len(urls), now)
+            for req, view, (guess, ties), got, actual, cause in zip(
+                wave, seen, predicted, replies, actuals, causes
             ):
                 if len(wave) == 1 or isinstance(twin, CacheAware):
-                    _teach(twin, req, guess, actual, now)
+                    _teach(twin, view, guess, actual, now)
                 sure = learned
                 if isinstance(twin, CacheAware) and ties is not None:
                     # a tie broken by an order not known yet when the wave was predicted: a guess

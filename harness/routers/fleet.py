@@ -8,12 +8,14 @@ driven one request at a time, with the routing twin (docs/fleet.md §5).
 
 The harness owns every port (free loopback ports; each router gets its own Prometheus port) and
 every process. Prompts are text: sglang-router refuses token-id prompts, and its cache_aware tree
-works on characters, which the twin's tree then holds too.
+works on characters, which the twin's tree then holds too; vllm-router's holds the token ids the
+workers' /tokenize gives, and so does its twin's (`tokenized_by`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -36,11 +38,17 @@ from harness.fleet.config import FleetConfig
 from harness.fleet.policies import Routed
 from harness.live_server.http_client import Reply
 from harness.routers.cli import check_fleet_args, result_lines
-from harness.routers.drive import Decision, drive_router, order_only, send_completion
+from harness.routers.drive import (
+    Decision,
+    TreeKey,
+    drive_router,
+    order_only,
+    send_completion,
+)
 from harness.routers.faults import FleetFault, exited, fault
 from harness.routers.kv_index import KvEventIndex
 from harness.routers.learned import read_order
-from harness.routers.streams import streams
+from harness.routers.streams import Waves, streams
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_KINDS = ("sglang", "vllm")
@@ -273,13 +281,33 @@ def worker_fleet(
 @dataclass(frozen=True)
 class RouterUp:
     """A started router over its workers: where to send, the served model name, the twin's KV
-    index (kv_aware), the worker order the router logged (vllm-router) and the learned facts."""
+    index (kv_aware), the worker order the router logged (vllm-router), the learned facts and
+    how the router's tree reads a request (None: as sent)."""
 
     url: str
     model: str
     index: KvEventIndex | None
     order: list[int] | None
     facts: dict[str, object]
+    key: TreeKey | None = None
+
+
+def tokenized_by(url: str, model: str) -> TreeKey:
+    """A text request as vllm-router's cache_aware reads it: the prompt's token ids from the
+    worker's /tokenize, the same body the router sends (0.1.17 asks each worker for
+    /v1/completions/render, then /tokenize, and matches its tree on the ids it gets; without
+    them it routes by load alone, docs/fleet.md §5)."""
+    import httpx
+
+    def key(req: Routed) -> Routed:
+        if not isinstance(req.prompt, str):
+            return req
+        body = {"model": model, "prompt": req.prompt}
+        reply = httpx.post(f"{url}/tokenize", json=body, timeout=30)
+        reply.raise_for_status()
+        return dataclasses.replace(req, prompt=tuple(reply.json()["tokens"]))
+
+    return key
 
 
 @contextlib.contextmanager
@@ -323,7 +351,11 @@ def router_up(
                     for i, req in warm:
                         send_completion(client, workers.urls[i], model, req)
                 order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
-                yield RouterUp(router_url, model, index, order, facts)
+                key = None
+                if (kind, cfg.router) == ("vllm", "cache_aware"):
+                    key = tokenized_by(workers.urls[0], model)
+                    facts["tree_reads"] = "token ids (the workers' /tokenize)"
+                yield RouterUp(router_url, model, index, order, facts, key)
             except (FleetFault, TimeoutError, httpx.HTTPError, KeyError, ValueError) as exc:
                 dead = settled(gone)
                 if isinstance(exc, (KeyError, ValueError)) and not dead:
@@ -356,13 +388,17 @@ def route_through(
     out_dir: Path,
     warm: Sequence[tuple[int, Routed]] = (),
     concurrency: int = 1,
+    waves: Waves | None = None,
 ) -> list[Decision]:
     """Start the router over the workers (router_up), drive `stream` through it in waves of
-    `concurrency`, stop it; what the twin learned goes to learned-<router>-<policy>.json."""
+    `concurrency` (or in its own `waves`), stop it; what the twin learned goes to
+    learned-<router>-<policy>.json."""
     with router_up(kind, cfg, workers, out_dir, warm) as up:
         decisions = drive_router(
-            up.url, up.model, stream, cfg, workers, up.index, concurrency, up.order, up.facts
-        )
+            up.url, up.model, stream, cfg, workers, up.index, concurrency, up.order, up.facts,
+            waves=None if waves is None else waves.waves,
+            max_tokens=None if waves is None else waves.max_tokens, key=up.key,
+        )  # fmt: skip
     (out_dir / f"learned-{kind}-{cfg.router}.json").write_text(
         json.dumps(up.facts, indent=1) + "\n"
     )

@@ -1,11 +1,28 @@
 """The fixed streams the real-router checks use (`python -m harness.routers.fleet`, the live
 tests): groups of prompts sharing a prefix, interleaved, as text or token ids, and for kv_aware the
-prefixes placed on their workers beforehand. A run of the pipeline routes its workload instead.
+prefixes placed on their workers beforehand; for cache_aware one-at-a-time decisions that spread,
+the groups placed through the router by a first wave sent at once (`spread_stream`). A run of the
+pipeline routes its workload instead.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from harness.fleet.policies import Routed
+
+# The placement wave's output length: long enough that the wave's requests are all still in
+# flight when its last one is routed (2 shared cores: a few ms to route, ~10 ms a token)
+PLACEMENT_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class Waves:
+    """A stream in its own waves (each sent at once, the next when it is answered) rather than
+    in waves of one width, and the output length of the requests that do not take the default."""
+
+    waves: list[list[Routed]]
+    max_tokens: dict[str, int]
 
 
 def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
@@ -74,3 +91,16 @@ def load_stream(
             question = [rng.randrange(100, 40_000) for _ in range(8)]
             stream.append(Routed(f"g{g}-q{i}", (*prefix, *question), session_id=f"s{g}"))
     return stream, warm
+
+
+def spread_stream(num_groups: int, per_group: int) -> tuple[list[Routed], Waves]:
+    """A stream on which cache_aware's one-at-a-time decisions spread: text_stream's groups, the
+    first prompt of each sent through the router at once with long outputs (the placement wave:
+    every prompt cold and all in flight together, each goes to the least loaded worker, so the
+    groups spread over the workers), then the rest one at a time, groups interleaved. Each of
+    those shares its group's prefix well above the cache threshold (~0.9 of its characters
+    or tokens), so it goes to the worker whose tree holds the group."""
+    stream = text_stream(num_groups, per_group)
+    placement, rest = stream[:num_groups], stream[num_groups:]
+    waves = [placement, *([r] for r in rest)]
+    return stream, Waves(waves, {r.request_id: PLACEMENT_TOKENS for r in placement})

@@ -212,7 +212,7 @@ class RealFleetSession:
 
         drive_router(
             up.url, up.model, [], self.cfg.fleet, workers, up.index, width, up.order, up.facts,
-            waves=waves, deliver=keep, max_tokens=tokens,
+            waves=waves, deliver=keep, max_tokens=tokens, key=up.key,
         )  # fmt: skip
 
     def rows(

@@ -2,6 +2,8 @@
 rotation): the twin takes vllm-router's order from its start log and learns sglang-router's from
 its decisions; it is scored only on decisions predicted from learned facts, its guesses and the
 router's first pick reported apart, and what it learned is recorded beside the decisions.
+cache_aware at 3 workers on a stream whose one-at-a-time decisions spread (the groups placed by
+a first wave through the router), and its ties under concurrency.
 
 Bounded: 3 built-in workers started once, each case's router started and stopped by its PID
 (harness.routers.fleet.processes); the routers missing: a failure under CI=true, else a skip.
@@ -14,7 +16,9 @@ import json
 import pytest
 
 from harness.fleet.config import FleetConfig
+from harness.routers.drive import one_at_a_time
 from harness.routers.fleet import route_through, streams
+from harness.routers.streams import spread_stream
 from tests.router_util import module_workers, need_router
 
 WORKERS = 3
@@ -45,6 +49,33 @@ def test_round_robin_in_the_routers_own_order_at_3_workers(kind, workers):
     else:  # one slot of the cycle is unknown after the first pick; the last follows
         assert facts["order_source"] == "decisions" and len(guesses) <= 1
     assert len(scored) >= len(stream) - 1
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_cache_aware_one_at_a_time_spreads_once_the_groups_are_placed(kind, workers):
+    """One at a time every cold prompt goes to the router's first worker, so a stream of cold
+    groups collapses onto it. Here each group's first prompt goes through the router in one
+    wave (long outputs, all in flight together: each to the least loaded worker), then the rest
+    one at a time: each follows its group's prefix to the worker its tree names. Two router
+    starts, each its own worker order; the placement wave is taught to the twin, not scored."""
+    need_router(kind)
+    fleet, out = workers
+    stream, waves = spread_stream(num_groups=WORKERS, per_group=4)
+    cfg = FleetConfig(replicas=WORKERS, router="cache_aware")
+    for start in range(2):
+        decisions = route_through(
+            kind, cfg, fleet, stream, out / f"spread-{kind}-s{start}", waves=waves
+        )
+        alone = one_at_a_time(decisions)
+        assert len(alone) == len(stream) - WORKERS
+        placed = {d.request_id.split("-")[0]: d.actual for d in decisions if d not in alone}
+        assert len(set(placed.values())) >= 2  # the placement wave spread the groups
+        # each later prompt went where its group was placed, and hit the prefix computed there
+        assert all(d.actual == placed[d.request_id.split("-")[0]] for d in alone), decisions
+        assert all(d.cached_tokens > 0 for d in alone)
+        scored = [d for d in alone if d.learned]
+        assert len(scored) == len(alone)  # no tie to guess: every prompt matched its group
+        assert sum(d.predicted == d.actual for d in scored) >= 0.99 * len(scored), decisions
 
 
 def test_cache_aware_ties_go_the_routers_way_and_every_miss_has_its_cause(workers):

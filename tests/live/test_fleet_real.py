@@ -1,5 +1,7 @@
 """The real routers (sglang-router 0.3.2, vllm-router 0.1.17) in front of two built-in servers:
-the routing twin predicts at least 99% of the decisions, one request at a time.
+the routing twin predicts at least 99% of the decisions, one request at a time. (cache_aware one
+at a time sends every prompt to one worker on these streams; it is checked on a stream that
+spreads, at 3 workers: tests/live/test_fleet_learned.py.)
 
 The routers come from scripts/setup_routers.sh (.venv-routers): missing, a failure under CI=true,
 else a skip. The two workers start once for all cases; each case starts and stops its router.
@@ -15,9 +17,7 @@ from tests.router_util import module_workers, need_router
 
 CASES = [
     ("sglang", "round_robin"),
-    ("sglang", "cache_aware"),
     ("vllm", "round_robin"),
-    ("vllm", "cache_aware"),
     ("vllm", "consistent_hash"),
     ("vllm", "kv_aware"),
 ]
@@ -40,13 +40,9 @@ def test_the_routing_twin_predicts_the_real_router(kind, policy, workers):
     if policy == "kv_aware":  # groups 0 and 2 were placed on worker 0, group 1 on worker 1
         assert [d.actual for d in decisions] == [int(d.request_id[1]) % 2 for d in decisions]
         assert all(d.cached_tokens == 64 for d in decisions)  # the whole shared prefix, always
-    elif policy != "consistent_hash":  # the twin's ring is vllm-router's: every request scored
-        assert {d.actual for d in decisions} == (
-            {0, 1} if policy == "round_robin" else {decisions[0].actual}
-        )
+    elif policy == "round_robin":  # consistent_hash: the twin's ring is vllm-router's
+        assert {d.actual for d in decisions} == {0, 1}
     assert sum(equal) >= 0.99 * len(equal), [(d.predicted, d.actual) for d in decisions]
-    if policy == "cache_aware":  # one worker took every prompt: each group's later ones hit
-        assert sum(d.cached_tokens > 0 for d in decisions) >= len(stream) - 3
 
 
 @pytest.mark.parametrize("kind, policy", [("sglang", "round_robin"), ("vllm", "consistent_hash")])

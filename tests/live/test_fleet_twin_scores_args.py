@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         (["--cases", "sglang:kv_aware"], "--cases 'sglang:kv_aware' is not a router:policy"),
         (["--cases", "nope"], "valid: sglang:round_robin"),
+        (["--cases", "sglang:kv_aware+load"], "valid: sglang:round_robin"),
         (["--workers", "9"], "--workers must be integers in [2, 8]"),
         (["--workers", "1"], "--workers must be integers in [2, 8]"),
         (["--concurrency", "0"], "--concurrency must be integers in [1, 16]"),

@@ -355,8 +355,22 @@ def test_text_prompts_on_the_smollm2_vocabulary():
         body = {"model": "smollm2-rand", "prompt": text, "max_tokens": 6, "return_token_ids": True}
         reply = client.post("/v1/completions", json=body).json()
         again = client.post("/v1/completions", json=body).json()
+        # vLLM's /tokenize (vllm-router's cache_aware reads prompts through it): the same ids
+        tokenized = client.post("/tokenize", json={"model": "smollm2-rand", "prompt": text})
+        refused = [
+            client.post("/tokenize", json={"messages": [{"role": "user", "content": text}]}),
+            client.post("/tokenize", json={"prompt": [1, 2]}),
+            client.post("/tokenize", json={"model": "other", "prompt": text}),
+        ]
     codec = load_codec("smollm2-135m")
     choice = reply["choices"][0]
+    assert tokenized.json() == {
+        "count": len(choice["prompt_token_ids"]),
+        "max_model_len": cfg.model.max_position_embeddings,
+        "tokens": choice["prompt_token_ids"],
+    }
+    assert [r.status_code for r in refused] == [400, 400, 404]
+    assert [r.json()["error"]["param"] for r in refused] == ["messages", "prompt", "model"]
     assert choice["prompt_token_ids"] == list(codec.encode(text))
     assert choice["text"] == codec.decode(choice["token_ids"]) and len(choice["token_ids"]) == 6
     assert cached(again) == len(choice["prompt_token_ids"]) - 1  # token-exact, last one computed
