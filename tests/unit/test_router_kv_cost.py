@@ -1,6 +1,6 @@
 """vllm-router's kv_aware as the twin predicts it (harness/routers/kv_cost.py): the fewest tokens
 to prefill, in-flight requests charged in tokens, ties to the less loaded then the router's own
-order; the wave shapes tests/live/test_fleet_kv_load.py checks against the router."""
+order; the wave shapes tests/live/test_fleet_real.py checks against the router."""
 
 from __future__ import annotations
 
