@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from harness.config.preflight import preflight
 from harness.config.schema import CONF_DIR, register_configs
 from harness.run.execute import EXIT_BAD_INPUT, execute
+from harness.run.target import Target
 
 register_configs()  # the schemas Hydra composes against
 
@@ -61,13 +62,14 @@ class InProcessRun:
         return json.loads((self.run_dir / "summary.json").read_text())
 
 
-def run_harness(overrides: list[str], run_dir: Path) -> InProcessRun:
-    """One single-run job of `python -m harness <overrides>` writing into `run_dir`."""
+def run_harness(overrides: list[str], run_dir: Path, target: Target | None = None) -> InProcessRun:
+    """One single-run job of `python -m harness <overrides>` writing into `run_dir` (`target`:
+    measure this one, as execute's)."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         dcfg = compose("config", overrides=list(overrides))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = execute(dcfg, Path(run_dir))
+        code = execute(dcfg, Path(run_dir), target=target)
     return InProcessRun(code, out.getvalue(), err.getvalue(), Path(run_dir))
 
 

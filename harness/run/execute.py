@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -27,14 +28,19 @@ from harness.results.run_dir import RunDir
 from harness.results.safe_write import disk_fault
 from harness.run.compose import start, typed, with_values_checked, write_manifest
 from harness.run.pipeline import RunInterrupted, run
+from harness.run.target import Target
 from harness.run.targets import target_for
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 log = logging.getLogger("harness")
 
 
-def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
-    """Run one job, report its outcome on stderr, and return its exit code."""
+def execute(
+    dcfg: DictConfig, run_dir: Path, multirun: bool = False, target: Target[Any] | None = None
+) -> int:
+    """Run one job, report its outcome on stderr, and return its exit code. `target`: the one
+    to measure instead of a fresh one of the kind the config selects (a caller that holds
+    running servers for several runs: harness/routers/target.py `RealFleetTarget(workers)`)."""
     _quiet_library_progress()
     job = f"job {Path(run_dir).name}: " if multirun else ""
     try:
@@ -46,7 +52,7 @@ def execute(dcfg: DictConfig, run_dir: Path, multirun: bool = False) -> int:
         return _say(f"{job}{describe(exc)}", EXIT_BAD_INPUT)
     try:
         write_manifest(out, with_values_checked(dcfg, cfg))
-        outcome = run(cfg, out, rows, target_for(cfg))
+        outcome = run(cfg, out, rows, target or target_for(cfg))
     except (KeyboardInterrupt, RunInterrupted) as exc:  # start-up, warm-up or writing
         kept = _close(out, rows, "interrupted", f"{exc or 'SIGINT'} outside the measured run")
         return _say(

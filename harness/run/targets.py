@@ -1,7 +1,7 @@
 """Every target a run can measure, registered here in one place, and the lookup that picks one.
 
 A target is chosen by its config key: the one whose key is set in the run's config (the
-`server` group: a live server; `fleet.real`: a real router over built-in servers), else the
+`server` group: a live server; `fleet.real`: a real router over real servers), else the
 default (the built-in engine in this process). Each entry imports its module only when chosen,
 so an in-process run never imports aiohttp. To add a target: a module with a `Target`
 (harness/run/target.py), its config key in harness/config/schema.py, and one `TARGETS.add` line

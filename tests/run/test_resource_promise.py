@@ -1,9 +1,9 @@
 """Issue 48: no command starts more processes or allocates more memory than the machine holds.
 
 Each entry point that takes a process count estimates first and refuses in one line, exit 2,
-before anything starts: the built-in fleet (`python -m harness.routers.fleet --workers N`), the
-vLLM-CPU fleet (`python -m harness.routers.vllm_fleet`), a vLLM-CPU server's launcher (the claims'
-servers, `--kv-space-gib`) and a parallel Hydra launcher (`hydra.launcher.n_jobs`). Every case
+before anything starts: the built-in fleet (`python -m harness.routers.fleet --workers N`), a run
+over vLLM-CPU workers (`python -m harness ... fleet.workers=vllm`), a vLLM-CPU server's launcher
+(the claims' servers, `--kv-space-gib`) and a parallel Hydra launcher (`hydra.launcher.n_jobs`). Every case
 runs main() in this process; none may start a child (counted in /proc) or make its output folder.
 PREFIXBENCH_MEMORY_LIMIT stands in for a small machine; a process count far past any machine's
 CPUs needs no stand-in.
@@ -71,14 +71,17 @@ def test_the_builtin_fleet_refuses_workers_beyond_the_memory(capsys, tmp_path, s
     assert not (tmp_path / "o").exists()
 
 
-def test_the_vllm_fleet_refuses_workers_beyond_the_memory(capsys, tmp_path, small_machine):
-    from harness.routers.vllm_fleet import main
+def test_a_run_over_vllm_workers_refuses_workers_beyond_the_memory(tmp_path, small_machine):
+    from tests.harness_util import run_harness
 
-    line = refused(
-        capsys, lambda: main(["--workers", "2", "--out", str(tmp_path / "o")]), "--workers 2"
-    )
-    assert "2 vLLM-CPU servers" in line and "need an estimated" in line
-    assert not (tmp_path / "o").exists()
+    before = children()
+    vllm = ["fleet.replicas=2", "fleet.real=vllm-router", "fleet.workers=vllm"]
+    run = run_harness(["model=smollm2-rand", "engine.block_size=32", *vllm], tmp_path / "o")
+    err = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(err) == 1, err
+    assert "fleet.replicas=2: 2 vLLM-CPU servers (~4.0 GiB each) and 1 router" in err[0]
+    assert "need an estimated" in err[0] and "at most 0 vLLM-CPU servers fit" in err[0]
+    assert children() <= before and not (tmp_path / "o").exists()
 
 
 def test_a_vllm_server_larger_than_the_memory_is_not_launched(capsys, tmp_path, small_machine):

@@ -1,13 +1,14 @@
-"""The real-router fleet CLIs refuse bad input before anything starts: one line naming the flag
+"""The real-router side CLI refuses bad input before anything starts: one line naming the flag
 the user typed, exit 2, no folder left. Called in-process (the tier guard fails the test if any
 process or socket were opened: nothing starts before these checks). Workers beyond what the
-machine holds: tests/run/test_resource_promise.py."""
+machine holds: tests/run/test_resource_promise.py; a pipeline run's vLLM workers:
+tests/run/test_fleet_workers.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.routers import fleet, vllm_fleet
+from harness.routers import fleet
 
 
 def _refused(main, argv: list[str], capsys, out) -> str:
@@ -33,17 +34,4 @@ def _refused(main, argv: list[str], capsys, out) -> str:
 )
 def test_bad_flags_of_the_builtin_fleet(argv, needle, capsys, tmp_path):
     line = _refused(fleet.main, ["--router", "sglang", *argv], capsys, tmp_path / "o")
-    assert needle in line, line
-
-
-@pytest.mark.parametrize(
-    "argv, needle",
-    [
-        (["--workers", "0"], "--workers must be an integer in [2, 1024], got 0"),
-        (["--groups", "0"], "--groups must be at least 1"),
-        (["--policy", "oracle"], "--policy 'oracle' is not a vllm-router policy the twin models"),
-    ],
-)
-def test_bad_flags_of_the_vllm_fleet(argv, needle, capsys, tmp_path):
-    line = _refused(vllm_fleet.main, ["--router", "vllm", *argv], capsys, tmp_path / "o")
     assert needle in line, line
