@@ -27,11 +27,11 @@ from tests.harness_util import run_harness
 from tests.router_util import need_router
 from tests.vllm_need import need_vllm
 
-# 3 groups x 4 prompts sharing a 96-token system prompt (three 32-token blocks), shuffled
+# 2 groups x 3 prompts sharing a 96-token system prompt (three 32-token blocks), shuffled
 STREAM = [
     "workload=system_prompt",
-    "workload.num_groups=3",
-    "workload.prompts_per_group=4",
+    "workload.num_groups=2",
+    "workload.prompts_per_group=3",
     "workload.system_prompt_len=96",
     "workload.question_len=8",
     "workload.output_len=2",
@@ -63,11 +63,11 @@ def _run(workers, router: str, policy: str, run_dir):
     assert run.returncode == 0, run.stderr[-3000:]
     table = pd.read_parquet(run_dir / "requests.parquet").set_index("request_id")
     decisions = pd.read_csv(run_dir / "fleet" / "decisions.csv").set_index("request_id")
-    assert len(table) == 12 and sorted(decisions.index) == sorted(table.index)
+    assert len(table) == 6 and sorted(decisions.index) == sorted(table.index)
     assert (table["replica"] == decisions["actual"]).all()
     assert (table["predicted_replica"] == table["replica"]).all()  # the twin predicted them all
     twin = run.summary["fleet_twin"]
-    assert twin["predicted"] == twin["scored"] == 12 - twin["guesses"]
+    assert twin["predicted"] == twin["scored"] == 6 - twin["guesses"]
     assert run.summary["backend"] == "vllm-server" and run.summary["fleet_workers"] == "vllm"
     return table, decisions, run.summary
 
@@ -95,12 +95,12 @@ def test_kv_aware_routes_on_vllms_own_events(vllm_pair, tmp_path):
 
 
 def test_round_robin_through_sglang_router_splits_the_requests(vllm_pair, tmp_path):
-    """Round robin over the two vLLM servers: 6 requests each, every decision predicted, and the
+    """Round robin over the two vLLM servers: 3 requests each, every decision predicted, and the
     run folder is one harness.report reads (its fleet.csv row names vLLM's arm and the router)."""
     need_router("sglang")
     run_dir = tmp_path / "runs" / "rr"
     table, _, summary = _run(vllm_pair, "sglang-router", "round_robin", run_dir)
-    assert table["replica"].value_counts().sort_index().tolist() == [6, 6]
+    assert table["replica"].value_counts().sort_index().tolist() == [3, 3]
     assert summary["fleet_hit_rate"] <= summary["fleet_bound_hit_rate"] + 1e-12
 
     from harness.report.build import build_report  # harness.report's tables, no figures
