@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from engines.cache import designs
 from harness.config.errors import BadInput
 from harness.config.footprint import GIB, engine_estimate
 from harness.config.processes import VLLM_CPU_BASE_BYTES, builtin_server_bytes
@@ -69,10 +70,12 @@ def _vllm(cfg: RunConfig) -> WorkerPlan:
     served = MODEL_DIR.relative_to(REPO)
     _check_model(cfg, MODEL_PRESET, str(served))
     engine = cfg.engine
-    if engine.cache != "apc":  # vLLM's own prefix cache is what engine=apc reproduces
+    # the designs whose upstream is vLLM's (the registry's, never a literal): the twin's cache
+    vllm_designs = [d.name for d in designs() if d.upstream_scheduler == "vllm"]
+    if engine.cache not in vllm_designs:
         raise BadInput(
             f"fleet.workers=vllm: the workers are vLLM servers with vLLM's own prefix cache; "
-            f"engine={engine.cache} does not apply (leave engine=apc)"
+            f"engine={engine.cache} does not apply (valid: {', '.join(vllm_designs)})"
         )
     if engine.block_size % VLLM_BLOCK_MULTIPLE:
         raise BadInput(
