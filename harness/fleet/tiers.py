@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
+from typing import Any, TypeVar
 
 from engines.cache.storage_tier import StorageTier
 from engines.cache.tiers import HostTier, TierStats
 from engines.engine import Engine
 from engines.host_link import CarriesHostLink, LinkFigures
 from engines.storage_link import StorageLinkFigures
+
+F = TypeVar("F", LinkFigures, StorageLinkFigures)
 
 
 def fleet_tier_stats(replicas: Sequence[Engine]) -> TierStats | None:
@@ -39,43 +42,43 @@ def fleet_link_figures(replicas: Sequence[Engine]) -> LinkFigures | None:
     """The replicas' host links: bytes and link seconds summed (`load_stall_s` is then replica-
     seconds of step time the loads added, over the fleet), the worst store backlog; None when no
     replica prices or counts a link."""
-    links = [
-        e.executor.host_link.figures()
-        for e in replicas
-        if isinstance(e.executor, CarriesHostLink) and e.executor.host_link is not None
-    ]
-    if not links:
-        return None
-    return LinkFigures(
-        bandwidth_bytes_per_s=links[0].bandwidth_bytes_per_s,  # replicas are alike
-        kv_bytes_per_token=links[0].kv_bytes_per_token,
-        load_bytes=sum(f.load_bytes for f in links),
-        store_bytes=sum(f.store_bytes for f in links),
-        load_s=sum(f.load_s for f in links),
-        load_stall_s=sum(f.load_stall_s for f in links),
-        max_store_backlog_s=max(f.max_store_backlog_s for f in links),
+    return _combined(
+        [
+            e.executor.host_link.figures()
+            for e in replicas
+            if isinstance(e.executor, CarriesHostLink) and e.executor.host_link is not None
+        ]
     )
 
 
 def fleet_storage_link_figures(replicas: Sequence[Engine]) -> StorageLinkFigures | None:
     """The replicas' storage links (each node its own): bytes and busy seconds summed, the read
     stall in replica-seconds, the worst write backlog; None when no replica prices one."""
-    links = [
-        e.executor.host_link.storage.figures()
-        for e in replicas
-        if isinstance(e.executor, CarriesHostLink)
-        and e.executor.host_link is not None
-        and e.executor.host_link.storage is not None
-    ]
+    return _combined(
+        [
+            e.executor.host_link.storage.figures()
+            for e in replicas
+            if isinstance(e.executor, CarriesHostLink)
+            and e.executor.host_link is not None
+            and e.executor.host_link.storage is not None
+        ]
+    )
+
+
+# A link's figures that describe the link, not its traffic: alike on every replica
+_PER_LINK = ("bandwidth_bytes_per_s", "kv_bytes_per_token")
+
+
+def _combined(links: list[F]) -> F | None:
+    """One link's figures for the fleet: bytes and seconds summed, a `max_` backlog the worst
+    replica's, the link's own constants the first's (replicas are alike)."""
     if not links:
         return None
-    return StorageLinkFigures(
-        bandwidth_bytes_per_s=links[0].bandwidth_bytes_per_s,  # replicas are alike
-        kv_bytes_per_token=links[0].kv_bytes_per_token,
-        read_bytes=sum(f.read_bytes for f in links),
-        write_bytes=sum(f.write_bytes for f in links),
-        read_s=sum(f.read_s for f in links),
-        write_s=sum(f.write_s for f in links),
-        read_stall_s=sum(f.read_stall_s for f in links),
-        max_write_backlog_s=max(f.max_write_backlog_s for f in links),
-    )
+
+    def combine(name: str) -> Any:  # the field's own type: int, float or None
+        values = [getattr(f, name) for f in links]
+        if name in _PER_LINK:
+            return values[0]
+        return max(values) if name.startswith("max_") else sum(values)
+
+    return type(links[0])(**{f.name: combine(f.name) for f in fields(links[0])})
