@@ -15,11 +15,12 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from harness.live_server import prometheus
 from harness.live_server.http_client import Reply
-from harness.live_server.launch import VllmLaunch, start_vllm, stop
+from harness.live_server.launch import Started, VllmLaunch, start_vllm, stop
 from harness.routers.faults import FleetFault
 from harness.routers.fleet import Workers
 
@@ -59,9 +60,10 @@ class EventRelay:
 @contextlib.contextmanager
 def vllm_workers(num_workers: int, out_dir: Path, launch: VllmLaunch) -> Iterator[Workers]:
     """N servers of `launch` (its block size and block count; port, name, events and log are
-    set here), started one after another (each start takes the two cores for a minute or two),
-    every one stopped by its PID on exit. Worker i is the i-th URL in string order, as for
-    built-in workers; its log ends up as `out_dir/logs/workers/proc<i>.log`."""
+    set here), started at once (a start is mostly one process importing and spawning the next,
+    so starts side by side overlap even on 2 cores), every one stopped by its PID on exit, a
+    failed start's siblings included. Worker i is the i-th URL in string order, as for built-in
+    workers; its log ends up as `out_dir/logs/workers/proc<i>.log`."""
     logs = out_dir / "logs" / "workers"
     relays = [EventRelay() for _ in range(num_workers)]
     nonce = launch.nonce  # one served name for all: a router may send any request anywhere
@@ -76,13 +78,9 @@ def vllm_workers(num_workers: int, out_dir: Path, launch: VllmLaunch) -> Iterato
         )
         for i, relay in enumerate(relays)
     ]
-    started = []
+    started: list[Started] = []
     try:
-        for one in launches:
-            try:
-                started.append(start_vllm(one))
-            except RuntimeError as exc:  # it exited, stayed unhealthy, or lost its port
-                raise FleetFault(f"vLLM worker {len(started)} did not start: {exc}") from None
+        started += _start_all(launches)
         order = sorted(range(num_workers), key=lambda i: started[i].url)
         for k, i in enumerate(order):  # the name a dead worker's log is looked up by (faults.py)
             started[i].log_path.rename(logs / f"proc{k}.log")
@@ -100,6 +98,24 @@ def vllm_workers(num_workers: int, out_dir: Path, launch: VllmLaunch) -> Iterato
             stop(s.process)
         for relay in relays:
             relay.close()
+
+
+def _start_all(launches: list[VllmLaunch]) -> list[Started]:
+    """Every launch started in its own thread; FleetFault naming the first that failed, after
+    the others have started and been stopped."""
+    with ThreadPoolExecutor(max_workers=len(launches)) as pool:
+        futures = [pool.submit(start_vllm, one) for one in launches]
+        wait(futures)
+    failed = [(i, exc) for i, f in enumerate(futures) if (exc := f.exception()) is not None]
+    if not failed:
+        return [f.result() for f in futures]
+    for f in futures:
+        if f.exception() is None:
+            stop(f.result().process)
+    i, exc = failed[0]
+    if isinstance(exc, RuntimeError):  # it exited, stayed unhealthy, or lost its port
+        raise FleetFault(f"vLLM worker {i} did not start: {exc}")
+    raise exc
 
 
 class SuccessCounters:
