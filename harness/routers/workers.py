@@ -88,7 +88,9 @@ def _vllm(cfg: RunConfig) -> WorkerPlan:
             f"load.max_concurrency={width}: vLLM workers are told apart by their success "
             "counters, one request at a time; fleet.workers=vllm takes load.max_concurrency=1"
         )
-    launch = VllmLaunch(block_size=engine.block_size, num_gpu_blocks=engine.num_blocks)
+    launch = VllmLaunch(
+        block_size=engine.block_size, num_gpu_blocks=engine.num_blocks, eager=cfg.fleet.vllm_eager
+    )
     pool = engine_estimate(engine, cfg.model, "cpu").kv_bytes
     if pool > launch.kv_space_gib * GIB:
         raise BadInput(

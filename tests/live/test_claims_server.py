@@ -134,3 +134,9 @@ def test_launch_flags_for_a_caching_off_server():
     off = VllmLaunch(prefix_caching=False).argv(py)
     assert "--no-enable-prefix-caching" in off and "--enable-prefix-caching" not in off
     assert "--enable-prompt-tokens-details" in off  # the off server still reports 0 cached
+
+
+def test_launch_flags_for_an_eager_server():
+    py = Path("python")
+    assert "--enforce-eager" not in VllmLaunch().argv(py)  # vLLM's default: compile
+    assert "--enforce-eager" in VllmLaunch(eager=True).argv(py)

@@ -42,7 +42,7 @@ STREAM = [
     "warmup.prompt_len=16",
     "warmup.output_len=2",
 ]
-WORKERS = ["fleet.replicas=2", "fleet.workers=vllm"]
+WORKERS = ["fleet.replicas=2", "fleet.workers=vllm", "fleet.vllm_eager=true"]
 
 
 @pytest.fixture(scope="module")

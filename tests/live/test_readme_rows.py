@@ -47,6 +47,7 @@ VLLM_ROWS = {name: o for name, o in ROWS.items() if not name.startswith("SGLang"
 def test_the_rows_are_listed_with_the_start_line_of_the_test_server():
     assert len(VLLM_ROWS) == 9 and len(ROWS) == 11
     assert f"--num-gpu-blocks {VLLM_TEST_BLOCKS}" in START and "--kv-events ipc://" in START
+    assert "--eager" in START  # the session server starts eagerly (tests/conftest.py)
 
 
 @pytest.mark.parametrize("row", list(VLLM_ROWS))

@@ -74,7 +74,9 @@ def test_a_port_taken_after_its_pick_moves_the_launch_to_a_fresh_port(
         return port
 
     monkeypatch.setattr(launch, "free_port", free_port)
-    started = start_vllm(VllmLaunch(port=0, num_gpu_blocks=129, log_path=tmp_path / "vllm.log"))
+    started = start_vllm(
+        VllmLaunch(port=0, num_gpu_blocks=129, log_path=tmp_path / "vllm.log", eager=True)
+    )
     try:
         assert len(picks) == 2 and started.port == picks[1] != picks[0]
         with urllib.request.urlopen(f"{started.url}/v1/models", timeout=10) as reply:

@@ -40,6 +40,10 @@ def _refused(overrides: list[str], run_dir) -> str:
     [
         (["fleet.workers=gpu"], "fleet.workers must be one of builtin, vllm, got 'gpu'"),
         (
+            ["fleet.workers=builtin", "fleet.vllm_eager=true"],
+            "fleet.vllm_eager=true starts vLLM workers eagerly: it takes fleet.workers=vllm",
+        ),
+        (
             ["fleet.real=null"],
             "fleet.workers=vllm puts servers behind a real router: set fleet.real",
         ),
