@@ -9,6 +9,13 @@ table gives each start's placement wave apart (harness/routers/streams.py spread
     python scripts/fleet_twin_scores.py --workers 3 4 --concurrency 1 4 --starts 2 \
         --cases vllm:round_robin sglang:cache_aware --out results/fleet-twin-scores
 
+Each start's folder (OUT/x<N>/<router>-<policy>-c<K>-s<start>/) keeps what a run of the pipeline
+keeps under fleet/ (harness/routers/target.py): decisions.csv (each request's predicted and actual
+worker, cached tokens, wave, whether the twin had learned what it needed, a miss's cause),
+learned-<router>-<policy>.json (the worker order and first pick the twin learned) and the router's
+log. The fixed streams here are the twin's checks; `python -m harness ... fleet.real=...` runs a
+workload through a real router.
+
 Bounded: stops starting routers once --budget-s has passed (the lines so far are kept), and every
 process it starts is stopped by its PID (harness.routers.fleet.processes).
 """
@@ -34,10 +41,10 @@ from harness.routers.fleet import (  # noqa: E402
     TWINNED,
     route_through,
     router_available,
-    streams,
     worker_fleet,
 )
-from harness.routers.streams import Waves, load_stream, spread_stream  # noqa: E402
+from harness.routers.streams import Waves, load_stream, spread_stream, streams  # noqa: E402
+from harness.routers.target import write_decisions  # noqa: E402
 
 LOAD_CASE = "kv_aware+load"  # kv_aware on a stream where in-flight load moves its decisions
 # cache_aware on a stream whose one-at-a-time decisions spread: the groups placed through the
@@ -192,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
                         got = route_through(
                             kind, cfg, fleet, case.stream, where, case.warm, k, case.waves
                         )
+                        write_decisions(where / "decisions.csv", got)
                         if policy == SPREAD_CASE:
                             lines.append(line(kind, policy, n, k, one_at_a_time(got)))
                             spread.append(spread_line(kind, n, s, got))

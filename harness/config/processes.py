@@ -1,11 +1,11 @@
 """Processes a command would start, and their memory, checked against this machine first.
 
-An entry point that takes a process count (`--workers`, a launcher's `n_jobs`) lists what it would
-start as `Spawn`s and calls `check_spawns` before the first one starts: more processes than
-PROCESSES_PER_CPU per usable CPU (or the user's process limit), or more memory than is available
+An entry point that takes a process count (`fleet.replicas` of a real-router run, a launcher's
+`n_jobs`) lists what it would start as `Spawn`s and calls `check_spawns` before the first one
+starts: more processes than PROCESSES_PER_CPU per usable CPU (or the user's process limit), or more memory than is available
 now (harness/config/footprint.py's figure, PREFIXBENCH_MEMORY_LIMIT overriding it), is one line
-naming the flag, the estimate and what would fit, and exit 2. (`--workers 64` started 64 servers
-and ran a 2-core machine out of memory.)
+naming the key or flag, the estimate and what would fit, and exit 2. (The built-in fleet's side
+CLI, gone since, started 64 servers for `--workers 64` and ran a 2-core machine out of memory.)
 """
 
 from __future__ import annotations

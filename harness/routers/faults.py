@@ -2,7 +2,8 @@
 
 A worker killed mid-run, a router that cannot bind its port, a binary that cannot be executed:
 each ends the run as one `error:` line naming the process, its PID and exit status (exit 1),
-after every process the run started has been stopped by its PID (fleet.processes).
+after every process the run started has been stopped by its PID (fleet.processes). A FleetFault
+is a TargetFault (harness/run/faults.py): the pipeline prints it as that one line, no traceback.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.run.faults import TargetFault
 
-class FleetFault(RuntimeError):
+
+class FleetFault(TargetFault):
     """A fleet process failed or exited while the run needed it (not the user's input)."""
 
 

@@ -1,5 +1,8 @@
 """A fleet behind a real router: N built-in servers and sglang-router or vllm-router on loopback,
-driven one request at a time, with the routing twin (docs/fleet.md §5).
+driven in waves of requests, with the routing twin (docs/fleet.md §5). The pieces a run of the
+pipeline (harness/routers/target.py: `worker_fleet`, `router_up`, `watched`) and the twin's
+checks (`route_through`: tests/live/test_fleet_real.py, scripts/fleet_twin_scores.py) start
+fleets with; it has no command line of its own.
 
     start N workers (python -m harness.builtin_server worker_tag=wI) ─▶ start the router
     for each request: POST router/v1/completions, streamed ─▶ its system_fingerprint names the worker
@@ -23,32 +26,23 @@ import socket
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from engines.cache import DEFAULT_DESIGN, DESIGNS, designs_with
+from engines.cache import DEFAULT_DESIGN, designs_with
 from engines.cache.protocol import KvEventSource
 from engines.config import EngineConfig
 from engines.errors import BadInput
-from harness.config.processes import builtin_server_bytes
 from harness.fleet.config import FleetConfig
 from harness.fleet.policies import Routed
 from harness.live_server.http_client import Reply
-from harness.routers.cli import check_fleet_args, result_lines
-from harness.routers.drive import (
-    Decision,
-    TreeKey,
-    drive_router,
-    order_only,
-    send_completion,
-)
+from harness.routers.drive import Decision, TreeKey, drive_router, send_completion
 from harness.routers.faults import FleetFault, exited, fault
 from harness.routers.kv_index import KvEventIndex
 from harness.routers.learned import read_order
-from harness.routers.streams import Waves, streams
+from harness.routers.streams import Waves
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_KINDS = ("sglang", "vllm")
@@ -281,14 +275,16 @@ def worker_fleet(
 @dataclass(frozen=True)
 class RouterUp:
     """A started router over its workers: where to send, the served model name, the twin's KV
-    index (kv_aware), the worker order the router logged (vllm-router), the learned facts and
-    how the router's tree reads a request (None: as sent)."""
+    index (kv_aware), the worker order the router logged (vllm-router), the learned facts, the
+    fleet's processes found exited (each named, with its log: `watched`) and how the router's
+    tree reads a request (None: as sent)."""
 
     url: str
     model: str
     index: KvEventIndex | None
     order: list[int] | None
     facts: dict[str, object]
+    gone: Callable[[], list[str]]
     key: TreeKey | None = None
 
 
@@ -311,6 +307,27 @@ def tokenized_by(url: str, model: str) -> TreeKey:
 
 
 @contextlib.contextmanager
+def watched(gone: Callable[[], list[str]]) -> Iterator[None]:
+    """A failure inside that a fleet process caused (a wait that saw one exit, a request cut, a
+    reply misread because its worker died) as one FleetFault naming the processes `gone` finds
+    exited; a process found exited at the end, though nothing failed, too (a router may route
+    around a dead worker: not the fleet we measure). Anything else propagates as it is."""
+    import httpx
+
+    try:
+        yield
+    except (FleetFault, TimeoutError, httpx.HTTPError, KeyError, ValueError) as exc:
+        dead = settled(gone)
+        if isinstance(exc, (KeyError, ValueError)) and not dead:
+            raise  # bad input, or a reply we misread with every process alive: our bug, traced
+        ours = isinstance(exc, (FleetFault, TimeoutError))
+        what = str(exc) if ours else f"a request failed ({type(exc).__name__}: {exc})"
+        raise fault(what[:300], dead) from None
+    if dead := gone():
+        raise fault("a fleet process exited", dead)
+
+
+@contextlib.contextmanager
 def router_up(
     kind: str,
     cfg: FleetConfig,
@@ -319,16 +336,18 @@ def router_up(
     warm: Sequence[tuple[int, Routed]] = (),
 ) -> Iterator[RouterUp]:
     """Start the router over the workers (caches flushed first, then each `warm` request sent
-    straight to its worker) and stop it on exit; a failure inside, of any fleet process, is one
-    FleetFault naming the processes that exited."""
+    straight to its worker) and stop it on exit; a failure while it starts, of any fleet
+    process, is one FleetFault naming the processes that exited. What the caller sends through
+    it goes inside `watched(up.gone)` for the same."""
     import httpx
 
     if cfg.router not in TWINNED.get(kind, ()):
         valid = ", ".join(TWINNED.get(kind, ()))
         raise BadInput(f"{kind}-router policy {cfg.router!r} has no twin; valid: {valid}")
-    model = _served_name(workers.urls[0])
-    for url in workers.urls:
-        httpx.post(f"{url}/reset_prefix_cache", timeout=30).raise_for_status()
+    with watched(workers.dead):
+        model = _served_name(workers.urls[0])
+        for url in workers.urls:
+            httpx.post(f"{url}/reset_prefix_cache", timeout=30).raise_for_status()
     index = None
     if cfg.router == "kv_aware" and workers.kv_events is not None:
         index = KvEventIndex(workers.kv_events, workers.block_size)
@@ -338,15 +357,15 @@ def router_up(
     try:
         with processes([command], logs) as procs:
             router_url = f"http://127.0.0.1:{port}"
-            watched = procs + list(workers.procs)  # a worker dying stops the waits too
+            waited = procs + list(workers.procs)  # a worker dying stops the waits too
 
             def gone() -> list[str]:
                 return exited(procs, [f"{kind}-router (port {port})"], logs) + workers.dead()
 
             facts: dict[str, object] = {"router": kind, "policy": cfg.router}
-            try:
-                wait_ready(router_url, watched, 60.0, "/health")
-                wait_workers(router_url, len(workers.urls), watched, 60.0)
+            with watched(gone):
+                wait_ready(router_url, waited, 60.0, "/health")
+                wait_workers(router_url, len(workers.urls), waited, 60.0)
                 with httpx.Client(timeout=120) as client:
                     for i, req in warm:
                         send_completion(client, workers.urls[i], model, req)
@@ -355,16 +374,7 @@ def router_up(
                 if (kind, cfg.router) == ("vllm", "cache_aware"):
                     key = tokenized_by(workers.urls[0], model)
                     facts["tree_reads"] = "token ids (the workers' /tokenize)"
-                yield RouterUp(router_url, model, index, order, facts, key)
-            except (FleetFault, TimeoutError, httpx.HTTPError, KeyError, ValueError) as exc:
-                dead = settled(gone)
-                if isinstance(exc, (KeyError, ValueError)) and not dead:
-                    raise  # a reply we misread with every process alive: our bug, traced
-                ours = isinstance(exc, (FleetFault, TimeoutError))
-                what = str(exc) if ours else f"a request failed ({type(exc).__name__}: {exc})"
-                raise fault(what[:300], dead) from None
-            if gone():  # a router may route around a dead worker: not the fleet we measure
-                raise fault("a fleet process exited during the run", gone())
+            yield RouterUp(router_url, model, index, order, facts, gone, key)
     finally:
         if index is not None:
             index.stop()
@@ -392,8 +402,8 @@ def route_through(
 ) -> list[Decision]:
     """Start the router over the workers (router_up), drive `stream` through it in waves of
     `concurrency` (or in its own `waves`), stop it; what the twin learned goes to
-    learned-<router>-<policy>.json."""
-    with router_up(kind, cfg, workers, out_dir, warm) as up:
+    learned-<router>-<policy>.json. A fleet process's failure is one FleetFault naming it."""
+    with router_up(kind, cfg, workers, out_dir, warm) as up, watched(up.gone):
         decisions = drive_router(
             up.url, up.model, stream, cfg, workers, up.index, concurrency, up.order, up.facts,
             waves=None if waves is None else waves.waves,
@@ -405,88 +415,7 @@ def route_through(
     return decisions
 
 
-def run_real_fleet(
-    kind: str,
-    cfg: FleetConfig,
-    stream: list[Routed],
-    out_dir: Path,
-    engine: str = DEFAULT_DESIGN,
-    warm: Sequence[tuple[int, Routed]] = (),
-    concurrency: int = 1,
-) -> list[Decision]:
-    """Start `cfg.replicas` workers and the router, drive `stream` through it, stop them all."""
-    with worker_fleet(cfg.replicas, out_dir, engine=engine) as workers:
-        return route_through(kind, cfg, workers, stream, out_dir, warm, concurrency)
-
-
 def _served_name(url: str) -> str:
     import httpx
 
     return str(httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"])
-
-
-def run_files(router: str, policy: str) -> list[str]:
-    """What a real-router run writes under its folder."""
-    return ["decisions.csv", f"learned-{router}-{policy}.json", "logs"]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.routers.fleet`: one real-router run; decisions to OUT/decisions.csv."""
-    import argparse
-    import csv
-
-    parser = argparse.ArgumentParser(prog="python -m harness.routers.fleet", description=__doc__)
-    parser.add_argument("--router", choices=ROUTER_KINDS, default="sglang")
-    parser.add_argument("--policy", default="cache_aware")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--groups", type=int, default=4)
-    parser.add_argument("--per-group", type=int, default=6)
-    parser.add_argument("--engine", choices=DESIGNS.names(), default=DEFAULT_DESIGN)
-    parser.add_argument("--concurrency", type=int, default=1, help="requests sent at once")
-    parser.add_argument("--out", default="results/fleet-real")
-    args = parser.parse_args(argv)
-    try:
-        worker_bytes = builtin_server_bytes(WORKER_MODEL, args.engine)
-        check_fleet_args(args, TWINNED, "built-in server", worker_bytes)
-        if not 1 <= args.concurrency <= 64:
-            raise BadInput(f"--concurrency must be an integer in [1, 64], got {args.concurrency}")
-        cfg = FleetConfig(replicas=args.workers, router=args.policy)
-        cfg.validate()
-        if not router_available(args.router):
-            raise BadInput(
-                f"{args.router}-router is not installed in {routers_venv()}: "
-                "run bash scripts/setup_routers.sh"
-            )
-        out = Path(args.out) / f"{args.router}-{args.policy}-x{args.workers}-c{args.concurrency}"
-        stream, warm = streams(cfg.router, args.groups, args.per_group, args.workers)
-        decisions = run_real_fleet(
-            args.router, cfg, stream, out, args.engine, warm, args.concurrency
-        )
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (FleetFault, TimeoutError) as exc:  # every process it started is stopped by now
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    with open(out / "decisions.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["request_id", "wave", "predicted", "actual", "cached_tokens", "learned"])
-        writer.writerows(
-            (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens, d.learned)
-            for d in decisions
-        )
-    title = f"{args.router}-router {args.policy}, {args.workers} workers, concurrency {args.concurrency}"
-    print(
-        "\n".join(
-            result_lines(title, decisions, args.workers, out, run_files(args.router, args.policy))
-        )
-    )
-    print(f"  misses only in arrival order: {order_only(decisions)}")
-    causes = Counter(d.cause for d in decisions if d.cause)
-    if causes:
-        print(f"  misses by cause (replayed): {dict(sorted(causes.items()))}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

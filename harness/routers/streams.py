@@ -1,5 +1,5 @@
-"""The fixed streams the real-router checks use (`python -m harness.routers.fleet`, the live
-tests): groups of prompts sharing a prefix, interleaved, as text or token ids, and for kv_aware the
+"""The fixed streams the real-router checks use (scripts/fleet_twin_scores.py, the live tests):
+groups of prompts sharing a prefix, interleaved, as text or token ids, and for kv_aware the
 prefixes placed on their workers beforehand; for cache_aware one-at-a-time decisions that spread,
 the groups placed through the router by a first wave sent at once (`spread_stream`). A run of the
 pipeline routes its workload instead.

@@ -27,7 +27,7 @@ import logging
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from engines.cache import designs_with
@@ -42,8 +42,8 @@ from harness.fleet.policies import Routed
 from harness.metrics.summary import RunContext
 from harness.metrics.table import itls_ms, request_row, request_table
 from harness.results.run_dir import RunDir
-from harness.routers.cli import result_lines
 from harness.routers.drive import Decision, drive_router, order_only, send_completion
+from harness.routers.faults import FleetFault
 from harness.routers.fleet import (
     TWINNED,
     RouterUp,
@@ -51,7 +51,9 @@ from harness.routers.fleet import (
     router_available,
     router_up,
     routers_venv,
+    watched,
 )
+from harness.routers.lines import result_lines
 from harness.routers.workers import WorkerPlan, worker_plan
 from harness.run.target import Recorded
 from workloads.bounds import run_bounds
@@ -129,8 +131,9 @@ def waves_of(requests: Sequence[Request], width: int) -> list[list[Request]]:
 class RealFleetSession:
     """N workers behind one real router, for one run; every process is started in `admit` and
     stopped by its PID in `close` (`running` workers are the caller's: neither). Logs live in a
-    scratch folder until the run's folder gets them (`write_files`), so a refused or failed start
-    leaves nothing behind."""
+    scratch folder until the run's folder gets them (`write_files`), so a refused start leaves
+    nothing behind; a fleet process that fails is one FleetFault naming it and its log, and that
+    scratch folder is then kept where the message says."""
 
     def __init__(self, cfg: RunConfig, running: Workers | None = None) -> None:
         self.kind, self.plan = check_real_fleet(cfg, running)
@@ -149,6 +152,7 @@ class RealFleetSession:
         self._workers: Workers | None = running
         self._up: RouterUp | None = None
         self._decisions: list[Decision] = []
+        self._keep_logs = False  # a fleet process failed: its message names logs in the scratch
 
     def admit(self, requests: list[Request]) -> None:
         """The prompts as the router gets them, checked against the model's context; then the
@@ -168,13 +172,26 @@ class RealFleetSession:
             self._routed[r.request_id], self._by_id[r.request_id] = routed, r
             self._served.append(served)
         fleet = self.cfg.fleet
-        if self._workers is None:
-            self._workers = self._stack.enter_context(
-                self.plan.start(fleet.replicas, self._scratch)
+        with self._failing():
+            if self._workers is None:
+                self._workers = self._stack.enter_context(
+                    self.plan.start(fleet.replicas, self._scratch)
+                )
+            self._up = self._stack.enter_context(
+                router_up(self.kind, fleet, self._workers, self._scratch)
             )
-        self._up = self._stack.enter_context(
-            router_up(self.kind, fleet, self._workers, self._scratch)
-        )
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        """A fleet process's failure inside as one FleetFault naming it (`watched`, once the
+        router is up: a worker killed mid-run, a request cut); the scratch folder then stays,
+        for the logs the message names."""
+        try:
+            with watched(self._up.gone) if self._up is not None else contextlib.nullcontext():
+                yield
+        except FleetFault:
+            self._keep_logs = True
+            raise
 
     def _prompt(self, r: Request) -> tuple[Routed, Request]:
         """What the router is sent for `r`, and `r` with the ids the workers will compute."""
@@ -191,7 +208,7 @@ class RealFleetSession:
         import httpx
 
         workers, up = self._running()
-        with httpx.Client(timeout=120) as client:
+        with self._failing(), httpx.Client(timeout=120) as client:
             for url in workers.urls:
                 for r in requests:
                     send_completion(client, url, up.model, self._prompt(r)[0], r.output_len)
@@ -200,8 +217,9 @@ class RealFleetSession:
         import httpx
 
         workers, _ = self._running()
-        for url in workers.urls:
-            httpx.post(f"{url}/reset_prefix_cache", timeout=30).raise_for_status()
+        with self._failing():
+            for url in workers.urls:
+                httpx.post(f"{url}/reset_prefix_cache", timeout=30).raise_for_status()
         return {"cache_flushed": True}
 
     def drive(self, requests: list[Request], deliver: Callable[[Decision], None]) -> None:
@@ -214,10 +232,11 @@ class RealFleetSession:
             self._decisions.append(d)
             deliver(d)
 
-        drive_router(
-            up.url, up.model, [], self.cfg.fleet, workers, up.index, width, up.order, up.facts,
-            waves=waves, deliver=keep, max_tokens=tokens, key=up.key,
-        )  # fmt: skip
+        with self._failing():  # a worker killed mid-run: one line naming it, the rows so far kept
+            drive_router(
+                up.url, up.model, [], self.cfg.fleet, workers, up.index, width, up.order,
+                up.facts, waves=waves, deliver=keep, max_tokens=tokens, key=up.key,
+            )  # fmt: skip
 
     def rows(
         self, item: Decision, index_of: Mapping[str, int], context: dict[str, object]
@@ -291,7 +310,8 @@ class RealFleetSession:
         try:
             self._stack.close()
         finally:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            if not self._keep_logs:
+                shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _running(self) -> tuple[Workers, RouterUp]:
         assert self._workers is not None and self._up is not None, "admit() starts the fleet"
@@ -329,15 +349,17 @@ def twin_figures(decisions: Sequence[Decision], facts: Mapping[str, object]) -> 
 
 
 def write_decisions(path: Path, decisions: Sequence[Decision]) -> None:
+    """decisions.csv: one row per routed request, the twin's worker beside the router's."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
             ["request_id", "wave", "predicted", "actual", "cached_tokens", "learned"]
             + ["output_tokens", "tokens_streamed"]  # tokens_streamed: the token times received
             + ["twin_cached_tokens"]  # kv_aware: the served worker's prefix per its KV events
+            + ["miss_cause"]  # a replayed miss's cause (harness/routers/replay.py), else empty
         )
         writer.writerows(
             (d.request_id, d.wave, d.predicted, d.actual, d.cached_tokens, d.learned)
-            + (d.output_tokens, len(d.token_times_s), d.twin_cached)
+            + (d.output_tokens, len(d.token_times_s), d.twin_cached, d.cause)
             for d in decisions
         )

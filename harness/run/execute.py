@@ -1,7 +1,8 @@
 """One job from a composed configuration to an exit code: claim the directory, check, run, report.
 
 Exit codes: 0 ok; 2 bad input (one `error: ` line on stderr, no traceback); 1 a failed run (a leak
-check, a crash: its traceback is printed and its finished rows are kept); 130 SIGINT/SIGTERM, with
+check, a crash: its traceback is printed and its finished rows are kept; a full disk or a target's
+process that failed, harness/run/faults.py: one line); 130 SIGINT/SIGTERM, with
 the rows finished so far kept and status `interrupted`, whenever it arrives. The run directory,
 once claimed, always ends with a summary.json whose status says which; a directory holding
 another run's results is never written (harness.results.identity.claim_run_dir).
@@ -25,8 +26,8 @@ from harness.config.errors import BAD_INPUT, config_errors, describe
 from harness.results.identity import discard_run_dir
 from harness.results.rowlog import RowLog, count_rows, rows_table
 from harness.results.run_dir import RunDir
-from harness.results.safe_write import disk_fault
 from harness.run.compose import start, typed, with_values_checked, write_manifest
+from harness.run.faults import outside_fault
 from harness.run.pipeline import RunInterrupted, run
 from harness.run.target import Target
 from harness.run.targets import target_for
@@ -65,7 +66,7 @@ def execute(
     except Exception as exc:  # a crash: keep the rows, record it, show where, fail loudly
         message = f"{type(exc).__name__}: {exc}"
         _close(out, rows, "failed", message)
-        if not disk_fault(exc):  # a full or read-only disk is the machine's, not a bug: one line
+        if not outside_fault(exc):  # a full disk, a target's process failing: not a bug, one line
             traceback.print_exc()
         return _say(f"{job}{message}", EXIT_FAILED)
     return _outcome(outcome.summary, out.path, job)

@@ -38,7 +38,7 @@ from harness.metrics.summarize import summarize, summary_dict
 from harness.metrics.summary import RunContext
 from harness.results.rowlog import RowLog
 from harness.results.run_dir import RunDir
-from harness.results.safe_write import disk_fault
+from harness.run.faults import outside_fault
 from harness.run.target import D, Recorded, Session, Target
 from workloads.base import generate_with_notes
 from workloads.progress import progress
@@ -159,7 +159,7 @@ def measure(
     except (KeyboardInterrupt, RunInterrupted):
         status, error = "interrupted", "SIGINT/SIGTERM during the measured run"
     except Exception as exc:  # a crash mid-run: keep the finished rows, mark the run failed
-        if not disk_fault(exc):  # a full or read-only disk is the machine's, not a bug: one line
+        if not outside_fault(exc):  # a full disk, a target's process killed: not a bug, one line
             traceback.print_exc(file=sys.stderr)
         status, error = "failed", f"{type(exc).__name__}: {exc}"
     finally:

@@ -75,6 +75,30 @@ def test_markdown_links_resolve_inside_the_clone():
     assert not broken, broken
 
 
+# `python -m <module>` of one of the project's packages, anywhere in the text (a command in a
+# bash block or in prose)
+RUN_MODULE = re.compile(r"python3? -m ((?:engines|harness|workloads)(?:\.\w+)*)")
+
+
+def _runnable(module: str) -> bool:
+    """A package with a __main__.py, or a module that runs something as __main__."""
+    path = ROOT / module.replace(".", "/")
+    if (path / "__main__.py").is_file():
+        return True
+    source = path.with_suffix(".py")
+    main = re.compile(r"^if __name__ == [\"']__main__[\"']:", re.M)
+    return source.is_file() and main.search(source.read_text()) is not None
+
+
+def test_every_python_m_command_of_ours_runs_something():
+    """A retired command line (the side CLIs `harness.routers.fleet`, `harness.routers.vllm_fleet`)
+    is named nowhere as a command: its module, kept as a library, would import and do nothing."""
+    named = {(f, m) for f, text in texts().items() for m in RUN_MODULE.findall(text)}
+    stale = sorted(f"{f}: python -m {m}" for f, m in named if not _runnable(m))
+    assert len({m for _, m in named}) >= 8  # harness, harness.report, harness.builtin_server...
+    assert not stale, stale
+
+
 # A path under one of the project's own top-level folders, cited in prose (`engines/loop.py`,
 # conf/hardware/*.yaml, results/<run>/...). Upstream paths (vllm/v1/..., python/sglang/...) start
 # elsewhere; the lookbehind keeps them from matching in their middle.

@@ -1,31 +1,67 @@
-"""The real-router launcher (harness/routers/fleet.py) when its processes fail (issue 48, item 2).
+"""A real-router run (`python -m harness ... fleet.real=...`, harness/routers/target.py) when its
+fleet's processes fail (issue 48, item 2; since issue 44 through the one pipeline: the side CLI
+these once ran through, `harness.routers.fleet`'s `main`, is gone).
 
-A router that is missing or unusable is one `error:` line and exit 2 before anything starts; a
-worker killed mid-run ends the run with one `error:` line naming it (exit 1); a worker port taken
-between the launcher's check and the worker's bind ends the start naming that port. After each,
-no process the launcher started is alive: every process it starts carries a marker in its
-environment, and /proc is searched for it (no psutil). The routers come from
-scripts/setup_routers.sh: missing, a failure under CI=true, else a skip (the killed-worker case).
+A router that is missing or unusable is one `error:` line and exit 2 before anything starts, and
+no run folder is left; a worker killed mid-run ends the run with one `error:` line naming it, exit
+1, the rows so far kept in a `failed` run; a worker port taken between the harness's check and the
+worker's bind ends the start with one `error:` line naming that port, exit 1. The error line
+names each dead process's log, which is kept. After each, no process the run started is alive:
+every one carries a marker in its environment, and /proc is searched for it (no psutil). Each run
+is the CLI's job in this process (tests/harness_util.py `run_harness`: `execute`, without ~10 s of
+imports). The routers come from scripts/setup_routers.sh: missing, a failure under CI=true, else a
+skip (the cases that start workers).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
-import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from harness.routers.faults import FleetFault
-from harness.routers.fleet import routers_venv, worker_fleet
+from harness.results.rowlog import count_rows
+from harness.routers import fleet
+from tests.harness_util import merged, run_harness
 from tests.router_util import need_router
 
 MARK = "PREFIXBENCH_FAULT_TEST"
+# 2 built-in workers of smollm2-rand behind sglang-router, round robin: 2 groups x 2 prompts of
+# a 64-token system prompt, 2 output tokens, one at a time
+RUN = [
+    "workload=system_prompt",
+    "workload.num_groups=2",
+    "workload.prompts_per_group=2",
+    "workload.system_prompt_len=64",
+    "workload.question_len=8",
+    "workload.output_len=2",
+    "model=smollm2-rand",
+    "warmup.num_requests=1",
+    "warmup.prompt_len=16",
+    "warmup.output_len=2",
+    "fleet.replicas=2",
+    "fleet.router=round_robin",
+    "fleet.real=sglang-router",
+]
+LONGER = "workload.prompts_per_group=12"
+
+
+@pytest.fixture
+def marked(monkeypatch, tmp_path) -> str:
+    """A marker every process the run starts inherits; the run's scratch folder (its fleet's
+    logs until the run folder gets them) under tmp_path."""
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv(MARK, mark)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return mark
 
 
 def _marked(mark: str) -> list[int]:
@@ -52,17 +88,20 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _fleet(args: list[str], venv: str, mark: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PREFIXBENCH_ROUTERS_VENV": venv, MARK: mark}
-    cmd = [sys.executable, "-m", "harness.routers.fleet", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-
 def _one_error_line(err: str) -> str:
+    """The run's one `error:` line; a failed run also names its folder (`run directory:`)."""
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert all(line in errors or line.startswith("run directory: ") for line in lines), err
+    return errors[0]
+
+
+def _named_log(line: str) -> Path:
+    """The first log the error line names: it must still be there to read."""
+    found = re.search(r"\(log (\S+?\.log)", line)
+    assert found, line
+    return Path(found.group(1))
 
 
 def _broken_venv(tmp_path: Path, how: str) -> Path:
@@ -77,77 +116,80 @@ def _broken_venv(tmp_path: Path, how: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    "router, how",
+    "real, how",
     [
-        ("sglang", "empty folder"),
-        ("vllm", "empty folder"),
-        ("sglang", "python without the router"),
-        ("vllm", "router not executable"),
+        ("sglang-router", "empty folder"),
+        ("vllm-router", "empty folder"),
+        ("sglang-router", "python without the router"),
+        ("vllm-router", "router not executable"),
     ],
 )
-def test_an_unusable_router_is_one_line_and_starts_nothing(tmp_path, router, how):
-    mark = uuid.uuid4().hex
+def test_an_unusable_router_is_one_line_and_starts_nothing(
+    tmp_path, monkeypatch, marked, real, how
+):
     venv = _broken_venv(tmp_path, how)
-    out = tmp_path / "out"
-    args = ["--router", router, "--policy", "round_robin", "--workers", "2", "--out", str(out)]
-    p = _fleet(args, str(venv), mark)
-    _, err = p.communicate(timeout=50)
-    assert p.returncode == 2
-    line = _one_error_line(err)
-    assert f"{router}-router is not installed in {venv}" in line
-    assert not out.exists() and _marked(mark) == []
+    monkeypatch.setenv("PREFIXBENCH_ROUTERS_VENV", str(venv))
+    run_dir = tmp_path / "run"
+    run = run_harness([*RUN[:-1], f"fleet.real={real}"], run_dir)
+    assert run.returncode == 2, run.stderr
+    line = _one_error_line(run.stderr)
+    assert f"{real} is not installed in {venv}: run bash scripts/setup_routers.sh" in line
+    assert not run_dir.exists() and _marked(marked) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["venv"]  # no scratch folder either
 
 
-def _router_started(p: subprocess.Popen[str], mark: str, timeout_s: float) -> bool:
-    """Wait until the launcher has started its router (sglang-router renames its process
-    `sglang::router`; the launcher's import probe before the workers is not it)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and p.poll() is None:
-        if any(
-            "sglang::router" in _cmdline(pid) or "launch_router" in _cmdline(pid)
-            for pid in _marked(mark)
-        ):
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def test_a_worker_killed_mid_run_ends_it_in_one_line_with_no_orphan(tmp_path):
+def test_a_worker_killed_mid_run_ends_it_in_one_line_with_no_orphan(tmp_path, marked):
     need_router("sglang")
-    mark = uuid.uuid4().hex
-    # 10,000 requests one at a time (a few hundred a second): still sending when the worker dies
-    args = ["--router", "sglang", "--policy", "round_robin", "--workers", "2"]
-    args += ["--groups", "100", "--per-group", "100", "--out", str(tmp_path / "out")]
-    p = _fleet(args, str(routers_venv()), mark)
-    try:
-        assert _router_started(p, mark, 240), p.poll()
-        time.sleep(5)  # registered, warmed up, and some of the 10,000 requests answered
-        victim = next(pid for pid in _marked(mark) if "worker_tag=w0" in _cmdline(pid))
-        os.kill(victim, signal.SIGKILL)
-        _, err = p.communicate(timeout=120)
+    run_dir = tmp_path / "run"
+    done, killed = threading.Event(), []
+
+    def kill_w0_mid_run() -> None:  # once 3 rows are measured: the workers are up and answering
+        while not done.is_set() and count_rows(run_dir / "rows.jsonl") < 3:
+            time.sleep(0.02)
+        victims = [pid for pid in _marked(marked) if "worker_tag=w0" in _cmdline(pid)]
+        if not done.is_set() and victims:
+            os.kill(victims[0], signal.SIGKILL)
+            killed.append(victims[0])
+
+    killer = threading.Thread(target=kill_w0_mid_run, daemon=True)
+    killer.start()
+    try:  # 48 requests: a few seconds, still sending when the worker dies
+        run = run_harness(merged(RUN, ["workload.num_groups=4", LONGER]), run_dir)
     finally:
-        if p.poll() is None:  # the test failed first: stop the launcher and what it started
-            p.kill()
-            p.wait()
-        left = _marked(mark)  # read before the cleanup below: what the launcher left
+        done.set()
+        killer.join(10)
+        left = _marked(marked)  # read before the cleanup below: what the run left
         for pid in left:
             os.kill(pid, signal.SIGKILL)
-    assert p.returncode == 1
-    line = _one_error_line(err)
-    assert f"worker w0 (pid {victim}) exited, killed by signal 9" in line
+    assert killed, f"the run ended before its worker was killed: {run.stderr[-2000:]}"
+    assert run.returncode == 1, run.stderr[-3000:]
+    line = _one_error_line(run.stderr)
+    assert f"worker w0 (pid {killed[0]}) exited, killed by signal 9" in line
+    assert _named_log(line).is_file()
     assert left == []  # the other worker and the router stopped by their PIDs
+    summary = run.summary
+    assert summary["status"] == "failed" and f"pid {killed[0]}" in summary["error"]
+    assert 3 <= summary["completed"] < 48  # the rows measured before the kill, kept
 
 
-def test_a_worker_port_taken_before_the_bind_is_named_and_nothing_is_left(tmp_path, monkeypatch):
-    mark = uuid.uuid4().hex
-    monkeypatch.setenv(MARK, mark)  # the workers inherit it
+def test_a_worker_port_taken_before_the_bind_is_named_and_nothing_is_left(
+    tmp_path, monkeypatch, marked
+):
+    """The harness finds a free port for each worker; another process can take it before the
+    worker binds it. Forced here: the first port handed out is one a socket of this test holds."""
+    need_router("sglang")
+    run_dir = tmp_path / "run"
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", 0))  # the launcher found it free; then it was taken
+        squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        with pytest.raises(FleetFault) as caught, worker_fleet(1, tmp_path, ports=[port]):
-            pytest.fail("a worker started on a port already taken")
-    said = str(caught.value)
-    assert f"worker w0 (port {port}) (pid " in said and "exited, exit status" in said
-    assert "\n" not in said
-    assert _marked(mark) == []
+        ports, free = iter([port]), fleet.free_port
+        monkeypatch.setattr(fleet, "free_port", lambda: next(ports, 0) or free())
+        run = run_harness(RUN, run_dir)
+    assert run.returncode == 1, run.stderr[-3000:]
+    line = _one_error_line(run.stderr)
+    assert re.search(rf"worker w\d \(port {port}\) \(pid \d+\) exited, exit status", line), line
+    assert "Address already in use" in line  # the worker log's last line
+    assert _named_log(line).is_file()
+    assert _marked(marked) == []
+    assert run.summary["status"] == "failed" and run.summary["completed"] == 0

