@@ -211,13 +211,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     """`--dist loadfile` in the work units of `work_unit`; any other mode is xdist's own (None)."""
     if config.getoption("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadFileScheduling
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
     class SharedServerScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-    return SharedServerScheduling(config, log)  # type: ignore[arg-type]
+    return SharedServerScheduling(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)

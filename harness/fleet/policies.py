@@ -209,9 +209,10 @@ class CacheAware:
         self.record(req, choice, view.now_s)
         return choice
 
-    def decide(self, req: Routed, view: FleetView) -> int:
-        """The worker for `req`, the tree left as it is (the routing twin records the worker
-        the real router chose instead)."""
+    def decide(self, req: Routed, view: FleetView, touch: bool = True) -> int:
+        """The worker for `req`, no prompt inserted (the routing twin records the worker the
+        real router chose instead); the matched path marked used, as the router's match does
+        (`touch=False`: not, for a decision only looked at)."""
         cfg, loads = self.cfg, view.loads
         self.ties = None
         if self.all_tenants:
@@ -222,7 +223,7 @@ class CacheAware:
         if hi - lo > cfg.balance_abs_threshold and hi > lo * cfg.balance_rel_threshold:
             return least_loaded(loads)
         key = pack(req.prompt)
-        matched, tenant = self.tree.match(key, view.now_s)
+        matched, tenant = self.tree.match(key, view.now_s, touch)
         if tenant is not None and matched / max(len(key) // 4, 1) > cfg.cache_threshold:
             return tenant
         if self.cold_least_load:

@@ -1,8 +1,8 @@
 """Driving a stream through a started real router, the routing twin predicting each decision
 first: waves of requests sent at once, streamed (harness/routers/streamed.py), each reply's worker
-and token times read back, the twin taught the actual decisions, and each miss's cause
-(harness/routers/replay.py). harness/routers/fleet.py starts the workers and the router; this
-module only sends and predicts.
+and token times read back, the twin taught the actual decisions, and each miss's cause (the
+arrival orders searched, harness/routers/replay.py). harness/routers/fleet.py starts the workers
+and the router; this module only sends and predicts.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from harness.routers.faults import FleetFault
 from harness.routers.kv_cost import VllmKvAware
 from harness.routers.kv_index import KvEventIndex
 from harness.routers.learned import LearnedRoundRobin
-from harness.routers.replay import OTHER, replay
+from harness.routers.replay import OTHER, search
 from harness.routers.streamed import RouterClient
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def drive_router(
             workers.served_by.before()
             replies = client.wave(model, wave, [tokens.get(r.request_id, 2) for r in wave])
             actuals = [workers.served_by.after(got.reply) for got in replies]
-            causes = _causes(twin, seen, predicted, actuals, len(urls), now)
+            causes = _causes(twin, seen, predicted, actuals, len(urls), now, facts)
             for req, view, (guess, ties, cached), got, actual, cause in zip(
                 wave, seen, predicted, replies, actuals, causes
             ):
@@ -207,18 +207,22 @@ def _causes(
     actuals: Sequence[int],
     num_workers: int,
     now: float,
+    facts: dict[str, object],
 ) -> list[str]:
     """Each decision's miss cause ("" for a hit): cache_aware's waves of more than one request
-    replayed in every arrival order (harness/routers/replay.py), the worker order the replay
-    settled then the twin's."""
+    searched for an arrival order that reproduces them (harness/routers/replay.py), the worker
+    order of the one found then the twin's; a search cut short is counted in `facts`
+    (`replays_cut_short`: its misses are `other`, no order found)."""
     missed = [p.worker != actual for p, actual in zip(predicted, actuals)]
     if not isinstance(twin, CacheAware) or len(wave) < 2 or not any(missed):
         return [""] * len(wave)
-    found = replay(twin, wave, actuals, num_workers, now)
-    if found is not None:
-        twin.order = found[1]
-    cause = OTHER if found is None else found[0]
-    return [cause if m else "" for m in missed]
+    found = search(twin, wave, actuals, num_workers, now)
+    if found.cause != OTHER:
+        twin.order = found.settled
+    if found.exhausted:
+        cut = facts.get("replays_cut_short", 0)
+        facts["replays_cut_short"] = (cut if isinstance(cut, int) else 0) + 1
+    return [found.cause if m else "" for m in missed]
 
 
 def _predict_wave(

@@ -12,7 +12,8 @@ fleets with; it has no command line of its own.
 The harness owns every port (free loopback ports; each router gets its own Prometheus port) and
 every process. Prompts are text: sglang-router refuses token-id prompts, and its cache_aware tree
 works on characters, which the twin's tree then holds too; vllm-router's holds the token ids the
-workers' /tokenize gives, and so does its twin's (`tokenized_by`).
+workers' /tokenize gives, and so does its twin's (`tokenized_by`); its kv_aware hashes the same
+ids into blocks of the workers' block size (`fleet_layout`), as the twin's index does.
 """
 
 from __future__ import annotations
@@ -238,6 +239,41 @@ def wait_workers(
     )
 
 
+@dataclass(frozen=True)
+class FleetLayout:
+    """Built-in workers before any of them starts: the fleet as a router is given it (its block
+    size the one every worker is started with) and each worker's command line."""
+
+    workers: Workers
+    commands: list[list[str]]
+
+
+def fleet_layout(
+    ports: Sequence[int],
+    model: str = WORKER_MODEL,
+    engine: str = DEFAULT_DESIGN,
+    block_size: int | None = None,
+    overrides: Sequence[str] = (),
+) -> FleetLayout:
+    """Workers on `ports` (worker i on the i-th in string order, the order a router is given
+    them in); those whose cache is a KvEventSource publish their KV events. `block_size`: every
+    worker's, and the one the router and the twin's index are told (None: the design's own, and
+    KV_EVENT_BLOCK for them); it is never an override, so the two cannot differ."""
+    if any(o.startswith("engine.block_size=") for o in overrides):
+        raise ValueError("a worker's block size is fleet_layout's block_size, not an override")
+    ports = sorted(ports, key=str)
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    publish = engine in designs_with(KvEventSource)  # the designs that keep vLLM's KV events
+    events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if publish else None
+    sized = [] if block_size is None else [f"engine.block_size={block_size}"]
+    commands = [
+        worker_command(i, p, model, engine, events[i] if events else None, [*sized, *overrides])
+        for i, p in enumerate(ports)
+    ]
+    block = KV_EVENT_BLOCK if block_size is None else block_size
+    return FleetLayout(Workers(urls, events, block), commands)
+
+
 @contextlib.contextmanager
 def worker_fleet(
     num_workers: int,
@@ -247,29 +283,22 @@ def worker_fleet(
     ready_timeout_s: float = 300.0,
     ports: Sequence[int] | None = None,
     overrides: Sequence[str] = (),
+    block_size: int | None = None,
 ) -> Iterator[Workers]:
-    """N built-in servers on free loopback ports, tagged w0..wN-1 (worker i is the i-th URL in
-    string order, the order a router is given them in); workers whose cache is a
-    KvEventSource publish their KV events. `ports`: the workers' ports instead of free ones
-    (a port found free can be taken before the worker binds it; that worker then exits, and the
-    run ends naming it)."""
+    """N built-in servers on free loopback ports, tagged w0..wN-1, as `fleet_layout` lays them
+    out. `ports`: the workers' ports instead of free ones (a port found free can be taken before
+    the worker binds it; that worker then exits, and the run ends naming it)."""
     ports = sorted(ports or [free_port() for _ in range(num_workers)], key=str)
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    publish = engine in designs_with(KvEventSource)  # the designs that keep vLLM's KV events
-    events = [f"tcp://127.0.0.1:{free_port()}" for _ in ports] if publish else None
-    workers = [
-        worker_command(i, p, model, engine, events[i] if events else None, overrides)
-        for i, p in enumerate(ports)
-    ]
+    layout = fleet_layout(ports, model, engine, block_size, overrides)
     logs = out_dir / "logs" / "workers"
-    with processes(workers, logs) as procs:
+    with processes(layout.commands, logs) as procs:
         names = [f"worker w{i} (port {p})" for i, p in enumerate(ports)]
         try:
-            for url in urls:
+            for url in layout.workers.urls:
                 wait_ready(url, procs, ready_timeout_s)
         except (FleetFault, TimeoutError) as exc:
             raise fault(str(exc), exited(procs, names, logs)) from None
-        yield Workers(urls, events, procs=tuple(procs), logs=logs)
+        yield dataclasses.replace(layout.workers, procs=tuple(procs), logs=logs)
 
 
 @dataclass(frozen=True)
@@ -289,10 +318,11 @@ class RouterUp:
 
 
 def tokenized_by(url: str, model: str) -> TreeKey:
-    """A text request as vllm-router's cache_aware reads it: the prompt's token ids from the
-    worker's /tokenize, the same body the router sends (0.1.17 asks each worker for
-    /v1/completions/render, then /tokenize, and matches its tree on the ids it gets; without
-    them it routes by load alone, docs/fleet.md §5)."""
+    """A text request as vllm-router's cache_aware and kv_aware read it: the prompt's token ids
+    from the worker's /tokenize, the same body the router sends (0.1.17 asks a worker for
+    /v1/completions/render, then /tokenize; cache_aware matches its tree on the ids it gets,
+    and without them routes by load alone; kv_aware hashes them into blocks, docs/fleet.md §5).
+    A prompt of token ids is read as sent."""
     import httpx
 
     def key(req: Routed) -> Routed:
@@ -371,9 +401,10 @@ def router_up(
                         send_completion(client, workers.urls[i], model, req)
                 order = read_order(logs / "proc0.log", workers.urls) if kind == "vllm" else None
                 key = None
-                if (kind, cfg.router) == ("vllm", "cache_aware"):
+                if kind == "vllm" and cfg.router in ("cache_aware", "kv_aware"):
                     key = tokenized_by(workers.urls[0], model)
-                    facts["tree_reads"] = "token ids (the workers' /tokenize)"
+                    reads = "tree_reads" if cfg.router == "cache_aware" else "text_reads"
+                    facts[reads] = "token ids (the workers' /tokenize)"
             yield RouterUp(router_url, model, index, order, facts, gone, key)
     finally:
         if index is not None:

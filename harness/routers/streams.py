@@ -1,8 +1,9 @@
 """The fixed streams the real-router checks use (scripts/fleet_twin_scores.py, the live tests):
 groups of prompts sharing a prefix, interleaved, as text or token ids, and for kv_aware the
-prefixes placed on their workers beforehand; for cache_aware one-at-a-time decisions that spread,
-the groups placed through the router by a first wave sent at once (`spread_stream`). A run of the
-pipeline routes its workload instead.
+prefixes placed on their workers beforehand (token ids, or text the router has a worker
+tokenise); for cache_aware one-at-a-time decisions that spread, the groups placed through the
+router by a first wave sent at once (`spread_stream`). A run of the pipeline routes its workload
+instead.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def text_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
 
 
 def token_stream(num_groups: int, per_group: int, seed: int = 0) -> list[Routed]:
-    """Token-id prompts (vllm-router's kv_aware scores token ids and nothing else): groups
-    sharing a 64-token prefix, each with its own 8-token question, interleaved like text_stream."""
+    """Token-id prompts (vllm-router's kv_aware reads them as sent; a text prompt it has a worker
+    tokenise, placed_text_stream): groups sharing a 64-token prefix, each with its own 8-token
+    question, interleaved like text_stream."""
     import random
 
     rng = random.Random(seed)
@@ -70,6 +72,21 @@ def streams(
         for g in range(num_groups)
     ]
     return stream, warm
+
+
+def placed_text_stream(
+    num_groups: int, per_group: int, num_workers: int, shift: int = 0
+) -> tuple[list[Routed], list[tuple[int, Routed]]]:
+    """Text prompts for kv_aware (vllm-router 0.1.17 has a worker tokenise a text prompt, then
+    hashes the ids; docs/fleet.md §5): text_stream's groups (another seed, request ids `tG-qI`),
+    each group's first prompt sent straight to worker (g + shift) mod N beforehand, the other
+    `per_group` through the router."""
+    import dataclasses
+
+    groups = text_stream(num_groups, per_group + 1, seed=1)
+    named = [dataclasses.replace(r, request_id=f"t{r.request_id}") for r in groups]
+    warm = [((g + shift) % num_workers, named[g]) for g in range(num_groups)]
+    return named[num_groups:], warm
 
 
 def load_stream(

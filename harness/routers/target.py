@@ -10,9 +10,10 @@ fleet.replicas=N fleet.router=POLICY fleet.real=sglang-router|vllm-router
 
 Prompts go as text, the workload's ids decoded with the model's tokenizer (sglang-router refuses
 token ids; the bound is computed on the ids the workers get back from that text); kv_aware sends
-the ids (vllm-router scores nothing else). Requests go in waves of load.max_concurrency (1 when
-unset; vLLM workers take 1 only), a wave when the one before it is answered: arrival times are
-not kept, and a turn never shares a wave with the turn it follows. Replies are streamed through the router
+the ids, the workload's own (vllm-router would have a worker tokenise text, docs/fleet.md §5).
+Requests go in waves of load.max_concurrency (1 when unset; vLLM workers take 1 only), a wave
+when the one before it is answered: arrival times are not kept, and a turn never shares a wave
+with the turn it follows. Replies are streamed through the router
 (harness/routers/streamed.py): a row's TTFT is its first token's arrival, its ITLs the gaps between
 the tokens' chunks, as the server target measures a single server.
 """
@@ -82,13 +83,19 @@ def check_real_fleet(cfg: RunConfig, running: Workers | None = None) -> tuple[st
     lacks or the twin cannot model, a model without a tokenizer, kv_aware over a design that
     publishes no KV events, what the workers' kind refuses (harness/routers/workers.py), more
     workers than this machine holds, a router or vLLM not installed. Returns the router's kind
-    and the workers' plan. `running`: the workers are these, none is started."""
+    and the workers' plan. `running`: the workers are these (as many as `fleet.replicas`, of its
+    block size), none is started."""
     real, fleet = str(cfg.fleet.real), cfg.fleet
     kind = KINDS[real]
     if fleet.router not in TWINNED[kind]:
         valid = ", ".join(TWINNED[kind])
         raise BadInput(f"fleet.router={fleet.router!r} is not a {real} policy; valid: {valid}")
     plan = worker_plan(cfg)
+    if running is not None and running.block_size != plan.block_size:
+        raise BadInput(  # the router and the twin would hash blocks the workers do not keep
+            f"engine.block_size={plan.block_size}, but the running workers' blocks are "
+            f"{running.block_size} tokens"
+        )
     if cfg.model.tokenizer is None:
         raise BadInput(
             f"fleet.real sends text through the router: model={cfg.model.name} has no tokenizer "

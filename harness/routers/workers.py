@@ -35,6 +35,9 @@ class WorkerPlan:
     bytes_each: int  # its resident memory, estimated
     backend: str  # the summary's `backend` and the rows' `engine`
     max_len: int  # prompt plus output tokens one request may take
+    # every worker's block size: the router (kv_aware's --kv-event-block-size) and the twin's
+    # index of the workers' KV events are told it too
+    block_size: int
     problem: Callable[[], str | None]  # why the workers cannot start here, or None
     start: Callable[[int, Path], AbstractContextManager[Workers]]  # (count, log folder)
 
@@ -46,18 +49,20 @@ def worker_plan(cfg: RunConfig) -> WorkerPlan:
 
 def _builtin(cfg: RunConfig) -> WorkerPlan:
     engine = cfg.engine  # the workers' pool and blocks are the run's
-    overrides = [
-        f"engine.block_size={engine.block_size}",
-        f"engine.kv_capacity_tokens={engine.kv_capacity_tokens}",
-    ]
+    block = engine.block_size  # the workers', and so the router's and the twin's (fleet_layout)
     start = functools.partial(
-        worker_fleet, model=cfg.model.name, engine=engine.cache, overrides=overrides
+        worker_fleet,
+        model=cfg.model.name,
+        engine=engine.cache,
+        overrides=[f"engine.kv_capacity_tokens={engine.kv_capacity_tokens}"],
+        block_size=block,
     )
     return WorkerPlan(
         label="built-in server",
         bytes_each=builtin_server_bytes(cfg.model.name, engine.cache),
         backend=engine.cache,
         max_len=cfg.model.max_position_embeddings,
+        block_size=block,
         problem=lambda: None,
         start=start,
     )
@@ -102,6 +107,7 @@ def _vllm(cfg: RunConfig) -> WorkerPlan:
         bytes_each=VLLM_CPU_BASE_BYTES + launch.kv_space_gib * GIB,
         backend="vllm-server",  # the report's name for a live vLLM server's arm
         max_len=min(cfg.model.max_position_embeddings, launch.max_model_len),
+        block_size=launch.block_size,
         problem=missing,
         start=functools.partial(vllm_workers, launch=launch),
     )

@@ -3,8 +3,9 @@ where a wrong model of the router is wrong (at 2 workers either round-robin orde
 rotation): the routing twin predicts at least 99% of the scored decisions of every policy one
 request at a time on streams that spread (round robin in the router's own order, learned;
 cache_aware once the groups are placed by a first wave through the router; consistent_hash on
-vllm-router's own ring; kv_aware from the workers' KV events), and under concurrency each miss
-has its cause (arrival order, a tie not seen yet) and vllm-router's kv_aware load term holds.
+vllm-router's own ring; kv_aware from the workers' KV events, on token ids and on text the
+router has a worker tokenise), and under concurrency each miss has its cause (arrival order, a
+tie not seen yet) and vllm-router's kv_aware load term holds.
 The twin is scored only on decisions predicted from learned facts; its guesses and the router's
 first pick are reported apart, and what it learned is recorded beside the decisions.
 
@@ -22,7 +23,7 @@ import pytest
 from harness.fleet.config import FleetConfig
 from harness.routers.drive import one_at_a_time, order_only
 from harness.routers.fleet import route_through
-from harness.routers.streams import load_stream, spread_stream, streams
+from harness.routers.streams import load_stream, placed_text_stream, spread_stream, streams
 from tests.router_util import module_workers, need_router
 
 WORKERS = 3
@@ -39,20 +40,28 @@ def workers(tmp_path_factory):
 def test_the_twin_predicts_vllm_routers_session_and_kv_policies(policy, workers):
     """consistent_hash: 9 sessions on vllm-router's own ring (harness/fleet/furc.py), each
     session's first worker predicted too; kv_aware: each group's prefix placed on worker g mod 3
-    beforehand, so only a router reading the workers' real caches follows it."""
+    beforehand, so only a router reading the workers' real caches follows it; then 3 text groups
+    placed on worker g + 1 mod 3, which the router has a worker tokenise (/tokenize) and the
+    twin reads the same way."""
     need_router("vllm")
     fleet, out = workers
     groups = 3 * WORKERS if policy == "consistent_hash" else WORKERS
     stream, warm = streams(policy, num_groups=groups, per_group=3, num_workers=WORKERS)
+    if policy == "kv_aware":  # the same router start: text after the token ids
+        text, text_warm = placed_text_stream(WORKERS, per_group=2, num_workers=WORKERS, shift=1)
+        stream, warm = stream + text, warm + text_warm
     cfg = FleetConfig(replicas=WORKERS, router=policy)
     decisions = route_through("vllm", cfg, fleet, stream, out / policy, warm)
     assert len(decisions) == len(stream)
     assert len({d.actual for d in decisions}) >= 2  # the stream spread
     if policy == "kv_aware":  # every group went where its prefix was placed, and hit all of it
-        assert [d.actual for d in decisions] == [
-            int(d.request_id[1:].split("-")[0]) % WORKERS for d in decisions
-        ]
-        assert all(d.cached_tokens == 64 for d in decisions)
+        ids = [d for d in decisions if not d.request_id.startswith("t")]
+        assert [d.actual for d in ids] == [int(d.request_id[1]) % WORKERS for d in ids]
+        assert all(d.cached_tokens == 64 for d in ids)
+        words = [d for d in decisions if d.request_id.startswith("t")]
+        assert [d.actual for d in words] == [(int(d.request_id[2]) + 1) % WORKERS for d in words]
+        # the prefix the twin's index credited (from the twin's /tokenize ids) is the worker's
+        assert all(d.cached_tokens == d.twin_cached and d.cached_tokens >= 64 for d in words)
     assert all(d.learned for d in decisions)  # nothing to guess: the ring, the events
     assert sum(d.predicted == d.actual for d in decisions) >= 0.99 * len(decisions), decisions
 
@@ -133,7 +142,8 @@ def test_cache_aware_ties_go_the_routers_way_and_every_miss_has_its_cause(worker
     """sglang-router's cache_aware at 3 workers, waves of 4 (one at a time it sends every cold
     prompt to its first worker, so only waves spread a stream): two router starts, each with its
     own worker order. The first pick teaches the twin the router's first worker; a miss is
-    replayed in every arrival order (harness/routers/replay.py) and named for its cause."""
+    searched for an arrival order that reproduces it (harness/routers/replay.py) and named for its
+    cause."""
     need_router("sglang")
     fleet, out = workers
     stream, warm = streams("cache_aware", num_groups=6, per_group=2, num_workers=WORKERS)
