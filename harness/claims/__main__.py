@@ -6,6 +6,9 @@ Writes DIR/claims.md, DIR/claims.csv, DIR/figures/claim<N>.png and each claim's 
 DIR/runs/ (replaced on every invocation when this command made it; any other DIR/runs is
 refused and left alone). Exit 0 when every claim was measured (whatever its
 verdict), 1 when a claim's experiment crashed (its row says so), 2 on bad arguments.
+
+`run_claims` is `measure_claims` (every claim on one Context) then `write_claims` (the real-server
+column and the two files); a caller keeping the findings in between calls the two itself.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from harness.claims.experiment import Context
 from harness.claims.figures import draw
-from harness.claims.record import Claim, Finding, Row
+from harness.claims.record import Checked, Claim, Finding, Row
 from harness.claims.registry import CLAIMS, ordered
 from harness.claims.server import server_column
 from harness.claims.strength import Evidence
@@ -76,22 +79,9 @@ def check_claim(claim: Claim, ctx: Context) -> tuple[Row, Finding | None]:
     return row, finding
 
 
-def run_claims(
-    out_dir: Path,
-    quick: bool,
-    only: list[str] | None = None,
-    server_url: str | None = None,
-    server_off_url: str | None = None,
-) -> list[Row]:
-    """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv;
-    `server_url` (a live vLLM server) fills the real-server column, else it says "not run";
-    `server_off_url` (one with prefix caching off) lets the full run check claim 7 there too."""
-    claims = [CLAIMS.get(k) for k in only] if only else ordered()
-    check_out_dir("--out", out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    replace_owned(out_dir / "runs", "python -m harness.claims")  # the previous invocation's runs
-    ctx = Context(out_dir, quick)
-    rows, details = [], {}
+def measure_claims(claims: list[Claim], ctx: Context) -> list[Checked]:
+    """Each claim checked in turn on the one Context (a run is made once: 16 reads 3's arms)."""
+    checked = []
     for claim in claims:
         print(f"claim {claim.number} ({claim.key}) ...", file=sys.stderr, flush=True)
         row, finding = check_claim(claim, ctx)
@@ -100,10 +90,24 @@ def run_claims(
             file=sys.stderr,
             flush=True,
         )
-        rows.append(row)
-        details[claim.number] = finding.details if finding else []
+        checked.append(Checked(claim, row, finding))
+    return checked
+
+
+def write_claims(
+    out_dir: Path,
+    checked: list[Checked],
+    quick: bool,
+    only: list[str] | None = None,
+    server_url: str | None = None,
+    server_off_url: str | None = None,
+) -> list[Row]:
+    """claims.csv and claims.md for the checked claims; the rows as written, their real-server
+    column filled by `server_url` (else it says "not run"). The other arguments are the command
+    line claims.md names."""
     on_server = server_column(server_url, quick, server_off_url)
-    rows = [replace(r, real_server=on_server.get(r.number, "")) for r in rows]
+    rows = [replace(c.row, real_server=on_server.get(c.row.number, "")) for c in checked]
+    details = {c.claim.number: c.finding.details if c.finding else [] for c in checked}
     command = " ".join(
         [
             "python -m harness.claims",
@@ -117,6 +121,29 @@ def run_claims(
     write_csv(rows, out_dir / "claims.csv")
     write_markdown(rows, details, command, out_dir / "claims.md")
     return rows
+
+
+def claims_context(out_dir: Path, quick: bool) -> Context:
+    """A Context writing into `out_dir`, the folder checked and made as `--out` is."""
+    check_out_dir("--out", out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    replace_owned(out_dir / "runs", "python -m harness.claims")  # the previous invocation's runs
+    return Context(out_dir, quick)
+
+
+def run_claims(
+    out_dir: Path,
+    quick: bool,
+    only: list[str] | None = None,
+    server_url: str | None = None,
+    server_off_url: str | None = None,
+) -> list[Row]:
+    """Measure the claims (all, or those named in `only`) and write claims.md / claims.csv;
+    `server_url` (a live vLLM server) fills the real-server column, else it says "not run";
+    `server_off_url` (one with prefix caching off) lets the full run check claim 7 there too."""
+    claims = [CLAIMS.get(k) for k in only] if only else ordered()
+    checked = measure_claims(claims, claims_context(out_dir, quick))
+    return write_claims(out_dir, checked, quick, only, server_url, server_off_url)
 
 
 def main(argv: list[str] | None = None) -> int:

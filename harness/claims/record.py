@@ -99,3 +99,12 @@ class Row:
     seconds: float
     real_server: str = ""  # the claim on a live vLLM server (harness/claims/server.py), or ""
     evidence: str = ""  # runs, seeds and the deciding interval (harness/claims/strength.py)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One claim as checked: its row and, unless its experiment crashed, what it found."""
+
+    claim: Claim
+    row: Row
+    finding: Finding | None

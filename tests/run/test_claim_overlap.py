@@ -11,25 +11,22 @@ from __future__ import annotations
 
 import pytest
 
-from harness.claims.__main__ import check_claim
 from harness.claims.arms import APC, RADIX
-from harness.claims.experiment import Context
 from harness.claims.overlap import CLAIM
 from harness.claims.overlap_runs import ARMS, SGLANG, VLLM, overlap_arm
 from harness.claims.registry import CLAIMS
 from harness.config.schema import register_configs
 
 register_configs()  # the schemas Hydra composes against
-pytestmark = pytest.mark.slow  # 72 simulated runs: about 20 s of CPU
+pytestmark = pytest.mark.slow  # the session's quick claims (tests/quick_claims.py): minutes of CPU
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory):
-    out = tmp_path_factory.mktemp("claim24")
-    row, finding = check_claim(CLAIM, Context(out, quick=True))
-    assert finding is not None, row.verdict
+def quick(quick_claims):
+    """Claim 24 as the session's quick measurement found it (tests/quick_claims.py)."""
+    row, finding = quick_claims.row(CLAIM.key), quick_claims.finding(CLAIM.key)
     cells = {(d["stream"], d["load"]): d for d in finding.details}
-    return out, row, finding, cells
+    return quick_claims.out, row, finding, cells
 
 
 def test_the_claim_is_registered_with_its_row(quick):

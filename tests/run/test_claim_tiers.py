@@ -12,9 +12,7 @@ from __future__ import annotations
 import pytest
 
 from harness.claims import tier_cost, tier_multiturn, tier_throughput, tier_ttft
-from harness.claims.__main__ import check_claim
 from harness.claims.arms import APC, RADIX
-from harness.claims.experiment import Context
 from harness.claims.registry import CLAIMS, ordered
 from harness.claims.tier_arms import DESIGNS, OFF, ON, arm_label
 from harness.config.schema import register_configs
@@ -22,32 +20,32 @@ from harness.config.schema import register_configs
 register_configs()  # the schemas Hydra composes against
 
 
-def _check(claim, tmp_path_factory):
-    out = tmp_path_factory.mktemp(claim.key)
-    row, finding = check_claim(claim, Context(out, quick=True))
-    assert finding is not None, row.verdict
-    assert (out / row.figure).is_file()
+def _check(claim, quick_claims):
+    """The claim's row and finding as the session's quick measurement made them
+    (tests/quick_claims.py)."""
+    row, finding = quick_claims.row(claim.key), quick_claims.finding(claim.key)
+    assert (quick_claims.out / row.figure).is_file()
     return row, finding
 
 
 @pytest.fixture(scope="module")
-def ttft(tmp_path_factory):
-    return _check(tier_ttft.CLAIM, tmp_path_factory)
+def ttft(quick_claims):
+    return _check(tier_ttft.CLAIM, quick_claims)
 
 
 @pytest.fixture(scope="module")
-def multiturn(tmp_path_factory):
-    return _check(tier_multiturn.CLAIM, tmp_path_factory)
+def multiturn(quick_claims):
+    return _check(tier_multiturn.CLAIM, quick_claims)
 
 
 @pytest.fixture(scope="module")
-def cost(tmp_path_factory):
-    return _check(tier_cost.CLAIM, tmp_path_factory)
+def cost(quick_claims):
+    return _check(tier_cost.CLAIM, quick_claims)
 
 
 @pytest.fixture(scope="module")
-def throughput(tmp_path_factory):
-    return _check(tier_throughput.CLAIM, tmp_path_factory)
+def throughput(quick_claims):
+    return _check(tier_throughput.CLAIM, quick_claims)
 
 
 def test_the_tier_claims_follow_the_last_claim_in_the_registry():

@@ -1,6 +1,7 @@
 """`python -m harness.claims --quick`: every claim gets a computed verdict with numbers.
 
-The quick run (a few minutes on a 2-core CPU) happens once per session, shared by the tests below.
+The quick run (a few minutes on a 2-core CPU) happens once per session, shared by the tests below
+and the other files about the claims (the session fixture `quick_claims`, tests/quick_claims.py).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import re
 import pandas as pd
 import pytest
 
-from harness.claims.__main__ import main, run_claims
+from harness.claims.__main__ import main
 from harness.claims.record import FAILS, HOLDS
 from harness.claims.registry import ordered
 from harness.config.schema import register_configs
+from tests.quick_claims import IN_PROCESS
 from workloads.base import generate, params_from_mapping
 from workloads.tokens import TokenSpace
 
@@ -22,20 +24,8 @@ register_configs()  # the schemas Hydra composes against
 VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
 
 
-# Claims 1 and 21 measure CPU time in fresh processes (their spread between invocations), which
-# this tier may not start: tests/live/test_claims_reproduce.py runs them.
-IN_FRESH_PROCESSES = ("zero_hit", "hash_algos")
-IN_PROCESS = [c.key for c in ordered() if c.key not in IN_FRESH_PROCESSES]
-
-
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory):  # a minute or more: the tests using it are marked slow
-    out = tmp_path_factory.mktemp("claims")
-    return out, run_claims(out, quick=True, only=IN_PROCESS)
-
-
-def test_every_claim_has_a_computed_verdict(quick):
-    out, rows = quick
+def test_every_claim_has_a_computed_verdict(quick_claims):
+    out, rows = quick_claims.out, quick_claims.rows
     assert [r.number for r in rows] == [n for n in range(1, 29) if n not in (1, 21)]
     for row in rows:
         assert VERDICT.match(row.verdict), (row.number, row.verdict)
@@ -44,8 +34,8 @@ def test_every_claim_has_a_computed_verdict(quick):
             assert (out / row.figure).is_file()
 
 
-def test_files_hold_the_table(quick):
-    out, rows = quick
+def test_files_hold_the_table(quick_claims):
+    out, rows = quick_claims.out, quick_claims.rows
     table = pd.read_csv(out / "claims.csv")
     assert list(table["verdict"]) == [r.verdict for r in rows]
     assert {
@@ -64,10 +54,10 @@ def test_files_hold_the_table(quick):
         assert claim.threshold in md or claim.key not in IN_PROCESS
 
 
-def test_exactness_claims_hold(quick):
+def test_exactness_claims_hold(quick_claims):
     """Reuse only at the start, whole blocks for apc, salts isolate, outputs unchanged: the caches
     are built to these, so any other verdict is a bug."""
-    _, rows = quick
+    rows = quick_claims.rows
     verdicts = {r.number: r.verdict for r in rows}
     for number in (2, 5, 9, 15):
         assert verdicts[number] == HOLDS, (number, verdicts[number])
@@ -75,10 +65,10 @@ def test_exactness_claims_hold(quick):
     assert verdicts[7] != FAILS, verdicts[7]
 
 
-def test_reset_claims_carry_their_control_arms(quick):
+def test_reset_claims_carry_their_control_arms(quick_claims):
     """The arms a review asked for are there: Poisson and page-16 tree arms with a KV-pressure arm
     (6), the burst as its own row (10), a head-first freeing control (8), the intra-tenant hit rate (9), and claim 4 declared not measurable."""
-    _, rows = quick
+    rows = quick_claims.rows
     by = {r.number: r for r in rows}
     assert "radix16+sglang" in by[6].result and "req/s" in by[6].result
     pressure = re.findall(r"\((\d+) KV tokens, [\d.]+ req/s\).*?evictions (\d+)", by[6].result)
@@ -90,8 +80,8 @@ def test_reset_claims_carry_their_control_arms(quick):
     assert "wrong K/V" in by[7].result and "bfloat16" in by[7].setup
 
 
-def test_new_rows_measure_what_they_name(quick):
-    _, rows = quick
+def test_new_rows_measure_what_they_name(quick_claims):
+    rows = quick_claims.rows
     by = {r.number: r for r in rows}
     assert "linked" in by[11].result and "deque" in by[11].result
     assert "radix (SGLang front stage) n=4" in by[12].result
@@ -101,10 +91,10 @@ def test_new_rows_measure_what_they_name(quick):
     assert "radix-lpm on / apc on" in by[16].result and "radix on / apc off" in by[16].result
 
 
-def test_round_three_rows_and_resets(quick):
+def test_round_three_rows_and_resets(quick_claims):
     """The attacks of the third review are arms now, every verdict says what it rests on, and the
     article's untested claims are rows with their numbers."""
-    _, rows = quick
+    rows = quick_claims.rows
     by = {r.number: r for r in rows}
     for row in rows:
         assert re.match(r"(\d+ runs|no harness runs)", row.evidence), (row.number, row.evidence)

@@ -1,13 +1,12 @@
-"""The article's claims tested as the article states them (issue 47, item 3), each in quick mode
-and alone, so the checks stay cheap: 17 on the SGLang-vs-vLLM gap, 19 on LoRA only with
-multimodal as its own row (23), 20 on "eliminated when the request is freed", 22 with generated
-text reused at a later level."""
+"""The article's claims tested as the article states them (issue 47, item 3), in quick mode, read
+from the session's one measurement of the claims (tests/quick_claims.py): 17 on the SGLang-vs-vLLM
+gap, 19 on LoRA only with multimodal as its own row (23), 20 on "eliminated when the request is
+freed", 22 with generated text reused at a later level."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.claims.__main__ import run_claims
 from harness.claims.prefix_weight import _verdict as gap_verdict
 from harness.claims.record import FAILS, HOLDS
 from harness.config.schema import register_configs
@@ -16,10 +15,9 @@ register_configs()
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory):
-    out = tmp_path_factory.mktemp("article")
+def rows(quick_claims):
     only = ["prefix_weight", "adapters", "duplicates", "tree_sampling", "multimodal"]
-    return {r.number: r for r in run_claims(out, quick=True, only=only)}
+    return {r.number: r for r in (quick_claims.row(key) for key in only)}
 
 
 def test_claim_20_is_the_articles_sentence_and_apc_keeps_duplicates(rows):

@@ -1,34 +1,38 @@
-"""The xdist work units of tests/conftest.py: every test file that takes the session's vLLM server
-is listed in SHARE_VLLM_SERVER, and those files are one unit, so one worker starts one server."""
+"""The xdist work units of tests/conftest.py: every test file whose tests take a shared session
+fixture (the vLLM server, the quick claims) is listed under the fixture's name in
+SHARED_FIXTURE_FILES, and each such group is one unit, so one worker makes the fixture once."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests import conftest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _takes_vllm_server(path: Path) -> bool:
+def _takes(fixture: str, path: Path) -> bool:
     tree = ast.parse(path.read_text())
-    tests = (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
-    return any(a.arg == "vllm_server" for fn in tests for a in fn.args.args)
+    functions = (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
+    return any(a.arg == fixture for fn in functions for a in fn.args.args)
 
 
-def test_the_shared_server_files_are_the_files_taking_the_fixture():
+@pytest.mark.parametrize("fixture", sorted(conftest.SHARED_FIXTURE_FILES))
+def test_each_group_is_the_files_taking_its_fixture(fixture):
     found = {
-        str(p.relative_to(ROOT))
-        for p in (ROOT / "tests").rglob("test_*.py")
-        if _takes_vllm_server(p)
+        str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py") if _takes(fixture, p)
     }
-    assert found == set(conftest.SHARE_VLLM_SERVER)
+    assert found == set(conftest.SHARED_FIXTURE_FILES[fixture])
 
 
-def test_the_shared_server_files_are_one_work_unit():
-    units = {conftest.work_unit(f"{path}::test_x") for path in conftest.SHARE_VLLM_SERVER}
-    assert units == {"vllm_server"}
+def test_each_group_is_one_work_unit_and_no_file_is_in_two():
+    files = [path for paths in conftest.SHARED_FIXTURE_FILES.values() for path in paths]
+    assert len(files) == len(set(files))
+    for fixture, paths in conftest.SHARED_FIXTURE_FILES.items():
+        assert {conftest.work_unit(f"{path}::test_x") for path in paths} == {fixture}
     assert conftest.work_unit("tests/live/test_serve.py::test_x") == "tests/live/test_serve.py"
     assert conftest.work_unit("tests/live/test_serve.py::Case::test_x[a::b]") == (
         "tests/live/test_serve.py"
