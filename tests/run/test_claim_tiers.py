@@ -19,6 +19,8 @@ from harness.config.schema import register_configs
 
 register_configs()  # the schemas Hydra composes against
 
+pytestmark = pytest.mark.slow  # the session's quick claims (tests/quick_claims.py): minutes of CPU
+
 
 def _check(claim, quick_claims):
     """The claim's row and finding as the session's quick measurement made them

@@ -21,6 +21,8 @@ from workloads.tokens import TokenSpace
 
 register_configs()  # the schemas Hydra composes against
 
+pytestmark = pytest.mark.slow  # the session's quick claims (tests/quick_claims.py): minutes of CPU
+
 VERDICT = re.compile(rf"^({HOLDS}|{FAILS}|depends on .+|undecided: .+|not measurable here: .+)$")
 
 

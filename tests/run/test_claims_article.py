@@ -13,6 +13,8 @@ from harness.config.schema import register_configs
 
 register_configs()
 
+pytestmark = pytest.mark.slow  # the session's quick claims (tests/quick_claims.py): minutes of CPU
+
 
 @pytest.fixture(scope="module")
 def rows(quick_claims):
