@@ -15,7 +15,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.live_server import prometheus
@@ -104,18 +104,25 @@ def _start_all(launches: list[VllmLaunch]) -> list[Started]:
     """Every launch started in its own thread; FleetFault naming the first that failed, after
     the others have started and been stopped."""
     with ThreadPoolExecutor(max_workers=len(launches)) as pool:
-        futures = [pool.submit(start_vllm, one) for one in launches]
-        wait(futures)
-    failed = [(i, exc) for i, f in enumerate(futures) if (exc := f.exception()) is not None]
+        outcomes = list(pool.map(_start_or_error, launches))
+    started = [o for o in outcomes if isinstance(o, Started)]
+    failed = [(i, o) for i, o in enumerate(outcomes) if not isinstance(o, Started)]
     if not failed:
-        return [f.result() for f in futures]
-    for f in futures:
-        if f.exception() is None:
-            stop(f.result().process)
+        return started
+    for one in started:
+        stop(one.process)
     i, exc = failed[0]
     if isinstance(exc, RuntimeError):  # it exited, stayed unhealthy, or lost its port
         raise FleetFault(f"vLLM worker {i} did not start: {exc}")
     raise exc
+
+
+def _start_or_error(launch: VllmLaunch) -> Started | Exception:
+    """A started server, or what its start raised (kept, so no sibling is left running)."""
+    try:
+        return start_vllm(launch)
+    except Exception as exc:
+        return exc
 
 
 class SuccessCounters:
