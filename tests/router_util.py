@@ -1,5 +1,6 @@
 """What the real-router tests share: a router that is missing fails under CI (.ci/run installs
-both with scripts/setup_routers.sh) and skips with the reason elsewhere; a module's worker fleet."""
+both with scripts/setup_routers.sh) and skips with the reason elsewhere; a module's worker fleet;
+the small system-prompt stream the pipeline's real-router tests send."""
 
 from __future__ import annotations
 
@@ -31,3 +32,21 @@ def module_workers(tmp_path_factory: pytest.TempPathFactory, name: str, count: i
     out: Path = tmp_path_factory.mktemp(name)
     with worker_fleet(count, out) as fleet:
         yield fleet, out
+
+
+def system_prompt_run(groups: int, per_group: int, prefix_len: int) -> list[str]:
+    """The overrides of a small `system_prompt` run over workers of the tokenizer model:
+    `groups` x `per_group` prompts sharing a `prefix_len`-token system prompt, 8-token questions,
+    2 output tokens, one 16-token warm-up request."""
+    return [
+        "workload=system_prompt",
+        f"workload.num_groups={groups}",
+        f"workload.prompts_per_group={per_group}",
+        f"workload.system_prompt_len={prefix_len}",
+        "workload.question_len=8",
+        "workload.output_len=2",
+        "model=smollm2-rand",
+        "warmup.num_requests=1",
+        "warmup.prompt_len=16",
+        "warmup.output_len=2",
+    ]

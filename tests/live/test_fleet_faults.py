@@ -31,22 +31,13 @@ import pytest
 from harness.results.rowlog import count_rows
 from harness.routers import fleet
 from tests.harness_util import merged, run_harness
-from tests.router_util import need_router
+from tests.router_util import need_router, system_prompt_run
 
 MARK = "PREFIXBENCH_FAULT_TEST"
 # 2 built-in workers of smollm2-rand behind sglang-router, round robin: 2 groups x 2 prompts of
 # a 64-token system prompt, 2 output tokens, one at a time
 RUN = [
-    "workload=system_prompt",
-    "workload.num_groups=2",
-    "workload.prompts_per_group=2",
-    "workload.system_prompt_len=64",
-    "workload.question_len=8",
-    "workload.output_len=2",
-    "model=smollm2-rand",
-    "warmup.num_requests=1",
-    "warmup.prompt_len=16",
-    "warmup.output_len=2",
+    *system_prompt_run(groups=2, per_group=2, prefix_len=64),
     "fleet.replicas=2",
     "fleet.router=round_robin",
     "fleet.real=sglang-router",

@@ -16,21 +16,10 @@ import pandas as pd
 from harness.run.execute import EXIT_BAD_INPUT
 from tests.cli_util import harness
 from tests.harness_util import ROOT
-from tests.router_util import need_router
+from tests.router_util import need_router, system_prompt_run
 
 # 3 groups x 4 prompts sharing a 96-token system prompt, shuffled: cache_aware has work to do
-STREAM = [
-    "workload=system_prompt",
-    "workload.num_groups=3",
-    "workload.prompts_per_group=4",
-    "workload.system_prompt_len=96",
-    "workload.question_len=8",
-    "workload.output_len=2",
-    "model=smollm2-rand",
-    "warmup.num_requests=1",
-    "warmup.prompt_len=16",
-    "warmup.output_len=2",
-]
+STREAM = system_prompt_run(groups=3, per_group=4, prefix_len=96)
 FLEET = ["fleet.replicas=3", "fleet.router=cache_aware", "fleet.real=sglang-router"]
 
 
