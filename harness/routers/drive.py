@@ -113,10 +113,11 @@ def drive_router(
     when it is answered; `waves`: the waves themselves instead, `max_tokens`: each request's
     output length, else 2; `deliver`: each decision as its wave ends); the twin predicts each decision first, in send order, counting its own
     picks within the wave as the router's in-flight load. The twin then learns the actual
-    decisions (teacher forcing: round robin's turn one at a time, cache_aware's tree always), so
+    decisions (teacher forcing: round robin's turn, or a wave's workers, cache_aware's tree always), so
     one miss is not counted twice. With `index`, the twin reads each
     worker's cached prefix from its KV events (kv_aware). Round robin's twin cycles in the
-    router's `order` when known (vllm-router's start log), else learns it from the decisions;
+    router's `order` when known (vllm-router's start log), else learns it from the decisions
+    (one at a time, or each wave's workers: harness/routers/rr_cycles.py);
     what it learned and the router's first pick (the warm-up's) go into `facts`. `key`: each
     request as the router's tree reads it, for the twin (else the request as sent)."""
     urls = workers.urls
@@ -151,9 +152,8 @@ def drive_router(
             if index is not None:
                 index.refresh()  # the events of the previous wave's steps
             now = time.perf_counter() - t0
-            learned = not isinstance(twin, LearnedRoundRobin) or (
-                twin.certain if len(wave) == 1 else twin.complete
-            )
+            # round robin: whether every order still possible gives this wave the same workers
+            learned = not isinstance(twin, LearnedRoundRobin) or twin.certain_for(len(wave))
             known = list(twin.order) if isinstance(twin, CacheAware) else []
             seen = [r if key is None else key(r) for r in wave]  # the twin's view of the wave
             predicted = _predict_wave(twin, seen, len(urls), now, index)
@@ -186,6 +186,8 @@ def drive_router(
                 out.append(decision)
                 if deliver is not None:
                     deliver(decision)
+            if isinstance(twin, LearnedRoundRobin) and len(wave) > 1:
+                twin.learn_wave(actuals)  # which workers took the wave, in no known order
             if workers.dead():  # the router may route around it; the run is no longer ours
                 raise FleetFault("a worker exited during the run")
     finally:

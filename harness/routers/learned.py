@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.fleet.policies import FleetView, Routed
+from harness.routers.rr_cycles import Cycles
 
 READY = re.compile(r"Router ready \| workers: \[([^\]]*)\]")
 URL = re.compile(r'"([^"]+)"')
@@ -37,46 +38,84 @@ def read_order(log: Path, urls: Sequence[str]) -> list[int] | None:
 
 
 class LearnedRoundRobin:
-    """Round robin in the router's own order: given whole (from its start log) or learned slot
-    by slot from its decisions. Until a slot is known the guess is the lowest unseen worker; once
-    n - 1 slots are known the last one is too."""
+    """Round robin in the router's own order: given whole (from its start log) or learned from
+    its decisions, one at a time or in waves (harness/routers/rr_cycles.py: the candidate
+    cycles that explain every wave so far). A wave's prediction is learned when every candidate
+    gives it the same workers; until then the guess is the lowest candidate's (one at a time:
+    the lowest worker not seen yet; once n - 1 slots are known the last one is too)."""
 
     def __init__(self, num_workers: int, order: Sequence[int] | None = None) -> None:
         self.n = num_workers
-        self.order: list[int] = list(order) if order is not None else []
+        self.cycles = Cycles.known(order) if order is not None else Cycles.every(num_workers)
         self.source = "start log" if order is not None else "decisions"
-        self.pos = 0  # the slot of the cycle the next decision takes
+        self.pending = 0  # the decisions predicted since the last taught wave
+        self.guess = self.cycles.first()
+        self.first_slot: int | None = None if order is None else order[0]  # slot 0's worker
+        self.slots = 0  # the slots taken since the start (while slot 0's worker is unknown)
+        self.waves = 0  # waves taught, the warm-up included
+        self.widths: list[int] = []
+        self.learned_after: int | None = None  # waves taught when the last width's were settled
+        self.lost = 0  # waves no candidate explained (the router's position moved without us)
+
+    @property
+    def order(self) -> list[int]:
+        """The cycle written from the first decision's worker, as far as it is known."""
+        if self.first_slot is None:
+            return []
+        return self.cycles.common_prefix(self.first_slot)
 
     @property
     def complete(self) -> bool:
-        return len(self.order) >= self.n - 1
+        """Whether one order remains."""
+        return len(self.cycles) == 1
 
     @property
     def certain(self) -> bool:
         """Whether the next prediction comes from learned facts alone."""
-        return self.pos < len(self.order) or self.complete
+        return self.cycles.column(self.pending) is not None
+
+    def certain_for(self, width: int) -> bool:
+        """Whether every candidate gives the next wave of `width` the same workers."""
+        return self.cycles.agree(width)
 
     def choose(self, req: Routed, view: FleetView) -> int:
-        if self.pos < len(self.order):
-            pick = self.order[self.pos]
-        else:
-            pick = min(i for i in range(self.n) if i not in self.order)
-        self.pos = self._after(self.pos)
+        pick = self.guess[self.pending % self.n]
+        self.pending += 1
         return pick
 
     def learn(self, actual: int) -> None:
         """The router's actual decision: a new slot of the order, or where in the cycle it is."""
-        if actual not in self.order:
-            self.order.append(actual)
-            if len(self.order) == self.n - 1:  # the last worker takes the last slot
-                self.order += [i for i in range(self.n) if i not in self.order]
-        self.pos = self._after(self.order.index(actual))
+        self.learn_wave([actual])
 
-    def _after(self, slot: int) -> int:
-        return (slot + 1) % self.n if len(self.order) == self.n else slot + 1
+    def learn_wave(self, actuals: Sequence[int]) -> None:
+        """The workers a wave's requests went to (in any order): the candidates that explain
+        them, moved past the wave."""
+        if self.first_slot is None and not self.lost:
+            self.first_slot = self.cycles.column(-self.slots)
+        self.cycles, explained = self.cycles.after(actuals)
+        self.lost += not explained and self.waves > 0  # a start log's order: position unknown
+        self.slots += len(actuals)
+        if self.first_slot is None and not self.lost:
+            self.first_slot = self.cycles.column(-self.slots)
+        self.waves += 1
+        if len(actuals) not in self.widths:
+            self.widths.append(len(actuals))
+        if len(actuals) > 1 and self.source == "decisions":
+            self.source = "waves"
+        # settled: every wave of this width to come gets the same workers from every candidate
+        settled = self.cycles.settled([len(actuals)])
+        self.learned_after = (self.learned_after or self.waves) if settled else None
+        self.pending = 0
+        self.guess = self.cycles.first()
 
     def reset(self) -> None:
-        self.pos = 0
+        self.pending = 0
 
     def facts(self) -> dict[str, object]:
-        return {"worker_order": list(self.order), "order_source": self.source}
+        facts: dict[str, object] = {"worker_order": self.order, "order_source": self.source}
+        if self.source == "waves":  # what waves could tell, and when
+            facts.update(order_candidates=len(self.cycles), wave_widths=list(self.widths))
+            facts.update(waves_taught=self.waves, learned_after_waves=self.learned_after)
+        if self.lost or self.source == "waves":
+            facts.update(position_lost=self.lost)
+        return facts
