@@ -24,23 +24,14 @@ from harness.routers.target import RealFleetTarget
 from harness.routers.workers import worker_plan
 from harness.run.compose import typed
 from tests.harness_util import run_harness
-from tests.router_util import need_router
+from tests.router_util import need_router, system_prompt_run
 from tests.vllm_need import need_vllm
 
 # 2 groups x 3 prompts sharing a 96-token system prompt (three 32-token blocks), shuffled
 STREAM = [
-    "workload=system_prompt",
-    "workload.num_groups=2",
-    "workload.prompts_per_group=3",
-    "workload.system_prompt_len=96",
-    "workload.question_len=8",
-    "workload.output_len=2",
-    "model=smollm2-rand",
+    *system_prompt_run(groups=2, per_group=3, prefix_len=96),
     "engine.block_size=32",  # vLLM-CPU's attention takes multiples of 32
     "engine.kv_capacity_tokens=8192",  # 256 blocks per worker: nothing is evicted
-    "warmup.num_requests=1",
-    "warmup.prompt_len=16",
-    "warmup.output_len=2",
 ]
 WORKERS = ["fleet.replicas=2", "fleet.workers=vllm", "fleet.vllm_eager=true"]
 
