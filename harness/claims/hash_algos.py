@@ -29,13 +29,17 @@ FOLDER = "21-hash_algos"
 # between machines and invocations (1.13x-1.29x), so its label could not reproduce (issue 47).
 FASTER = 1.0
 PAIRS = (("xxhash", "sha256"), ("xxhash_cbor", "sha256_cbor"))
+# Blocks per timing, --quick too: at 2,000 a timing lasted 1-6 ms, short enough that a burst of
+# the other test worker's load moved one process's ratio by itself and the label of two quick
+# invocations differed (CI, 2026-12-07); 20,000 costs under a second a process.
+BLOCKS = 20_000
 CACHE_BLOCKS = 10**7  # a large cache's blocks, for the collision bound (~160M tokens at 16)
 NONE_HASH_SEED = "claim21"  # every run's chain root from a seed (docs/apc.md §1.5)
 STATE = {ABOVE: HOLDS, BELOW: FAILS, STRADDLES: UNSURE}  # a pair's interval against log(FASTER)
 
 
 def measure(ctx: Context) -> Finding:
-    num_blocks, repeats, processes = ctx.size(2_000, 20_000), ctx.size(3, 5), 5
+    num_blocks, repeats, processes = BLOCKS, ctx.size(3, 5), 5
     timings = [_in_fresh_process(num_blocks, repeats) for _ in range(processes)]
     rows = []
     cached = {}
