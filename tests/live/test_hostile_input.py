@@ -1,10 +1,17 @@
 """Bad input and faults, round two: no hang, no unbounded allocation, no write outside results.
 
-One table per class of issue [5/7]. Every case runs in a subprocess under a wall-clock timeout and
-an address-space limit of 2 GiB (RLIMIT_AS), so a hang or an unbounded allocation fails the case
-instead of the machine. Each case calls the layer that owns the problem (a reader, the preflight,
-the metrics, the report, a claims or overhead command) the way the CLI calls it: BadInput becomes
-one `error: ` line and exit 2. Data are generated per test in tmp_path; nothing large is stored.
+One table per class of issue [5/7]. Every case runs in its own process under a wall-clock timeout
+and an address-space limit of 2 GiB (RLIMIT_AS), so a hang or an unbounded allocation fails the
+case instead of the machine. Each case calls the layer that owns the problem (a reader, the
+preflight, the metrics, the report, a claims or overhead command) the way the CLI calls it:
+BadInput becomes one `error: ` line and exit 2. Data are generated per test in tmp_path; nothing
+large is stored.
+
+The process is a child forked from one helper that imported the heavy modules once (a zygote,
+tests/zygote.py): it pays milliseconds where a fresh interpreter paid 2-5 s of imports. A case
+whose subject a forked child cannot reproduce passes `fresh=True` and gets a fresh interpreter:
+an environment variable read at import (PREFIXBENCH_MAX_LINE_BYTES, in workloads/readers.py).
+The two lock holders that must live beside a case are fresh interpreters too.
 """
 
 from __future__ import annotations
@@ -15,11 +22,13 @@ import resource
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.harness_util import ROOT
+from tests.zygote import Zygote
 
 AS_LIMIT = 2 * 2**30  # bytes of address space a case may map
 TIMEOUT_S = 60  # a hang guard, not a speed test
@@ -29,26 +38,83 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
 
 
-def run_py(body: str, timeout: int = TIMEOUT_S, env: dict | None = None):
-    """Run `body` in a fresh interpreter, BadInput printed as the CLI prints it (exit 2)."""
+def _env(env: dict | None) -> dict[str, str]:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    full_env["PYTHONPATH"] = str(ROOT)
+    return full_env
+
+
+# What the cases import (what a fresh interpreter imported in each), imported once by the zygote;
+# torch._dynamo and triton come with the real executor's first step. The zygote with all of these
+# maps ~1.07 GB (VmSize; ~0.6 GB of it torch's), which a child starts with. The limit stays 2 GiB:
+# a small run's child peaks at ~1.29 GB where a fresh interpreter peaked at 1.32-1.48 GB (its
+# imports' own transient peaks), and the readers' bounds (16 MiB a line) stay far below the room.
+PREIMPORTS = (
+    "torch",
+    "numpy",
+    "pandas",
+    "hydra",
+    "omegaconf",
+    "harness.config.errors",
+    "harness.config.preflight",
+    "harness.config.schema",
+    "harness.config.startup_signals",
+    "harness.results.identity",
+    "harness.results.owned_dir",
+    "harness.results.run_dir",
+    "harness.run.compose",
+    "harness.run.engine_target",
+    "harness.run.execute",
+    "harness.run.pipeline",
+    "harness.report.build",
+    "harness.report.stats",
+    "harness.claims.experiment",
+    "harness.claims.figures",
+    "harness.claims.registry",
+    "harness.claims.server",
+    "harness.claims.writer",
+    "engines.cache",
+    "engines.real_executor",
+    "torch._dynamo",
+    "workloads.base",
+    "workloads.progress",
+    "workloads.tokenizer",
+    "workloads.tokens",
+    "hydra_plugins.hydra_joblib_launcher",
+    "hydra_plugins.hydra_submitit_launcher",
+)
+ZYGOTE = Zygote(PREIMPORTS, lambda: _env(None))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _zygote() -> Iterator[None]:
+    """The zygote starts with the first case that needs it and is stopped after the last."""
+    yield
+    ZYGOTE.stop()
+
+
+def run_py(body: str, timeout: int = TIMEOUT_S, env: dict | None = None, fresh: bool = False):
+    """Run `body` as `python -c`, BadInput printed as the CLI prints it (exit 2)."""
     code = "import sys\nfrom harness.config.errors import BAD_INPUT\ntry:\n"
     code += textwrap.indent(textwrap.dedent(body), "    ")
     code += '\nexcept BAD_INPUT as exc:\n    print(f"error: {exc}", file=sys.stderr)\n'
     code += "    sys.exit(2)\n"
-    return _run([sys.executable, "-c", code], timeout, env)
+    return _run([sys.executable, "-c", code], timeout, env, fresh=fresh)
 
 
 def run_module(args: list[str], timeout: int = TIMEOUT_S, env: dict | None = None, cwd=ROOT):
     return _run([sys.executable, "-m", *args], timeout, env, cwd)
 
 
-def _run(cmd: list[str], timeout: int, env: dict | None, cwd=ROOT):
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
-    full_env["PYTHONPATH"] = str(ROOT)
+def _run(cmd: list[str], timeout: int, env: dict | None, cwd=ROOT, fresh: bool = False):
+    """`cmd` in a child of the zygote, or with `fresh` in a fresh interpreter; either way its own
+    process, with the limit, `cwd` and the environment, and the timeout."""
+    if not fresh:
+        return ZYGOTE.run(cmd, _env(env), Path(cwd), timeout, AS_LIMIT)
     return subprocess.run(
         cmd,
         cwd=cwd,
-        env=full_env,
+        env=_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -166,7 +232,9 @@ def test_a_dataset_json_array_on_one_line_is_not_a_long_line(tmp_path):
     """The line limit is for JSONL lines; a .json array is bounded by the file limit only."""
     path = tmp_path / "d.json"
     path.write_text(json.dumps([GOOD_RECORD] * 50))
-    proc = run_py(generate_body(_dataset(path)), env={"PREFIXBENCH_MAX_LINE_BYTES": "1000"})
+    # workloads/readers.py reads the limit at import: a fresh interpreter, not the zygote's child
+    env = {"PREFIXBENCH_MAX_LINE_BYTES": "1000"}
+    proc = run_py(generate_body(_dataset(path)), env=env, fresh=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
