@@ -266,16 +266,18 @@ def _sweep_problem(overrides: list[str], dirs: tuple[Path, ...] = ()) -> str | N
 
 
 def _compose_problem(overrides: list[str], check: bool) -> str | None:
-    """Compose like Hydra would; with `check`, also apply check_run_config."""
-    from hydra import compose, initialize_config_dir
+    """Compose like Hydra would (memoised on the group choices: a sweep composes once a value);
+    with `check`, also apply check_run_config."""
+    from hydra import initialize_config_dir
 
     from harness.config.checks import check_executor_hardware, check_known_keys, check_run_config
+    from harness.config.compose_memo import compose_config
 
     try:
         with initialize_config_dir(
             config_dir=str(CONF_DIR), version_base="1.3", job_name="harness"
         ):
-            dcfg = compose(config_name="config", overrides=overrides)
+            dcfg = compose_config(overrides)
             check_known_keys(dcfg)
             cfg = to_schema(dcfg, RunConfig)
         # Static, so a sweep's jobs are held to it too: no job of either kind could run.

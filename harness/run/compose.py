@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config.checks import check_known_keys, check_run_config
+from harness.config.compose_memo import compose_config
 from harness.config.schema import CONF_DIR, RunConfig
 from harness.results.identity import claim_run_dir, fingerprint
 from harness.results.manifest import VIRTUAL_DEVICE, build_manifest
@@ -31,9 +31,10 @@ class Composed:
 
 
 def compose(overrides: list[str], job_name: str = "harness") -> Composed:
-    """The configuration `python -m harness OVERRIDES` would run, composed and checked."""
+    """The configuration `python -m harness OVERRIDES` would run, composed (memoised on its group
+    choices: harness/config/compose_memo.py) and checked."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=job_name):
-        return checked(hydra_compose(config_name="config", overrides=overrides))
+        return checked(compose_config(overrides))
 
 
 def checked(dcfg: DictConfig) -> Composed:
