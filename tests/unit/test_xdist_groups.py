@@ -1,10 +1,12 @@
 """The xdist work units of tests/conftest.py: every test file whose tests take a shared session
 fixture (the vLLM server, the quick claims) is listed under the fixture's name in
-SHARED_FIXTURE_FILES, and each such group is one unit, so one worker makes the fixture once."""
+SHARED_FIXTURE_FILES, and each such group is one unit, so one worker makes the fixture once;
+and the order the slow files run in (RUN_ORDER)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,18 @@ def test_each_group_is_one_work_unit_and_no_file_is_in_two():
     assert conftest.work_unit("tests/live/test_serve.py::Case::test_x[a::b]") == (
         "tests/live/test_serve.py"
     )
+
+
+def test_the_run_order_names_live_files_and_puts_vllm_starts_first_and_cpu_timing_last():
+    for path in conftest.RUN_ORDER:
+        assert (ROOT / path).is_file() and path.startswith("tests/live/"), path
+    ranks = [conftest.run_rank(f"{path}::t", slow=True) for path in conftest.RUN_ORDER]
+    assert set(ranks) == {0, 2}
+    assert conftest.run_rank("tests/live/test_cli.py::t", slow=True) == 1
+    assert conftest.run_rank("tests/unit/test_report.py::t", slow=False) == 3
+    # the files ranked first start vLLM servers of their own (not the session's)
+    starts = re.compile(r"start_vllm|VllmLaunch|fleet\.real")
+    for path, rank in conftest.RUN_ORDER.items():
+        if rank == 0:
+            assert starts.search((ROOT / path).read_text()), path
+            assert path not in conftest.SHARED_FIXTURE_FILES["vllm_server"]
