@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.claims.zero_hit import QUICK_SEEDS
+
 ROOT = Path(__file__).resolve().parents[2]
 CPU_MEASURED = ("zero_hit", "hash_algos")
 
@@ -71,6 +73,6 @@ def test_cpu_measured_claims_give_the_same_label_twice(tmp_path):
     assert "identical request by request: yes" in row["result"]
     assert "against log(1) = 0.000" in row["evidence"]
     zero_hit = pd.read_csv(tmp_path / "a" / "claims.csv").set_index("number").loc[1]
-    assert "10 paired seeds spread over 5 fresh processes" in zero_hit["setup"]
+    assert f"{QUICK_SEEDS} paired seeds spread over 5 fresh processes" in zero_hit["setup"]
     assert "decode-heavy" in zero_hit["result"] and "prefill-heavy" in zero_hit["result"]
     assert "for this implementation" in zero_hit["threshold"].lower()

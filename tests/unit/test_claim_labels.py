@@ -44,3 +44,15 @@ def test_claim_8_poisson_straddling_is_undecided_not_depends():
     assert _state(BURST, lead_burst) == HOLDS
     assert _state(POISSON, straddling) == UNSURE
     assert _state(POISSON, below) == FAILS
+
+
+def test_claim_1_added_cpu_ignores_a_load_that_slows_both_runs_of_a_pair():
+    from harness.claims.zero_hit import added_cpu
+
+    on, off = pd.Series([1.02, 1.01, 1.03]), pd.Series([1.00, 1.00, 1.00])
+    quiet = added_cpu(on, off)
+    assert quiet.round(6).tolist() == [0.02, 0.01, 0.03]
+    slowed = added_cpu(on * pd.Series([1.0, 1.6, 1.0]), off * pd.Series([1.0, 1.6, 1.0]))
+    assert slowed.round(6).tolist() == quiet.round(6).tolist()  # the pair's difference was 1.6x
+    # the least disturbed off time scales every seed: a slowed off run does not inflate it
+    assert added_cpu(on, pd.Series([1.00, 1.50, 1.00]))[0] == quiet[0]
