@@ -2,7 +2,7 @@
 
 APC's five hash algorithms (sha256 and xxhash, each over pickle or canonical CBOR, and Python's
 builtin hash) time the same chain of 16-token blocks per block on this CPU (process time, the
-median of repeats) in several fresh processes (harness/claims/hash_timing.py), so the speed-up's
+fastest of repeats) in several fresh processes (harness/claims/hash_timing.py), so the speed-up's
 interval carries the spread between invocations; the digest width gives the birthday bound on a
 collision among a large cache's blocks (computed, not measured); and one workload run per
 algorithm shows the same cached tokens request by request.
@@ -89,7 +89,7 @@ def measure(ctx: Context) -> Finding:
         + f"; cached tokens identical request by request: {'yes' if same_hits else 'no'}"
     )
     return Finding(
-        setup=f"{num_blocks:,} chained 16-token blocks hashed per algorithm, median of {repeats} interleaved repeats of "
+        setup=f"{num_blocks:,} chained 16-token blocks hashed per algorithm, fastest of {repeats} interleaved repeats of "
         f"process time in each of {processes} fresh processes on this shared CPU, the Python per-block path "
         f"(hash_block_tokens); one multiturn run per algorithm ({APC}, simulated H100 Llama-3.1-8B) for the "
         "hits; collision safety from the digest width (computed, not measured)",
@@ -137,7 +137,7 @@ CLAIM = Claim(
     "vLLM --prefix-caching-hash-algo (sha256 default since v0.10.2; xxhash since v0.13.0, PR #29163); the "
     "article",
     "As the article states it (faster, no factor): holds when, for each xxhash variant, the 95% t-interval "
-    "over fresh processes (each the median of interleaved repeats, process time) of log(sha256 time / "
+    "over fresh processes (each the fastest of interleaved repeats, process time) of log(sha256 time / "
     "xxhash time) with the same serialisation lies wholly above log(1) = 0, and every algorithm gives the "
     "same cached tokens request by request; does not hold when the hits differ or both intervals lie below "
     "0; depends on the serialisation when one pair holds and the other does not; undecided when an interval "
