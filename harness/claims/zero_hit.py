@@ -44,7 +44,8 @@ SHAPES = {"prefill-heavy": (1024, 128), "decode-heavy": (128, 1024)}
 def median_ci(values: list[float]) -> tuple[float, float, float]:
     """Median and its distribution-free ~95% interval: the order statistics x(k), x(n-k+1) with
     the largest k whose binomial(n, 1/2) tail P(B < k) stays at or below 2.5% (n = 10: x(2), x(9),
-    97.9% coverage; n = 20: x(6), x(15), 95.9%). Robust to the loaded machine's occasional slow run, unlike a t-interval."""
+    97.9% coverage; n = 20: x(6), x(15), 95.9%). Robust to the loaded machine's occasional slow
+    run, unlike a t-interval."""
     xs = sorted(values)
     n = len(xs)
     median = (xs[(n - 1) // 2] + xs[n // 2]) / 2
