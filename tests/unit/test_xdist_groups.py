@@ -41,7 +41,7 @@ def test_each_group_is_one_work_unit_and_no_file_is_in_two():
     )
 
 
-def test_the_run_order_names_live_files_and_puts_vllm_starts_first_and_cpu_timing_last():
+def test_the_run_order_names_live_files_and_puts_cpu_timing_last():
     for path in conftest.RUN_ORDER:
         assert (ROOT / path).is_file() and path.startswith("tests/live/"), path
     ranks = [conftest.run_rank(f"{path}::t", slow=True) for path in conftest.RUN_ORDER]
