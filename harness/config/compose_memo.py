@@ -9,8 +9,10 @@ overrides are applied to a copy the way Hydra applies them after composing (hydr
 `ConfigLoaderImpl._apply_overrides_to_config`: `OmegaConf.update(cfg, key, value, merge=True)` in
 the order given, on the struct-mode config). An override not applied exactly that way (an
 addition, a deletion, a sweep, a package, a key of Hydra's own node) and any error on that path
-send the whole list to Hydra, so results and error messages are Hydra's own.
-tests/unit/test_compose_memo.py composes configurations both ways and compares them.
+send the whole list to Hydra, so results and error messages are Hydra's own. A YAML file edited
+while a process runs is not seen by that process's later compositions of the same group choices
+(the claims and the overhead tool never edit conf/). tests/unit/test_compose_memo.py composes
+configurations both ways and compares them.
 """
 
 from __future__ import annotations
