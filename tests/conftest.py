@@ -106,7 +106,7 @@ RUN_ORDER = {
 def run_rank(nodeid: str, slow: bool) -> int:
     """0 the port-taken test's vLLM start, 1 another slow file, 2 a slow file timing CPU, 3 the
     rest."""
-    return RUN_ORDER.get(nodeid.split("::", 1)[0], 1) if slow else 3
+    return RUN_ORDER.get(file_of(nodeid), 1) if slow else 3
 
 
 # An xdist worker is told to terminate as soon as every worker has reported finished, and execnet
@@ -248,8 +248,13 @@ _UNIT_OF_FILE = {path: unit for unit, paths in SHARED_FIXTURE_FILES.items() for 
 def work_unit(nodeid: str) -> str:
     """The xdist work unit of a test: its file, or the fixture's name for the files of a group of
     SHARED_FIXTURE_FILES."""
-    path = nodeid.split("::", 1)[0]
+    path = file_of(nodeid)
     return _UNIT_OF_FILE.get(path, path)
+
+
+def file_of(nodeid: str) -> str:
+    """The test file of a node id (a parameter may hold "::" itself)."""
+    return nodeid.split("::", 1)[0]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:

@@ -37,13 +37,15 @@ BLOCKS = 20_000
 # tests/live/test_claims_reproduce.py): there 5 processes' t-interval of the CBOR pair straddled 0
 # in some invocations and not in others; 9 processes (t 2.31 against 2.78, and 3 against 2.24 for
 # the square root) narrow it 1.7x for ~5 s of CPU more. The full run keeps 5.
+PROCESSES, QUICK_PROCESSES = 5, 9
+REPEATS = 5  # interleaved timings per algorithm in a process, the fastest kept
 CACHE_BLOCKS = 10**7  # a large cache's blocks, for the collision bound (~160M tokens at 16)
 NONE_HASH_SEED = "claim21"  # every run's chain root from a seed (docs/apc.md §1.5)
 STATE = {ABOVE: HOLDS, BELOW: FAILS, STRADDLES: UNSURE}  # a pair's interval against log(FASTER)
 
 
 def measure(ctx: Context) -> Finding:
-    num_blocks, repeats, processes = BLOCKS, 5, ctx.size(9, 5)
+    num_blocks, repeats, processes = BLOCKS, REPEATS, ctx.size(QUICK_PROCESSES, PROCESSES)
     timings = [_in_fresh_process(num_blocks, repeats) for _ in range(processes)]
     rows = []
     cached = {}
